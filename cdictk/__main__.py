@@ -1,0 +1,5 @@
+import sys
+
+from cdictk.cli.main import main
+
+sys.exit(main())

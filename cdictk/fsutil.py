@@ -1,0 +1,75 @@
+"""The one way cdictk writes a file: temp file in the same directory, fsync, rename, fsync the directory.
+
+A reader (a runtime loading a spec, runc loading config.json) sees the old file or the new one, never
+a half-written one, even across a crash. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+from cdictk.errors import CdictkError
+
+
+def atomic_write(path: str, data: bytes, *, mode: int | None = None) -> None:
+    """Replace ``path`` with ``data`` atomically.
+
+    The new file keeps the mode and owner of the file it replaces; a new file gets ``mode`` (default
+    0o644). A symlink at ``path`` is refused rather than replaced by a regular file or followed.
+    """
+    directory = os.path.dirname(path) or "."
+    try:
+        old = os.lstat(path)
+    except FileNotFoundError:
+        old = None
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    if old is not None and stat.S_ISLNK(old.st_mode):
+        raise CdictkError(path, "", "is a symlink; refusing to replace it")
+    if old is not None and not stat.S_ISREG(old.st_mode):
+        raise CdictkError(path, "", "not a regular file")
+    final_mode = stat.S_IMODE(old.st_mode) if old is not None else (0o644 if mode is None else mode)
+
+    # A random name: a temp file left by a crash never blocks the next write.
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        raise CdictkError(path, "", f"cannot create a temporary file: {exc.strerror}") from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            if old is not None and os.geteuid() == 0:
+                os.fchown(fd, old.st_uid, old.st_gid)
+            os.fchmod(fd, final_mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise CdictkError(path, "", f"cannot write: {exc.strerror}") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    # Makes the rename durable; some filesystems refuse fsync on a directory, which is not fatal.
+    try:
+        dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.fsync(dfd)
+    finally:
+        os.close(dfd)

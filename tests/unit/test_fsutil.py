@@ -1,0 +1,63 @@
+import os
+from pathlib import Path
+
+import pytest
+
+from cdictk.errors import CdictkError
+from cdictk.fsutil import atomic_write
+
+
+def test_new_file_gets_the_given_mode(tmp_path: Path) -> None:
+    target = tmp_path / "spec.yaml"
+    atomic_write(str(target), b"data", mode=0o600)
+    assert target.read_bytes() == b"data"
+    assert target.stat().st_mode & 0o7777 == 0o600
+    atomic_write(str(tmp_path / "default"), b"x")
+    assert (tmp_path / "default").stat().st_mode & 0o7777 == 0o644
+
+
+def test_replacing_keeps_mode_and_leaves_no_temp_file(tmp_path: Path) -> None:
+    target = tmp_path / "config.json"
+    target.write_text("old")
+    target.chmod(0o640)
+    inode = target.stat().st_ino
+    atomic_write(str(target), b"new" * 100000)
+    assert target.read_bytes() == b"new" * 100000
+    assert target.stat().st_mode & 0o7777 == 0o640
+    assert target.stat().st_ino != inode  # replaced by rename, never rewritten in place
+    assert os.listdir(tmp_path) == ["config.json"]
+
+
+def test_symlink_is_refused_not_followed(tmp_path: Path) -> None:
+    (tmp_path / "real").write_text("keep")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    with pytest.raises(CdictkError, match="is a symlink; refusing to replace it"):
+        atomic_write(str(tmp_path / "link"), b"x")
+    assert (tmp_path / "real").read_text() == "keep"
+    assert (tmp_path / "link").is_symlink()
+
+
+def test_directory_target_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(CdictkError, match="not a regular file"):
+        atomic_write(str(tmp_path), b"x")
+
+
+def test_missing_directory(tmp_path: Path) -> None:
+    with pytest.raises(CdictkError, match="cannot create a temporary file"):
+        atomic_write(str(tmp_path / "none" / "f"), b"x")
+
+
+def test_failed_rename_leaves_the_old_file_and_no_temp_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "config.json"
+    target.write_text("old")
+
+    def refuse(src: str, dst: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "rename", refuse)
+    with pytest.raises(CdictkError, match=r"config\.json: cannot write: No space left on device"):
+        atomic_write(str(target), b"new")
+    assert target.read_text() == "old"
+    assert os.listdir(tmp_path) == ["config.json"]
