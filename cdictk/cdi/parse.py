@@ -1,0 +1,160 @@
+"""Spec file bytes -> plain data, strictly.
+
+JSON goes through the standard library's parser; anything else through libyaml's event stream (PyYAML's
+C parser), from which we build the values ourselves so that we can refuse what a spec never needs and a
+hostile file could abuse: duplicate keys, anchors and aliases (billion-laughs expansion), explicit tags,
+complex keys, several documents and deep nesting. Plain scalars are typed by YAML 1.1 rules, as the Go
+library types them. Errors name the file, the field path and the line.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdictk import strictjson
+from cdictk.cdi.yamlscalar import Timestamp, resolve_plain
+from cdictk.errors import CdictkError
+
+MAX_SPEC_BYTES = 8 << 20
+MAX_DEPTH = 64
+_STR_TAG = "tag:yaml.org,2002:str"
+
+
+class _AwaitingKey:
+    """Marks a mapping whose next scalar is a key."""
+
+
+_KEY = _AwaitingKey()
+
+
+def parse_document(data: bytes, file: str) -> Any:
+    """Parse a spec document. ``.json`` files are JSON first; JSON is valid YAML, so a document in
+    flow-style YAML still loads, as it does for the Go library."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise CdictkError(file, "", f"not valid UTF-8 (byte {exc.start})") from None
+    if not text.lstrip().startswith("{"):
+        return parse_yaml(text, file)
+    try:
+        return strictjson.loads(text, file)
+    except CdictkError as json_error:
+        try:
+            return parse_yaml(text, file)
+        except CdictkError as yaml_error:
+            # The YAML reader knows the field path of a duplicate key; JSON's syntax messages are clearer.
+            raise (yaml_error if yaml_error.problem.field else json_error) from None
+
+
+def parse_yaml(text: str, file: str) -> Any:
+    import yaml  # noqa: PLC0415 (lazy: JSON-only callers never pay for PyYAML)
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        return _build_document(loader, file)
+    except yaml.MarkedYAMLError as exc:
+        where = _line(exc.problem_mark or exc.context_mark)
+        raise CdictkError(file, "", f"invalid YAML: {exc.problem or exc.context}{where}") from None
+    except yaml.YAMLError as exc:
+        raise CdictkError(file, "", f"invalid YAML: {exc}") from None
+    finally:
+        loader.dispose()
+
+
+def _line(mark: Any) -> str:
+    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+
+
+def _build_document(loader: Any, file: str) -> Any:  # a PyYAML loader; its event API is untyped
+    from yaml import events  # noqa: PLC0415
+
+    loader.get_event()  # stream start
+    if loader.check_event(events.StreamEndEvent):
+        return None
+    loader.get_event()  # document start
+    root = _build_value(loader, file)
+    loader.get_event()  # document end
+    if not loader.check_event(events.StreamEndEvent):
+        raise CdictkError(file, "", f"more than one YAML document{_line(loader.peek_event().start_mark)}")
+    return root
+
+
+def _build_value(loader: Any, file: str) -> Any:
+    from yaml import events  # noqa: PLC0415
+
+    stack: list[Any] = []  # open mappings and sequences, outermost first
+    keys: list[Any] = []  # per open mapping: the key whose value comes next, or _KEY
+    get_event = loader.get_event
+    while True:
+        event = get_event()
+        kind = type(event)
+        if kind is events.ScalarEvent:
+            _refuse_anchor(event, stack, keys, file)
+            tag = event.tag
+            if tag is None or tag == "!":
+                value: Any = resolve_plain(event.value) if event.implicit[0] else event.value
+            elif tag == _STR_TAG:
+                value = event.value
+            else:
+                raise _error(file, stack, keys, f"explicit YAML tag {tag} is not allowed", event)
+        elif kind is events.MappingStartEvent or kind is events.SequenceStartEvent:
+            _refuse_anchor(event, stack, keys, file)
+            if event.tag is not None and event.tag != "!":
+                raise _error(file, stack, keys, f"explicit YAML tag {event.tag} is not allowed", event)
+            if stack and keys[-1] is _KEY:
+                raise _error(file, stack, keys, "a mapping key must be a scalar", event)
+            if len(stack) >= MAX_DEPTH:
+                raise _error(file, stack, keys, f"nested deeper than {MAX_DEPTH} levels", event)
+            stack.append({} if kind is events.MappingStartEvent else [])
+            keys.append(_KEY if kind is events.MappingStartEvent else None)
+            continue
+        elif kind is events.MappingEndEvent or kind is events.SequenceEndEvent:
+            value = stack.pop()
+            keys.pop()
+        elif kind is events.AliasEvent:
+            raise _error(file, stack, keys, f"YAML alias *{event.anchor} is not allowed", event)
+        else:
+            raise _error(file, stack, keys, f"unexpected YAML event {kind.__name__}", event)
+
+        if not stack:
+            return value
+        top = stack[-1]
+        if type(top) is list:
+            top.append(value)
+            continue
+        key = keys[-1]
+        if key is _KEY:
+            key = _mapping_key(value, file, stack, keys, event)
+            if key in top:
+                keys[-1] = key
+                raise _error(file, stack, keys, "duplicate key", event)
+            keys[-1] = key
+        else:
+            top[key] = value
+            keys[-1] = _KEY
+
+
+def _mapping_key(value: Any, file: str, stack: list[Any], keys: list[Any], event: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    shown = value.text if isinstance(value, Timestamp) else repr(value)
+    raise _error(file, stack, keys, f"mapping key {shown} must be a string", event)
+
+
+def _refuse_anchor(event: Any, stack: list[Any], keys: list[Any], file: str) -> None:
+    if event.anchor is not None:
+        raise _error(file, stack, keys, f"YAML anchor &{event.anchor} is not allowed", event)
+
+
+def _error(file: str, stack: list[Any], keys: list[Any], reason: str, event: Any) -> CdictkError:
+    path = ""
+    for frame, key in zip(stack, keys, strict=True):
+        if type(frame) is list:
+            path += f"[{len(frame)}]"
+        elif key is not _KEY:
+            path += f".{key}" if path else str(key)
+    return CdictkError(file, path, reason + _line(event.start_mark))

@@ -1,0 +1,103 @@
+import json
+
+import pytest
+
+from cdictk.cdi.decode import decode_spec
+from cdictk.cdi.dump import dump, dump_json, dump_yaml, to_data
+from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
+from cdictk.cdi.parse import parse_document
+
+
+def full_spec() -> Spec:
+    return Spec(
+        cdi_version="1.1.0",
+        kind="vendor.com/gpu",
+        annotations={"vendor.com/x": "y"},
+        devices=[
+            Device(
+                name="0",
+                container_edits=ContainerEdits(
+                    env=["A=1"],
+                    device_nodes=[DeviceNode(path="/dev/x", host_path="/h/x", file_mode=0o666, uid=0)],
+                    net_devices=[NetDevice("eth1", "net0")],
+                    hooks=[Hook("createContainer", "/bin/h", ["h"], ["E=1"], 5)],
+                    mounts=[Mount("/a", "/b", ["ro"], "bind")],
+                    intel_rdt=IntelRdt(clos_id="c", schemata=[]),
+                    additional_gids=[44],
+                ),
+            ),
+            Device(name="yes", container_edits=ContainerEdits(env=["B=on"])),
+        ],
+        container_edits=ContainerEdits(env=["C=3"]),
+    )
+
+
+def test_yaml_starts_with_document_marker_and_keeps_spec_order() -> None:
+    text = dump_yaml(full_spec())
+    assert text.startswith("---\ncdiVersion: 1.1.0\nkind: vendor.com/gpu\nannotations:\n")
+    keys = [
+        line.split(":")[0] for line in text.splitlines() if line and not line.startswith((" ", "-", "---"))
+    ]
+    assert keys == ["cdiVersion", "kind", "annotations", "devices", "containerEdits"]
+    node = text.index("path: /dev/x")
+    assert node < text.index("hostPath: /h/x") < text.index("fileMode: 438") < text.index("uid: 0")
+
+
+@pytest.mark.parametrize(
+    "value", ["y", "n", "yes", "no", "on", "off", "0", "1.0", "0660", "~", "null", "2001-12-14"]
+)
+def test_strings_a_yaml_1_1_reader_would_retype_are_quoted(value: str) -> None:
+    spec = Spec(cdi_version="0.5.0", kind="v.com/c", devices=[Device(name=value)])
+    text = dump_yaml(spec)
+    assert f'name: "{value}"' in text or f"name: '{value}'" in text
+    assert decode_spec(parse_document(text.encode(), "s.yaml"), "s.yaml").devices[0].name == value
+
+
+def test_plain_strings_are_not_quoted() -> None:
+    text = dump_yaml(Spec(cdi_version="0.5.0", kind="v.com/c", devices=[Device(name="gpu0")]))
+    assert "name: gpu0\n" in text
+    assert "cdiVersion: 0.5.0\n" in text
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+def test_round_trip(fmt: str) -> None:
+    spec = full_spec()
+    text = dump(spec, fmt)
+    assert decode_spec(parse_document(text.encode(), f"s.{fmt}"), f"s.{fmt}") == spec
+    assert dump(spec, fmt) == text  # deterministic
+
+
+def test_omitted_fields_follow_the_reference_library() -> None:
+    data = to_data(Spec(cdi_version="0.3.0", kind="v.com/c", devices=[Device(name="d")]))
+    # Device edits and the spec's edits are always written; empty lists and zero values are not.
+    assert data == {
+        "cdiVersion": "0.3.0",
+        "kind": "v.com/c",
+        "devices": [{"name": "d", "containerEdits": {}}],
+        "containerEdits": {},
+    }
+    node = to_data(ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", major=0, file_mode=0)]))
+    assert node == {"deviceNodes": [{"path": "/dev/x", "fileMode": 0}]}
+
+
+def test_empty_schemata_is_kept_because_it_needs_1_1_0() -> None:
+    assert to_data(IntelRdt(schemata=[])) == {"schemata": []}
+    assert to_data(IntelRdt()) == {}
+
+
+def test_json_is_indented_and_ends_with_newline() -> None:
+    text = dump_json(full_spec())
+    assert text.endswith("}\n")
+    assert list(json.loads(text)) == ["cdiVersion", "kind", "annotations", "devices", "containerEdits"]
+
+
+def test_dump_does_not_share_lists_with_the_model() -> None:
+    spec = full_spec()
+    data = to_data(spec)
+    data["devices"][0]["containerEdits"]["env"].append("X=1")
+    assert spec.devices[0].container_edits.env == ["A=1"]
+
+
+def test_unknown_format() -> None:
+    with pytest.raises(ValueError, match="unknown format"):
+        dump(full_spec(), "toml")
