@@ -1,0 +1,36 @@
+"""Read one spec file: size cap, strict parse, strict decode, the library's rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cdictk import strictjson
+from cdictk.cdi.decode import decode_spec
+from cdictk.cdi.model import Spec
+from cdictk.cdi.parse import MAX_SPEC_BYTES, parse_document
+from cdictk.cdi.rules import check_spec
+from cdictk.errors import CdictkError, Problem
+
+
+class InvalidSpecError(CdictkError):
+    """A spec that parses but breaks rules; carries every problem, shows the first."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        first = problems[0]
+        more = f" (and {len(problems) - 1} more problems)" if len(problems) > 1 else ""
+        super().__init__(first.file, first.field, first.reason + more)
+        self.problems = problems
+
+
+def read_document(path: str) -> Any:
+    """The file's parsed YAML or JSON data."""
+    return parse_document(strictjson.read_capped(path, MAX_SPEC_BYTES), path)
+
+
+def load_spec(path: str) -> Spec:
+    """A valid spec from ``path``; CdictkError (InvalidSpecError for rule breaks) otherwise."""
+    spec = decode_spec(read_document(path), path)
+    problems = check_spec(spec, path)
+    if problems:
+        raise InvalidSpecError(problems)
+    return spec
