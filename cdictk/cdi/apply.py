@@ -1,0 +1,337 @@
+"""Apply CDI devices to an OCI runtime config (``config.json`` as a dict), as CDI-aware runtimes do.
+
+The reference library's semantics: each spec's own edits once, before its first requested device;
+the merged edits applied env -> device nodes -> net devices -> mounts -> hooks -> intelRdt ->
+additionalGids; env replaced by key; device nodes filled in from an lstat of the host path and allowed
+in the device cgroup (one rule per node, never a wildcard); mounts replacing the same destination, then
+sorted by depth; hooks appended per stage. Unknown OCI fields are left as they are.
+
+Where we do better: every check and every lstat happens before the config is touched, so a failure
+leaves it exactly as it was (the Go library may have applied the env by then); and applying the same
+devices again changes nothing (the Go library appends the cgroup rules and hooks a second time). Each
+device node, cgroup rule and hook is removed where it already is and added at the end.
+
+Standard library only: the runtime shim applies devices on every container start.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdictk.cdi.model import ContainerEdits, DeviceNode, Hook, IntelRdt, Mount
+from cdictk.cdi.registry import RegisteredDevice
+from cdictk.errors import CdictkError
+
+_HOST_TYPES = {stat.S_IFCHR: "c", stat.S_IFBLK: "b", stat.S_IFIFO: "p"}
+
+
+@dataclass(frozen=True, slots=True)
+class EditsSource:
+    """A block of edits and where it came from, for error messages."""
+
+    edits: ContainerEdits
+    file: str
+    field: str
+
+
+def edits_for(devices: Sequence[RegisteredDevice]) -> list[EditsSource]:
+    """The edit blocks to apply for ``devices``, in the library's order; a repeated device counts once."""
+    sources: list[EditsSource] = []
+    seen_specs: set[int] = set()
+    seen_devices: set[str] = set()
+    for registered in devices:
+        qualified = str(registered.name)
+        if qualified in seen_devices:
+            continue
+        seen_devices.add(qualified)
+        spec_file = registered.spec_file
+        if id(spec_file) not in seen_specs:
+            seen_specs.add(id(spec_file))
+            sources.append(EditsSource(spec_file.spec.container_edits, spec_file.path, "containerEdits"))
+        sources.append(
+            EditsSource(
+                registered.device.container_edits,
+                spec_file.path,
+                f"devices[{registered.index}].containerEdits",
+            )
+        )
+    return sources
+
+
+def inject_devices(config: dict[str, Any], devices: Sequence[RegisteredDevice], config_file: str) -> None:
+    """Apply ``devices`` to ``config`` in place; on CdictkError ``config`` is unchanged."""
+    apply_edits(config, edits_for(devices), config_file)
+
+
+def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:
+    """Apply edit blocks to ``config`` in place; on CdictkError ``config`` is unchanged."""
+    shape = _Shape(config, config_file)
+    env = [entry for source in sources for entry in source.edits.env]
+    if env:
+        shape.list_of(str, "process", "env")
+    user = shape.mapping("process", "user")
+    uid = _positive_int(user.get("uid")) if user is not None else None
+    gid = _positive_int(user.get("gid")) if user is not None else None
+
+    nodes = [
+        _oci_node(node, uid, gid, source.file, f"{source.field}.deviceNodes[{i}]")
+        for source in sources
+        for i, node in enumerate(source.edits.device_nodes)
+    ]
+    if nodes:
+        shape.list_of(dict, "linux", "devices")
+        shape.list_of(dict, "linux", "resources", "devices")
+    net_devices = [net for source in sources for net in source.edits.net_devices]
+    if net_devices:
+        shape.mapping("linux", "netDevices")
+    mounts = [mount for source in sources for mount in source.edits.mounts]
+    if mounts:
+        existing = shape.list_of(dict, "mounts") or []
+        for i, entry in enumerate(existing):
+            if not isinstance(entry.get("destination"), str):
+                raise CdictkError(config_file, f"mounts[{i}].destination", "expected a string")
+    hooks = [hook for source in sources for hook in source.edits.hooks]
+    for hook in hooks:
+        shape.list_of(dict, "hooks", hook.hook_name)
+    rdt = next((s.edits.intel_rdt for s in reversed(sources) if s.edits.intel_rdt is not None), None)
+    if rdt is not None or net_devices or nodes:
+        shape.mapping("linux")
+    gids = [gid for source in sources for gid in source.edits.additional_gids if gid != 0]
+    if gids:
+        shape.list_of(int, "process", "user", "additionalGids")
+
+    # Every check is done: from here on nothing can fail.
+    if env:
+        _merge_env(_list_at(config, "process", "env"), env)
+    for node in nodes:
+        _add_node(config, node)
+    if net_devices:
+        table = _dict_at(config, "linux", "netDevices")
+        for net in net_devices:
+            table[net.host_interface_name] = {"name": net.name}
+    if mounts:
+        _add_mounts(config, mounts)
+    for hook in hooks:
+        _replace(_list_at(config, "hooks", hook.hook_name), _oci_hook(hook))
+    if rdt is not None:
+        _dict_at(config, "linux")["intelRdt"] = _oci_intel_rdt(rdt)
+    if gids:
+        present = _list_at(config, "process", "user", "additionalGids")
+        for value in gids:
+            if value not in present:
+                present.append(value)
+
+
+class _Shape:
+    """Checks that the parts of the config we are about to edit have the types the OCI spec gives them."""
+
+    def __init__(self, config: dict[str, Any], file: str) -> None:
+        self.config = config
+        self.file = file
+
+    def mapping(self, *keys: str) -> dict[str, Any] | None:
+        value: Any = self.config
+        for depth, key in enumerate(keys):
+            value = value.get(key)
+            if value is None:
+                return None
+            if not isinstance(value, dict):
+                raise CdictkError(self.file, ".".join(keys[: depth + 1]), "expected an object")
+        return value  # type: ignore[no-any-return]
+
+    def list_of(self, item_type: type, *keys: str) -> list[Any] | None:
+        parent = self.mapping(*keys[:-1])
+        if parent is None:
+            return None
+        value = parent.get(keys[-1])
+        if value is None:
+            return None
+        field = ".".join(keys)
+        if not isinstance(value, list):
+            raise CdictkError(self.file, field, "expected a list")
+        for i, item in enumerate(value):
+            if not isinstance(item, item_type) or isinstance(item, bool):
+                raise CdictkError(self.file, f"{field}[{i}]", f"expected {_TYPE_WORDS[item_type]}")
+        return value
+
+
+_TYPE_WORDS = {str: "a string", dict: "an object", int: "an integer"}
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
+
+
+def _dict_at(config: dict[str, Any], *keys: str) -> dict[str, Any]:
+    node = config
+    for key in keys:
+        child = node.get(key)
+        if child is None:
+            # The Go library's empty Process serializes with a root user and an empty cwd.
+            child = {"user": {"uid": 0, "gid": 0}, "cwd": ""} if node is config and key == "process" else {}
+            node[key] = child
+        node = child
+    return node
+
+
+def _list_at(config: dict[str, Any], *keys: str) -> list[Any]:
+    parent = _dict_at(config, *keys[:-1])
+    value: list[Any] | None = parent.get(keys[-1])
+    if value is None:
+        value = parent[keys[-1]] = []
+    return value
+
+
+def _replace(items: list[Any], new: Any) -> None:
+    """Move ``new`` to the end of ``items``: applying twice leaves one copy."""
+    if new in items:
+        items.remove(new)
+    items.append(new)
+
+
+def _merge_env(env: list[str], entries: list[str]) -> None:
+    index = {entry.partition("=")[0]: i for i, entry in enumerate(env)}
+    for entry in entries:
+        key = entry.partition("=")[0]
+        at = index.get(key)
+        if at is None:
+            index[key] = len(env)
+            env.append(entry)
+        else:
+            env[at] = entry
+
+
+@dataclass(frozen=True, slots=True)
+class _Node:
+    """An OCI ``linux.devices`` entry and, for b and c nodes, the access its cgroup rule grants."""
+
+    device: dict[str, Any]
+    access: str | None
+
+
+def _host_device(path: str) -> tuple[str, os.stat_result] | str:
+    """The host node's type and stat (lstat: a symlink is not a device), or why there is none."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f'cannot stat host device "{path}": {exc.strerror}'
+    host_type = _HOST_TYPES.get(stat.S_IFMT(st.st_mode))
+    if host_type is None:
+        return f'host path "{path}" is not a device node'
+    return host_type, st
+
+
+def _oci_node(node: DeviceNode, uid: int | None, gid: int | None, file: str, field: str) -> _Node:
+    """``node`` completed from the host device, as the library does it.
+
+    A node that already names its type and major (or is a FIFO) is "minimal": the host only supplies
+    a missing fileMode, and a missing host node is no error.
+    """
+    minimal = node.type != "" and (node.major != 0 or node.type == "p")
+    dev_type, major, minor, file_mode = node.type, node.major, node.minor, node.file_mode
+    host_path = node.host_path or node.path
+    found = _host_device(host_path)
+    if isinstance(found, str):
+        if not minimal:
+            raise CdictkError(file, field, found)
+    else:
+        host_type, st = found
+        if file_mode is None:
+            file_mode = stat.S_IMODE(st.st_mode)
+        if not minimal:
+            if not dev_type:
+                dev_type = host_type
+            elif dev_type != host_type:
+                raise CdictkError(
+                    file,
+                    field,
+                    f'type "{dev_type}" does not match the host device "{host_path}" ("{host_type}")',
+                )
+            if dev_type != "p" and major == 0:
+                major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
+    device: dict[str, Any] = {"path": node.path, "type": dev_type, "major": major, "minor": minor}
+    if file_mode is not None:
+        device["fileMode"] = file_mode
+    owner = node.uid if node.uid is not None else uid
+    group = node.gid if node.gid is not None else gid
+    if owner is not None:
+        device["uid"] = owner
+    if group is not None:
+        device["gid"] = group
+    return _Node(device, (node.permissions or "rwm") if dev_type in ("b", "c") else None)
+
+
+def _add_node(config: dict[str, Any], node: _Node) -> None:
+    device = node.device
+    devices = _list_at(config, "linux", "devices")
+    for i, existing in enumerate(devices):
+        if existing.get("path") == device["path"]:
+            del devices[i]
+            break
+    devices.append(device)
+    if node.access is not None:
+        rule = {
+            "allow": True,
+            "type": device["type"],
+            "major": device["major"],
+            "minor": device["minor"],
+            "access": node.access,
+        }
+        _replace(_list_at(config, "linux", "resources", "devices"), rule)
+
+
+def _add_mounts(config: dict[str, Any], mounts: list[Mount]) -> None:
+    present = _list_at(config, "mounts")
+    for mount in mounts:
+        for i, existing in enumerate(present):
+            if existing["destination"] == mount.container_path:
+                del present[i]
+                break
+        entry: dict[str, Any] = {"destination": mount.container_path}
+        if mount.type:
+            entry["type"] = mount.type
+        entry["source"] = mount.host_path
+        if mount.options:
+            entry["options"] = list(mount.options)
+        present.append(entry)
+    # Parents before children: a mount must not be hidden by one made later on a parent directory.
+    present.sort(key=lambda entry: _clean(entry["destination"]).count("/"))
+
+
+def _clean(path: str) -> str:
+    cleaned = posixpath.normpath(path)
+    # normpath keeps a leading "//" (POSIX leaves it implementation-defined); Go's Clean does not.
+    return cleaned[1:] if cleaned.startswith("//") else cleaned
+
+
+def _oci_hook(hook: Hook) -> dict[str, Any]:
+    entry: dict[str, Any] = {"path": hook.path}
+    if hook.args:
+        entry["args"] = list(hook.args)
+    if hook.env:
+        entry["env"] = list(hook.env)
+    if hook.timeout is not None:
+        entry["timeout"] = hook.timeout
+    return entry
+
+
+def _oci_intel_rdt(rdt: IntelRdt) -> dict[str, Any]:
+    entry: dict[str, Any] = {}
+    if rdt.clos_id:
+        entry["closID"] = rdt.clos_id
+    if rdt.schemata:
+        entry["schemata"] = list(rdt.schemata)
+    if rdt.l3_cache_schema:
+        entry["l3CacheSchema"] = rdt.l3_cache_schema
+    if rdt.mem_bw_schema:
+        entry["memBwSchema"] = rdt.mem_bw_schema
+    if rdt.enable_monitoring:
+        entry["enableMonitoring"] = True
+    return entry

@@ -1,0 +1,145 @@
+"""Spec directories -> the devices a runtime would see.
+
+As in the reference library: directories in priority order (a later one wins), in each only ``*.json``
+and ``*.yaml`` files, in lexical order, no recursion; a bad file only loses its own devices; two files
+of the same directory that define the same device both get a problem and the device is dropped.
+
+Two differences, both deliberate. An unreadable directory is a problem of its own and the remaining
+directories are still read (the Go library stops scanning there). And a same-directory conflict only
+drops the device when no later directory defines it: the Go library drops it even when
+``/var/run/cdi`` holds a clean override, which hides a device the operator did define.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from cdictk.cdi.load import InvalidSpecError, load_spec
+from cdictk.cdi.model import Device, Spec
+from cdictk.cdi.names import QualifiedName, parse_qualified_name, split_kind
+from cdictk.errors import CdictkError, Problem
+
+DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+SPEC_SUFFIXES = (".json", ".yaml")
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class SpecFile:
+    path: str
+    priority: int
+    spec: Spec
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredDevice:
+    name: QualifiedName
+    device: Device
+    index: int  # position in the spec's devices, for messages
+    spec_file: SpecFile
+
+
+class UnresolvedDevicesError(CdictkError):
+    def __init__(self, names: Sequence[str], hint: str) -> None:
+        plural = "s" if len(names) > 1 else ""
+        super().__init__(", ".join(names), "", f"unresolvable CDI device{plural}{hint}")
+        self.names = list(names)
+
+
+@dataclass(slots=True)
+class Registry:
+    dirs: tuple[str, ...]
+    spec_files: list[SpecFile] = field(default_factory=list)
+    devices: dict[str, RegisteredDevice] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    def device_names(self) -> list[str]:
+        return sorted(self.devices)
+
+    def resolve(self, requested: Sequence[str]) -> list[RegisteredDevice]:
+        """The requested devices in request order; all of them, or UnresolvedDevicesError."""
+        found: list[RegisteredDevice] = []
+        missing: list[str] = []
+        for text in requested:
+            try:
+                name = parse_qualified_name(text)
+            except ValueError as exc:
+                raise CdictkError(text, "", str(exc)) from None
+            registered = self.devices.get(str(name))
+            if registered is None:
+                missing.append(text)
+            else:
+                found.append(registered)
+        if missing:
+            raise UnresolvedDevicesError(missing, self._hint())
+        return found
+
+    def _hint(self) -> str:
+        if self.problems:
+            return f" ({len(self.problems)} problem(s) in the spec dirs, first: {self.problems[0]})"
+        return f" (spec dirs: {', '.join(self.dirs)})"
+
+
+def load_registry(dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, require_dirs: bool = False) -> Registry:
+    """Load every spec in ``dirs``. A missing directory is silent unless ``require_dirs``."""
+    registry = Registry(tuple(dirs))
+    # qualified name -> priority -> every definition of it at that priority
+    definitions: dict[str, dict[int, list[RegisteredDevice]]] = {}
+    for priority, directory in enumerate(registry.dirs):
+        for path in spec_paths(directory, registry.problems, require_dirs=require_dirs):
+            try:
+                spec = load_spec(path)
+            except InvalidSpecError as exc:
+                registry.problems.extend(exc.problems)
+                continue
+            except CdictkError as exc:
+                registry.problems.append(exc.problem)
+                continue
+            spec_file = SpecFile(path, priority, spec)
+            registry.spec_files.append(spec_file)
+            vendor, cls = split_kind(spec.kind)
+            for index, device in enumerate(spec.devices):
+                name = QualifiedName(vendor, cls, device.name)
+                levels = definitions.setdefault(str(name), {})
+                levels.setdefault(priority, []).append(RegisteredDevice(name, device, index, spec_file))
+
+    for qualified, levels in definitions.items():
+        for found in levels.values():
+            if len(found) > 1:
+                _report_conflict(qualified, found, registry.problems)
+        winners = levels[max(levels)]
+        if len(winners) == 1:
+            registry.devices[qualified] = winners[0]
+    return registry
+
+
+def spec_paths(directory: str, problems: list[Problem], *, require_dirs: bool = False) -> list[str]:
+    """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``."""
+    try:
+        with os.scandir(directory) as entries:
+            names = sorted(
+                entry.name
+                for entry in entries
+                if entry.name.endswith(SPEC_SUFFIXES) and not entry.is_dir(follow_symlinks=False)
+            )
+    except FileNotFoundError:
+        if require_dirs:
+            problems.append(Problem(directory, "", "no such spec directory"))
+        return []
+    except OSError as exc:
+        problems.append(Problem(directory, "", f"cannot read spec directory: {exc.strerror}"))
+        return []
+    return [os.path.join(directory, name) for name in names]
+
+
+def _report_conflict(qualified: str, found: list[RegisteredDevice], problems: list[Problem]) -> None:
+    for registered in found:
+        others = ", ".join(other.spec_file.path for other in found if other is not registered)
+        problems.append(
+            Problem(
+                registered.spec_file.path,
+                f"devices[{registered.index}]",
+                f'conflicting device "{qualified}" (also defined in {others})',
+            )
+        )

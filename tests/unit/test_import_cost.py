@@ -1,0 +1,39 @@
+"""The modules the runtime shim and hooks will import on every container start stay standard-library only."""
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("yaml", "jsonschema", "click")
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "cdictk.errors",
+        "cdictk.strictjson",
+        "cdictk.fsutil",
+        "cdictk.ociconfig",
+        "cdictk.cdi.names",
+        "cdictk.cdi.apply",
+    ],
+)
+def test_hot_path_modules_import_no_heavy_library(module: str) -> None:
+    code = f"import sys, {module}; print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "", f"{module} pulls in {result.stdout.strip()}"
+
+
+def test_loading_a_json_spec_needs_no_yaml(tmp_path: object) -> None:
+    code = (
+        "import sys, json, tempfile, os\n"
+        "from cdictk.cdi.load import load_spec\n"
+        "d = tempfile.mkdtemp(); p = os.path.join(d, 's.json')\n"
+        "open(p, 'w').write(json.dumps({'cdiVersion': '0.3.0', 'kind': 'v.com/c',"
+        " 'devices': [{'name': 'd', 'containerEdits': {'env': ['A=1']}}]}))\n"
+        "load_spec(p)\n"
+        f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
