@@ -1,0 +1,1 @@
+"""Thin click front-ends: parse flags, call the packages, print."""

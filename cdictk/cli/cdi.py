@@ -1,0 +1,153 @@
+"""``cdictk cdi validate | list | inject``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import click
+
+from cdictk.errors import Problem
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _spec_dir_option(command: F) -> F:
+    return click.option(
+        "--spec-dir",
+        "spec_dirs",
+        multiple=True,
+        metavar="DIR",
+        help="CDI spec directory; repeat for several, a later one wins over an earlier one. "
+        "Default: /etc/cdi, then /var/run/cdi (missing defaults are skipped quietly).",
+    )(command)
+
+
+def _dirs(spec_dirs: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
+    from cdictk.cdi.registry import DEFAULT_SPEC_DIRS  # noqa: PLC0415
+
+    return (spec_dirs, True) if spec_dirs else (DEFAULT_SPEC_DIRS, False)
+
+
+def _print_problems(level: str, problems: list[Problem]) -> None:
+    for problem in problems:
+        print(f"cdictk: {level}: {problem}", file=sys.stderr)
+
+
+@click.group("cdi")
+def cdi_group() -> None:
+    """Validate CDI specs, list their devices and inject devices into OCI configs."""
+
+
+@cdi_group.command("validate")
+@click.argument("files", nargs=-1, metavar="[FILE]...")
+@_spec_dir_option
+def validate_command(files: tuple[str, ...], spec_dirs: tuple[str, ...]) -> int:
+    """Check CDI spec files: strict parsing, the CDI library's rules and cdictk's JSON schema.
+
+    With no FILE, every spec in the spec directories is checked, and devices that two specs of the same
+    directory both define are reported too. Each problem is one line on stderr; each valid file is one
+    line on stdout. Exit status 1 if any problem was found.
+
+    The schema is stricter than container runtimes (absolute paths, hook timeouts of at least one
+    second, Kubernetes-style annotation keys): a spec can fail here and still be usable.
+    """
+    from cdictk.cdi.validate import validate_dirs, validate_file  # noqa: PLC0415
+
+    between: list[Problem] = []
+    if files:
+        reports = [validate_file(path) for path in files]
+    else:
+        dirs, required = _dirs(spec_dirs)
+        reports, between = validate_dirs(dirs, require_dirs=required)
+        if not reports and not between:
+            print(f"no CDI spec files in {', '.join(dirs)}")
+
+    for report in reports:
+        _print_problems("error", report.problems)
+        _print_problems("warning", report.warnings)
+        if report.spec is not None and not report.problems:
+            count = len(report.spec.devices)
+            plural = "s" if count != 1 else ""
+            print(f"{report.file}: valid (cdiVersion {report.spec.cdi_version}, {count} device{plural})")
+    _print_problems("error", between)
+    failed = between or any(report.problems for report in reports)
+    return 1 if failed else 0
+
+
+@cdi_group.command("list")
+@_spec_dir_option
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, spec} objects.")
+def list_command(spec_dirs: tuple[str, ...], as_json: bool) -> int:
+    """List the CDI devices in the spec directories by qualified name (vendor.com/class=name).
+
+    Devices come out sorted, one per line, as a CDI-aware runtime would resolve them. Spec files that
+    cannot be used are reported on stderr and their devices are left out. Exit status 1 only when a
+    directory named with --spec-dir cannot be read.
+    """
+    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
+
+    dirs, required = _dirs(spec_dirs)
+    registry = load_registry(dirs, require_dirs=required)
+    _print_problems("warning", registry.problems)
+    if as_json:
+        devices = [
+            {"name": name, "spec": registry.devices[name].spec_file.path} for name in registry.device_names()
+        ]
+        print(json.dumps(devices, indent=2))
+    else:
+        for name in registry.device_names():
+            print(name)
+    bad_dir = required and any(problem.file in dirs and not problem.field for problem in registry.problems)
+    return 1 if bad_dir else 0
+
+
+@cdi_group.command("inject")
+@click.option(
+    "--device",
+    "-d",
+    "devices",
+    multiple=True,
+    required=True,
+    metavar="NAME",
+    help="Qualified CDI device name, for example nvidia.com/gpu=0; repeat for several.",
+)
+@_spec_dir_option
+@click.option(
+    "--output",
+    "-o",
+    metavar="FILE|-",
+    help="Write the result here instead of replacing CONFIG.json; '-' is stdout (the default for stdin).",
+)
+@click.argument("config", metavar="CONFIG.json")
+def inject_command(
+    devices: tuple[str, ...], spec_dirs: tuple[str, ...], output: str | None, config: str
+) -> int:
+    """Apply CDI devices to an OCI runtime config, as a CDI-aware runtime (containerd, CRI-O) does.
+
+    Adds the devices' nodes (and device-cgroup allow rules), mounts, env, hooks and the rest of their
+    edits, and each spec's common edits once. CONFIG.json is replaced atomically, keeping its mode;
+    '-' reads it from stdin. Injecting the same devices again changes nothing. If any device cannot be
+    resolved or applied, nothing is written.
+    """
+    from cdictk.cdi.apply import inject_devices  # noqa: PLC0415
+    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
+    from cdictk.ociconfig import MAX_CONFIG_BYTES, dump_config, parse_config, read_config, write_config  # noqa: PLC0415
+
+    if config == "-":
+        oci = parse_config(sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1), "<stdin>")
+    else:
+        oci = read_config(config)
+    dirs, required = _dirs(spec_dirs)
+    registry = load_registry(dirs, require_dirs=required)
+    _print_problems("warning", registry.problems)
+    inject_devices(oci, registry.resolve(devices), config if config != "-" else "<stdin>")
+    target = output or ("-" if config == "-" else config)
+    if target == "-":
+        sys.stdout.buffer.write(dump_config(oci))
+        sys.stdout.flush()
+    else:
+        write_config(target, oci)
+    return 0

@@ -1,0 +1,44 @@
+"""The ``cdictk`` command."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import click
+
+from cdictk import __version__
+from cdictk.cli.cdi import cdi_group
+from cdictk.errors import CdictkError
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="cdictk")
+def cli() -> None:
+    """Make NVIDIA GPUs usable in containers through the Container Device Interface (CDI).
+
+    Errors are one line on stderr, `cdictk: error: <file>: <field>: <reason>`, with exit status 1;
+    nothing is written when a command fails.
+    """
+
+
+cli.add_command(cdi_group)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        result = cli.main(args=argv, prog_name="cdictk", standalone_mode=False)
+    except CdictkError as exc:
+        print(f"cdictk: error: {exc}", file=sys.stderr)
+        return 1
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.Abort:
+        print("cdictk: aborted", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        # A reader such as `head` went away; that is not our failure.
+        sys.stderr.close()
+        return 0
+    return result if isinstance(result, int) else 0
