@@ -1,0 +1,248 @@
+"""A fake GPU host for end-to-end tests with real runtimes.
+
+Device nodes made with mknod (195:N, the NVIDIA major) with no driver behind them: inside a container
+that the device cgroup allows, open() fails with ENXIO; when the cgroup denies the node, with EPERM.
+That difference is the oracle the tests assert on. The rootfs is Debian's static busybox.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdictk.cdi.dump import dump_yaml
+from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
+from cdictk.cdi.version import minimum_version
+
+HERE = Path(__file__).resolve().parent
+BUSYBOX = "/bin/busybox"
+RECORD_HOOK = HERE / "record_hook.py"
+ENXIO = "No such device or address"
+EPERM = "Operation not permitted"
+
+
+def require_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("end-to-end tests need root: mknod, runc, crun and podman (run: sudo make test)")
+
+
+def require_tool(name: str) -> str:
+    path = shutil.which(name)
+    if path is None:
+        pytest.skip(f"{name} is not installed (tests/setup-host.sh installs it)")
+    return path
+
+
+@dataclass(frozen=True)
+class FakeGpuHost:
+    root: Path
+    nvidia0: Path
+    nvidia1: Path
+    nvidiactl: Path
+    host_file: Path
+    hook_log: Path
+
+
+@pytest.fixture(scope="session")
+def fake_gpu_host(tmp_path_factory: pytest.TempPathFactory) -> FakeGpuHost:
+    require_root()
+    root = tmp_path_factory.mktemp("fake-gpu-host")
+    (root / "dev").mkdir()
+    nodes = {}
+    for name, minor in (("nvidia0", 0), ("nvidia1", 1), ("nvidiactl", 255)):
+        path = root / "dev" / name
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(195, minor))
+        os.chmod(path, 0o666)  # mknod's mode is filtered by the umask
+        nodes[name] = path
+    (root / "hostfiles").mkdir()
+    host_file = root / "hostfiles" / "file.txt"
+    host_file.write_text("hello from the host\n")
+    hook_log = root / "hooklog"
+    hook_log.mkdir()
+    return FakeGpuHost(root, nodes["nvidia0"], nodes["nvidia1"], nodes["nvidiactl"], host_file, hook_log)
+
+
+@pytest.fixture(scope="session")
+def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A busybox rootfs: the static binary and one symlink per applet."""
+    require_root()
+    if not os.path.exists(BUSYBOX):
+        pytest.skip("busybox-static is not installed (tests/setup-host.sh installs it)")
+    out = subprocess.run(["file", "-L", BUSYBOX], capture_output=True, text=True, check=False).stdout
+    if "dynamically linked" in out:
+        pytest.skip(f"{BUSYBOX} is dynamically linked; install busybox-static")
+    root = tmp_path_factory.mktemp("rootfs")
+    for sub in (
+        "bin",
+        "sbin",
+        "usr/bin",
+        "usr/sbin",
+        "etc",
+        "dev",
+        "proc",
+        "sys",
+        "tmp",
+        "root",
+        "run",
+        "mounted",
+    ):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(BUSYBOX, root / "bin" / "busybox")
+    applets = subprocess.run(
+        [BUSYBOX, "--list-full"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    for applet in applets:
+        if applet == "bin/busybox":
+            continue
+        link = root / applet
+        link.parent.mkdir(parents=True, exist_ok=True)
+        if not link.exists():
+            link.symlink_to("/bin/busybox")
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (root / "etc" / "group").write_text("root:x:0:\n")
+    (root / "mounted" / "file").touch()
+    return root
+
+
+def e2e_spec(host: FakeGpuHost, kind: str) -> Spec:
+    """Two GPUs with host paths outside /dev, and common edits of every kind runtimes apply."""
+    hook = Hook(
+        hook_name="createContainer",
+        path=sys.executable,
+        args=[sys.executable, "-I", str(RECORD_HOOK), str(host.hook_log)],
+        env=["CDICTK_E2E=1"],
+    )
+    spec = Spec(
+        kind=kind,
+        devices=[
+            Device(
+                name=str(i),
+                container_edits=ContainerEdits(
+                    device_nodes=[DeviceNode(path=f"/dev/nvidia{i}", host_path=str(node))]
+                ),
+            )
+            for i, node in enumerate((host.nvidia0, host.nvidia1))
+        ],
+        container_edits=ContainerEdits(
+            env=["NVIDIA_VISIBLE_DEVICES=void", "CDI_TEST=hello"],
+            device_nodes=[DeviceNode(path="/dev/nvidiactl", host_path=str(host.nvidiactl))],
+            mounts=[
+                Mount(
+                    host_path=str(host.host_file),
+                    container_path="/mounted/file",
+                    options=["ro", "nosuid", "nodev", "rbind"],
+                )
+            ],
+            hooks=[hook],
+        ),
+    )
+    spec.cdi_version = minimum_version(spec)
+    return spec
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
+    directory = tmp_path / "cdi"
+    directory.mkdir()
+    (directory / "e2e.yaml").write_text(dump_yaml(e2e_spec(fake_gpu_host, "nvidia.com/gpu")))
+    return directory
+
+
+def oci_config(rootfs: Path, args: list[str]) -> dict[str, Any]:
+    """What `runc spec` writes, made non-interactive, with an absolute rootfs."""
+    return {
+        "ociVersion": "1.0.2-dev",
+        "process": {
+            "terminal": False,
+            "user": {"uid": 0, "gid": 0},
+            "args": args,
+            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"],
+            "cwd": "/",
+            "capabilities": {
+                key: ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]
+                for key in ("bounding", "effective", "permitted", "ambient")
+            },
+            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+            "noNewPrivileges": True,
+        },
+        "root": {"path": str(rootfs), "readonly": True},
+        "hostname": "cdictk-e2e",
+        "mounts": [
+            {"destination": "/proc", "type": "proc", "source": "proc"},
+            {
+                "destination": "/dev",
+                "type": "tmpfs",
+                "source": "tmpfs",
+                "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
+            },
+            {
+                "destination": "/dev/pts",
+                "type": "devpts",
+                "source": "devpts",
+                "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
+            },
+            {
+                "destination": "/dev/shm",
+                "type": "tmpfs",
+                "source": "shm",
+                "options": ["nosuid", "noexec", "nodev"],
+            },
+            {
+                "destination": "/sys",
+                "type": "sysfs",
+                "source": "sysfs",
+                "options": ["nosuid", "noexec", "nodev", "ro"],
+            },
+        ],
+        "linux": {
+            "resources": {"devices": [{"allow": False, "access": "rwm"}]},
+            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
+            "maskedPaths": ["/proc/kcore", "/sys/firmware"],
+            "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"],
+        },
+    }
+
+
+@dataclass(frozen=True)
+class Runtime:
+    name: str
+    binary: str
+    state_dir: Path
+
+    def run(self, bundle: Path) -> tuple[str, subprocess.CompletedProcess[str]]:
+        """Run the bundle's container to completion; returns its id and the finished process."""
+        container = f"cdictk-e2e-{uuid.uuid4().hex[:12]}"
+        result = subprocess.run(
+            [self.binary, "--root", str(self.state_dir), "run", "--bundle", str(bundle), container],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+        return container, result
+
+
+@pytest.fixture(params=["runc", "crun"])
+def runtime(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runtime]:
+    require_root()
+    name = request.param
+    binary = require_tool(name)
+    if name == "crun":
+        controllers = Path("/sys/fs/cgroup/unified/cgroup.controllers")
+        if controllers.exists() and controllers.read_text().strip():
+            pytest.skip(
+                "crun refuses hybrid cgroups with controllers left on cgroup v2 "
+                f"({controllers.read_text().strip()}); tests/setup-host.sh gives them a v1 mount"
+            )
+    yield Runtime(name, binary, tmp_path_factory.mktemp(f"{name}-state"))

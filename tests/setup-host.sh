@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Prepares a Debian 12 machine (as root) for cdictk's end-to-end tests. Idempotent and quick when
+# everything is already in place, so `make test` runs it every time.
+#  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc;
+#  - crun (and podman on crun) refuses hybrid cgroups while any controller is still on the v2
+#    hierarchy ("cgroups in hybrid mode not supported"); on machines without systemd that is hugetlb.
+#    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
+set -euo pipefail
+
+packages=(runc crun podman containerd busybox-static gcc)
+
+if [[ $(id -u) -ne 0 ]]; then
+  echo "setup-host: not root; skipping host setup (the end-to-end tests will be skipped)" >&2
+  exit 0
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup-host: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q >/dev/null
+  # With recommends: podman needs conmon, catatonit and a network backend from them.
+  apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+unified=/sys/fs/cgroup/unified/cgroup.controllers
+# cgroupfs files report size 0: test the content, not -s.
+if [[ -r $unified && -n "$(cat "$unified")" ]]; then
+  controllers=$(cat "$unified")
+  for c in $controllers; do
+    mkdir -p "/sys/fs/cgroup/$c"
+    mountpoint -q "/sys/fs/cgroup/$c" || mount -t cgroup -o "$c" cgroup "/sys/fs/cgroup/$c"
+  done
+  echo "setup-host: gave $controllers a cgroup v1 mount so that crun accepts this hybrid layout"
+fi
