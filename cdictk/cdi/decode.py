@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 from cdictk.cdi.model import FIELDS, Field, Kind, Spec
-from cdictk.cdi.yamlscalar import Timestamp
+from cdictk.cdi.yamlscalar import Timestamp, go_text
 from cdictk.errors import CdictkError
 
 _RANGES = {Kind.INT64: (-(1 << 63), (1 << 63) - 1), Kind.UINT32: (0, (1 << 32) - 1)}
@@ -112,14 +112,9 @@ def _decode_value(spec_field: Field, value: Any, path: str, file: str) -> Any:
 
 
 def _as_str(value: Any, path: str, file: str) -> str:
-    if isinstance(value, str):
-        return value
-    # The Go library's YAML reader turns a scalar into a string field's text: true/false, or an
-    # integer in decimal (so YAML 1.1's 0660 becomes "432" there, and here).
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    text = go_text(value)
+    if text is not None:
+        return text
     if isinstance(value, float | Timestamp):
         raise CdictkError(file, path, f"expected a string, got {describe(value)}: quote it")
     raise CdictkError(file, path, f"expected a string, got {describe(value)}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdictk import strictjson
-from cdictk.cdi.yamlscalar import Timestamp, resolve_plain
+from cdictk.cdi.yamlscalar import Timestamp, go_text, resolve_plain
 from cdictk.errors import CdictkError
 
 MAX_SPEC_BYTES = 8 << 20
@@ -135,12 +135,9 @@ def _build_value(loader: Any, file: str) -> Any:
 
 
 def _mapping_key(value: Any, file: str, stack: list[Any], keys: list[Any], event: Any) -> str:
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    text = go_text(value)
+    if text is not None:
+        return text
     shown = value.text if isinstance(value, Timestamp) else repr(value)
     raise _error(file, stack, keys, f"mapping key {shown} must be a string", event)
 

@@ -56,11 +56,15 @@ def env_problem(entry: str) -> str | None:
     return None
 
 
+def _check_env(env: list[str], path: str, problems: list[tuple[str, str]]) -> None:
+    for i, entry in enumerate(env):
+        problem = env_problem(entry)
+        if problem:
+            problems.append((f"{path}[{i}]", problem))
+
+
 def _check_edits(edits: ContainerEdits, path: str, problems: list[tuple[str, str]]) -> None:
-    for i, entry in enumerate(edits.env):
-        env = env_problem(entry)
-        if env:
-            problems.append((f"{path}.env[{i}]", env))
+    _check_env(edits.env, f"{path}.env", problems)
     for i, node in enumerate(edits.device_nodes):
         where = f"{path}.deviceNodes[{i}]"
         if not node.path:
@@ -82,10 +86,7 @@ def _check_edits(edits: ContainerEdits, path: str, problems: list[tuple[str, str
             )
         if not hook.path:
             problems.append((f"{where}.path", "empty hook path"))
-        for j, entry in enumerate(hook.env):
-            env = env_problem(entry)
-            if env:
-                problems.append((f"{where}.env[{j}]", env))
+        _check_env(hook.env, f"{where}.env", problems)
     for i, mount in enumerate(edits.mounts):
         where = f"{path}.mounts[{i}]"
         if not mount.host_path:

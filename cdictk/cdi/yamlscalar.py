@@ -56,6 +56,18 @@ def resolve_plain(text: str) -> Scalar:
     return text
 
 
+def go_text(value: object) -> str | None:
+    """The text the Go library makes of a scalar where it wants a string: the string itself, true or
+    false, or an integer in decimal (so YAML 1.1's 0660 becomes "432"); None for anything else."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    return None
+
+
 def is_ambiguous(text: str) -> bool:
     """True when ``text`` written unquoted would be read back as something other than this string."""
     return not isinstance(resolve_plain(text), str)

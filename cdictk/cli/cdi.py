@@ -91,7 +91,10 @@ def list_command(spec_dirs: tuple[str, ...], as_json: bool) -> int:
 
     dirs, required = _dirs(spec_dirs)
     registry = load_registry(dirs, require_dirs=required)
-    _print_problems("warning", registry.problems)
+    # A directory the user named that cannot be read is an error; problems inside the dirs are warnings.
+    bad_dirs = [p for p in registry.problems if required and p.file in dirs and not p.field]
+    _print_problems("error", bad_dirs)
+    _print_problems("warning", [p for p in registry.problems if p not in bad_dirs])
     if as_json:
         devices = [
             {"name": name, "spec": registry.devices[name].spec_file.path} for name in registry.device_names()
@@ -100,8 +103,7 @@ def list_command(spec_dirs: tuple[str, ...], as_json: bool) -> int:
     else:
         for name in registry.device_names():
             print(name)
-    bad_dir = required and any(problem.file in dirs and not problem.field for problem in registry.problems)
-    return 1 if bad_dir else 0
+    return 1 if bad_dirs else 0
 
 
 @cdi_group.command("inject")

@@ -134,7 +134,7 @@ def test_list(capsys: pytest.CaptureFixture[str], spec_dir: Path) -> None:
 
 def test_list_named_dir_must_exist(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     assert run(capsys, "cdi", "list", "--spec-dir", str(tmp_path / "none")) == (
-        1, "", f"cdictk: warning: {tmp_path}/none: no such spec directory\n",
+        1, "", f"cdictk: error: {tmp_path}/none: no such spec directory\n",
     )  # fmt: skip
 
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from cdictk.cdi.yamlscalar import Timestamp, is_ambiguous, resolve_plain
+from cdictk.cdi.yamlscalar import Timestamp, go_text, is_ambiguous, resolve_plain
 
 
 @pytest.mark.parametrize(
@@ -67,3 +67,11 @@ def test_ambiguous_strings(text: str) -> None:
 @pytest.mark.parametrize("text", ["gpu", "0.5.0", "/dev/nvidia0", "NVIDIA_VISIBLE_DEVICES=void", "all"])
 def test_plain_strings(text: str) -> None:
     assert not is_ambiguous(text)
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [("x", "x"), (True, "true"), (False, "false"), (0, "0"), (0o660, "432"), (-3, "-3"), (1.5, None), (None, None)],
+)
+def test_go_text(value: object, text: str | None) -> None:
+    assert go_text(value) == text
