@@ -101,7 +101,7 @@ def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_f
     rdt = next((s.edits.intel_rdt for s in reversed(sources) if s.edits.intel_rdt is not None), None)
     if rdt is not None or net_devices or nodes:
         shape.mapping("linux")
-    gids = [gid for source in sources for gid in source.edits.additional_gids if gid != 0]
+    gids = [value for source in sources for value in source.edits.additional_gids if value != 0]
     if gids:
         shape.list_of(int, "process", "user", "additionalGids")
 
