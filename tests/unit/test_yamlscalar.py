@@ -71,7 +71,16 @@ def test_plain_strings(text: str) -> None:
 
 @pytest.mark.parametrize(
     ("value", "text"),
-    [("x", "x"), (True, "true"), (False, "false"), (0, "0"), (0o660, "432"), (-3, "-3"), (1.5, None), (None, None)],
+    [
+        ("x", "x"),
+        (True, "true"),
+        (False, "false"),
+        (0, "0"),
+        (0o660, "432"),
+        (-3, "-3"),
+        (1.5, None),
+        (None, None),
+    ],
 )
 def test_go_text(value: object, text: str | None) -> None:
     assert go_text(value) == text
