@@ -68,9 +68,14 @@ def go_text(value: object) -> str | None:
     return None
 
 
+# YAML 1.1 base-60 numbers ("1:20" is 80 to PyYAML). Go's reader keeps them as strings, so loading
+# does not resolve them, but a spec we write must read the same in either, hence quoted.
+_SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
+
+
 def is_ambiguous(text: str) -> bool:
     """True when ``text`` written unquoted would be read back as something other than this string."""
-    return not isinstance(resolve_plain(text), str)
+    return not isinstance(resolve_plain(text), str) or _SEXAGESIMAL.fullmatch(text) is not None
 
 
 def _number(text: str) -> int | float | None:

@@ -1,6 +1,7 @@
 import json
 
 import pytest
+import yaml
 
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.dump import dump, dump_json, dump_yaml, to_data
@@ -44,13 +45,15 @@ def test_yaml_starts_with_document_marker_and_keeps_spec_order() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["y", "n", "yes", "no", "on", "off", "0", "1.0", "0660", "~", "null", "2001-12-14"]
+    "value",
+    ["y", "n", "yes", "no", "on", "off", "0", "1.0", "0660", "~", "null", "2001-12-14", "1:2", "0:10"],
 )
 def test_strings_a_yaml_1_1_reader_would_retype_are_quoted(value: str) -> None:
     spec = Spec(cdi_version="0.5.0", kind="v.com/c", devices=[Device(name=value)])
     text = dump_yaml(spec)
     assert f'name: "{value}"' in text or f"name: '{value}'" in text
     assert decode_spec(parse_document(text.encode(), "s.yaml"), "s.yaml").devices[0].name == value
+    assert yaml.safe_load(text)["devices"][0]["name"] == value  # PyYAML reads 1:2 unquoted as 62
 
 
 def test_plain_strings_are_not_quoted() -> None:

@@ -58,7 +58,8 @@ def test_nan() -> None:
 
 
 @pytest.mark.parametrize(
-    "text", ["y", "n", "yes", "on", "off", "0", "1.0", "0660", "~", "null", "2001-12-14", "1e3"]
+    "text",
+    ["y", "n", "yes", "on", "off", "0", "1.0", "0660", "~", "null", "2001-12-14", "1e3", "1:2", "7:30:15"],
 )
 def test_ambiguous_strings(text: str) -> None:
     assert is_ambiguous(text)
