@@ -1,0 +1,185 @@
+"""The driver's other files: binaries, GSP firmware, IPC sockets, config files and Xorg modules.
+
+Each is looked up under the driver root and reported with the path it gets in the container. All of them
+are optional: what is missing is reported by name so that the caller can summarise it in one warning.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+from enum import Enum
+
+from cdictk.node.procfs import read_text
+from cdictk.node.roots import Roots, join, resolve
+
+BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+    "nvidia-imex",
+    "nvidia-imex-ctl",
+)
+BINARY_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+SOCKETS = (
+    ("/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"),
+    ("/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"),
+)
+MPS_PIPE_DIR = "/tmp/nvidia-mps"  # noqa: S108 (the MPS daemon's own default, shared, never created here)
+CONFIG_SEARCH_DIRS = ("/etc", "/usr/local/share", "/usr/share")
+CONFIG_FILES = (
+    "glvnd/egl_vendor.d/10_nvidia.json",
+    "egl/egl_external_platform.d/09_nvidia_wayland2.json",
+    "egl/egl_external_platform.d/10_nvidia_wayland.json",
+    "egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "egl/egl_external_platform.d/20_nvidia_xcb.json",
+    "egl/egl_external_platform.d/20_nvidia_xlib.json",
+    "nvidia/nvoptix.bin",
+    "X11/xorg.conf.d/10-nvidia.conf",
+    "X11/xorg.conf.d/nvidia-drm-outputclass.conf",
+    "vulkan/icd.d/nvidia_icd.json",
+    f"vulkan/icd.d/nvidia_icd.{os.uname().machine}.json",
+    "vulkan/icd.d/nvidia_layers.json",
+    "vulkan/implicit_layer.d/nvidia_layers.json",
+    "OpenCL/vendors/nvidia.icd",
+)
+XORG_SUBDIRS = (
+    "nvidia/xorg",
+    "xorg/modules/drivers",
+    "xorg/modules/extensions",
+    "xorg/modules/updates/drivers",
+    "xorg/modules/updates/extensions",
+)
+
+
+class FileKind(Enum):
+    BINARY = "binary"
+    FIRMWARE = "firmware"
+    CONFIG = "config"
+    XORG = "xorg module"
+    SOCKET = "IPC socket"
+    DIRECTORY = "IPC directory"
+
+
+@dataclass(frozen=True, slots=True)
+class DriverFile:
+    path: str  # in the container
+    host_path: str
+    kind: FileKind
+
+
+@dataclass(slots=True)
+class Found:
+    files: list[DriverFile] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (target as written, link path)
+    missing: list[str] = field(default_factory=list)
+
+
+def _lstat_mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _regular_in_root(roots: Roots, path: str) -> str | None:
+    """The host path of the regular file ``path`` names in the driver root, symlinks followed."""
+    real = resolve(roots.driver, path)
+    if real is None:
+        return None
+    host = join(roots.driver, real)
+    return host if stat.S_ISREG(_lstat_mode(host)) else None
+
+
+def find_binaries(roots: Roots, found: Found) -> None:
+    for name in BINARIES:
+        for directory in BINARY_DIRS:
+            host = _regular_in_root(roots, f"{directory}/{name}")
+            if host is not None:
+                found.files.append(DriverFile(f"{directory}/{name}", host, FileKind.BINARY))
+                break
+        else:
+            found.missing.append(name)
+
+
+def firmware_dirs(roots: Roots) -> list[str]:
+    release = os.uname().release  # the host kernel's: firmware is loaded by this kernel
+    dirs = []
+    custom = (read_text(roots.in_sys("module/firmware_class/parameters/path")) or "").strip()
+    if custom.startswith("/"):
+        dirs.append(custom)
+    dirs += [
+        f"/lib/firmware/updates/{release}",
+        "/lib/firmware/updates",
+        f"/lib/firmware/{release}",
+        "/lib/firmware",
+    ]
+    return dirs
+
+
+def find_firmware(roots: Roots, version: str, found: Found) -> None:
+    """``nvidia/<version>/gsp*.bin``, searched where the kernel's firmware loader searches."""
+    taken: set[str] = set()
+    for directory in firmware_dirs(roots):
+        where = f"{directory}/nvidia/{version}"
+        try:
+            names = sorted(os.listdir(join(roots.driver, where)))
+        except OSError:
+            continue
+        for name in names:
+            if name.startswith("gsp") and name.endswith(".bin") and name not in taken:
+                host = _regular_in_root(roots, f"{where}/{name}")
+                if host is not None:
+                    taken.add(name)
+                    found.files.append(DriverFile(f"{where}/{name}", host, FileKind.FIRMWARE))
+    if not taken:
+        found.missing.append(f"GSP firmware for {version}")
+
+
+def find_ipc(roots: Roots, found: Found, mps_pipe_dir: str = MPS_PIPE_DIR) -> None:
+    """The persistenced and fabricmanager sockets and the MPS pipe directory, when their daemons run."""
+    for candidates in SOCKETS:
+        for path in candidates:
+            host = join(roots.driver, path)
+            if stat.S_ISSOCK(_lstat_mode(host)):
+                found.files.append(DriverFile(path, host, FileKind.SOCKET))
+                break
+    host = join(roots.driver, mps_pipe_dir)
+    if stat.S_ISDIR(_lstat_mode(host)):
+        found.files.append(DriverFile(mps_pipe_dir, host, FileKind.DIRECTORY))
+
+
+def find_configs(roots: Roots, found: Found) -> None:
+    """Vulkan, EGL, GLVND, OpenCL, OptiX and Xorg config files, each at the first place it is found."""
+    for relative in CONFIG_FILES:
+        for directory in CONFIG_SEARCH_DIRS:
+            path = f"{directory}/{relative}"
+            host = _regular_in_root(roots, path)
+            if host is not None:
+                found.files.append(DriverFile(path, host, FileKind.CONFIG))
+                break
+
+
+def find_xorg_modules(roots: Roots, version: str, lib_dirs: list[str], found: Found) -> None:
+    wanted = {"nvidia_drv.so", f"libglxserver_nvidia.so.{version}"}
+    bases = [*lib_dirs, "/usr/lib", "/usr/lib64", "/usr/X11R6/lib", "/usr/X11R6/lib64"]
+    seen: set[str] = set()
+    for base in bases:
+        for sub in XORG_SUBDIRS:
+            where = f"{base}/{sub}"
+            host_dir = join(roots.driver, where)
+            try:
+                names = sorted(os.listdir(host_dir))
+            except OSError:
+                continue
+            for name in names:
+                path = f"{where}/{name}"
+                mode = _lstat_mode(join(roots.driver, path))
+                if name in wanted and name not in seen and stat.S_ISREG(mode):
+                    seen.add(name)
+                    found.files.append(DriverFile(path, join(roots.driver, path), FileKind.XORG))
+                elif stat.S_ISLNK(mode) and os.path.basename(resolve(roots.driver, path) or "") in wanted:
+                    found.links.append((os.readlink(join(roots.driver, path)), path))

@@ -1,0 +1,57 @@
+"""The node's GPUs and MIG devices, as discovery reports them (from NVML or from procfs)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from cdictk.node.procfs import ProcGpu
+
+_PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+\w+)*")
+
+
+@dataclass(frozen=True, slots=True)
+class MigDevice:
+    parent_index: int
+    index: int  # NVML's MIG slot on the parent, as in "0:1" (slots can have holes)
+    gi: int  # GPU-instance id
+    ci: int  # compute-instance id
+    uuid: str
+    profile: str  # e.g. 1g.10gb, or 1c.2g.20gb when the compute instance is smaller
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    index: int
+    minor: int
+    uuid: str
+    bus_id: str  # sysfs form: 0000:18:00.0
+    name: str
+    mig_enabled: bool = False
+    migs: tuple[MigDevice, ...] = field(default_factory=tuple)
+
+
+def sysfs_bus_id(nvml_bus_id: str) -> str:
+    """NVML's ``00000000:18:00.0`` as sysfs spells it: ``0000:18:00.0``."""
+    domain, sep, rest = nvml_bus_id.strip().lower().partition(":")
+    if not sep:
+        return nvml_bus_id.lower()
+    return f"{int(domain, 16):04x}:{rest}" if domain else rest
+
+
+def mig_profile(name: str, gi_slices: int, ci_slices: int, memory_mb: int) -> str:
+    """The profile NVML puts at the end of a MIG device's name, else one computed from its attributes."""
+    last = name.rsplit(" ", 1)[-1]
+    if _PROFILE.fullmatch(last):
+        return last
+    gigabytes = (memory_mb + 1023) // 1024
+    profile = f"{gi_slices}g.{gigabytes}gb"
+    return profile if ci_slices in (0, gi_slices) else f"{ci_slices}c.{profile}"
+
+
+def gpus_from_procfs(proc_gpus: list[ProcGpu]) -> list[Gpu]:
+    """Full GPUs numbered in PCI bus order, as NVML numbers them; procfs knows nothing of MIG."""
+    return [
+        Gpu(index, gpu.minor, gpu.uuid, gpu.bus_id, gpu.model)
+        for index, gpu in enumerate(sorted(proc_gpus, key=lambda gpu: gpu.bus_id))
+    ]

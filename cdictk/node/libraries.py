@@ -1,0 +1,164 @@
+"""The driver's user-space libraries: which directories hold them, which files, and their links.
+
+A driver library directory is any directory, from the driver root's ``ld.so.cache`` or the usual
+library directories, that holds a ``lib*.so.<driver version>`` file. In each of them (and ``vdpau/``)
+the libraries are the regular files named ``lib*.so.<driver version>`` plus NVIDIA's libraries that do
+not carry the driver version (``libnvidia-api.so.1``, ``libnvidia-egl-wayland.so.1.1.13``): NVIDIA's
+generator keys on the version suffix alone and misses those (its issues #1215 and #1908). A file whose
+suffix is another driver's version (``.so.550.54.15``, left over from an upgrade) is never taken.
+The links are the symlinks present on the host that resolve to one of those files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from cdictk.node.elfinfo import SonameReader
+from cdictk.node.ldcache import LdCacheError, read_ld_cache
+from cdictk.node.roots import Roots, join, resolve
+
+LD_CACHE = "/etc/ld.so.cache"
+# Searched after the cache's own directories: a missing or corrupt cache still finds the driver.
+USUAL_LIB_DIRS = (
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/x86_64-linux-gnu/nvidia/current",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu/nvidia/current",
+    "/usr/lib64",
+    "/lib/x86_64-linux-gnu",
+    "/lib/aarch64-linux-gnu",
+    "/lib64",
+    "/usr/lib",
+)
+# Subdirectories whose files belong to the driver too (VDPAU) or whose links point into it (GBM).
+_LIBRARY_SUBDIRS = ("vdpau",)
+_LINK_SUBDIRS = ("vdpau", "gbm")
+_NVIDIA_UNVERSIONED = re.compile(r"lib(?:nvidia-[\w.+-]+?|\w+_nvidia)\.so((?:\.\d+)*)")
+
+
+@dataclass(frozen=True, slots=True)
+class DriverLibrary:
+    path: str  # inside the driver root, symlinks resolved
+    soname: str | None
+
+
+@dataclass(slots=True)
+class LibraryScan:
+    libraries: list[DriverLibrary] = field(default_factory=list)
+    dirs: list[str] = field(default_factory=list)  # driver library directories, inside the root
+    links: list[tuple[str, str]] = field(default_factory=list)  # (target as written, link path)
+
+
+def is_driver_library(name: str, version: str) -> bool:
+    if name.startswith("lib") and name.endswith(".so." + version):
+        return True
+    match = _NVIDIA_UNVERSIONED.fullmatch(name)
+    if match is None:
+        return False
+    # A three-digit major is a driver version (550.54.15): another driver's leftover, not ours.
+    numbers = match.group(1).split(".")[1:]
+    return not numbers or int(numbers[0]) < 100
+
+
+def candidate_dirs(roots: Roots, warnings: list[str]) -> list[str]:
+    """Library directories inside the driver root: the cache's (64-bit) ones, then the usual ones."""
+    cache_path = roots.in_driver(LD_CACHE)
+    dirs: list[str] = []
+    try:
+        entries = read_ld_cache(cache_path)
+    except LdCacheError as exc:
+        warnings.append(f"{cache_path}: {exc}; searching the usual library directories instead")
+        entries = []
+    seen: set[str] = set()
+    for directory in [os.path.dirname(entry.path) for entry in entries if entry.bits == 64] + list(
+        USUAL_LIB_DIRS
+    ):
+        if directory in seen:
+            continue
+        seen.add(directory)
+        real = resolve(roots.driver, directory)
+        if real is not None and real not in dirs:
+            dirs.append(real)
+    return dirs
+
+
+def _regular_files(host_dir: str) -> tuple[list[str], list[str]]:
+    """Names of the regular files and of the symlinks in ``host_dir``."""
+    files, links = [], []
+    try:
+        with os.scandir(host_dir) as scan:
+            for entry in scan:
+                if entry.is_symlink():
+                    links.append(entry.name)
+                elif entry.is_file(follow_symlinks=False):
+                    files.append(entry.name)
+    except OSError:
+        pass
+    return sorted(files), sorted(links)
+
+
+def find_driver_libraries(
+    roots: Roots, version: str, candidates: list[str], reader: SonameReader
+) -> LibraryScan:
+    """The libraries of driver ``version`` in ``candidates`` (from ``candidate_dirs``) and their links."""
+    scan = LibraryScan()
+    for directory in candidates:
+        names, _ = _regular_files(join(roots.driver, directory))
+        if any(name.startswith("lib") and name.endswith(".so." + version) for name in names):
+            scan.dirs.append(directory)
+    paths: list[str] = []
+    for directory in scan.dirs:
+        for sub in ("", *_LIBRARY_SUBDIRS):
+            where = f"{directory}/{sub}" if sub else directory
+            names, _ = _regular_files(join(roots.driver, where))
+            paths.extend(f"{where}/{name}" for name in names if is_driver_library(name, version))
+    # A subdirectory (vdpau/) can be a library directory of its own too.
+    paths = list(dict.fromkeys(paths))
+    scan.libraries = [DriverLibrary(path, reader.read(join(roots.driver, path))) for path in paths]
+    scan.links = library_links(roots, scan.dirs, scan.libraries)
+    return scan
+
+
+def library_links(roots: Roots, dirs: list[str], libraries: list[DriverLibrary]) -> list[tuple[str, str]]:
+    """Host symlinks to the libraries, plus each library's SONAME link where the host lacks it.
+
+    The SONAME link is what the dynamic loader opens (``libcuda.so.1``); ldconfig would make it too, but
+    a container should not depend on ldconfig having run to find its driver.
+    """
+    wanted = {library.path for library in libraries}
+    links: list[tuple[str, str]] = []
+    for directory in dirs:
+        for sub in ("", *_LINK_SUBDIRS):
+            where = f"{directory}/{sub}" if sub else directory
+            _, names = _regular_files(join(roots.driver, where))
+            for name in names:
+                link = f"{where}/{name}"
+                if resolve(roots.driver, link) in wanted:
+                    links.append((os.readlink(join(roots.driver, link)), link))
+    for library in libraries:
+        directory, base = os.path.split(library.path)
+        soname_link = f"{directory}/{library.soname}"
+        if library.soname and library.soname != base and not _exists(join(roots.driver, soname_link)):
+            links.append((base, soname_link))
+    return links
+
+
+def _exists(path: str) -> bool:
+    try:
+        os.lstat(path)
+    except OSError:
+        return False
+    return True
+
+
+def version_from_libraries(roots: Roots, dirs: list[str]) -> str | None:
+    """The driver version from the suffix of ``libcuda.so.<version>`` (the last resort)."""
+    pattern = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)")
+    for directory in dirs:
+        names, _ = _regular_files(join(roots.driver, directory))
+        for name in names:
+            if match := pattern.fullmatch(name):
+                return match.group(1)
+    return None

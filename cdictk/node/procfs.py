@@ -1,0 +1,146 @@
+"""What the NVIDIA kernel modules say about themselves in procfs.
+
+``/proc/devices`` gives the character majors, ``/proc/modules`` the loaded modules,
+``/proc/driver/nvidia/version`` the driver version, ``/proc/driver/nvidia/gpus/*/information`` the GPUs
+when NVML is not there, and ``/proc/driver/nvidia-caps/mig-minors`` the minors of the MIG capability
+nodes. Every reader takes ``Roots`` and reads at most ``MAX_PROC_BYTES``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+
+from cdictk.node.roots import Roots
+
+MAX_PROC_BYTES = 1 << 20
+NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
+
+_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")
+_MIG_LINE = re.compile(r"gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access")
+
+
+def read_text(path: str) -> str | None:
+    """The file's text, or None when it is missing or unreadable (procfs files have no useful size)."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_PROC_BYTES)
+    except OSError:
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def parse_devices(text: str) -> dict[str, int]:
+    """Character device majors by name, from the first section of /proc/devices."""
+    majors: dict[str, int] = {}
+    in_char = False
+    for line in text.splitlines():
+        if line.startswith("Character devices"):
+            in_char = True
+            continue
+        if line.startswith("Block devices"):
+            break
+        fields = line.split()
+        if in_char and len(fields) == 2 and fields[0].isdigit():
+            majors.setdefault(fields[1], int(fields[0]))
+    return majors
+
+
+def read_char_majors(roots: Roots) -> dict[str, int]:
+    text = read_text(roots.in_proc("devices"))
+    return parse_devices(text) if text is not None else {}
+
+
+def parse_modules(text: str) -> set[str]:
+    return {line.split(maxsplit=1)[0] for line in text.splitlines() if line.strip()}
+
+
+def read_loaded_modules(roots: Roots) -> set[str] | None:
+    """The NVIDIA modules that are loaded, or None when /proc/modules cannot be read."""
+    text = read_text(roots.in_proc("modules"))
+    if text is None:
+        return None
+    return parse_modules(text) & set(NVIDIA_MODULES)
+
+
+def parse_driver_version(text: str) -> str | None:
+    match = _VERSION.search(text)
+    return match.group(1) if match else None
+
+
+def read_driver_version(roots: Roots) -> str | None:
+    text = read_text(roots.in_proc("driver/nvidia/version"))
+    return parse_driver_version(text) if text is not None else None
+
+
+@dataclass(frozen=True, slots=True)
+class ProcGpu:
+    """One GPU as the kernel module lists it."""
+
+    model: str
+    uuid: str
+    bus_id: str  # sysfs form, e.g. 0000:18:00.0
+    minor: int
+
+
+def parse_gpu_information(text: str) -> ProcGpu | None:
+    values: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            values[key.strip()] = value.strip()
+    minor = values.get("Device Minor", "")
+    bus = values.get("Bus Location", "")
+    if not minor.isdigit() or not bus:
+        return None
+    return ProcGpu(values.get("Model", ""), values.get("GPU UUID", ""), bus.lower(), int(minor))
+
+
+def read_proc_gpus(roots: Roots) -> list[ProcGpu]:
+    """Every GPU under /proc/driver/nvidia/gpus, in PCI bus order (the order NVML numbers them)."""
+    base = roots.in_proc("driver/nvidia/gpus")
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return []
+    gpus = []
+    for name in names:
+        text = read_text(os.path.join(base, name, "information"))
+        gpu = parse_gpu_information(text) if text is not None else None
+        if gpu is not None:
+            gpus.append(gpu)
+    return sorted(gpus, key=lambda gpu: gpu.bus_id)
+
+
+@dataclass(frozen=True, slots=True)
+class MigMinors:
+    """Minors of the nvidia-caps nodes: MIG config and monitor, and per GPU-/compute-instance access."""
+
+    config: int | None = None
+    monitor: int | None = None
+    # (GPU minor, GPU-instance id, compute-instance id or None for the GPU instance) -> cap minor
+    access: dict[tuple[int, int, int | None], int] = field(default_factory=dict)
+
+
+def parse_mig_minors(text: str) -> MigMinors:
+    config = monitor = None
+    access: dict[tuple[int, int, int | None], int] = {}
+    for line in text.splitlines():
+        fields = line.split()
+        if len(fields) != 2 or not fields[1].isdigit():
+            continue
+        name, minor = fields[0], int(fields[1])
+        if name == "config":
+            config = minor
+        elif name == "monitor":
+            monitor = minor
+        elif match := _MIG_LINE.fullmatch(name):
+            gpu, gi, ci = match.groups()
+            access[(int(gpu), int(gi), None if ci is None else int(ci))] = minor
+    return MigMinors(config, monitor, access)
+
+
+def read_mig_minors(roots: Roots) -> MigMinors | None:
+    text = read_text(roots.in_proc("driver/nvidia-caps/mig-minors"))
+    return parse_mig_minors(text) if text is not None else None

@@ -1,0 +1,42 @@
+"""Fixtures shared by the unit and end-to-end tests: fake GPU nodes built on disk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.fakenode.node import FakeNode, Preset, build_node
+
+NodeFactory = Callable[..., FakeNode]
+
+
+def require_node_tools() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("a fake GPU node needs root: its device nodes are made with mknod (run: sudo make test)")
+    for tool in ("gcc", "ldconfig"):
+        if shutil.which(tool) is None and not os.path.exists(f"/sbin/{tool}"):
+            pytest.skip(f"{tool} is not installed (tests/setup-host.sh installs it)")
+
+
+@pytest.fixture(scope="session")
+def stub_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Compiled stub libraries, shared by every node of the session (gcc runs once per SONAME)."""
+    return str(tmp_path_factory.mktemp("stub-cache"))
+
+
+@pytest.fixture
+def make_node(tmp_path: Path, stub_cache: str) -> NodeFactory:
+    """``make_node("single")`` or ``make_node("eight")``: a fresh fake node under this test's tmp_path."""
+    require_node_tools()
+    count = 0
+
+    def make(preset: str | Preset = "single") -> FakeNode:
+        nonlocal count
+        count += 1
+        return build_node(str(tmp_path / f"node{count}"), preset, stub_cache)
+
+    return make

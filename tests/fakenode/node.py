@@ -1,0 +1,366 @@
+"""A fake GPU node on disk: what cdictk's discovery reads on a real one, without a GPU.
+
+- driver libraries are real ELF shared objects built by gcc, with real SONAMEs, versioned file names
+  and the usual links, listed in a real ``ld.so.cache`` written by ``ldconfig -r``;
+- ``libnvidia-ml.so.<version>`` is the fake NVML (``fake_nvml.c``), so pynvml runs for real;
+- ``dev/`` holds real character devices made with mknod (195:N, the uvm and caps majors, DRM 226:N),
+  which is why building a node needs root;
+- ``proc/`` and ``sys/`` are plain trees with the files the NVIDIA modules would show.
+
+The driver root and the dev root are the node's root; procfs is ``<root>/proc``, sysfs ``<root>/sys``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import stat
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.fakenode.nvml import FakeGpu, FakeMig, FakeNvmlConfig, build_fake_nvml
+
+LIB_DIR = "/usr/lib/x86_64-linux-gnu"
+UVM_MAJOR = 238
+CAPS_MAJOR = 241
+DRM_MAJOR = 226
+VIDEO_GID = 44
+RENDER_GID = 105
+
+
+@dataclass(frozen=True)
+class Library:
+    """A driver library: file name (``{v}`` is the driver version), SONAME, and links to make."""
+
+    file: str
+    soname: str
+    links: tuple[tuple[str, str], ...] = ()  # (link name, target as written)
+
+
+def _libs() -> tuple[Library, ...]:
+    def versioned(stem: str, soname: str, *, dev_link: bool = False) -> Library:
+        links = [] if soname == f"{stem}.{{v}}" else [(soname, f"{stem}.{{v}}")]
+        if dev_link:
+            links.append((stem.rsplit(".so", 1)[0] + ".so", soname))
+        return Library(f"{stem}.{{v}}", soname, tuple(links))
+
+    return (
+        versioned("libcuda.so", "libcuda.so.1", dev_link=True),
+        versioned("libcudadebugger.so", "libcudadebugger.so.1"),
+        versioned("libnvidia-ptxjitcompiler.so", "libnvidia-ptxjitcompiler.so.1"),
+        versioned("libnvidia-nvvm.so", "libnvidia-nvvm.so.4"),
+        versioned("libnvidia-opencl.so", "libnvidia-opencl.so.1"),
+        versioned("libnvidia-gpucomp.so", "libnvidia-gpucomp.so.{v}"),
+        versioned("libnvidia-allocator.so", "libnvidia-allocator.so.1"),
+        versioned("libnvidia-cfg.so", "libnvidia-cfg.so.1"),
+        versioned("libnvidia-encode.so", "libnvidia-encode.so.1"),
+        versioned("libnvcuvid.so", "libnvcuvid.so.1"),
+        versioned("libnvidia-opticalflow.so", "libnvidia-opticalflow.so.1", dev_link=True),
+        Library(
+            "libGLX_nvidia.so.{v}",
+            "libGLX_nvidia.so.0",
+            (
+                ("libGLX_nvidia.so.0", "libGLX_nvidia.so.{v}"),
+                ("libGLX_indirect.so.0", "libGLX_nvidia.so.{v}"),
+            ),
+        ),
+        versioned("libEGL_nvidia.so", "libEGL_nvidia.so.0"),
+        versioned("libnvidia-glcore.so", "libnvidia-glcore.so.{v}"),
+        versioned("libnvidia-eglcore.so", "libnvidia-eglcore.so.{v}"),
+        versioned("libnvidia-tls.so", "libnvidia-tls.so.{v}"),
+        versioned("libnvidia-glsi.so", "libnvidia-glsi.so.{v}"),
+        Library(
+            "vdpau/libvdpau_nvidia.so.{v}",
+            "libvdpau_nvidia.so.1",
+            (("vdpau/libvdpau_nvidia.so.1", "libvdpau_nvidia.so.{v}"),),
+        ),
+        # Driver libraries without the version suffix, which NVIDIA's generator misses.
+        Library("libnvidia-api.so.1", "libnvidia-api.so.1"),
+        Library(
+            "libnvidia-egl-wayland.so.1.1.19",
+            "libnvidia-egl-wayland.so.1",
+            (("libnvidia-egl-wayland.so.1", "libnvidia-egl-wayland.so.1.1.19"),),
+        ),
+        Library(
+            "libnvidia-egl-gbm.so.1.1.2",
+            "libnvidia-egl-gbm.so.1",
+            (("libnvidia-egl-gbm.so.1", "libnvidia-egl-gbm.so.1.1.2"),),
+        ),
+        # Not ours: another driver's leftover and an unrelated library in the same directory.
+        Library("libnvidia-ml.so.550.54.15", "libnvidia-ml.so.1"),
+        Library("libfoo.so.1.2.3", "libfoo.so.1", (("libfoo.so.1", "libfoo.so.1.2.3"),)),
+    )
+
+
+LIBRARIES = _libs()
+BINARIES = (
+    "nvidia-smi",
+    "nvidia-debugdump",
+    "nvidia-persistenced",
+    "nvidia-cuda-mps-control",
+    "nvidia-cuda-mps-server",
+)
+CONFIGS = (
+    "/usr/share/glvnd/egl_vendor.d/10_nvidia.json",
+    "/usr/share/vulkan/icd.d/nvidia_icd.json",
+    "/usr/share/egl/egl_external_platform.d/15_nvidia_gbm.json",
+    "/usr/share/nvidia/nvoptix.bin",
+    "/etc/OpenCL/vendors/nvidia.icd",
+)
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    driver_version: str
+    gpus: tuple[FakeGpu, ...]
+    migs: tuple[FakeMig, ...] = ()
+    sockets: bool = False
+
+
+def _gpu(index: int, bus: int, *, mig: str = "disabled") -> FakeGpu:
+    return FakeGpu(
+        index=index,
+        minor=index,
+        uuid=f"GPU-4b1d0c2e-7a3f-4c55-9e21-0000000000{index:02d}",
+        bus_id=f"00000000:{bus:02X}:00.0",
+        name="NVIDIA H100 80GB HBM3",
+        mig=mig,
+    )
+
+
+def _mig(slot: int, gi: int, profile: str, gi_slices: int, memory_mb: int) -> FakeMig:
+    return FakeMig(
+        gpu=0,
+        index=slot,
+        gi=gi,
+        ci=0,
+        uuid=f"MIG-9f2e7d3c-1b4a-5e6f-8a9b-0000000000{slot:02d}",
+        name=f"NVIDIA H100 80GB HBM3 MIG {profile}",
+        gi_slices=gi_slices,
+        ci_slices=gi_slices,
+        memory_mb=memory_mb,
+    )
+
+
+BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+PRESETS = {
+    "single": Preset("single", "580.95.05", (_gpu(0, BUSES[0]),)),
+    "eight": Preset(
+        "eight",
+        "580.95.05",
+        tuple(_gpu(i, bus, mig="enabled" if i == 0 else "disabled") for i, bus in enumerate(BUSES)),
+        (_mig(0, 2, "3g.40gb", 3, 40192), _mig(1, 7, "1g.10gb", 1, 9856), _mig(2, 8, "1g.10gb", 1, 9856)),
+        sockets=True,
+    ),
+}
+
+
+def mig_cap_minor(gpu_minor: int, gi: int, ci: int | None = None) -> int:
+    """The kernel's numbering: 3 + 135 per GPU, 9 per GPU instance (its access, then 8 CIs)."""
+    base = 3 + gpu_minor * 135 + gi * 9
+    return base if ci is None else base + 1 + ci
+
+
+def sysfs_bus(gpu: FakeGpu) -> str:
+    domain, rest = gpu.bus_id.lower().split(":", 1)
+    return f"{int(domain, 16):04x}:{rest}"
+
+
+@dataclass
+class FakeNode:
+    root: str
+    preset: Preset
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def proc(self) -> str:
+        return os.path.join(self.root, "proc")
+
+    @property
+    def sys(self) -> str:
+        return os.path.join(self.root, "sys")
+
+    @property
+    def lib_dir(self) -> str:
+        return self.root + LIB_DIR
+
+    @property
+    def version(self) -> str:
+        return self.preset.driver_version
+
+    def cli_args(self) -> list[str]:
+        return ["--driver-root", self.root, "--proc-root", self.proc, "--sys-root", self.sys]
+
+    def nvml_config(self) -> FakeNvmlConfig:
+        return FakeNvmlConfig(self.version, 13000, list(self.preset.gpus), list(self.preset.migs))
+
+    def write_nvml_config(self, config: FakeNvmlConfig) -> None:
+        Path(self.lib_dir, "fake-nvml.conf").write_text(config.render())
+
+
+def _write(path: str, text: str, mode: int = 0o644) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    Path(path).write_text(text)
+    os.chmod(path, mode)
+
+
+def _symlink(target: str, link: str) -> None:
+    os.makedirs(os.path.dirname(link), exist_ok=True)
+    os.symlink(target, link)
+
+
+def _stub(soname: str, out: str, cache_dir: str) -> None:
+    """A real shared object with ``soname``, compiled once per SONAME into ``cache_dir``."""
+    key = hashlib.sha256(soname.encode()).hexdigest()[:16]
+    cached = os.path.join(cache_dir, f"stub-{key}.so")
+    if not os.path.exists(cached):
+        source = os.path.join(cache_dir, f"stub-{key}.c")
+        symbol = "".join(c if c.isalnum() else "_" for c in soname)
+        Path(source).write_text(f"int cdictk_fake_{symbol}(void) {{ return 0; }}\n")
+        subprocess.run(
+            ["gcc", "-shared", "-fPIC", "-O0", f"-Wl,-soname,{soname}", "-o", cached + ".tmp", source],
+            check=True,
+        )
+        os.replace(cached + ".tmp", cached)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    shutil.copyfile(cached, out)
+    os.chmod(out, 0o755)
+
+
+def _mknod(path: str, major: int, minor: int, mode: int = 0o666, gid: int = 0) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    os.mknod(path, stat.S_IFCHR | mode, os.makedev(major, minor))
+    os.chmod(path, mode)  # mknod applies the umask
+    if gid:
+        os.chown(path, 0, gid)
+
+
+def build_node(root: str, preset: Preset | str, cache_dir: str) -> FakeNode:
+    """Build the fake node ``preset`` under ``root`` (an empty or missing directory). Needs root."""
+    preset = PRESETS[preset] if isinstance(preset, str) else preset
+    os.makedirs(cache_dir, exist_ok=True)
+    node = FakeNode(root, preset)
+    _libraries(node, cache_dir)
+    _driver_files(node)
+    _devices(node)
+    _procfs(node)
+    _sysfs(node)
+    node.write_nvml_config(node.nvml_config())
+    return node
+
+
+def _libraries(node: FakeNode, cache_dir: str) -> None:
+    version = node.version
+    for library in LIBRARIES:
+        _stub(
+            library.soname.format(v=version),
+            os.path.join(node.lib_dir, library.file.format(v=version)),
+            cache_dir,
+        )
+        for link, target in library.links:
+            _symlink(target.format(v=version), os.path.join(node.lib_dir, link.format(v=version)))
+    nvml = build_fake_nvml(node.lib_dir, version, cache_dir=cache_dir)
+    _symlink(os.path.basename(nvml), os.path.join(node.lib_dir, "libnvidia-ml.so.1"))
+    _symlink("libnvidia-ml.so.1", os.path.join(node.lib_dir, "libnvidia-ml.so"))
+    _symlink("../libnvidia-allocator.so.1", os.path.join(node.lib_dir, "gbm/nvidia-drm_gbm.so"))
+    xorg = os.path.join(node.lib_dir, "nvidia/xorg")
+    _stub("nvidia_drv.so", os.path.join(xorg, "nvidia_drv.so"), cache_dir)
+    _stub(
+        f"libglxserver_nvidia.so.{version}",
+        os.path.join(xorg, f"libglxserver_nvidia.so.{version}"),
+        cache_dir,
+    )
+    _symlink(f"libglxserver_nvidia.so.{version}", os.path.join(xorg, "libglxserver_nvidia.so"))
+    _write(node.root + "/etc/ld.so.conf", f"{LIB_DIR}\n")
+    os.makedirs(node.root + "/var/cache/ldconfig", exist_ok=True)
+    # -X: the links above are the host's links as the driver installer left them; do not add others.
+    subprocess.run(["ldconfig", "-X", "-r", node.root], check=True)
+
+
+def _driver_files(node: FakeNode) -> None:
+    for binary in BINARIES:
+        _write(f"{node.root}/usr/bin/{binary}", "#!/bin/sh\necho fake\n", 0o755)
+    for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
+        _write(f"{node.root}/lib/firmware/nvidia/{node.version}/{name}", "firmware\n")
+    for config in CONFIGS:
+        _write(node.root + config, "{}\n")
+    if node.preset.sockets:
+        path = node.root + "/run/nvidia-persistenced/socket"
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with socket.socket(socket.AF_UNIX) as server:
+            server.bind(path)
+        os.makedirs(node.root + "/tmp/nvidia-mps", exist_ok=True)
+
+
+def _devices(node: FakeNode) -> None:
+    dev = node.root + "/dev"
+    _mknod(f"{dev}/nvidiactl", 195, 255)
+    _mknod(f"{dev}/nvidia-modeset", 195, 254)
+    _mknod(f"{dev}/nvidia-uvm", UVM_MAJOR, 0)
+    _mknod(f"{dev}/nvidia-uvm-tools", UVM_MAJOR, 1)
+    _mknod(f"{dev}/nvidia-caps/nvidia-cap1", CAPS_MAJOR, 1, 0o400)
+    _mknod(f"{dev}/nvidia-caps/nvidia-cap2", CAPS_MAJOR, 2, 0o444)
+    for gpu in node.preset.gpus:
+        _mknod(f"{dev}/nvidia{gpu.minor}", 195, gpu.minor)
+        card, render = f"card{gpu.index + 1}", f"renderD{128 + gpu.index}"
+        _mknod(f"{dev}/dri/{card}", DRM_MAJOR, gpu.index + 1, 0o660, VIDEO_GID)
+        _mknod(f"{dev}/dri/{render}", DRM_MAJOR, 128 + gpu.index, 0o660, RENDER_GID)
+        _symlink(f"../{card}", f"{dev}/dri/by-path/pci-{sysfs_bus(gpu)}-card")
+        _symlink(f"../{render}", f"{dev}/dri/by-path/pci-{sysfs_bus(gpu)}-render")
+    for mig in node.preset.migs:
+        gpu = node.preset.gpus[mig.gpu]
+        for minor in (mig_cap_minor(gpu.minor, mig.gi), mig_cap_minor(gpu.minor, mig.gi, mig.ci)):
+            _mknod(f"{dev}/nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor, 0o444)
+    if len(node.preset.gpus) > 1:
+        _mknod(f"{dev}/nvidia-nvswitchctl", 234, 255)  # belongs to the NVSwitch driver: never in a spec
+
+
+def _procfs(node: FakeNode) -> None:
+    proc = node.proc
+    _write(
+        f"{proc}/devices",
+        "Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia-frontend\n"
+        f"{DRM_MAJOR} drm\n{UVM_MAJOR} nvidia-uvm\n{CAPS_MAJOR} nvidia-caps\n\nBlock devices:\n  8 sd\n",
+    )
+    _write(
+        f"{proc}/modules",
+        "nvidia_uvm 1531904 0 - Live 0x0000000000000000 (PO)\n"
+        "nvidia_drm 81920 0 - Live 0x0000000000000000 (PO)\n"
+        "nvidia_modeset 1638400 1 nvidia_drm, Live 0x0000000000000000 (PO)\n"
+        "nvidia 104071168 2 nvidia_uvm,nvidia_modeset, Live 0x0000000000000000 (PO)\n"
+        "ext4 1007616 1 - Live 0x0000000000000000\n",
+    )
+    _write(
+        f"{proc}/driver/nvidia/version",
+        f"NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  {node.version}  Release Build  "
+        "(dvs-builder@U22-I3-AE18-23-3)  Tue Sep 23 09:55:41 UTC 2025\n"
+        "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14+deb12u1)\n",
+    )
+    for gpu in node.preset.gpus:
+        bus = sysfs_bus(gpu)
+        _write(
+            f"{proc}/driver/nvidia/gpus/{bus}/information",
+            f"Model: \t\t {gpu.name}\nIRQ:   \t\t 0\nGPU UUID: \t {gpu.uuid}\nVideo BIOS: \t ??.??.??.??.??\n"
+            f"Bus Type: \t PCIe\nDMA Size: \t 52 bits\nDMA Mask: \t 0xfffffffffffff\nBus Location: \t {bus}\n"
+            f"Device Minor: \t {gpu.minor}\nGPU Excluded:\t No\n",
+        )
+    lines = ["config 1", "monitor 2"]
+    for gpu in node.preset.gpus:
+        for gi in range(15):
+            lines.append(f"gpu{gpu.minor}/gi{gi}/access {mig_cap_minor(gpu.minor, gi)}")
+            lines += [
+                f"gpu{gpu.minor}/gi{gi}/ci{ci}/access {mig_cap_minor(gpu.minor, gi, ci)}" for ci in range(8)
+            ]
+    _write(f"{proc}/driver/nvidia-caps/mig-minors", "\n".join(lines) + "\n")
+
+
+def _sysfs(node: FakeNode) -> None:
+    for gpu in node.preset.gpus:
+        drm = f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}/drm"
+        os.makedirs(f"{drm}/card{gpu.index + 1}", exist_ok=True)
+        os.makedirs(f"{drm}/renderD{128 + gpu.index}", exist_ok=True)
+    _write(f"{node.sys}/module/firmware_class/parameters/path", "\n")
