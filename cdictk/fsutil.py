@@ -13,11 +13,12 @@ import stat
 from cdictk.errors import CdictkError
 
 
-def atomic_write(path: str, data: bytes, *, mode: int | None = None) -> None:
+def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_mode: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically.
 
-    The new file keeps the mode and owner of the file it replaces; a new file gets ``mode`` (default
-    0o644). A symlink at ``path`` is refused rather than replaced by a regular file or followed.
+    The new file keeps the mode and owner of the file it replaces (with ``keep_mode=False`` it gets
+    ``mode`` all the same); a new file gets ``mode`` (default 0o644). A symlink at ``path`` is refused
+    rather than replaced by a regular file or followed.
     """
     directory = os.path.dirname(path) or "."
     try:
@@ -30,7 +31,9 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None) -> None:
         raise CdictkError(path, "", "is a symlink; refusing to replace it")
     if old is not None and not stat.S_ISREG(old.st_mode):
         raise CdictkError(path, "", "not a regular file")
-    final_mode = stat.S_IMODE(old.st_mode) if old is not None else (0o644 if mode is None else mode)
+    final_mode = 0o644 if mode is None else mode
+    if old is not None and keep_mode:
+        final_mode = stat.S_IMODE(old.st_mode)
 
     # A random name: a temp file left by a crash never blocks the next write.
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")

@@ -9,6 +9,7 @@ import click
 
 from cdictk import __version__
 from cdictk.cli.cdi import cdi_group
+from cdictk.cli.generate import generate_command
 from cdictk.errors import CdictkError
 
 
@@ -22,6 +23,7 @@ def cli() -> None:
     """
 
 
+cdi_group.add_command(generate_command)
 cli.add_command(cdi_group)
 
 

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-HEAVY = ("yaml", "jsonschema", "click")
+HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools")
 
 
 @pytest.mark.parametrize(
@@ -17,6 +17,8 @@ HEAVY = ("yaml", "jsonschema", "click")
         "cdictk.ociconfig",
         "cdictk.cdi.names",
         "cdictk.cdi.apply",
+        "cdictk.hooks.__main__",
+        "cdictk.node.ldcache",
     ],
 )
 def test_hot_path_modules_import_no_heavy_library(module: str) -> None:
@@ -35,5 +37,11 @@ def test_loading_a_json_spec_needs_no_yaml(tmp_path: object) -> None:
         "load_spec(p)\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
+    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == ""
+
+
+def test_generate_imports_nvml_and_elf_readers_only_when_it_scans() -> None:
+    code = f"import sys, cdictk.cli.main, cdictk.node.facts; print(','.join(m for m in {HEAVY[3:]!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""

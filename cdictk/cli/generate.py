@@ -1,0 +1,217 @@
+"""``cdictk cdi generate``: discover the node and write its CDI spec."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from cdictk.errors import CdictkError
+
+DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
+_STRATEGIES = ("index", "uuid", "type-index")
+_MODES = ("auto", "nvml", "procfs", "management")
+
+
+def _warn(message: str) -> None:
+    print(f"cdictk: warning: {message}", file=sys.stderr)
+
+
+@click.command("generate")
+@click.option(
+    "--output",
+    "-o",
+    default=DEFAULT_OUTPUT,
+    show_default=True,
+    metavar="FILE|-",
+    help="Where to write the spec; '-' is stdout. Replaced atomically, and only when its content changes.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["yaml", "json"]),
+    help="Output format. Default: json for a .json output, else yaml.",
+)
+@click.option(
+    "--driver-root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Root of the driver's files (libraries, binaries, configs), e.g. /run/nvidia/driver.",
+)
+@click.option("--dev-root", metavar="DIR", help="Root holding dev/nvidia*. Default: the driver root.")
+@click.option(
+    "--proc-root", default="/proc", show_default=True, metavar="DIR", help="Where procfs is mounted."
+)
+@click.option("--sys-root", default="/sys", show_default=True, metavar="DIR", help="Where sysfs is mounted.")
+@click.option(
+    "--mode",
+    type=click.Choice(_MODES),
+    default="auto",
+    show_default=True,
+    help="How GPUs are found: nvml (NVML, with MIG), procfs (/proc/driver/nvidia/gpus, full GPUs only), "
+    "auto (nvml, else procfs with a warning), management (one 'all' device with every NVIDIA node).",
+)
+@click.option(
+    "--device-name-strategy",
+    "strategies",
+    multiple=True,
+    type=click.Choice(_STRATEGIES),
+    metavar="NAME",
+    help="Device names: index (0, 0:1), uuid (GPU-..., MIG-...), type-index (gpu0, mig0:1). Repeat for "
+    "several; default index and uuid.",
+)
+@click.option("--vendor", default="nvidia.com", show_default=True, help="CDI vendor of the spec's kind.")
+@click.option("--class", "cls", default="gpu", show_default=True, help="CDI class of the spec's kind.")
+@click.option(
+    "--hook-path",
+    metavar="PATH",
+    help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hooks "
+    "(python3 -I -m cdictk.hooks). A python* path is used the same way; nvidia-cdi-hook, nvidia-ctk or "
+    "cdictk get nvidia-cdi-hook's command line.",
+)
+@click.option("--ldconfig-path", metavar="PATH", help="Host ldconfig the update-ldcache hook runs.")
+@click.option(
+    "--disable-hook",
+    "disabled_hooks",
+    multiple=True,
+    metavar="NAME",
+    help="Leave out a hook: create-symlinks, enable-cuda-compat, update-ldcache, or all. Repeatable.",
+)
+@click.option("--no-all-device", is_flag=True, help="Do not write the merged 'all' device.")
+@click.option(
+    "--device-id",
+    "device_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only these devices: an index (0), a MIG index (0:1), a GPU- or MIG- UUID, or all. Repeatable.",
+)
+@click.option(
+    "--cdi-version",
+    "target_version",
+    metavar="VERSION",
+    help="Newest cdiVersion the spec's readers accept, e.g. 0.5.0 for podman 4.3 and containerd 1.7: "
+    "what that version cannot express is left out with a warning.",
+)
+@click.option(
+    "--check",
+    is_flag=True,
+    help="Write nothing; exit 1 if the spec at --output differs from a fresh generation (stale).",
+)
+def generate_command(  # click passes every option by keyword
+    *,
+    output: str,
+    fmt: str | None,
+    driver_root: str,
+    dev_root: str | None,
+    proc_root: str,
+    sys_root: str,
+    mode: str,
+    strategies: tuple[str, ...],
+    vendor: str,
+    cls: str,
+    hook_path: str | None,
+    ldconfig_path: str | None,
+    disabled_hooks: tuple[str, ...],
+    no_all_device: bool,
+    device_ids: tuple[str, ...],
+    target_version: str | None,
+    check: bool,
+) -> int:
+    """Discover this node's NVIDIA GPUs, MIG devices and driver files and write a CDI spec for them.
+
+    The spec has a device per full GPU and per MIG device (a GPU in MIG mode gets none of its own),
+    named by each --device-name-strategy, plus 'all'; its common edits carry the control nodes, the
+    driver's libraries, binaries, firmware, config files and IPC sockets, and createContainer hooks
+    that make the libraries' links and update the container's ld cache. cdiVersion is the oldest one
+    that can express the content.
+
+    Missing optional files are summarised in one warning. No GPUs or no driver is an error (exit 1)
+    and nothing is written; so is an output directory that cannot be written, which leaves the old
+    spec in place.
+    """
+    from cdictk.cdi.dump import dump  # noqa: PLC0415
+    from cdictk.cdi.names import vendor_or_class_problem  # noqa: PLC0415
+    from cdictk.cdi.rules import check_spec  # noqa: PLC0415
+    from cdictk.node.facts import Mode, discover  # noqa: PLC0415
+    from cdictk.node.roots import Roots  # noqa: PLC0415
+    from cdictk.nvcdi.build import SpecOptions, build_spec  # noqa: PLC0415
+    from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
+    from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
+
+    for what, value in (("--vendor", vendor), ("--class", cls)):
+        problem = vendor_or_class_problem(what.lstrip("-"), value)
+        if problem:
+            raise CdictkError("", what, problem)
+    unknown = [name for name in disabled_hooks if name not in (*HOOK_NAMES, "all")]
+    if unknown:
+        raise CdictkError(
+            "", "--disable-hook", f"unknown hook {unknown[0]!r} (known: {', '.join(HOOK_NAMES)}, all)"
+        )
+    if check and output == "-":
+        raise CdictkError("", "--check", "needs a file to compare with, not stdout")
+    fmt = fmt or ("json" if output.endswith(".json") else "yaml")
+
+    roots = Roots(driver=driver_root, dev=dev_root or driver_root, proc=proc_root, sys=sys_root)
+    facts = discover(roots, Mode(mode))
+    options = SpecOptions(
+        vendor=vendor,
+        cls=cls,
+        strategies=tuple(Strategy(name) for name in strategies) or DEFAULT_STRATEGIES,
+        hook_program=None if "all" in disabled_hooks else hook_program(hook_path),
+        disabled_hooks=frozenset(disabled_hooks),
+        ldconfig_path=ldconfig_path,
+        all_device=not no_all_device,
+        device_ids=device_ids,
+        target_version=target_version,
+    )
+    spec, warnings = build_spec(facts, options)
+    for message in facts.warnings + warnings:
+        _warn(message)
+    problems = check_spec(spec, output)
+    if problems:  # our own bug: never write a spec a runtime would refuse
+        raise CdictkError("", "", f"generated spec is invalid: {problems[0]}")
+    data = dump(spec, fmt).encode()
+    summary = f"cdiVersion {spec.cdi_version}, {len(spec.devices)} devices, driver {facts.driver_version}"
+
+    if output == "-":
+        sys.stdout.buffer.write(data)
+        sys.stdout.flush()
+        return 0
+    current = _read_current(output)
+    if check:
+        if current == data:
+            print(f"{output}: up to date ({summary})", file=sys.stderr)
+            return 0
+        state = "missing" if current is None else "stale: differs from a fresh generation"
+        print(f"cdictk: {output}: {state}", file=sys.stderr)
+        return 1
+    if current == data:
+        print(f"{output}: unchanged ({summary})", file=sys.stderr)
+        return 0
+    _write(output, data)
+    print(f"wrote {output} ({summary})", file=sys.stderr)
+    return 0
+
+
+def _read_current(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(64 << 20)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+
+
+def _write(path: str, data: bytes) -> None:
+    from cdictk.fsutil import atomic_write  # noqa: PLC0415
+
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
+    # 0644 whatever the old file had: runtimes of any user must be able to read the spec.
+    atomic_write(path, data, mode=0o644, keep_mode=False)

@@ -1,0 +1,1 @@
+"""What runs inside runc/crun on every container start. Standard library only."""

@@ -1,0 +1,1 @@
+"""Node facts -> a CDI spec: per-GPU, per-MIG and ``all`` devices, common edits, names and hooks."""

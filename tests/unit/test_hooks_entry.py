@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from cdictk.hooks.__main__ import main
+
+
+def test_unknown_hook_warns_and_succeeds(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["update-application-profile", "--whatever"]) == 0
+    assert capsys.readouterr().err == "cdictk hook: unsupported hook 'update-application-profile'; ignored\n"
+
+
+def test_no_hook_name_is_a_usage_error() -> None:
+    assert main([]) == 2
+
+
+def test_entry_point_runs_isolated_from_the_environment() -> None:
+    result = subprocess.run(
+        [sys.executable, "-I", "-m", "cdictk.hooks", "no-such-hook"],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": "/nonexistent", "LC_ALL": "C"},
+        check=False,
+    )
+    assert result.returncode == 0
+    assert "unsupported hook 'no-such-hook'; ignored" in result.stderr

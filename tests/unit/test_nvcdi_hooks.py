@@ -1,0 +1,76 @@
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from cdictk.errors import CdictkError
+from cdictk.nvcdi.hooks import HOOK_ENV, common_hooks, hook_program, link_args
+
+
+def test_default_program_is_this_python_isolated() -> None:
+    program = hook_program()
+    assert program.path == sys.executable
+    assert program.prefix[1:] == ("-I", "-m", "cdictk.hooks")
+    hook = program.hook("create-symlinks", ["--link", "a::/b"])
+    assert hook.hook_name == "createContainer"
+    assert hook.args[-3:] == ["create-symlinks", "--link", "a::/b"]
+    assert hook.env == list(HOOK_ENV) and hook.env
+
+
+@pytest.mark.parametrize(
+    ("path", "prefix"),
+    [
+        ("/usr/bin/python3.11", ("python3.11", "-I", "-m", "cdictk.hooks")),
+        ("/usr/bin/nvidia-cdi-hook", ("nvidia-cdi-hook",)),
+        ("/usr/bin/nvidia-ctk", ("nvidia-ctk", "hook")),
+        ("/usr/local/bin/cdictk", ("cdictk", "hook")),
+    ],
+)
+def test_hook_path_forms(path: str, prefix: tuple[str, ...]) -> None:
+    assert hook_program(path).prefix == prefix
+
+
+def test_relative_hook_path_is_refused() -> None:
+    with pytest.raises(CdictkError, match="--hook-path: must be an absolute path"):
+        hook_program("nvidia-cdi-hook")
+
+
+def test_links_are_deduplicated_and_sorted_by_link() -> None:
+    links = [("b", "/z/2"), ("a", "/z/1"), ("b", "/z/2")]
+    assert link_args(links) == ["--link", "a::/z/1", "--link", "b::/z/2"]
+
+
+def test_common_hooks_order_and_disabling() -> None:
+    program = hook_program("/usr/bin/nvidia-cdi-hook")
+    hooks = common_hooks(
+        program,
+        links=[("libcuda.so.1", "/lib/libcuda.so")],
+        library_dirs=["/lib", "/lib/vdpau"],
+        driver_version="580.95.05",
+        ldconfig_path="/sbin/ldconfig.real",
+        disabled=frozenset(),
+    )
+    assert [hook.args for hook in hooks] == [
+        ["nvidia-cdi-hook", "create-symlinks", "--link", "libcuda.so.1::/lib/libcuda.so"],
+        ["nvidia-cdi-hook", "enable-cuda-compat", "--host-driver-version=580.95.05"],
+        [
+            "nvidia-cdi-hook",
+            "update-ldcache",
+            "--ldconfig-path",
+            "/sbin/ldconfig.real",
+            "--folder",
+            "/lib",
+            "--folder",
+            "/lib/vdpau",
+        ],
+    ]
+    fewer = common_hooks(
+        program,
+        links=[],
+        library_dirs=["/lib"],
+        driver_version="1",
+        ldconfig_path=None,
+        disabled=frozenset({"enable-cuda-compat"}),
+    )
+    assert [hook.args[1] for hook in fewer] == ["update-ldcache"]
