@@ -8,6 +8,7 @@ That difference is the oracle the tests assert on. The rootfs is Debian's static
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import stat
 import subprocess
@@ -246,3 +247,53 @@ def runtime(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
                 f"({controllers.read_text().strip()}); tests/setup-host.sh gives them a v1 mount"
             )
     yield Runtime(name, binary, tmp_path_factory.mktemp(f"{name}-state"))
+
+
+IMAGE = "localhost/cdictk-e2e-busybox:latest"
+
+
+@dataclass(frozen=True)
+class Podman:
+    root: Path
+    env: dict[str, str]
+
+    def __call__(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
+        command = [
+            "podman",
+            "--root", str(self.root / "root"),
+            "--runroot", str(self.root / "runroot"),
+            "--tmpdir", str(self.root / "tmp"),
+            "--network-config-dir", str(self.root / "net"),
+            "--storage-driver", "vfs",
+            "--cgroup-manager", "cgroupfs",
+            "--events-backend", "file",
+            *args,
+        ]  # fmt: skip
+        return subprocess.run(
+            command, input=stdin, capture_output=True, env=self.env, timeout=120, check=False
+        )
+
+
+@pytest.fixture(scope="session")
+def podman(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Podman:
+    require_root()
+    require_tool("podman")
+    root = tmp_path_factory.mktemp("podman")
+    for sub in ("root", "runroot", "tmp", "net"):
+        (root / sub).mkdir()
+    # podman's default ulimits are above this machine's hard limits, and without CAP_SYS_RESOURCE
+    # the runtime cannot raise them: every run would fail with "setrlimit RLIMIT_NOFILE".
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    controllers = Path("/sys/fs/cgroup/unified/cgroup.controllers")
+    hybrid_v2 = controllers.exists() and controllers.read_text().strip()
+    runtime = "runc" if hybrid_v2 else "crun"
+    (root / "containers.conf").write_text(
+        f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc=4096:4096"]\n'
+        f'[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\nruntime = "{runtime}"\n'
+    )
+    env = {**os.environ, "CONTAINERS_CONF": str(root / "containers.conf")}
+    podman = Podman(root, env)
+    archive = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True).stdout
+    imported = podman("import", "-q", "-", IMAGE, stdin=archive)
+    assert imported.returncode == 0, imported.stderr.decode()
+    return podman

@@ -8,71 +8,19 @@ Its storage is private (vfs, under the test's temp dir), so the host's images ar
 from __future__ import annotations
 
 import json
-import os
-import resource
-import subprocess
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdictk.cdi.dump import dump_json
-from tests.e2e.conftest import ENXIO, FakeGpuHost, e2e_spec, require_root, require_tool
+from tests.e2e.conftest import ENXIO, IMAGE, FakeGpuHost, Podman, e2e_spec
 from tests.e2e.test_runtimes import cdictk
 
-IMAGE = "localhost/cdictk-e2e-busybox:latest"
 PODMAN_SPEC_DIR = Path("/var/run/cdi")
 KIND = "cdictk.test/gpu"
-
-
-@dataclass(frozen=True)
-class Podman:
-    root: Path
-    env: dict[str, str]
-
-    def __call__(self, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-        command = [
-            "podman",
-            "--root", str(self.root / "root"),
-            "--runroot", str(self.root / "runroot"),
-            "--tmpdir", str(self.root / "tmp"),
-            "--network-config-dir", str(self.root / "net"),
-            "--storage-driver", "vfs",
-            "--cgroup-manager", "cgroupfs",
-            "--events-backend", "file",
-            *args,
-        ]  # fmt: skip
-        return subprocess.run(
-            command, input=stdin, capture_output=True, env=self.env, timeout=120, check=False
-        )
-
-
-@pytest.fixture(scope="session")
-def podman(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Podman:
-    require_root()
-    require_tool("podman")
-    root = tmp_path_factory.mktemp("podman")
-    for sub in ("root", "runroot", "tmp", "net"):
-        (root / sub).mkdir()
-    # podman's default ulimits are above this machine's hard limits, and without CAP_SYS_RESOURCE
-    # the runtime cannot raise them: every run would fail with "setrlimit RLIMIT_NOFILE".
-    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-    controllers = Path("/sys/fs/cgroup/unified/cgroup.controllers")
-    hybrid_v2 = controllers.exists() and controllers.read_text().strip()
-    runtime = "runc" if hybrid_v2 else "crun"
-    (root / "containers.conf").write_text(
-        f'[containers]\ndefault_ulimits = ["nofile={nofile}:{nofile}", "nproc=4096:4096"]\n'
-        f'[engine]\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\nruntime = "{runtime}"\n'
-    )
-    env = {**os.environ, "CONTAINERS_CONF": str(root / "containers.conf")}
-    podman = Podman(root, env)
-    archive = subprocess.run(["tar", "-C", str(rootfs), "-c", "."], capture_output=True, check=True).stdout
-    imported = podman("import", "-q", "-", IMAGE, stdin=archive)
-    assert imported.returncode == 0, imported.stderr.decode()
-    return podman
 
 
 @pytest.fixture

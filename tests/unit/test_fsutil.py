@@ -1,4 +1,5 @@
 import os
+import stat
 from pathlib import Path
 
 import pytest
@@ -61,3 +62,11 @@ def test_failed_rename_leaves_the_old_file_and_no_temp_file(
         atomic_write(str(target), b"new")
     assert target.read_text() == "old"
     assert os.listdir(tmp_path) == ["config.json"]
+
+
+def test_keep_mode_false_sets_the_given_mode(tmp_path: Path) -> None:
+    path = tmp_path / "spec.yaml"
+    path.write_text("old")
+    os.chmod(path, 0o600)
+    atomic_write(str(path), b"new", mode=0o644, keep_mode=False)
+    assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o644

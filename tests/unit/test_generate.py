@@ -320,3 +320,26 @@ def test_help_explains() -> None:
     )
     for flag in ("--output", "--driver-root", "--mode", "--device-name-strategy", "--check", "--cdi-version"):
         assert flag in result.stdout
+
+
+def test_missing_optional_files_are_one_warning(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    output = tmp_path / "nvidia.yaml"
+    code, _, err = generate(capsys, node, "-o", str(output))
+    assert code == 0
+    assert err.splitlines() == [
+        "cdictk: warning: not found, left out (optional): nvidia-imex, nvidia-imex-ctl",
+        f"wrote {output} (cdiVersion 0.7.0, 3 devices, driver {V})",
+    ]
+    for name in ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced"):
+        os.unlink(f"{node.root}/usr/bin/{name}")
+    for name in os.listdir(f"{node.root}/lib/firmware/nvidia/{V}"):
+        os.unlink(f"{node.root}/lib/firmware/nvidia/{V}/{name}")
+    code, _, err = generate(capsys, node, "-o", str(output))
+    warnings = [line for line in err.splitlines() if "warning" in line]
+    assert code == 0 and warnings == [
+        "cdictk: warning: not found, left out (optional): nvidia-smi, nvidia-debugdump, nvidia-persistenced, "
+        f"nvidia-imex, nvidia-imex-ctl, GSP firmware for {V}"
+    ]

@@ -1,0 +1,103 @@
+"""A spec generated for the fake GPU node, used by real runtimes: `cdictk cdi inject` into a runc/crun
+bundle, and `podman run --device nvidia.com/gpu=0` reading it from /var/run/cdi.
+
+The container gets /dev/nvidia0 (allowed: open reaches the absent driver, ENXIO), not /dev/nvidia1,
+the control and DRM nodes, and the driver's files mounted read-only. The spec targets cdiVersion 0.5.0,
+the newest that podman 4.3 accepts. Its hooks run cdictk's hook entry point with the host's Python.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import NodeFactory
+from tests.e2e.conftest import ENXIO, IMAGE, Podman, Runtime
+from tests.e2e.test_runtimes import cdictk, make_bundle
+from tests.fakenode.node import LIB_DIR, FakeNode
+
+V = "580.95.05"
+PODMAN_SPEC_DIR = Path("/var/run/cdi")
+INSIDE = (
+    "ls -l /dev/nvidia0; cat /dev/nvidia0; cat /dev/nvidiactl; cat /dev/nvidia-uvm; ls /dev/nvidia1; "
+    "cat /dev/dri/renderD128; "
+    f"grep ' {LIB_DIR}/libcuda.so.{V} ' /proc/self/mountinfo; "
+    "grep ' /usr/bin/nvidia-smi ' /proc/self/mountinfo; /usr/bin/nvidia-smi; "
+    "echo VISIBLE=$NVIDIA_VISIBLE_DEVICES"
+)
+
+
+def generated_spec(node: FakeNode, directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    output = directory / f"cdictk-e2e-{uuid.uuid4().hex[:12]}.yaml"
+    result = cdictk("cdi", "generate", *node.cli_args(), "--cdi-version", "0.5.0", "--output", str(output))
+    assert result.returncode == 0, result.stderr
+    return output
+
+
+def check_inside(out: str) -> None:
+    lines = out.splitlines()
+    assert "195,   0" in next(line for line in lines if line.endswith("/dev/nvidia0"))
+    for node in ("/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/dri/renderD128"):
+        assert f"can't open '{node}': {ENXIO}" in out, out
+    assert "ls: /dev/nvidia1: No such file or directory" in out
+    for path in (f"{LIB_DIR}/libcuda.so.{V}", "/usr/bin/nvidia-smi"):
+        mountinfo = next(line for line in lines if f" {path} " in line)
+        assert " ro," in mountinfo or " ro " in mountinfo, mountinfo
+    assert "fake" in lines  # the node's nvidia-smi ran from its read-only mount
+    assert "VISIBLE=void" in lines
+
+
+def test_generated_spec_through_inject(
+    runtime: Runtime, rootfs: Path, make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    spec = generated_spec(node, tmp_path / "cdi")
+    bundle = make_bundle(tmp_path / "bundle", rootfs, INSIDE)
+    injected = cdictk(
+        "cdi", "inject", "--spec-dir", str(spec.parent), "-d", "nvidia.com/gpu=0", str(bundle / "config.json")
+    )
+    assert injected.returncode == 0, injected.stderr
+    hooks = json.loads((bundle / "config.json").read_text())["hooks"]["createContainer"]
+    assert [hook["args"][4] for hook in hooks] == [
+        "create-symlinks",
+        "enable-cuda-compat",
+        "update-ldcache",
+        "create-symlinks",
+    ]  # fmt: skip  (the spec's common hooks, then the device's by-path links)
+    _, result = runtime.run(bundle)
+    # The runtime ran the hooks (a failing hook stops the container): this version's entry point only
+    # acknowledges them.
+    assert result.returncode == 0, f"{runtime.name} failed: {result.stderr}{result.stdout}"
+    check_inside(result.stdout)
+
+
+@pytest.fixture
+def podman_generated_spec(make_node: NodeFactory) -> Iterator[Path]:
+    spec = generated_spec(make_node("single"), PODMAN_SPEC_DIR)
+    try:
+        yield spec
+    finally:
+        spec.unlink()
+
+
+def test_podman_runs_the_generated_spec(podman: Podman, podman_generated_spec: Path) -> None:
+    result = podman(
+        "run",
+        "--rm",
+        "--network",
+        "none",
+        "--device",
+        "nvidia.com/gpu=0",
+        IMAGE,
+        "sh",
+        "-c",
+        f"exec 2>&1; {INSIDE}",
+    )
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode() + out
+    check_inside(out)
