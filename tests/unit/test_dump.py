@@ -104,3 +104,35 @@ def test_dump_does_not_share_lists_with_the_model() -> None:
 def test_unknown_format() -> None:
     with pytest.raises(ValueError, match="unknown format"):
         dump(full_spec(), "toml")
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "yes",
+        "1:2",
+        "<<",
+        "=",
+        "- x",
+        "a: b",
+        "#c",
+        "  lead",
+        "trail ",
+        "",
+        "ü",
+        "line\nbreak",
+        "{x}",
+        "*a",
+        "@at",
+    ],
+)
+def test_every_string_reads_back_the_same_in_pyyaml(value: str) -> None:
+    spec = Spec(
+        cdi_version="0.6.0",
+        kind="v.com/c",
+        annotations={value or "k": value},
+        devices=[Device(name="d", container_edits=ContainerEdits(env=[f"A={value}", value]))],
+    )
+    data = yaml.safe_load(dump_yaml(spec))
+    assert data["annotations"] == {value or "k": value}
+    assert data["devices"][0]["containerEdits"]["env"] == [f"A={value}", value]
