@@ -4,10 +4,16 @@ PYTHON ?= python3
 PIP ?= pip
 SOURCES = cdictk tests bench
 
-.PHONY: install test unit lint format bench
+.PHONY: install test unit lint format bench demo
 
 install:
 	$(PIP) install .
+
+# The main job on a machine without a GPU: build a fake eight-GPU node (gcc stubs, mknod nodes, a fake
+# NVML; needs root), then generate, validate and print its spec. PRESET=single for a one-GPU node.
+PRESET ?= eight
+demo:
+	$(PYTHON) -m tests.fakenode demo --preset $(PRESET)
 
 # Reinstall the project (editable, with test extras) only when its metadata changed.
 .deps-stamp: pyproject.toml
@@ -32,3 +38,4 @@ format:
 
 bench: .deps-stamp
 	$(PYTHON) bench/cdi_core.py
+	$(PYTHON) -m bench.generate

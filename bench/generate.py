@@ -1,0 +1,89 @@
+"""Whole-process `cdictk cdi generate` on the fake GPU nodes, against a bare interpreter start.
+
+Builds the "single" and "eight" presets (and 16 and 32 full GPUs for the scaling line) under a temp dir,
+then times the installed `cdictk` console script writing a fresh spec, N times each. Prints median and
+best in ms, the ratio to the 150 ms aim, and the cost per device. Needs root (the nodes are mknod'd).
+Usage: python3 -m bench.generate [--repeat N]   (from the repository root)
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+from tests.fakenode.node import BUSES, PRESETS, Preset, build_node, fake_gpu
+
+AIM_MS = 150.0
+
+
+def timed(command: list[str], repeat: int, before: str | None = None) -> list[float]:
+    times = []
+    for _ in range(repeat):
+        if before is not None and os.path.exists(before):
+            os.unlink(before)
+        start = time.perf_counter()
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        times.append((time.perf_counter() - start) * 1000)
+    return times
+
+
+def interpreter_of(script: str) -> str:
+    """The Python a console script runs (its #! line), so that the floor is measured on the same one."""
+    with open(script, "rb") as handle:
+        first = handle.readline().decode().strip()
+    return first[2:].split()[0] if first.startswith("#!") else sys.executable
+
+
+def many_gpus(count: int) -> Preset:
+    buses = [*BUSES, *range(0xE0, 0xE0 + count)]
+    return dataclasses.replace(
+        PRESETS["single"], name=f"{count} GPUs", gpus=tuple(fake_gpu(i, buses[i]) for i in range(count))
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeat", type=int, default=21)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print(
+            "bench/generate.py needs root: the fake nodes' device nodes are made with mknod", file=sys.stderr
+        )
+        return 1
+    cdictk = shutil.which("cdictk") or sys.exit("the cdictk console script is not on PATH (pip install .)")
+    python = interpreter_of(cdictk)
+    floor = statistics.median(timed([python, "-c", "pass"], args.repeat))
+    print(f"{cdictk} runs {python}; {python} -c pass (the floor): {floor:.1f} ms (median of {args.repeat})")
+    print(f"{'node':<12} {'devices':>7} {'median ms':>10} {'best ms':>8} {'over floor':>10} {'vs 150 ms':>9}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="cdictk-bench-") as scratch:
+        cache = os.path.join(scratch, "cache")
+        for preset in (PRESETS["single"], PRESETS["eight"], many_gpus(16), many_gpus(32)):
+            node = build_node(os.path.join(scratch, preset.name.replace(" ", "-")), preset, cache)
+            output = os.path.join(scratch, "out", "nvidia.yaml")
+            command = [cdictk, "cdi", "generate", *node.cli_args(), "--output", output]
+            times = timed(command, args.repeat, before=output)
+            with open(output, encoding="utf-8") as handle:
+                devices = handle.read().count("\n- name: ")
+            median = statistics.median(times)
+            rows.append((devices, median))
+            print(
+                f"{preset.name:<12} {devices:>7} {median:>10.1f} {min(times):>8.1f} {median - floor:>10.1f} "
+                f"{median / AIM_MS:>8.2f}x"
+            )
+    # A least-squares line through the (devices, median) points: the per-device cost, less sensitive to
+    # one noisy size than the difference of two.
+    slope = statistics.linear_regression([float(d) for d, _ in rows], [m for _, m in rows]).slope
+    print(f"growth: {slope:.2f} ms per device (least squares over {len(rows)} sizes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
