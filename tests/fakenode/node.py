@@ -121,7 +121,7 @@ class Preset:
     sockets: bool = False
 
 
-def _gpu(index: int, bus: int, *, mig: str = "disabled") -> FakeGpu:
+def fake_gpu(index: int, bus: int, *, mig: str = "disabled") -> FakeGpu:
     return FakeGpu(
         index=index,
         minor=index,
@@ -148,11 +148,11 @@ def _mig(slot: int, gi: int, profile: str, gi_slices: int, memory_mb: int) -> Fa
 
 BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
 PRESETS = {
-    "single": Preset("single", "580.95.05", (_gpu(0, BUSES[0]),)),
+    "single": Preset("single", "580.95.05", (fake_gpu(0, BUSES[0]),)),
     "eight": Preset(
         "eight",
         "580.95.05",
-        tuple(_gpu(i, bus, mig="enabled" if i == 0 else "disabled") for i, bus in enumerate(BUSES)),
+        tuple(fake_gpu(i, bus, mig="enabled" if i == 0 else "disabled") for i, bus in enumerate(BUSES)),
         (_mig(0, 2, "3g.40gb", 3, 40192), _mig(1, 7, "1g.10gb", 1, 9856), _mig(2, 8, "1g.10gb", 1, 9856)),
         sockets=True,
     ),
