@@ -46,7 +46,9 @@ def hook_program(path: str | None = None) -> HookProgram:
         raise CdictkError("", "--hook-path", f"must be an absolute path, not {path!r}")
     name = os.path.basename(path)
     if _PYTHON.fullmatch(name):
-        return HookProgram(path, (name, "-I", "-m", HOOK_MODULE))
+        # argv[0] is the absolute path too: a bare "python3" makes Python look itself up on the hook's
+        # PATH, find the system interpreter, and miss the environment cdictk is installed in.
+        return HookProgram(path, (path, "-I", "-m", HOOK_MODULE))
     if name in _WITH_HOOK_SUBCOMMAND:
         return HookProgram(path, (name, "hook"))
     return HookProgram(path, (name,))

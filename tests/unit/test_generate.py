@@ -105,7 +105,7 @@ def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFact
     for hook in common.hooks + gpu.hooks:
         assert hook.hook_name == "createContainer"
         assert hook.path == sys.executable and os.path.isabs(hook.path)
-        assert hook.args[1:4] == ["-I", "-m", "cdictk.hooks"]
+        assert hook.args[:4] == [sys.executable, "-I", "-m", "cdictk.hooks"]
         assert hook.env
     links = common.hooks[0].args
     assert f"libcuda.so.{V}::{LIB_DIR}/libcuda.so.1" in links

@@ -21,7 +21,7 @@ def test_default_program_is_this_python_isolated() -> None:
 @pytest.mark.parametrize(
     ("path", "prefix"),
     [
-        ("/usr/bin/python3.11", ("python3.11", "-I", "-m", "cdictk.hooks")),
+        ("/usr/bin/python3.11", ("/usr/bin/python3.11", "-I", "-m", "cdictk.hooks")),
         ("/usr/bin/nvidia-cdi-hook", ("nvidia-cdi-hook",)),
         ("/usr/bin/nvidia-ctk", ("nvidia-ctk", "hook")),
         ("/usr/local/bin/cdictk", ("cdictk", "hook")),
