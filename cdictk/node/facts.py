@@ -74,7 +74,7 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
     version = version or version_from_libraries(roots, candidates)
     if not version:
         raise DiscoveryError(
-            "cannot tell the driver version: no /proc/driver/nvidia/version, no NVML and no "
+            "no NVIDIA driver found: no /proc/driver/nvidia/version, no NVML and no "
             f"libcuda.so.<version> under {roots.driver}" + _module_hint(modules)
         )
 

@@ -20,7 +20,9 @@ from cdictk.node.ldcache import LdCacheError, read_ld_cache
 from cdictk.node.roots import Roots, join, resolve
 
 LD_CACHE = "/etc/ld.so.cache"
-# Searched after the cache's own directories: a missing or corrupt cache still finds the driver.
+# Searched after the cache's own directories: a missing or corrupt cache still finds the driver. Not
+# /usr/lib: on Fedora and RHEL it holds the 32-bit driver, which must not be mounted as the driver
+# (a distribution whose 64-bit libraries live there lists them in its cache, as 64-bit entries).
 USUAL_LIB_DIRS = (
     "/usr/lib/x86_64-linux-gnu",
     "/usr/lib/x86_64-linux-gnu/nvidia/current",
@@ -30,7 +32,6 @@ USUAL_LIB_DIRS = (
     "/lib/x86_64-linux-gnu",
     "/lib/aarch64-linux-gnu",
     "/lib64",
-    "/usr/lib",
 )
 # Subdirectories whose files belong to the driver too (VDPAU) or whose links point into it (GBM).
 _LIBRARY_SUBDIRS = ("vdpau",)

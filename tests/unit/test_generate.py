@@ -288,7 +288,7 @@ def test_node_without_gpus_writes_nothing(capsys: pytest.CaptureFixture[str], tm
     args = ["--driver-root", str(empty), "--proc-root", str(empty / "proc"), "--sys-root", str(empty / "sys")]
     code = main(["cdi", "generate", *args, "--mode", "procfs", "-o", str(output)])
     err = capsys.readouterr().err
-    assert code == 1 and err.startswith("cdictk: error: cannot tell the driver version")
+    assert code == 1 and err.startswith("cdictk: error: no NVIDIA driver found: no /proc/driver/nvidia/version")
     assert not output.exists()
 
 
