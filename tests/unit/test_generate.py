@@ -288,7 +288,9 @@ def test_node_without_gpus_writes_nothing(capsys: pytest.CaptureFixture[str], tm
     args = ["--driver-root", str(empty), "--proc-root", str(empty / "proc"), "--sys-root", str(empty / "sys")]
     code = main(["cdi", "generate", *args, "--mode", "procfs", "-o", str(output)])
     err = capsys.readouterr().err
-    assert code == 1 and err.startswith("cdictk: error: no NVIDIA driver found: no /proc/driver/nvidia/version")
+    assert code == 1 and err.startswith(
+        "cdictk: error: no NVIDIA driver found: no /proc/driver/nvidia/version"
+    )
     assert not output.exists()
 
 
@@ -343,3 +345,19 @@ def test_missing_optional_files_are_one_warning(
         "cdictk: warning: not found, left out (optional): nvidia-smi, nvidia-debugdump, nvidia-persistenced, "
         f"nvidia-imex, nvidia-imex-ctl, GSP firmware for {V}"
     ]
+
+
+def test_separate_dev_root(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """Device nodes under --dev-root, the driver's files under --driver-root (a driver container)."""
+    node = make_node("single")
+    dev_root = tmp_path / "devroot"
+    dev_root.mkdir()
+    os.rename(f"{node.root}/dev", dev_root / "dev")
+    spec = write_spec(capsys, node, tmp_path, "--dev-root", str(dev_root))
+    nodes = device(spec, "0").container_edits.device_nodes
+    assert [(n.path, n.host_path) for n in nodes][0] == ("/dev/nvidia0", f"{dev_root}/dev/nvidia0")
+    assert spec.container_edits.device_nodes[-1].host_path == f"{dev_root}/dev/nvidiactl"
+    libcuda = next(m for m in spec.container_edits.mounts if m.container_path.endswith(f"libcuda.so.{V}"))
+    assert libcuda.host_path == f"{node.root}{LIB_DIR}/libcuda.so.{V}"
