@@ -47,11 +47,17 @@ def dump_yaml(spec: Spec) -> str:
     from yaml import events  # noqa: PLC0415
 
     out: list[Any] = [events.StreamStartEvent(), events.DocumentStartEvent(explicit=True)]
+    # PyYAML's own plain-scalar rules, on top of ours: it retypes a few strings Go's reader keeps as
+    # text (0x_, =, <<), and a spec must read the same in both.
+    resolvers = yaml.resolver.Resolver.yaml_implicit_resolvers
+
+    def retyped_by_pyyaml(value: str) -> bool:
+        return any(pattern.match(value) for _tag, pattern in resolvers.get(value[0], ()))
 
     def scalar(value: str) -> None:
         if not value:  # plain, it would read back as null
             out.append(events.ScalarEvent(None, None, (False, True), value))
-        elif is_ambiguous(value):
+        elif is_ambiguous(value) or retyped_by_pyyaml(value):
             out.append(events.ScalarEvent(None, None, (False, True), value, style='"'))
         else:
             out.append(events.ScalarEvent(None, None, (True, True), value))

@@ -73,17 +73,9 @@ def go_text(value: object) -> str | None:
 _SEXAGESIMAL = re.compile(r"[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?")
 
 
-# PyYAML's own extra plain scalars: the merge key and the "value" key.
-_PYYAML_SPECIAL = frozenset({"<<", "="})
-
-
 def is_ambiguous(text: str) -> bool:
     """True when ``text`` written unquoted would be read back as something other than this string."""
-    return (
-        not isinstance(resolve_plain(text), str)
-        or _SEXAGESIMAL.fullmatch(text) is not None
-        or text in _PYYAML_SPECIAL
-    )
+    return not isinstance(resolve_plain(text), str) or _SEXAGESIMAL.fullmatch(text) is not None
 
 
 def _number(text: str) -> int | float | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import sys
 
 import click
@@ -10,6 +11,7 @@ import click
 from cdictk.errors import CdictkError
 
 DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
+MAX_SPEC_BYTES = 64 << 20  # far above any generated spec; a bigger file is not ours
 _STRATEGIES = ("index", "uuid", "type-index")
 _MODES = ("auto", "nvml", "procfs", "management")
 
@@ -151,9 +153,22 @@ def generate_command(  # click passes every option by keyword
         )
     if check and output == "-":
         raise CdictkError("", "--check", "needs a file to compare with, not stdout")
+    if mode == "management" and device_ids:
+        raise CdictkError("", "--device-id", "does not apply to --mode management (one 'all' device)")
+    if ldconfig_path is not None and not os.path.isabs(ldconfig_path):
+        raise CdictkError("", "--ldconfig-path", f"must be an absolute path, not {ldconfig_path!r}")
     fmt = fmt or ("json" if output.endswith(".json") else "yaml")
+    if output != "-" and not output.endswith((".yaml", ".json")):
+        _warn(f"{output}: CDI runtimes only load .yaml and .json files from their spec directories")
 
-    roots = Roots(driver=driver_root, dev=dev_root or driver_root, proc=proc_root, sys=sys_root)
+    # Absolute: the spec's host paths must not depend on the directory generate ran in.
+    driver_root = os.path.abspath(driver_root)
+    roots = Roots(
+        driver=driver_root,
+        dev=os.path.abspath(dev_root) if dev_root else driver_root,
+        proc=os.path.abspath(proc_root),
+        sys=os.path.abspath(sys_root),
+    )
     facts = discover(roots, Mode(mode))
     options = SpecOptions(
         vendor=vendor,
@@ -172,14 +187,17 @@ def generate_command(  # click passes every option by keyword
     problems = check_spec(spec, output)
     if problems:  # our own bug: never write a spec a runtime would refuse
         raise CdictkError("", "", f"generated spec is invalid: {problems[0]}")
-    data = dump(spec, fmt).encode()
+    try:
+        data = dump(spec, fmt).encode()
+    except UnicodeEncodeError as exc:  # discovery leaves such names out; this is the last guard
+        raise CdictkError("", "", f"a discovered path is not valid UTF-8: {exc.object!r}") from None
     summary = f"cdiVersion {spec.cdi_version}, {len(spec.devices)} devices, driver {facts.driver_version}"
 
     if output == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return 0
-    current = _read_current(output)
+    current, mode_ok = _read_current(output)
     if check:
         if current == data:
             print(f"{output}: up to date ({summary})", file=sys.stderr)
@@ -187,7 +205,7 @@ def generate_command(  # click passes every option by keyword
         state = "missing" if current is None else "stale: differs from a fresh generation"
         print(f"cdictk: {output}: {state}", file=sys.stderr)
         return 1
-    if current == data:
+    if current == data and mode_ok:
         print(f"{output}: unchanged ({summary})", file=sys.stderr)
         return 0
     _write(output, data)
@@ -195,12 +213,23 @@ def generate_command(  # click passes every option by keyword
     return 0
 
 
-def _read_current(path: str) -> bytes | None:
+def _read_current(path: str) -> tuple[bytes | None, bool]:
+    """The spec at ``path`` now, and whether its mode is already 0644; None when there is none.
+
+    Anything but a regular file (/dev/stdout, a FIFO, a symlink) is refused before it is opened: reading
+    a FIFO would hang, and the atomic rename would replace a link rather than write through it.
+    """
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None, True
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
     try:
         with open(path, "rb") as handle:
-            return handle.read(64 << 20)
-    except FileNotFoundError:
-        return None
+            return handle.read(MAX_SPEC_BYTES + 1), stat.S_IMODE(info.st_mode) == 0o644
     except OSError as exc:
         raise CdictkError(path, "", exc.strerror or str(exc)) from None
 

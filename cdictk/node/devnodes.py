@@ -18,7 +18,6 @@ CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/d
 # The management device leaves out nodes that belong to other drivers' devices (GPUDirect Storage,
 # NVSwitch, NVLink): they have their own modes and would hand a container a fabric.
 _BLOCKED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
-_GPU_NODE = re.compile(r"nvidia(\d+)")
 _CAP_NODE = re.compile(r"nvidia-cap(\d+)")
 _IMEX_NODE = re.compile(r"channel(\d+)")
 
@@ -93,12 +92,3 @@ def all_nvidia_nodes(roots: Roots) -> list[NodeInfo]:
             if wanted and (node := stat_node(roots, f"{directory}/{name}")) is not None:
                 found.append(node)
     return found
-
-
-def gpu_minors_present(roots: Roots) -> list[int]:
-    """Minors of the ``/dev/nvidiaN`` nodes that exist, for the fallback when no GPU list is known."""
-    try:
-        names = os.listdir(roots.in_dev("/dev"))
-    except OSError:
-        return []
-    return sorted(int(match.group(1)) for name in names if (match := _GPU_NODE.fullmatch(name)))

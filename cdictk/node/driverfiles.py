@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -85,13 +86,29 @@ def _lstat_mode(path: str) -> int:
         return 0
 
 
-def _regular_in_root(roots: Roots, path: str) -> str | None:
-    """The host path of the regular file ``path`` names in the driver root, symlinks followed."""
+def _in_root(roots: Roots, path: str, is_kind: Callable[[int], bool]) -> str | None:
+    """The host path of what ``path`` names in the driver root (symlinks followed inside the root), if
+    it is of the kind ``is_kind`` tests for. Never a host path reached through an absolute link."""
     real = resolve(roots.driver, path)
     if real is None:
         return None
     host = join(roots.driver, real)
-    return host if stat.S_ISREG(_lstat_mode(host)) else None
+    return host if is_kind(_lstat_mode(host)) else None
+
+
+def _regular_in_root(roots: Roots, path: str) -> str | None:
+    return _in_root(roots, path, stat.S_ISREG)
+
+
+def _list_in_root(roots: Roots, directory: str) -> tuple[str, list[str]]:
+    """``directory`` resolved inside the driver root and its entries' names (none when it is missing)."""
+    real = resolve(roots.driver, directory)
+    if real is None:
+        return directory, []
+    try:
+        return real, sorted(os.listdir(join(roots.driver, real)))
+    except OSError:
+        return real, []
 
 
 def find_binaries(roots: Roots, found: Found) -> None:
@@ -124,11 +141,7 @@ def find_firmware(roots: Roots, version: str, found: Found) -> None:
     """``nvidia/<version>/gsp*.bin``, searched where the kernel's firmware loader searches."""
     taken: set[str] = set()
     for directory in firmware_dirs(roots):
-        where = f"{directory}/nvidia/{version}"
-        try:
-            names = sorted(os.listdir(join(roots.driver, where)))
-        except OSError:
-            continue
+        where, names = _list_in_root(roots, f"{directory}/nvidia/{version}")
         for name in names:
             if name.startswith("gsp") and name.endswith(".bin") and name not in taken:
                 host = _regular_in_root(roots, f"{where}/{name}")
@@ -143,12 +156,12 @@ def find_ipc(roots: Roots, found: Found, mps_pipe_dir: str = MPS_PIPE_DIR) -> No
     """The persistenced and fabricmanager sockets and the MPS pipe directory, when their daemons run."""
     for candidates in SOCKETS:
         for path in candidates:
-            host = join(roots.driver, path)
-            if stat.S_ISSOCK(_lstat_mode(host)):
+            host = _in_root(roots, path, stat.S_ISSOCK)
+            if host is not None:
                 found.files.append(DriverFile(path, host, FileKind.SOCKET))
                 break
-    host = join(roots.driver, mps_pipe_dir)
-    if stat.S_ISDIR(_lstat_mode(host)):
+    host = _in_root(roots, mps_pipe_dir, stat.S_ISDIR)
+    if host is not None:
         found.files.append(DriverFile(mps_pipe_dir, host, FileKind.DIRECTORY))
 
 
@@ -169,12 +182,7 @@ def find_xorg_modules(roots: Roots, version: str, lib_dirs: list[str], found: Fo
     seen: set[str] = set()
     for base in bases:
         for sub in XORG_SUBDIRS:
-            where = f"{base}/{sub}"
-            host_dir = join(roots.driver, where)
-            try:
-                names = sorted(os.listdir(host_dir))
-            except OSError:
-                continue
+            where, names = _list_in_root(roots, f"{base}/{sub}")
             for name in names:
                 path = f"{where}/{name}"
                 mode = _lstat_mode(join(roots.driver, path))

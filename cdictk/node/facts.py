@@ -97,6 +97,9 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
     reader = SonameReader()
     libraries = find_driver_libraries(roots, version, candidates, reader)
     warnings.extend(libraries_warnings(libraries, version, roots))
+    if libraries.skipped:
+        names = ", ".join(libraries.skipped)
+        warnings.append(f"left out, names a spec cannot carry (not UTF-8, or '::'): {names}")
     found = driverfiles.Found()
     driverfiles.find_binaries(roots, found)
     driverfiles.find_firmware(roots, version, found)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from cdictk.node.elfinfo import SonameReader
 from cdictk.node.ldcache import LdCacheError, read_ld_cache
 from cdictk.node.roots import Roots, join, resolve
+from cdictk.sorting import natural_key
 
 LD_CACHE = "/etc/ld.so.cache"
 # Searched after the cache's own directories: a missing or corrupt cache still finds the driver. Not
@@ -50,6 +51,7 @@ class LibraryScan:
     libraries: list[DriverLibrary] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)  # driver library directories, inside the root
     links: list[tuple[str, str]] = field(default_factory=list)  # (target as written, link path)
+    skipped: list[str] = field(default_factory=list)  # names a spec cannot carry (not UTF-8, "::")
 
 
 def is_driver_library(name: str, version: str) -> bool:
@@ -85,19 +87,34 @@ def candidate_dirs(roots: Roots, warnings: list[str]) -> list[str]:
     return dirs
 
 
-def _regular_files(host_dir: str) -> tuple[list[str], list[str]]:
-    """Names of the regular files and of the symlinks in ``host_dir``."""
+def usable_name(name: str) -> bool:
+    """A name a spec can carry: valid UTF-8 (a CDI spec is text) and no "::" (the hooks' link separator)."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "::" not in name
+
+
+def _listing(roots: Roots, directory: str, skipped: list[str]) -> tuple[str, list[str], list[str]] | None:
+    """``directory`` resolved inside the driver root, with the names of its regular files and symlinks."""
+    real = resolve(roots.driver, directory)
+    if real is None:
+        return None
     files, links = [], []
     try:
-        with os.scandir(host_dir) as scan:
+        with os.scandir(join(roots.driver, real)) as scan:
             for entry in scan:
-                if entry.is_symlink():
+                if not usable_name(entry.name):
+                    shown = os.path.join(real, entry.name).encode("utf-8", "backslashreplace")
+                    skipped.append(shown.decode())
+                elif entry.is_symlink():
                     links.append(entry.name)
                 elif entry.is_file(follow_symlinks=False):
                     files.append(entry.name)
     except OSError:
-        pass
-    return sorted(files), sorted(links)
+        return None
+    return real, sorted(files), sorted(links)
 
 
 def find_driver_libraries(
@@ -106,44 +123,59 @@ def find_driver_libraries(
     """The libraries of driver ``version`` in ``candidates`` (from ``candidate_dirs``) and their links."""
     scan = LibraryScan()
     for directory in candidates:
-        names, _ = _regular_files(join(roots.driver, directory))
-        if any(name.startswith("lib") and name.endswith(".so." + version) for name in names):
-            scan.dirs.append(directory)
+        listing = _listing(roots, directory, [])
+        if listing and any(name.startswith("lib") and name.endswith(".so." + version) for name in listing[1]):
+            scan.dirs.append(listing[0])
     paths: list[str] = []
     for directory in scan.dirs:
         for sub in ("", *_LIBRARY_SUBDIRS):
-            where = f"{directory}/{sub}" if sub else directory
-            names, _ = _regular_files(join(roots.driver, where))
-            paths.extend(f"{where}/{name}" for name in names if is_driver_library(name, version))
+            listing = _listing(roots, f"{directory}/{sub}" if sub else directory, scan.skipped)
+            if listing is not None:
+                where, names, _ = listing
+                paths.extend(f"{where}/{name}" for name in names if is_driver_library(name, version))
     # A subdirectory (vdpau/) can be a library directory of its own too.
     paths = list(dict.fromkeys(paths))
-    scan.libraries = [DriverLibrary(path, reader.read(join(roots.driver, path))) for path in paths]
+    scan.libraries = [DriverLibrary(path, _soname(reader, join(roots.driver, path))) for path in paths]
     scan.links = library_links(roots, scan.dirs, scan.libraries)
+    scan.skipped = sorted(set(scan.skipped))
     return scan
+
+
+def _soname(reader: SonameReader, path: str) -> str | None:
+    """The SONAME when it can name a link next to the library (no "/", not "." or "..")."""
+    soname = reader.read(path)
+    if soname is None or "/" in soname or soname in (".", "..") or not usable_name(soname):
+        return None
+    return soname
 
 
 def library_links(roots: Roots, dirs: list[str], libraries: list[DriverLibrary]) -> list[tuple[str, str]]:
     """Host symlinks to the libraries, plus each library's SONAME link where the host lacks it.
 
     The SONAME link is what the dynamic loader opens (``libcuda.so.1``); ldconfig would make it too, but
-    a container should not depend on ldconfig having run to find its driver.
+    a container should not depend on ldconfig having run to find its driver. When several files share
+    a missing SONAME link, the newest version (natural order of the names) gets it.
     """
     wanted = {library.path for library in libraries}
-    links: list[tuple[str, str]] = []
+    links: dict[str, str] = {}
     for directory in dirs:
         for sub in ("", *_LINK_SUBDIRS):
-            where = f"{directory}/{sub}" if sub else directory
-            _, names = _regular_files(join(roots.driver, where))
+            listing = _listing(roots, f"{directory}/{sub}" if sub else directory, [])
+            if listing is None:
+                continue
+            where, _, names = listing
             for name in names:
                 link = f"{where}/{name}"
                 if resolve(roots.driver, link) in wanted:
-                    links.append((os.readlink(join(roots.driver, link)), link))
-    for library in libraries:
+                    target = os.readlink(join(roots.driver, link))
+                    if usable_name(target):
+                        links[link] = target
+    for library in sorted(libraries, key=lambda library: natural_key(library.path)):
         directory, base = os.path.split(library.path)
         soname_link = f"{directory}/{library.soname}"
         if library.soname and library.soname != base and not _exists(join(roots.driver, soname_link)):
-            links.append((base, soname_link))
-    return links
+            links[soname_link] = base  # in natural order, so the newest version sets it last
+    return sorted((target, link) for link, target in links.items())
 
 
 def _exists(path: str) -> bool:
@@ -155,11 +187,18 @@ def _exists(path: str) -> bool:
 
 
 def version_from_libraries(roots: Roots, dirs: list[str]) -> str | None:
-    """The driver version from the suffix of ``libcuda.so.<version>`` (the last resort)."""
+    """The driver version from ``libcuda.so.<version>`` (the last resort).
+
+    The file ``libcuda.so.1`` points at is the driver in use; without that link, the newest version
+    found (an upgrade can leave the old driver's files behind).
+    """
     pattern = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)")
+    found: list[str] = []
     for directory in dirs:
-        names, _ = _regular_files(join(roots.driver, directory))
-        for name in names:
-            if match := pattern.fullmatch(name):
-                return match.group(1)
-    return None
+        current = resolve(roots.driver, f"{directory}/libcuda.so.1")
+        if current is not None and (match := pattern.fullmatch(os.path.basename(current))):
+            return match.group(1)
+        listing = _listing(roots, directory, [])
+        if listing is not None:
+            found += [match.group(1) for name in listing[1] if (match := pattern.fullmatch(name))]
+    return max(found, key=natural_key, default=None)

@@ -33,18 +33,21 @@ def query_nvml(library: str) -> tuple[str, list[Gpu]]:
         raise NvmlError(library, f"cannot load: {exc}") from None
     _reset(pynvml, handle)
     try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as exc:
-        _reset(pynvml, None)
-        raise NvmlError(library, f"nvmlInit failed: {exc}") from None
-    try:
-        version = _text(pynvml.nvmlSystemGetDriverVersion())
-        gpus = [_gpu(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
-    except pynvml.NVMLError as exc:
-        raise NvmlError(library, str(exc)) from None
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise NvmlError(library, f"nvmlInit failed: {exc}") from None
+        try:
+            version = _text(pynvml.nvmlSystemGetDriverVersion())
+            gpus = [_gpu(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
+        # A library that is not NVML, or answers with bytes pynvml cannot decode, raises other errors
+        # (AttributeError, UnicodeDecodeError, ctypes.ArgumentError): all mean "no usable NVML".
+        except Exception as exc:
+            raise NvmlError(library, str(exc) or type(exc).__name__) from None
+        finally:
+            with contextlib.suppress(Exception):
+                pynvml.nvmlShutdown()
     finally:
-        with contextlib.suppress(pynvml.NVMLError):
-            pynvml.nvmlShutdown()
         _reset(pynvml, None)
     return version, gpus
 

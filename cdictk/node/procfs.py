@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 
 from cdictk.node.roots import Roots
@@ -22,13 +23,28 @@ _MIG_LINE = re.compile(r"gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access")
 
 
 def read_text(path: str) -> str | None:
-    """The file's text, or None when it is missing or unreadable (procfs files have no useful size)."""
+    """The file's text, or None when it is missing, unreadable or not a regular file.
+
+    procfs and sysfs files report no useful size, so the read is capped instead; O_NONBLOCK and the
+    type check keep a FIFO planted in a fake or hostile root from hanging discovery.
+    """
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_PROC_BYTES)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
-    return data.decode("utf-8", "replace")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        left = MAX_PROC_BYTES
+        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
+            chunks.append(chunk)
+            left -= len(chunk)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def parse_devices(text: str) -> dict[str, int]:

@@ -19,6 +19,7 @@ from cdictk.node.roots import join
 from cdictk.nvcdi import edits, hooks, naming
 from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.target import fit_version
+from cdictk.sorting import natural_key
 
 ALL_DEVICE = "all"
 
@@ -53,11 +54,16 @@ def build_spec(facts: NodeFacts, options: SpecOptions) -> tuple[Spec, list[str]]
     else:
         wanted = _select(facts, options.device_ids)
         for gpu in facts.gpus:
+            if Strategy.UUID in options.strategies and not gpu.uuid:
+                warnings.append(f"GPU {gpu.index} has no UUID (procfs did not list one): no uuid name for it")
+            if gpu.mig_enabled and not gpu.migs and (gpu.index, None) in wanted:
+                warnings.append(f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode without MIG devices: left out")
             if gpu.mig_enabled:
                 for mig in gpu.migs:
-                    if mig.uuid in wanted and (parts := _mig_parts(facts, gpu, mig, warnings)) is not None:
+                    key = (gpu.index, mig.index)
+                    if key in wanted and (parts := _mig_parts(facts, gpu, mig, warnings)) is not None:
                         named.append((naming.mig_names(mig, options.strategies), parts))
-            elif gpu.uuid in wanted and (parts := _gpu_parts(facts, gpu)) is not None:
+            elif (gpu.index, None) in wanted and (parts := _gpu_parts(facts, gpu)) is not None:
                 named.append((naming.gpu_names(gpu, options.strategies), parts))
     if not named:
         raise CdictkError("", "", "no devices to write: every GPU was left out or filtered away")
@@ -74,7 +80,7 @@ def build_spec(facts: NodeFacts, options: SpecOptions) -> tuple[Spec, list[str]]
             merged.nodes += parts.nodes
             merged.links += parts.links
         devices.append(Device(name=ALL_DEVICE, container_edits=_device_edits(merged, options)))
-    devices.sort(key=lambda device: (device.name == ALL_DEVICE, naming.natural_key(device.name)))
+    devices.sort(key=lambda device: (device.name == ALL_DEVICE, natural_key(device.name)))
 
     spec = Spec(
         kind=f"{options.vendor}/{options.cls}", devices=devices, container_edits=_common(facts, options)
@@ -85,24 +91,26 @@ def build_spec(facts: NodeFacts, options: SpecOptions) -> tuple[Spec, list[str]]
     return spec, warnings
 
 
-def _select(facts: NodeFacts, device_ids: tuple[str, ...]) -> set[str]:
-    """UUIDs of the GPUs and MIG devices that ``--device-id`` asks for (all of them by default)."""
-    by_id: dict[str, str] = {}
+def _select(facts: NodeFacts, device_ids: tuple[str, ...]) -> set[tuple[int, int | None]]:
+    """(GPU index, MIG slot or None) of the devices ``--device-id`` asks for (all of them by default)."""
+    by_id: dict[str, tuple[int, int | None]] = {}
     for gpu in facts.gpus:
-        by_id[str(gpu.index)] = by_id[gpu.uuid] = gpu.uuid
+        by_id[str(gpu.index)] = (gpu.index, None)
         for mig in gpu.migs:
-            by_id[f"{gpu.index}:{mig.index}"] = by_id[mig.uuid] = mig.uuid
+            by_id[f"{gpu.index}:{mig.index}"] = (gpu.index, mig.index)
+            if mig.uuid:
+                by_id[mig.uuid] = (gpu.index, mig.index)
+        if gpu.uuid:
+            by_id[gpu.uuid] = (gpu.index, None)
+    every = set(by_id.values())
     if not device_ids or "all" in device_ids:
-        return set(by_id.values())
+        return every
     unknown = [device_id for device_id in device_ids if device_id not in by_id]
     if unknown:
         raise CdictkError("", "--device-id", f"no such GPU or MIG device: {', '.join(unknown)}")
     selected = {by_id[device_id] for device_id in device_ids}
     # Asking for a MIG-mode GPU by its own id means all of its MIG devices.
-    for gpu in facts.gpus:
-        if gpu.uuid in selected:
-            selected.update(mig.uuid for mig in gpu.migs)
-    return selected
+    return selected | {(gpu, mig) for gpu, mig in every if mig is not None and (gpu, None) in selected}
 
 
 def _gpu_parts(facts: NodeFacts, gpu: Gpu) -> _Parts | None:
@@ -143,9 +151,7 @@ def _mig_parts(facts: NodeFacts, gpu: Gpu, mig: MigDevice, warnings: list[str]) 
 def _sorted_nodes(nodes: list[NodeInfo]) -> list[NodeInfo]:
     """Unique by path; /dev/nvidiaN before the nodes in subdirectories, then in natural order."""
     unique = {node.path: node for node in nodes}
-    return [
-        unique[path] for path in sorted(unique, key=lambda path: (path.count("/"), naming.natural_key(path)))
-    ]
+    return [unique[path] for path in sorted(unique, key=lambda path: (path.count("/"), natural_key(path)))]
 
 
 def _device_edits(parts: _Parts, options: SpecOptions) -> ContainerEdits:

@@ -2,9 +2,9 @@
 
 By default the hooks run cdictk's own entry point through the interpreter cdictk is installed in, by
 its absolute path and isolated (``python3 -I -m cdictk.hooks``): the container's PYTHON* variables, user
-site and working directory cannot reach it. ``--hook-path`` can name another interpreter or a program
-with nvidia-cdi-hook's command line (``nvidia-cdi-hook``, ``nvidia-ctk``, ``cdictk``), so a node can keep
-NVIDIA's hooks while using our discovery.
+site and working directory cannot reach it. ``--hook-path`` can name another interpreter (python*,
+pypy*) or a program with nvidia-cdi-hook's command line (``nvidia-cdi-hook``, or ``nvidia-ctk`` with its
+``hook`` subcommand), so a node can keep NVIDIA's hooks while using our discovery.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ HOOK_NAMES = (CREATE_SYMLINKS, ENABLE_CUDA_COMPAT, UPDATE_LDCACHE)
 HOOK_MODULE = "cdictk.hooks"
 # Explicit and non-empty: runtimes would otherwise hand a hook nothing or their own environment.
 HOOK_ENV = ("LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
-_PYTHON = re.compile(r"python[0-9.]*")
-_WITH_HOOK_SUBCOMMAND = ("cdictk", "nvidia-ctk")
+_PYTHON = re.compile(r"(?:python|pypy)[\w.+-]*")
+_WITH_HOOK_SUBCOMMAND = ("nvidia-ctk",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,11 +41,14 @@ class HookProgram:
 
 def hook_program(path: str | None = None) -> HookProgram:
     """The program hooks run: ``path`` (absolute), or this interpreter running cdictk's hook module."""
-    path = path or sys.executable
-    if not path or not os.path.isabs(path):
+    if path is None and not os.path.isabs(sys.executable):
+        raise CdictkError("", "--hook-path", "this Python's own path is unknown: give the interpreter's path")
+    default = path is None
+    path = sys.executable if path is None else path
+    if not os.path.isabs(path):
         raise CdictkError("", "--hook-path", f"must be an absolute path, not {path!r}")
     name = os.path.basename(path)
-    if _PYTHON.fullmatch(name):
+    if default or _PYTHON.fullmatch(name):
         # argv[0] is the absolute path too: a bare "python3" makes Python look itself up on the hook's
         # PATH, find the system interpreter, and miss the environment cdictk is installed in.
         return HookProgram(path, (path, "-I", "-m", HOOK_MODULE))

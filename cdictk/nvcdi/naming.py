@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from enum import Enum
 
@@ -34,9 +33,5 @@ def mig_names(mig: MigDevice, strategies: tuple[Strategy, ...]) -> list[str]:
 
 
 def _unique(names: Iterable[str]) -> list[str]:
-    return list(dict.fromkeys(names))
-
-
-def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
-    """Sorts gpu2 before gpu10 and 0:2 before 0:10; ``all`` is placed by the caller."""
-    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
+    """In strategy order, without repeats, and without the UUID name of a device whose UUID is unknown."""
+    return [name for name in dict.fromkeys(names) if name]

@@ -124,6 +124,11 @@ def test_unknown_format() -> None:
         "{x}",
         "*a",
         "@at",
+        "0x_",
+        "-0b_",
+        "tab\there",
+        "a::b",
+        "x" * 5000,
     ],
 )
 def test_every_string_reads_back_the_same_in_pyyaml(value: str) -> None:

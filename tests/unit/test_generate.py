@@ -357,7 +357,7 @@ def test_separate_dev_root(
     os.rename(f"{node.root}/dev", dev_root / "dev")
     spec = write_spec(capsys, node, tmp_path, "--dev-root", str(dev_root))
     nodes = device(spec, "0").container_edits.device_nodes
-    assert [(n.path, n.host_path) for n in nodes][0] == ("/dev/nvidia0", f"{dev_root}/dev/nvidia0")
+    assert (nodes[0].path, nodes[0].host_path) == ("/dev/nvidia0", f"{dev_root}/dev/nvidia0")
     assert spec.container_edits.device_nodes[-1].host_path == f"{dev_root}/dev/nvidiactl"
     libcuda = next(m for m in spec.container_edits.mounts if m.container_path.endswith(f"libcuda.so.{V}"))
     assert libcuda.host_path == f"{node.root}{LIB_DIR}/libcuda.so.{V}"

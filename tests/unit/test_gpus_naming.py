@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from cdictk.node.gpus import Gpu, MigDevice, gpus_from_procfs, mig_profile, sysfs_bus_id
 from cdictk.node.procfs import ProcGpu
-from cdictk.nvcdi.naming import Strategy, gpu_names, mig_names, natural_key
+from cdictk.nvcdi.naming import Strategy, gpu_names, mig_names
+from cdictk.sorting import natural_key
 
 
 def test_sysfs_bus_id() -> None:

@@ -24,7 +24,8 @@ def test_default_program_is_this_python_isolated() -> None:
         ("/usr/bin/python3.11", ("/usr/bin/python3.11", "-I", "-m", "cdictk.hooks")),
         ("/usr/bin/nvidia-cdi-hook", ("nvidia-cdi-hook",)),
         ("/usr/bin/nvidia-ctk", ("nvidia-ctk", "hook")),
-        ("/usr/local/bin/cdictk", ("cdictk", "hook")),
+        ("/usr/bin/pypy3", ("/usr/bin/pypy3", "-I", "-m", "cdictk.hooks")),
+        ("/usr/bin/python3.13t", ("/usr/bin/python3.13t", "-I", "-m", "cdictk.hooks")),
     ],
 )
 def test_hook_path_forms(path: str, prefix: tuple[str, ...]) -> None:

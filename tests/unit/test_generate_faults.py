@@ -1,0 +1,226 @@
+"""Awkward nodes and awkward flags: each ends in a correct spec with a warning, or in one clear error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdictk.cdi.load import load_spec
+from cdictk.cli.main import main
+from cdictk.node.elfinfo import SonameReader
+from cdictk.node.libraries import candidate_dirs, find_driver_libraries, version_from_libraries
+from cdictk.node.roots import Roots
+from cdictk.nvcdi.hooks import hook_program
+from tests.conftest import NodeFactory
+from tests.fakenode.node import LIB_DIR, FakeNode
+
+V = "580.95.05"
+
+
+def roots_of(node: FakeNode) -> Roots:
+    return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
+
+
+def generate(capsys: pytest.CaptureFixture[str], node: FakeNode, *args: str) -> tuple[int, str, str]:
+    code = main(["cdi", "generate", *node.cli_args(), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_two_files_sharing_a_missing_soname_link_give_one_link_to_the_newest(make_node: NodeFactory) -> None:
+    node = make_node("single")
+    shutil.copy(
+        f"{node.lib_dir}/libnvidia-egl-wayland.so.1.1.19", f"{node.lib_dir}/libnvidia-egl-wayland.so.1.1.9"
+    )
+    os.unlink(f"{node.lib_dir}/libnvidia-egl-wayland.so.1")
+    roots = roots_of(node)
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    wayland = [(t, link) for t, link in scan.links if link.endswith("libnvidia-egl-wayland.so.1")]
+    assert wayland == [("libnvidia-egl-wayland.so.1.1.19", f"{LIB_DIR}/libnvidia-egl-wayland.so.1")]
+    assert scan.links == sorted(scan.links)
+
+
+def test_absolute_links_in_the_driver_root_never_reach_host_files(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    # A socket outside the node, and the node's /var/run pointing at it by an absolute link: that link
+    # means <root>/host-run, which does not exist, so nothing may be mounted.
+    outside = tmp_path / "host-run" / "nvidia-persistenced"
+    outside.mkdir(parents=True)
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(str(outside / "socket"))
+    os.makedirs(f"{node.root}/var", exist_ok=True)
+    os.symlink(str(tmp_path / "host-run"), f"{node.root}/var/run")
+    os.makedirs(f"{node.root}/usr/lib64", exist_ok=True)
+    os.symlink(str(tmp_path / "host-run"), f"{node.root}/usr/lib64/xorg")
+    from cdictk.node import driverfiles
+
+    found = driverfiles.Found()
+    driverfiles.find_ipc(roots_of(node), found)
+    assert found.files == []
+    # The same link made relative to the root's own /run is followed inside the root.
+    os.unlink(f"{node.root}/var/run")
+    os.symlink("/run", f"{node.root}/var/run")
+    os.makedirs(f"{node.root}/run/nvidia-persistenced")
+    with socket.socket(socket.AF_UNIX) as server:
+        server.bind(f"{node.root}/run/nvidia-persistenced/socket")
+    driverfiles.find_ipc(roots_of(node), found)
+    assert [(f.path, f.host_path) for f in found.files] == [
+        ("/run/nvidia-persistenced/socket", f"{node.root}/run/nvidia-persistenced/socket")
+    ]
+
+
+def test_names_a_spec_cannot_carry_are_left_out_with_a_warning(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    Path(os.fsdecode(os.fsencode(node.lib_dir) + b"/libnvidia-\xff.so.1")).write_bytes(
+        Path(node.lib_dir, "libnvidia-api.so.1").read_bytes()
+    )
+    code, out, err = generate(capsys, node, "-o", "-")
+    assert code == 0 and "libnvidia-" in out and "\\xff" not in out
+    assert (
+        "left out, names a spec cannot carry (not UTF-8, or '::'): " + LIB_DIR + "/libnvidia-\\udcff.so.1"
+        in err
+    )
+
+
+def test_mig_gpu_without_mig_devices_is_reported(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory
+) -> None:
+    node = make_node("eight")
+    config = node.nvml_config()
+    config.migs = []
+    node.write_nvml_config(config)
+    code, out, err = generate(capsys, node, "-o", "-")
+    assert code == 0 and 'name: "1"' in out
+    uuid = node.preset.gpus[0].uuid
+    assert f"GPU 0 ({uuid}) is in MIG mode without MIG devices: left out" in err
+
+
+def test_procfs_gpu_without_uuid_keeps_its_index_name(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory
+) -> None:
+    node = make_node("single")
+    info = Path(node.proc, "driver/nvidia/gpus/0000:18:00.0/information")
+    info.write_text("".join(line for line in info.read_text().splitlines(True) if "UUID" not in line))
+    code, out, err = generate(capsys, node, "-o", "-", "--mode", "procfs")
+    assert code == 0 and '- name: "0"' in out
+    assert "GPU 0 has no UUID (procfs did not list one): no uuid name for it" in err
+
+
+def test_nvml_answers_that_pynvml_cannot_decode_fall_back_to_procfs(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory
+) -> None:
+    node = make_node("single")
+    conf = Path(node.lib_dir, "fake-nvml.conf")
+    conf.write_bytes(conf.read_bytes().replace(b'name="NVIDIA H100 80GB HBM3"', b'name="bad\xff"'))
+    code, _, err = generate(capsys, node, "-o", "-")
+    assert code == 0 and "falling back to /proc/driver/nvidia/gpus" in err
+    code, _, err = generate(capsys, node, "-o", "-", "--mode", "nvml")
+    assert code == 1 and err.startswith("cdictk: error: ") and err.count("\n") == 1
+
+
+def test_driver_version_prefers_the_library_libcuda_so_1_points_at(make_node: NodeFactory) -> None:
+    node = make_node("single")
+    shutil.copy(f"{node.lib_dir}/libcuda.so.{V}", f"{node.lib_dir}/libcuda.so.999.1.1")
+    roots = roots_of(node)
+    assert version_from_libraries(roots, candidate_dirs(roots, [])) == V
+    os.unlink(f"{node.lib_dir}/libcuda.so.1")
+    assert version_from_libraries(roots, candidate_dirs(roots, [])) == "999.1.1"
+
+
+def test_default_hook_program_is_isolated_whatever_the_interpreter_is_called(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/opt/py/bin/python3.11-dbg")
+    assert hook_program().prefix == ("/opt/py/bin/python3.11-dbg", "-I", "-m", "cdictk.hooks")
+    monkeypatch.setattr(sys, "executable", "")
+    with pytest.raises(Exception, match="this Python's own path is unknown"):
+        hook_program()
+
+
+def test_output_that_is_not_a_regular_file_is_refused_without_hanging(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    code, _, err = generate(capsys, node, "-o", str(fifo))
+    assert (code, err.splitlines()[-1]) == (
+        1,
+        f"cdictk: error: {fifo}: not a regular file (use --output - for stdout)",
+    )
+    link = tmp_path / "link.yaml"
+    link.symlink_to(tmp_path / "elsewhere.yaml")
+    assert generate(capsys, node, "-o", str(link))[0] == 1
+    assert not (tmp_path / "elsewhere.yaml").exists()
+
+
+def test_relative_roots_give_absolute_host_paths(
+    capsys: pytest.CaptureFixture[str],
+    make_node: NodeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = make_node("single")
+    monkeypatch.chdir(os.path.dirname(node.root))
+    name = os.path.basename(node.root)
+    output = tmp_path / "nvidia.yaml"
+    args = [
+        "--driver-root",
+        name,
+        "--proc-root",
+        f"{name}/proc",
+        "--sys-root",
+        f"{name}/sys",
+        "-o",
+        str(output),
+    ]
+    assert main(["cdi", "generate", *args]) == 0
+    spec = load_spec(str(output))
+    assert spec.devices[0].container_edits.device_nodes[0].host_path == f"{node.root}/dev/nvidia0"
+    result = subprocess.run(
+        [sys.executable, "-m", "cdictk", "cdi", "validate", str(output)], capture_output=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+
+
+def test_unchanged_spec_with_the_wrong_mode_is_rewritten_0644(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    output = tmp_path / "nvidia.yaml"
+    generate(capsys, node, "-o", str(output))
+    os.chmod(output, 0o600)
+    code, _, err = generate(capsys, node, "-o", str(output))
+    assert code == 0 and "wrote" in err and (output.stat().st_mode & 0o777) == 0o644
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "management", "--device-id", "0"], "--device-id: does not apply to --mode management"),
+        (["--ldconfig-path", "sbin/ldconfig"], "--ldconfig-path: must be an absolute path"),
+    ],
+)
+def test_flags_that_do_not_fit(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, args: list[str], message: str
+) -> None:
+    code, _, err = generate(capsys, make_node("single"), "-o", "-", *args)
+    assert code == 1 and message in err
+
+
+def test_output_name_runtimes_would_ignore_is_warned_about(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    code, _, err = generate(capsys, node, "-o", str(tmp_path / "nvidia.yml"))
+    assert code == 0 and "CDI runtimes only load .yaml and .json files from their spec directories" in err
