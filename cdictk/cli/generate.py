@@ -70,8 +70,8 @@ def _warn(message: str) -> None:
     "--hook-path",
     metavar="PATH",
     help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hooks "
-    "(python3 -I -m cdictk.hooks). A python* path is used the same way; nvidia-cdi-hook, nvidia-ctk or "
-    "cdictk get nvidia-cdi-hook's command line.",
+    "(python3 -I -m cdictk.hooks). A python* or pypy* path is used the same way; any other program "
+    "(nvidia-cdi-hook; nvidia-ctk with its 'hook' subcommand) gets nvidia-cdi-hook's command line.",
 )
 @click.option("--ldconfig-path", metavar="PATH", help="Host ldconfig the update-ldcache hook runs.")
 @click.option(
