@@ -24,6 +24,7 @@ class SonameReader:
     """Reads DT_SONAME from many files, sharing the struct definitions between them."""
 
     def __init__(self) -> None:
+        self._basic: dict[tuple[bool, int], Any] = {}
         self._structs: dict[tuple[bool, int, str, str, str], Any] = {}
 
     def read(self, path: str) -> str | None:
@@ -52,13 +53,16 @@ class SonameReader:
         ):
             return None
         little, elfclass = ident[5] == 1, 32 if ident[4] == 1 else 64
-        basic = ELFStructs(little_endian=little, elfclass=elfclass)
-        basic.create_basic_structs()
+        basic = self._basic.get((little, elfclass))
+        if basic is None:
+            basic = self._basic[(little, elfclass)] = ELFStructs(little_endian=little, elfclass=elfclass)
+            basic.create_basic_structs()
         header = struct_parse(basic.Elf_Ehdr, handle, 0)
         key = (little, elfclass, header.e_type, header.e_machine, header.e_ident.EI_OSABI)
         structs = self._structs.get(key)
         if structs is None:
-            structs = basic
+            structs = ELFStructs(little_endian=little, elfclass=elfclass)
+            structs.create_basic_structs()
             structs.create_advanced_structs(header.e_type, header.e_machine, header.e_ident.EI_OSABI)
             self._structs[key] = structs
         return structs, header

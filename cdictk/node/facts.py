@@ -109,6 +109,7 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
     if found.missing:
         warnings.append("not found, left out (optional): " + ", ".join(found.missing))
 
+    mig_gpus = {gpu.minor for gpu in gpus if gpu.mig_enabled}
     return NodeFacts(
         roots=roots,
         mode=used,
@@ -118,7 +119,7 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
         control_nodes=control,
         gpu_nodes=gpu_nodes,
         drm={gpu.bus_id: drm_for_gpu(roots, gpu.bus_id) for gpu in gpus},
-        mig_minors=procfs.read_mig_minors(roots) if any(gpu.mig_enabled for gpu in gpus) else None,
+        mig_minors=procfs.read_mig_minors(roots, mig_gpus) if mig_gpus else None,
         caps_major=majors.get("nvidia-caps"),
         management_nodes=management,
         libraries=libraries,

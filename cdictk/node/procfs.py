@@ -18,8 +18,8 @@ from cdictk.node.roots import Roots
 MAX_PROC_BYTES = 1 << 20
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
 
+_MIG_LINE = re.compile(r"gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)")
 _VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")
-_MIG_LINE = re.compile(r"gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access")
 
 
 def read_text(path: str) -> str | None:
@@ -139,24 +139,30 @@ class MigMinors:
     access: dict[tuple[int, int, int | None], int] = field(default_factory=dict)
 
 
-def parse_mig_minors(text: str) -> MigMinors:
+def parse_mig_minors(text: str, gpus: set[int] | None = None) -> MigMinors:
+    """The cap minors, for the GPU minors in ``gpus`` only when given.
+
+    The file lists every possible instance of 32 GPUs (~4,300 lines); a prefix test skips the GPUs
+    that are not in MIG mode before any regex runs.
+    """
     config = monitor = None
     access: dict[tuple[int, int, int | None], int] = {}
+    wanted = tuple(f"gpu{gpu}/" for gpu in sorted(gpus)) if gpus is not None else ("gpu",)
     for line in text.splitlines():
-        fields = line.split()
-        if len(fields) != 2 or not fields[1].isdigit():
-            continue
-        name, minor = fields[0], int(fields[1])
-        if name == "config":
-            config = minor
-        elif name == "monitor":
-            monitor = minor
-        elif match := _MIG_LINE.fullmatch(name):
-            gpu, gi, ci = match.groups()
-            access[(int(gpu), int(gi), None if ci is None else int(ci))] = minor
+        if line.startswith(wanted):
+            if match := _MIG_LINE.fullmatch(line.rstrip()):
+                gpu, gi, ci, minor = match.groups()
+                access[(int(gpu), int(gi), None if ci is None else int(ci))] = int(minor)
+        elif line.startswith(("config ", "monitor ")):
+            name, _, value = line.partition(" ")
+            if value.strip().isdigit():
+                if name == "config":
+                    config = int(value)
+                else:
+                    monitor = int(value)
     return MigMinors(config, monitor, access)
 
 
-def read_mig_minors(roots: Roots) -> MigMinors | None:
+def read_mig_minors(roots: Roots, gpus: set[int] | None = None) -> MigMinors | None:
     text = read_text(roots.in_proc("driver/nvidia-caps/mig-minors"))
-    return parse_mig_minors(text) if text is not None else None
+    return parse_mig_minors(text, gpus) if text is not None else None

@@ -69,3 +69,10 @@ def test_readers_take_the_proc_root(tmp_path: Path) -> None:
     assert procfs.read_driver_version(roots) is None
     assert procfs.read_mig_minors(roots) is None
     assert procfs.read_loaded_modules(Roots(proc=str(tmp_path / "none"))) is None
+
+
+def test_mig_minors_for_some_gpus_only() -> None:
+    text = "config 1\ngpu0/gi1/access 12\ngpu3/gi1/access 417\ngpu3/gi1/ci0/access 418\ngpux/gi1/access 9\n"
+    minors = procfs.parse_mig_minors(text, {3})
+    assert minors.access == {(3, 1, None): 417, (3, 1, 0): 418} and minors.config == 1
+    assert procfs.parse_mig_minors("gpu0/gix/access 5\ngpu0/gi1/cix/access 6\ngpu0/gi1 7\n").access == {}
