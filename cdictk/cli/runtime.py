@@ -1,0 +1,140 @@
+"""``cdictk runtime configure``."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+
+import click
+
+from cdictk.errors import CdictkError
+
+_DEFAULT = "RUNTIME_DEFAULT"
+
+
+def default_runtime_path() -> str:
+    found = shutil.which("cdictk-runtime")
+    return (
+        os.path.abspath(found) if found else os.path.join(os.path.dirname(sys.executable), "cdictk-runtime")
+    )
+
+
+@click.group("runtime")
+def runtime_group() -> None:
+    """Register cdictk with container engines (containerd, CRI-O, Docker)."""
+
+
+@runtime_group.command("configure")
+@click.option(
+    "--runtime",
+    "engine",
+    type=click.Choice(["containerd", "crio", "docker"]),
+    default="containerd",
+    show_default=True,
+    help="The engine whose config to edit.",
+)
+@click.option(
+    "--config",
+    "config",
+    metavar="FILE",
+    help="Main config. Default: /etc/containerd/config.toml, /etc/crio/crio.conf or /etc/docker/daemon.json.",
+)
+@click.option(
+    "--drop-in-config",
+    "drop_in",
+    metavar="FILE",
+    default=_DEFAULT,
+    help="containerd and CRI-O: write into this drop-in (default /etc/containerd/conf.d/99-cdictk.toml, "
+    "/etc/crio/crio.conf.d/99-cdictk.toml); '' edits the main config in place.",
+)
+@click.option(
+    "--runtime-name",
+    "--nvidia-runtime-name",
+    "name",
+    default="cdictk",
+    show_default=True,
+    help="Name of the runtime entry.",
+)
+@click.option(
+    "--runtime-path",
+    "--nvidia-runtime-path",
+    "path",
+    metavar="PATH",
+    help="Absolute path of cdictk-runtime. Default: found on PATH, else next to this Python.",
+)
+@click.option(
+    "--set-as-default",
+    "--nvidia-set-as-default",
+    "set_as_default",
+    is_flag=True,
+    help="Make it the engine's default runtime.",
+)
+@click.option(
+    "--enable-cdi",
+    "--cdi.enabled",
+    "enable_cdi",
+    is_flag=True,
+    help="Turn CDI on (containerd enable_cdi, Docker features.cdi; CRI-O has it on already).",
+)
+@click.option(
+    "--cdi-spec-dir",
+    "cdi_spec_dirs",
+    multiple=True,
+    metavar="DIR",
+    help="containerd and Docker: the CDI spec directories to set (repeatable).",
+)
+@click.option(
+    "--remove",
+    is_flag=True,
+    help="Undo: remove the runtime entry, the default if it names it, containerd's import and drop-in; "
+    "with --enable-cdi / --cdi-spec-dir also those settings.",
+)
+@click.option("--dry-run", is_flag=True, help="Print a unified diff of what would change; write nothing.")
+@click.option(
+    "--follow-symlinks", is_flag=True, help="Edit the target of a symlinked config instead of refusing."
+)
+@click.option(
+    "--restart",
+    "restart_how",
+    type=click.Choice(["none", "signal", "systemd"]),
+    default="none",
+    show_default=True,
+    help="Make the engine load the change: SIGHUP (dockerd, CRI-O) or systemctl restart.",
+)
+@click.option("--socket", "socket_path", metavar="PATH", help="The engine's socket, for --restart signal.")
+def configure_command(  # click passes every option by keyword
+    *, engine: str, config: str | None, drop_in: str, name: str, path: str | None, set_as_default: bool,
+    enable_cdi: bool, cdi_spec_dirs: tuple[str, ...], remove: bool, dry_run: bool, follow_symlinks: bool,
+    restart_how: str, socket_path: str | None,
+) -> int:  # fmt: skip
+    """Register cdictk-runtime with containerd, CRI-O or Docker, and optionally make it the default and
+    turn CDI on, editing the engine's config with care.
+
+    Comments, order and layout outside the changed tables are kept; a file that would not change is not
+    written; the first change to a file keeps a copy as <file>.cdictk.orig; writes are atomic and keep
+    the file's mode and owner; concurrent runs wait for each other. containerd gets a drop-in holding
+    its whole CRI plugin table (containerd 1.6 replaces whole tables on import) and an entry in the main
+    file's imports, appended to what is there.
+    """
+    from cdictk.runtime.configure.apply import Request, configure  # noqa: PLC0415
+
+    if engine == "containerd" and restart_how == "signal":  # refused before anything is written
+        raise CdictkError("", "--restart", "containerd does not reload its config on a signal: use systemd")
+    runtime_path = path or default_runtime_path()
+    if not os.path.isabs(runtime_path):
+        raise CdictkError("", "--runtime-path", f"must be an absolute path, not {runtime_path!r}")
+    if not os.path.exists(runtime_path) and not remove:
+        print(f"cdictk: warning: {runtime_path} does not exist (yet)", file=sys.stderr)
+    request = Request(
+        engine=engine, config=config, drop_in=None if drop_in == _DEFAULT else drop_in, name=name,
+        path=runtime_path, set_as_default=set_as_default, enable_cdi=enable_cdi, cdi_spec_dirs=cdi_spec_dirs,
+        remove=remove, dry_run=dry_run, follow_symlinks=follow_symlinks,
+    )  # fmt: skip
+    for line in configure(request):
+        print(line, file=sys.stderr)
+    if not dry_run:
+        from cdictk.runtime.configure.restart import restart  # noqa: PLC0415
+
+        print(restart(engine, restart_how, socket_path), file=sys.stderr)
+    return 0

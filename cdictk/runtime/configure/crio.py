@@ -1,0 +1,93 @@
+"""CRI-O: a ``[crio.runtime.runtimes.<name>]`` entry, by default in its own drop-in file.
+
+CRI-O merges drop-ins key by key, so the drop-in holds only our entries; ``monitor_path`` and the other
+settings of the default (else runc, else crun) runtime are copied so that the new runtime is monitored
+the way the node's runtimes are. CRI-O has CDI on by default: there is nothing to enable.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from cdictk.errors import CdictkError
+from cdictk.runtime.configure import tomledit
+from cdictk.runtime.configure.containerd import Edit, RuntimeChange
+
+DEFAULT_CONFIG = "/etc/crio/crio.conf"
+DEFAULT_DROP_IN = "/etc/crio/crio.conf.d/99-cdictk.toml"
+# Settings that describe how to run an OCI runtime; anything else in a runtime's table is its own.
+_COPIED = (
+    "monitor_path",
+    "monitor_cgroup",
+    "monitor_env",
+    "monitor_exec_cgroup",
+    "runtime_root",
+    "runtime_config_path",
+)
+
+
+def _runtime_section(data: dict[str, Any], file: str) -> dict[str, Any]:
+    crio = data.get("crio", {})
+    runtime = crio.get("runtime", {}) if isinstance(crio, dict) else None
+    if not isinstance(runtime, dict):
+        raise CdictkError(file, "crio.runtime", "is not a table")
+    return runtime
+
+
+def entry(source: dict[str, Any], change: RuntimeChange, file: str) -> dict[str, Any]:
+    runtime = _runtime_section(source, file)
+    runtimes = runtime.get("runtimes", {})
+    if not isinstance(runtimes, dict):
+        raise CdictkError(file, "crio.runtime.runtimes", "is not a table")
+    new: dict[str, Any] = {"runtime_path": change.runtime_path, "runtime_type": "oci"}
+    for name in (runtime.get("default_runtime"), "runc", "crun"):
+        if isinstance(name, str) and name != change.runtime_name and isinstance(runtimes.get(name), dict):
+            new |= {key: copy.deepcopy(runtimes[name][key]) for key in _COPIED if key in runtimes[name]}
+            break
+    return new
+
+
+def changed(data: dict[str, Any], source: dict[str, Any], change: RuntimeChange, file: str) -> dict[str, Any]:
+    """``data`` (the file being written) after the change; ``source`` is the config to copy settings from."""
+    new = copy.deepcopy(data)
+    crio = new.setdefault("crio", {})
+    runtime = crio.setdefault("runtime", {})
+    runtimes = runtime.setdefault("runtimes", {})
+    if change.remove:
+        runtimes.pop(change.runtime_name, None)
+        if runtime.get("default_runtime") == change.runtime_name:
+            del runtime["default_runtime"]
+        for path in (["crio", "runtime", "runtimes"], ["crio", "runtime"], ["crio"]):
+            parent = new
+            for key in path[:-1]:
+                parent = parent[key]
+            if parent.get(path[-1]) == {}:
+                del parent[path[-1]]
+        return new
+    runtimes[change.runtime_name] = entry(source, change, file)
+    if change.set_as_default:
+        runtime["default_runtime"] = change.runtime_name
+    return new
+
+
+def configure(text: str, file: str, source_text: str | None, source_file: str, change: RuntimeChange) -> Edit:
+    """``file`` (a drop-in, or the main config itself) after the change; settings are copied from the
+    main config ``source_text`` (the same text when editing in place)."""
+    document, data = tomledit.load(text, file)
+    source = data if source_text is None else tomledit.load(source_text, source_file)[1]
+    intended = changed(data, source, change, file)
+    if intended == data:
+        return Edit(file, text)
+    if change.remove and not intended and text.lstrip().startswith(HEADER):
+        return Edit(file, None)  # our own drop-in, now empty
+    if not data and not text.strip():
+        document = None
+    if document is None:
+        import tomlkit  # noqa: PLC0415
+
+        return Edit(file, HEADER + tomledit.edit(tomlkit.document(), {}, intended, file))
+    return Edit(file, tomledit.edit(document, data, intended, file, like=text))
+
+
+HEADER = "# Written by `cdictk runtime configure`.\n"

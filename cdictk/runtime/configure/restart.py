@@ -1,0 +1,55 @@
+"""Making the daemon pick up its new config: ``--restart none|signal|systemd``.
+
+``signal`` sends SIGHUP to the process listening on the daemon's socket (found from the socket's peer
+credentials, not from a pid file that may be stale): dockerd and CRI-O reload their config on SIGHUP.
+containerd does not (SIGHUP would stop it), so it must be restarted through systemd.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import struct
+import subprocess
+
+from cdictk.errors import CdictkError
+
+UNITS = {"containerd": "containerd", "crio": "crio", "docker": "docker"}
+SOCKETS = {
+    "containerd": "/run/containerd/containerd.sock",
+    "crio": "/var/run/crio/crio.sock",
+    "docker": "/var/run/docker.sock",
+}
+
+
+def socket_owner(path: str) -> int:
+    """The pid of the process that accepted our connection on the unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(5)
+        try:
+            client.connect(path)
+        except OSError as exc:
+            raise CdictkError(path, "", f"cannot connect to the daemon: {exc.strerror or exc}") from None
+        credentials = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid: int = struct.unpack("3i", credentials)[0]
+    return pid
+
+
+def restart(runtime: str, how: str, socket_path: str | None = None) -> str:
+    """Do it; a line saying what was done."""
+    if how == "none":
+        return f"restart {runtime} (or use --restart) for the change to take effect"
+    if how == "systemd":
+        unit = UNITS[runtime]
+        result = subprocess.run(["systemctl", "restart", unit], capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            reason = (result.stderr.strip().splitlines() or ["failed"])[-1]
+            raise CdictkError("", "--restart", f"systemctl restart {unit}: {reason}")
+        return f"restarted {unit} with systemd"
+    if runtime == "containerd":
+        raise CdictkError("", "--restart", "containerd does not reload its config on a signal: use systemd")
+    path = socket_path or SOCKETS[runtime]
+    pid = socket_owner(path)
+    os.kill(pid, signal.SIGHUP)
+    return f"sent SIGHUP to {runtime} (pid {pid}, listening on {path}) to reload its config"

@@ -1,0 +1,126 @@
+"""Reading and writing daemon configs the careful way.
+
+- A symlinked config is refused unless asked to follow it (then its target is edited): replacing the
+  link with a file would silently detach the config from where its owner keeps it.
+- One run at a time: an exclusive lock on the config's directory, held from reading to writing.
+- Before the first change to a file, a one-time copy ``<file>.cdictk.orig`` of what was there.
+- Writes are atomic and keep the file's mode and owner; an unchanged file is not written (its mtime
+  stays); ``dry_run`` prints a unified diff instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import fcntl
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from cdictk.errors import CdictkError
+from cdictk.fsutil import atomic_write
+
+MAX_CONFIG_BYTES = 16 << 20
+BACKUP_SUFFIX = ".cdictk.orig"
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    path: str  # the file to edit (a followed symlink's target)
+    text: str | None  # None: the file does not exist
+
+
+def read(path: str, *, follow_symlinks: bool) -> Current:
+    if not os.path.isabs(path):
+        raise CdictkError(path, "", "must be an absolute path")
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return Current(path, None)
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    if stat.S_ISLNK(info.st_mode):
+        if not follow_symlinks:
+            raise CdictkError(
+                path, "", "is a symlink; refusing to replace it (--follow-symlinks edits its target)"
+            )
+        return read(os.path.realpath(path), follow_symlinks=False)
+    if not stat.S_ISREG(info.st_mode):
+        raise CdictkError(path, "", "not a regular file")
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise CdictkError(path, "", f"larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    try:
+        return Current(path, data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CdictkError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s directory (created if missing) until the block ends."""
+    directory = os.path.dirname(path)
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CdictkError(directory, "", exc.strerror or str(exc)) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def diff(path: str, old: str | None, new: str | None) -> str:
+    return "".join(
+        difflib.unified_diff(
+            (old or "").splitlines(keepends=True),
+            (new or "").splitlines(keepends=True),
+            fromfile=path if old is not None else "/dev/null",
+            tofile=path if new is not None else "/dev/null",
+        )
+    )
+
+
+def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = True) -> bool:
+    """Make ``current.path`` hold ``new`` (None: no file). True when something changed (or would).
+
+    ``backup=False`` for files that are cdictk's own (a drop-in): there is nothing of the user's to keep.
+    """
+    if new == current.text:
+        return False
+    if dry_run:
+        sys.stdout.write(diff(current.path, current.text, new))
+        return True
+    if current.text is not None and backup:
+        _backup(current.path, current.text)
+    if new is None:
+        try:
+            os.unlink(current.path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            raise CdictkError(current.path, "", f"cannot remove: {exc.strerror}") from None
+        return True
+    directory = os.path.dirname(current.path)
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)  # conf.d/ may not exist yet
+    except OSError as exc:
+        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
+    atomic_write(current.path, new.encode("utf-8"))
+    return True
+
+
+def _backup(path: str, text: str) -> None:
+    backup = path + BACKUP_SUFFIX
+    if os.path.lexists(backup):
+        return  # one time: the copy of the file as it was before cdictk first touched it
+    mode = stat.S_IMODE(os.stat(path).st_mode)
+    atomic_write(backup, text.encode("utf-8"), mode=mode)

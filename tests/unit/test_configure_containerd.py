@@ -1,0 +1,187 @@
+"""containerd config edits: versions 1-3, drop-in and in place, shapes of real configs, removal."""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from cdictk.errors import CdictkError
+from cdictk.runtime.configure.containerd import (
+    RuntimeChange,
+    config_version,
+    configure_drop_in,
+    configure_in_place,
+)
+
+DROP_IN = "/etc/containerd/conf.d/99-cdictk.toml"
+PATH = "/usr/local/bin/cdictk-runtime"
+CHANGE = RuntimeChange(set_as_default=True, enable_cdi=True, cdi_spec_dirs=("/etc/cdi", "/var/run/cdi"))
+
+# Shaped like `containerd config default` output after a few hand edits (comments, indentation).
+V2 = """# managed by hand: keep this comment
+version = 2
+root = "/var/lib/containerd"  # and this one
+imports = ["/etc/containerd/extra.toml"]
+
+[plugins]
+  [plugins."io.containerd.grpc.v1.cri"]
+    sandbox_image = "registry.k8s.io/pause:3.9"
+    [plugins."io.containerd.grpc.v1.cri".containerd]
+      default_runtime_name = "runc"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+        runtime_type = "io.containerd.runc.v2"
+        [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+          SystemdCgroup = true
+"""
+
+
+def drop_in(
+    text: str, change: RuntimeChange = CHANGE, current: str | None = None
+) -> tuple[str | None, str | None]:
+    main, drop = configure_drop_in(
+        text,
+        "/etc/containerd/config.toml",
+        drop_in=DROP_IN,
+        drop_in_text=current,
+        change=change,
+        installed=None,
+    )
+    assert main.path == "/etc/containerd/config.toml" and drop.path == DROP_IN
+    return main.text, drop.text
+
+
+def test_drop_in_appends_to_imports_and_carries_the_whole_cri_table() -> None:
+    main, drop = drop_in(V2)
+    assert main == V2.replace(
+        'imports = ["/etc/containerd/extra.toml"]',
+        f'imports = ["/etc/containerd/extra.toml", "{DROP_IN}"]',
+    )
+    assert drop is not None
+    data = tomllib.loads(drop)
+    cri = data["plugins"]["io.containerd.grpc.v1.cri"]
+    assert data["version"] == 2
+    assert cri["sandbox_image"] == "registry.k8s.io/pause:3.9"  # 1.6 would lose it otherwise
+    assert cri["enable_cdi"] is True and cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    assert cri["containerd"]["default_runtime_name"] == "cdictk"
+    assert cri["containerd"]["runtimes"]["runc"]["options"] == {"SystemdCgroup": True}
+    assert cri["containerd"]["runtimes"]["cdictk"] == {
+        "runtime_type": "io.containerd.runc.v2",
+        "options": {"SystemdCgroup": True, "BinaryName": PATH},  # copied from the default runtime
+    }
+
+
+def test_second_run_changes_nothing() -> None:
+    main, drop = drop_in(V2)
+    assert main is not None and drop is not None
+    again_main, again_drop = drop_in(main, current=drop)
+    assert again_main is main and again_drop is drop  # the same text objects: nothing to write
+
+
+def test_removal_restores_the_main_file_byte_for_byte_and_drops_the_drop_in() -> None:
+    main, drop = drop_in(V2)
+    assert main is not None
+    restored, gone = drop_in(main, RuntimeChange(remove=True), current=drop)
+    assert restored == V2 and gone is None
+
+
+def test_an_import_glob_that_covers_the_drop_in_is_not_repeated() -> None:
+    text = 'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n'
+    main, _ = drop_in(text)
+    assert main == text
+
+
+def test_empty_config_gets_version_imports_and_runc() -> None:
+    main, drop = drop_in("", RuntimeChange())
+    assert main == f'version = 2\nimports = ["{DROP_IN}"]\n'
+    assert drop is not None
+    runtimes = tomllib.loads(drop)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    # containerd 1.6 drops its built-in runc once a config names any runtime.
+    assert runtimes == {
+        "runc": {"runtime_type": "io.containerd.runc.v2"},
+        "cdictk": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": PATH}},
+    }
+
+
+def test_version_3_uses_the_containerd_2_plugin() -> None:
+    text = 'version = 3\n\n[plugins."io.containerd.cri.v1.runtime".containerd.runtimes.runc]\n  runtime_type = "io.containerd.runc.v2"\n'
+    _, drop = drop_in(text)
+    assert drop is not None
+    cri = tomllib.loads(drop)["plugins"]["io.containerd.cri.v1.runtime"]
+    assert cri["enable_cdi"] is True and "cdictk" in cri["containerd"]["runtimes"]
+    empty_v3, _ = configure_drop_in(
+        "", "c.toml", drop_in=DROP_IN, drop_in_text=None, change=RuntimeChange(), installed=3
+    )
+    assert empty_v3.text is not None and empty_v3.text.startswith("version = 3\n")
+
+
+def test_version_1_is_edited_in_place_with_enable_cdi_in_the_cri_table() -> None:
+    text = '[plugins.cri]\n  sandbox_image = "x"\n[plugins.cri.containerd]\n  snapshotter = "overlayfs"\n'
+    with pytest.raises(CdictkError, match="config version 1 has no imports"):
+        drop_in(text)
+    edited = configure_in_place(text, "c.toml", CHANGE, None).text
+    assert edited is not None
+    cri = tomllib.loads(edited)["plugins"]["cri"]
+    # NVIDIA's tool puts it under plugins.cri.containerd, where containerd does not read it.
+    assert cri["enable_cdi"] is True and "enable_cdi" not in cri["containerd"]
+    assert cri["containerd"]["snapshotter"] == "overlayfs"
+    assert edited.startswith('[plugins.cri]\n  sandbox_image = "x"\n  enable_cdi = true\n')
+
+
+def test_in_place_keeps_comments_and_layout_outside_the_changed_tables() -> None:
+    edited = configure_in_place(V2, "c.toml", CHANGE, None).text
+    assert edited is not None
+    head = V2.split("[plugins]", maxsplit=1)[0]
+    assert edited.startswith(head)  # comments, root keys, imports: byte for byte
+    assert "          SystemdCgroup = true\n" in edited
+    data = tomllib.loads(edited)
+    assert data["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"] == "cdictk"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # dotted keys at the root and an inline table: tomlkit must not move keys around
+        'version = 2\nplugins."io.containerd.grpc.v1.cri".sandbox_image = "x"\nroot = "/r"\n',
+        'version = 2\n[plugins]\n"io.containerd.grpc.v1.cri" = { sandbox_image = "x" }\n',
+        'version = 2\r\n# windows line ends\r\n[plugins."io.containerd.grpc.v1.cri"]\r\n  sandbox_image = "x"\r\n',
+    ],
+)
+def test_awkward_shapes_are_edited_correctly_or_refused(text: str) -> None:
+    try:
+        edited = configure_in_place(text, "c.toml", CHANGE, None).text
+    except CdictkError as exc:
+        assert "cannot edit this file safely" in str(exc)
+        return
+    assert edited is not None
+    data = tomllib.loads(edited)
+    cri = data["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["sandbox_image"] == "x" and cri["enable_cdi"] is True
+    assert "cdictk" in cri["containerd"]["runtimes"]
+    if "\r\n" in text:
+        assert "\n" not in edited.replace("\r\n", "")  # no mixed line ends
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version = 2\n[plugins\n", "c.toml: line 2 column"),
+        ("version = 9\n", "c.toml: version: unsupported config version 9"),
+        ('version = 2\nimports = "x"\n', "c.toml: imports: is not a list of paths"),
+        (
+            'version = 2\n[plugins]\n"io.containerd.grpc.v1.cri" = 5\n',
+            'plugins."io.containerd.grpc.v1.cri": is not a table',
+        ),
+    ],
+)
+def test_bad_configs(text: str, message: str) -> None:
+    with pytest.raises(CdictkError) as caught:
+        configure_drop_in(text, "c.toml", drop_in=DROP_IN, drop_in_text=None, change=CHANGE, installed=None)
+    assert message in str(caught.value)
+
+
+def test_version_detection() -> None:
+    assert config_version({}, "f", None) == 2
+    assert config_version({}, "f", 3) == 3
+    assert config_version({"plugins": {}}, "f", None) == 1
+    assert config_version({"version": 3}, "f", None) == 3

@@ -1,0 +1,58 @@
+from __future__ import annotations
+
+import tomllib
+
+from cdictk.runtime.configure.containerd import RuntimeChange
+from cdictk.runtime.configure.crio import HEADER, configure
+
+MAIN = """# CRI-O main config
+[crio.runtime]
+default_runtime = "crun"
+
+[crio.runtime.runtimes.crun]
+runtime_path = "/usr/bin/crun"
+monitor_path = "/usr/libexec/crio/conmon"
+monitor_env = ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"]
+allowed_annotations = ["io.containers.trace-syscall"]
+"""
+PATH = "/usr/local/bin/cdictk-runtime"
+
+
+def test_drop_in_holds_only_our_entry_with_the_monitor_settings_copied() -> None:
+    edit = configure(
+        "",
+        "/etc/crio/crio.conf.d/99-cdictk.toml",
+        MAIN,
+        "/etc/crio/crio.conf",
+        RuntimeChange(set_as_default=True),
+    )
+    assert edit.text is not None and edit.text.startswith(HEADER)
+    assert tomllib.loads(edit.text) == {
+        "crio": {
+            "runtime": {
+                "default_runtime": "cdictk",
+                "runtimes": {
+                    "cdictk": {
+                        "runtime_path": PATH,
+                        "runtime_type": "oci",
+                        "monitor_path": "/usr/libexec/crio/conmon",
+                        "monitor_env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin"],
+                    }
+                },
+            }
+        }
+    }
+    again = configure(edit.text, "d.toml", MAIN, "crio.conf", RuntimeChange(set_as_default=True))
+    assert again.text is edit.text
+    gone = configure(edit.text, "d.toml", MAIN, "crio.conf", RuntimeChange(remove=True))
+    assert gone.text is None
+
+
+def test_in_place_keeps_the_rest_of_the_file() -> None:
+    edit = configure(MAIN, "/etc/crio/crio.conf", None, "/etc/crio/crio.conf", RuntimeChange())
+    assert edit.text is not None and edit.text.startswith(MAIN)
+    assert tomllib.loads(edit.text)["crio"]["runtime"]["default_runtime"] == "crun"
+    back = configure(
+        edit.text, "/etc/crio/crio.conf", None, "/etc/crio/crio.conf", RuntimeChange(remove=True)
+    )
+    assert back.text is not None and tomllib.loads(back.text) == tomllib.loads(MAIN)
