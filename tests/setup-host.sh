@@ -2,6 +2,9 @@
 # Prepares a Debian 12 machine (as root) for cdictk's end-to-end tests. Idempotent and quick when
 # everything is already in place, so `make test` runs it every time.
 #  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc;
+#  - containerd 2.x and dockerd 28.x from Debian sid, unpacked (not installed) into a cache by
+#    tests/fetch-daemons.sh: bookworm's own have no CDI. CDICTK_DAEMONS_CACHE moves the cache; the
+#    tests read the same variable;
 #  - crun (and podman on crun) refuses hybrid cgroups while any controller is still on the v2
 #    hierarchy ("cgroups in hybrid mode not supported"); on machines without systemd that is hugetlb.
 #    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
@@ -25,6 +28,9 @@ if ((${#missing[@]})); then
   # With recommends: podman needs conmon, catatonit and a network backend from them.
   apt-get install -y -q "${missing[@]}" >/dev/null
 fi
+
+# Downloads only on the first run (about 6 s, 185 MB unpacked); later runs just print the versions.
+"$(dirname "$0")/fetch-daemons.sh" "${CDICTK_DAEMONS_CACHE:-/var/cache/cdictk-tests/daemons}"
 
 unified=/sys/fs/cgroup/unified/cgroup.controllers
 # cgroupfs files report size 0: test the content, not -s.
