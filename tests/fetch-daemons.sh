@@ -47,7 +47,7 @@ apt_options=(
 )
 
 echo "fetch-daemons: downloading containerd and docker.io from Debian sid into $cache"
-if ! apt-get "${apt_options[@]}" -q update >"$work/update.log" 2>&1; then
+if ! apt-get "${apt_options[@]}" -q --error-on=any update >"$work/update.log" 2>&1; then
   tail -5 "$work/update.log" >&2
   fail "apt-get update of Debian sid failed (is deb.debian.org reachable?)"
 fi
