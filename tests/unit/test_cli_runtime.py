@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import tomllib
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def test_dry_run_prints_a_diff_and_writes_nothing(capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     ("setup", "args", "message"),
     [
-        ("bad.toml", [], "line 1 column"),
+        ("bad.toml", [], "config.toml:1:8: invalid TOML"),
         ("link.toml", [], "is a symlink; refusing to replace it"),
         (
             None,
@@ -107,3 +108,21 @@ def test_follow_symlinks_edits_the_target(capsys: pytest.CaptureFixture[str], tm
     )
     assert code == 0 and (tmp_path / "config.toml").is_symlink()
     assert "imports" in (tmp_path / "real.toml").read_text()
+
+
+def test_read_only_directory_leaves_the_file_as_it_was(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    target = tmp_path / "ro"
+    target.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(target)], check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs CAP_SYS_ADMIN) to make a read-only directory")
+    try:
+        (target / "daemon.json").write_text('{"debug": true}\n')
+        subprocess.run(["mount", "-o", "remount,ro", str(target)], check=True)
+        code, _, err = run(capsys, "--runtime", "docker", "--config", str(target / "daemon.json"))
+        assert code == 1 and err.count("\n") == 1 and "Read-only file system" in err
+        assert (target / "daemon.json").read_text() == '{"debug": true}\n'
+        assert os.listdir(target) == ["daemon.json"]
+    finally:
+        subprocess.run(["umount", str(target)], check=True)

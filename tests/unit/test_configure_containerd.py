@@ -165,7 +165,7 @@ def test_awkward_shapes_are_edited_correctly_or_refused(text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("version = 2\n[plugins\n", "c.toml: line 2 column"),
+        ("version = 2\n[plugins\n", "c.toml:2:8: invalid TOML"),
         ("version = 9\n", "c.toml: version: unsupported config version 9"),
         ('version = 2\nimports = "x"\n', "c.toml: imports: is not a list of paths"),
         (
@@ -185,3 +185,13 @@ def test_version_detection() -> None:
     assert config_version({}, "f", 3) == 3
     assert config_version({"plugins": {}}, "f", None) == 1
     assert config_version({"version": 3}, "f", None) == 3
+
+
+def test_enable_cdi_spells_out_the_spec_dirs_and_remove_takes_them_back() -> None:
+    text = 'version = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "x"\n'
+    edited = configure_in_place(text, "c.toml", RuntimeChange(enable_cdi=True), None).text
+    assert edited is not None
+    cri = tomllib.loads(edited)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["enable_cdi"] is True and cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    back = configure_in_place(edited, "c.toml", RuntimeChange(enable_cdi=True, remove=True), None).text
+    assert back is not None and tomllib.loads(back) == tomllib.loads(text)

@@ -195,13 +195,13 @@ def test_remove_with_nothing_to_remove_writes_nothing() -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ('{\n  // x\n  "debug": true\n}', "invalid JSON: comments are not allowed at line 2 column 3"),
-        ('{\n  "debug": true,\n}', "invalid JSON: trailing comma at line 2 column 16"),
-        ("[]", "the top level must be a JSON object, not an array at line 1 column 1"),
-        ('{"a": 1,\n "b": {"c": 1, "c": 2}}', 'invalid JSON: duplicate key "c" at line 2 column 16'),
-        ('{"a": NaN}', "invalid JSON: NaN is not valid JSON at line 1 column 7"),
-        ('{"a": 1e400}', "invalid JSON: number 1e400 is out of range at line 1 column 7"),
-        ('{"a": 1} {}', "invalid JSON: Extra data at line 1 column 10"),
+        ('{\n  // x\n  "debug": true\n}', ":2:3: invalid JSON: comments are not allowed"),
+        ('{\n  "debug": true,\n}', ":2:16: invalid JSON: trailing comma"),
+        ("[]", ":1:1: the top level must be a JSON object, not an array"),
+        ('{"a": 1,\n "b": {"c": 1, "c": 2}}', ':2:16: invalid JSON: duplicate key "c"'),
+        ('{"a": NaN}', ":1:7: invalid JSON: NaN is not valid JSON"),
+        ('{"a": 1e400}', ":1:7: invalid JSON: number 1e400 is out of range"),
+        ('{"a": 1} {}', ":1:10: invalid JSON: Extra data"),
         ('{"runtimes": ["cdictk"]}', "runtimes: is not an object"),
         ('{"runtimes": {"cdictk": "/usr/bin/x"}}', "runtimes.cdictk: is not an object"),
         ('{"features": "cdi"}', "features: is not an object"),
@@ -222,7 +222,9 @@ def test_remove_with_nothing_to_remove_writes_nothing() -> None:
 def test_refused_files_name_the_problem_and_where(text: str, message: str) -> None:
     with pytest.raises(CdictkError) as caught:
         configure(text, DockerChange(enable_cdi=True))
-    assert str(caught.value) == f"{FILE}: {message}"
+    # A syntax error is placed as file:line:column; a wrong field is named after the file.
+    expected = f"{FILE}{message}" if message.startswith(":") else f"{FILE}: {message}"
+    assert str(caught.value) == expected
 
 
 def test_files_over_16_mib_are_refused() -> None:
@@ -244,4 +246,6 @@ def test_files_over_16_mib_are_refused() -> None:
 def test_unusable_changes_are_refused(change: DockerChange, message: str) -> None:
     with pytest.raises(CdictkError) as caught:
         configure("{}", change)
-    assert str(caught.value) == f"{FILE}: {message}"
+    # A syntax error is placed as file:line:column; a wrong field is named after the file.
+    expected = f"{FILE}{message}" if message.startswith(":") else f"{FILE}: {message}"
+    assert str(caught.value) == expected

@@ -28,6 +28,7 @@ CRI_PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v
 RUNC_V2 = "io.containerd.runc.v2"
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
 DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-cdictk.toml"
+DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,11 +93,15 @@ def changed(data: dict[str, Any], version: int, change: RuntimeChange, file: str
     name = change.runtime_name
     if change.remove:
         runtimes.pop(name, None)
+        if runtimes == {"runc": {"runtime_type": RUNC_V2}}:
+            del runtimes["runc"]  # what configure adds to a config that named no runtime: the built-in one
         if section.get("default_runtime_name") == name:
             del section["default_runtime_name"]
         if change.enable_cdi:
             cri.pop("enable_cdi", None)
-        if change.cdi_spec_dirs:
+        if change.cdi_spec_dirs or (
+            change.enable_cdi and cri.get("cdi_spec_dirs") == list(DEFAULT_CDI_SPEC_DIRS)
+        ):
             cri.pop("cdi_spec_dirs", None)
         _prune(new, ["plugins", plugin, "containerd", "runtimes"])
         return new
@@ -107,6 +112,8 @@ def changed(data: dict[str, Any], version: int, change: RuntimeChange, file: str
         section["default_runtime_name"] = name
     if change.enable_cdi:
         cri["enable_cdi"] = True
+        # Spelled out even when they are containerd's defaults, so the file says where specs are read.
+        cri.setdefault("cdi_spec_dirs", list(DEFAULT_CDI_SPEC_DIRS))
     if change.cdi_spec_dirs:
         cri["cdi_spec_dirs"] = list(change.cdi_spec_dirs)
     return new

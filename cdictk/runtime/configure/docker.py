@@ -127,7 +127,7 @@ def _parse(text: str, file: str) -> dict[str, Any]:
         )
     except json.JSONDecodeError as exc:
         reason, pos = _explain_syntax_error(text, exc)
-        raise CdictkError(file, "", f"invalid JSON: {reason} at {_position(text, pos)}") from None
+        raise CdictkError(_at(file, text, pos), "", f"invalid JSON: {reason}") from None
     except RecursionError:
         raise CdictkError(file, "", "invalid JSON: nested too deeply") from None
     except ValueError as exc:
@@ -137,11 +137,11 @@ def _parse(text: str, file: str) -> dict[str, Any]:
         if located is None:
             raise CdictkError(file, "", f"invalid JSON: {exc}") from None
         reason, pos = located
-        raise CdictkError(file, "", f"invalid JSON: {reason} at {_position(text, pos)}") from None
+        raise CdictkError(_at(file, text, pos), "", f"invalid JSON: {reason}") from None
     if not isinstance(doc, dict):
         start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
         raise CdictkError(
-            file, "", f"the top level must be a JSON object, not {_kind(doc)} at {_position(text, start)}"
+            _at(file, text, start), "", f"the top level must be a JSON object, not {_kind(doc)}"
         )
     return doc
 
@@ -212,10 +212,11 @@ def _shorten(spelling: str) -> str:
     return spelling if len(spelling) <= 24 else spelling[:20] + "..."
 
 
-def _position(text: str, pos: int) -> str:
+def _at(file: str, text: str, pos: int) -> str:
+    """``file:line:column`` of offset ``pos``, the form editors and compilers use."""
     line = text.count("\n", 0, pos) + 1
     column = pos - text.rfind("\n", 0, pos)
-    return f"line {line} column {column}"
+    return f"{file}:{line}:{column}"
 
 
 def _kind(value: object) -> str:

@@ -29,7 +29,7 @@ def load(text: str, file: str) -> tuple[Any, dict[str, Any]]:
         document = tomlkit.parse(text)
         data = tomllib.loads(text)
     except ParseError as exc:
-        raise CdictkError(file, f"line {exc.line} column {exc.col}", _reason(exc)) from None
+        raise CdictkError(f"{file}:{exc.line}:{exc.col}", "", _reason(exc)) from None
     except tomllib.TOMLDecodeError as exc:
         raise CdictkError(file, "", f"invalid TOML: {exc}") from None
     return document, data

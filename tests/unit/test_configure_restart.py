@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cdictk.errors import CdictkError
+from cdictk.runtime.configure.restart import restart, socket_owner
+
+# A stand-in daemon: listens on a unix socket and notes a SIGHUP, as dockerd reloads on one.
+DAEMON = """
+import signal, socket, sys, time
+path, note = sys.argv[1], sys.argv[2]
+signal.signal(signal.SIGHUP, lambda *_: open(note, "w").write("reloaded"))
+server = socket.socket(socket.AF_UNIX)
+server.bind(path)
+server.listen(1)
+print("ready", flush=True)
+while True:
+    connection, _ = server.accept()
+    connection.close()
+"""
+
+
+def test_signal_reaches_the_process_on_the_socket(tmp_path: Path) -> None:
+    sock, note = tmp_path / "docker.sock", tmp_path / "note"
+    daemon = subprocess.Popen(
+        [sys.executable, "-c", DAEMON, str(sock), str(note)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert daemon.stdout is not None and daemon.stdout.readline().strip() == "ready"
+        assert socket_owner(str(sock)) == daemon.pid
+        line = restart("docker", "signal", str(sock))
+        assert f"pid {daemon.pid}" in line
+        for _ in range(50):
+            if note.exists():
+                break
+            time.sleep(0.05)
+        assert note.read_text() == "reloaded"
+    finally:
+        daemon.kill()
+        daemon.wait()
+
+
+def test_no_daemon_and_containerd_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(CdictkError, match="cannot connect to the daemon"):
+        restart("docker", "signal", str(tmp_path / "none.sock"))
+    with pytest.raises(CdictkError, match="containerd does not reload its config on a signal"):
+        restart("containerd", "signal")
+    assert "restart crio" in restart("crio", "none")
