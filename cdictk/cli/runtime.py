@@ -30,9 +30,9 @@ def runtime_group() -> None:
     "--runtime",
     "engine",
     type=click.Choice(["containerd", "crio", "docker"]),
-    default="containerd",
+    default="docker",
     show_default=True,
-    help="The engine whose config to edit.",
+    help="The engine whose config to edit (docker by default, as with nvidia-ctk).",
 )
 @click.option(
     "--config",

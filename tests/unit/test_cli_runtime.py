@@ -26,7 +26,8 @@ def test_containerd_drop_in_round_trip(capsys: pytest.CaptureFixture[str], tmp_p
     original = '# mine\nversion = 2\n\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause"\n'
     config.write_text(original)
     drop = tmp_path / "conf.d" / "99-cdictk.toml"
-    args = ["--config", str(config), "--drop-in-config", str(drop), "--enable-cdi", "--set-as-default"]
+    args = ["--runtime", "containerd", "--config", str(config), "--drop-in-config", str(drop)]
+    args += ["--enable-cdi", "--set-as-default"]
     code, out, err = run(capsys, *args)
     assert code == 0 and out == ""
     assert err.splitlines()[:2] == [f"{drop}: written", f"{config}: written"]
@@ -36,7 +37,9 @@ def test_containerd_drop_in_round_trip(capsys: pytest.CaptureFixture[str], tmp_p
     code, _, err = run(capsys, *args)
     assert code == 0 and err.splitlines()[:2] == [f"{drop}: unchanged", f"{config}: unchanged"]
     assert config.stat().st_mtime_ns == mtime
-    code, _, err = run(capsys, "--config", str(config), "--drop-in-config", str(drop), "--remove")
+    code, _, err = run(
+        capsys, "--runtime", "containerd", "--config", str(config), "--drop-in-config", str(drop), "--remove"
+    )
     assert code == 0 and config.read_text() == original and not drop.exists()
 
 
@@ -88,7 +91,11 @@ def test_errors_are_one_line_and_leave_files_untouched(
         config.symlink_to(tmp_path / "real.toml")
     before = sorted(os.listdir(tmp_path))
     contents = {name: (tmp_path / name).read_bytes() for name in before if (tmp_path / name).is_file()}
-    code, _, err = run(capsys, "--config", str(config), "--drop-in-config", str(tmp_path / "d.toml"), *args)
+    drop_in = str(tmp_path / "d.toml")
+    # --runtime containerd first: a --runtime in args comes later and wins.
+    code, _, err = run(
+        capsys, "--runtime", "containerd", "--config", str(config), "--drop-in-config", drop_in, *args
+    )
     assert code == 1 and message in err
     assert err.count("cdictk: error:") == 1
     assert sorted(os.listdir(tmp_path)) == before
@@ -100,6 +107,8 @@ def test_follow_symlinks_edits_the_target(capsys: pytest.CaptureFixture[str], tm
     (tmp_path / "config.toml").symlink_to(tmp_path / "real.toml")
     code, _, _ = run(
         capsys,
+        "--runtime",
+        "containerd",
         "--config",
         str(tmp_path / "config.toml"),
         "--drop-in-config",
