@@ -10,7 +10,7 @@
 #    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
 set -euo pipefail
 
-packages=(runc crun podman containerd busybox-static gcc)
+packages=(runc crun podman containerd busybox-static gcc patch)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "setup-host: not root; skipping host setup (the end-to-end tests will be skipped)" >&2

@@ -20,6 +20,14 @@ def default_runtime_path() -> str:
     )
 
 
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 @click.group("runtime")
 def runtime_group() -> None:
     """Register cdictk with container engines (containerd, CRI-O, Docker)."""
@@ -119,6 +127,14 @@ def configure_command(  # click passes every option by keyword
     """
     from cdictk.runtime.configure.apply import Request, configure  # noqa: PLC0415
 
+    for value, flag in (
+        (config, "--config"),
+        (drop_in, "--drop-in-config"),
+        (path, "--runtime-path"),
+        (name, "--runtime-name"),
+    ):
+        if value is not None and not _is_text(value):
+            raise CdictkError("", flag, "is not valid UTF-8")
     if engine == "containerd" and restart_how == "signal":  # refused before anything is written
         raise CdictkError("", "--restart", "containerd does not reload its config on a signal: use systemd")
     runtime_path = path or default_runtime_path()
@@ -131,9 +147,8 @@ def configure_command(  # click passes every option by keyword
         path=runtime_path, set_as_default=set_as_default, enable_cdi=enable_cdi, cdi_spec_dirs=cdi_spec_dirs,
         remove=remove, dry_run=dry_run, follow_symlinks=follow_symlinks,
     )  # fmt: skip
-    for line in configure(request):
-        print(line, file=sys.stderr)
-    if not dry_run:
+    changed = configure(request, lambda line: print(line, file=sys.stderr))
+    if not dry_run and (changed or restart_how == "none"):
         from cdictk.runtime.configure.restart import restart  # noqa: PLC0415
 
         print(restart(engine, restart_how, socket_path), file=sys.stderr)

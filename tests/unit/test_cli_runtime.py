@@ -37,9 +37,7 @@ def test_containerd_drop_in_round_trip(capsys: pytest.CaptureFixture[str], tmp_p
     code, _, err = run(capsys, *args)
     assert code == 0 and err.splitlines()[:2] == [f"{drop}: unchanged", f"{config}: unchanged"]
     assert config.stat().st_mtime_ns == mtime
-    code, _, err = run(
-        capsys, "--runtime", "containerd", "--config", str(config), "--drop-in-config", str(drop), "--remove"
-    )
+    code, _, err = run(capsys, *args[:6], "--remove", "--enable-cdi")
     assert code == 0 and config.read_text() == original and not drop.exists()
 
 
@@ -68,7 +66,7 @@ def test_dry_run_prints_a_diff_and_writes_nothing(capsys: pytest.CaptureFixture[
 @pytest.mark.parametrize(
     ("setup", "args", "message"),
     [
-        ("bad.toml", [], "config.toml:1:8: invalid TOML"),
+        ("bad.toml", [], "config.toml:1:9: invalid TOML"),
         ("link.toml", [], "is a symlink; refusing to replace it"),
         (
             None,
@@ -135,3 +133,59 @@ def test_read_only_directory_leaves_the_file_as_it_was(
         assert os.listdir(target) == ["daemon.json"]
     finally:
         subprocess.run(["umount", str(target)], check=True)
+
+
+def test_drop_in_that_is_the_main_config_is_refused(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text("version = 2\n")
+    code, _, err = run(
+        capsys, "--runtime", "containerd", "--config", str(config), "--drop-in-config", str(config)
+    )
+    assert code == 1 and "is the main config itself" in err and config.read_text() == "version = 2\n"
+
+
+def test_remove_on_missing_configs_creates_nothing(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    for engine in ("containerd", "crio", "docker"):
+        config = tmp_path / engine / "config"
+        extra = [] if engine == "docker" else ["--drop-in-config", str(tmp_path / engine / "d.toml")]
+        code, _, _ = run(capsys, "--runtime", engine, "--config", str(config), *extra, "--remove")
+        assert code == 0
+    assert not [p for p in tmp_path.rglob("*") if p.is_file()]
+
+
+def test_a_new_file_is_backed_up_as_empty(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    config = tmp_path / "daemon.json"
+    run(capsys, "--runtime", "docker", "--config", str(config))
+    run(capsys, "--runtime", "docker", "--config", str(config), "--runtime-name", "other")
+    assert (tmp_path / "daemon.json.cdictk.orig").read_text() == ""
+
+
+def test_dry_run_and_refused_paths_create_no_directories(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, _, _ = run(
+        capsys, "--runtime", "docker", "--config", str(tmp_path / "no" / "dir" / "daemon.json"), "--dry-run"
+    )
+    assert code == 0 and not (tmp_path / "no").exists()
+    code, _, err = run(capsys, "--runtime", "docker", "--config", "relative/daemon.json")
+    assert code == 1 and "must be an absolute path" in err and not os.path.exists("relative")
+
+
+def test_diff_of_a_file_without_a_final_newline_applies_with_patch(tmp_path: Path) -> None:
+    from cdictk.runtime.configure.writer import diff
+
+    old, new = '{"a": 1}', '{"a": 1, "b": 2}'
+    (tmp_path / "f.json").write_text(old)
+    patch = diff(str(tmp_path / "f.json"), old, new)
+    assert "\\ No newline at end of file" in patch
+    applied = subprocess.run(
+        ["patch", "-p0", "-s"], input=patch, text=True, cwd="/", capture_output=True, check=False
+    )
+    if applied.returncode == 127:
+        pytest.skip("patch(1) is not installed")
+    assert applied.returncode == 0, applied.stderr
+    assert (tmp_path / "f.json").read_text() == new

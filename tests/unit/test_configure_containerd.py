@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import tomllib
 
 import pytest
@@ -81,7 +82,11 @@ def test_second_run_changes_nothing() -> None:
 def test_removal_restores_the_main_file_byte_for_byte_and_drops_the_drop_in() -> None:
     main, drop = drop_in(V2)
     assert main is not None
-    restored, gone = drop_in(main, RuntimeChange(remove=True), current=drop)
+    # --remove takes CDI settings out only when asked: CDI may serve other runtimes.
+    kept_cdi, still = drop_in(main, RuntimeChange(remove=True), current=drop)
+    assert kept_cdi is main and still is not None and "enable_cdi = true" in still and "cdictk]" not in still
+    undo = RuntimeChange(remove=True, enable_cdi=True, cdi_spec_dirs=CHANGE.cdi_spec_dirs)
+    restored, gone = drop_in(main, undo, current=drop)
     assert restored == V2 and gone is None
 
 
@@ -165,7 +170,7 @@ def test_awkward_shapes_are_edited_correctly_or_refused(text: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("version = 2\n[plugins\n", "c.toml:2:8: invalid TOML"),
+        ("version = 2\n[plugins\n", "c.toml:2:9: invalid TOML"),
         ("version = 9\n", "c.toml: version: unsupported config version 9"),
         ('version = 2\nimports = "x"\n', "c.toml: imports: is not a list of paths"),
         (
@@ -195,3 +200,92 @@ def test_enable_cdi_spells_out_the_spec_dirs_and_remove_takes_them_back() -> Non
     assert cri["enable_cdi"] is True and cri["cdi_spec_dirs"] == ["/etc/cdi", "/var/run/cdi"]
     back = configure_in_place(edited, "c.toml", RuntimeChange(enable_cdi=True, remove=True), None).text
     assert back is not None and tomllib.loads(back) == tomllib.loads(text)
+
+
+def test_a_drop_in_not_written_by_cdictk_is_refused() -> None:
+    with pytest.raises(CdictkError, match="exists and was not written by cdictk; refusing to replace it"):
+        drop_in(V2, current='[debug]\n  level = "info"\n')
+
+
+def test_earlier_runs_settings_and_other_runtime_names_survive_later_runs() -> None:
+    main, drop = drop_in(V2)  # default cdictk, CDI on
+    assert main is not None and drop is not None
+    other = RuntimeChange(runtime_name="cdictk-two", runtime_path="/opt/two")
+    main2, drop2 = drop_in(main, other, current=drop)
+    assert main2 is main and drop2 is not None
+    cri = tomllib.loads(drop2)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["enable_cdi"] is True and cri["containerd"]["default_runtime_name"] == "cdictk"
+    assert {"cdictk", "cdictk-two"} <= set(cri["containerd"]["runtimes"])
+    # Removing one name keeps the other, and the drop-in with it.
+    main3, drop3 = drop_in(main, RuntimeChange(remove=True), current=drop2)
+    assert main3 is main and drop3 is not None
+    runtimes = tomllib.loads(drop3)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]
+    assert "cdictk" not in runtimes["runtimes"] and "cdictk-two" in runtimes["runtimes"]
+    assert runtimes["default_runtime_name"] == "runc"  # the main file's, back again
+
+
+def test_edits_to_the_main_cri_table_reach_the_drop_in_on_the_next_run() -> None:
+    main, drop = drop_in(V2)
+    assert main is not None and drop is not None
+    _, drop2 = drop_in(main.replace("pause:3.9", "pause:3.10"), current=drop)
+    assert drop2 is not None and 'sandbox_image = "registry.k8s.io/pause:3.10"' in drop2
+
+
+@pytest.mark.parametrize(
+    ("imports", "listed"),
+    [
+        (["/etc/containerd/conf.d/*.toml"], True),
+        (["conf.d/*.toml"], True),  # relative to the main file's directory
+        (["/etc/containerd/*.toml"], False),  # Go's * does not cross "/"
+        (["/etc/containerd/conf.d/[0-9]*.toml"], True),
+        (["/etc/containerd/conf.d/[^9]*.toml"], False),
+    ],
+)
+def test_imports_are_matched_the_way_containerd_matches_them(imports: list[str], listed: bool) -> None:
+    text = f"version = 2\nimports = {json.dumps(imports)}\n"
+    main, _ = drop_in(text)
+    assert (main == text) is listed
+
+
+def test_cri_settings_from_other_imports_are_carried_into_the_drop_in() -> None:
+    """containerd 1.x replaces the whole CRI table with each import's: ours must hold theirs."""
+    other = '[plugins."io.containerd.grpc.v1.cri".registry]\n  config_path = "/etc/containerd/certs.d"\n'
+    _, drop = configure_drop_in(
+        'version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n',
+        "/etc/containerd/config.toml",
+        drop_in=DROP_IN,
+        drop_in_text=None,
+        change=RuntimeChange(),
+        installed=None,
+        imported=[("/etc/containerd/conf.d/10-registry.toml", other)],
+    )
+    assert drop.text is not None
+    cri = tomllib.loads(drop.text)["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["registry"] == {"config_path": "/etc/containerd/certs.d"}
+
+
+def test_in_place_remove_restores_the_previous_default_from_the_backup() -> None:
+    edited = configure_in_place(V2, "c.toml", CHANGE, None).text
+    assert edited is not None
+    back = configure_in_place(edited, "c.toml", RuntimeChange(remove=True), None, tomllib.loads(V2)).text
+    assert back is not None
+    assert (
+        tomllib.loads(back)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["default_runtime_name"]
+        == "runc"
+    )
+
+
+def test_in_place_second_run_with_set_as_default_changes_nothing() -> None:
+    text = V2.replace('default_runtime_name = "runc"', 'default_runtime_name = "nvidia"') + (
+        '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.nvidia]\n'
+        '        runtime_type = "io.containerd.runc.v2"\n'
+    )
+    first = configure_in_place(text, "c.toml", CHANGE, None).text
+    assert first is not None
+    assert configure_in_place(first, "c.toml", CHANGE, None).text is first
+
+
+@pytest.mark.parametrize("name", ["runc", "", 'bad"name', "a b"])
+def test_unusable_runtime_names_are_refused(name: str) -> None:
+    with pytest.raises(CdictkError, match="is not a usable runtime name"):
+        drop_in(V2, RuntimeChange(runtime_name=name))

@@ -56,3 +56,26 @@ def test_in_place_keeps_the_rest_of_the_file() -> None:
         edit.text, "/etc/crio/crio.conf", None, "/etc/crio/crio.conf", RuntimeChange(remove=True)
     )
     assert back.text is not None and tomllib.loads(back.text) == tomllib.loads(MAIN)
+
+
+def test_second_in_place_run_with_set_as_default_changes_nothing() -> None:
+    text = (
+        MAIN
+        + '\n[crio.runtime.runtimes.runc]\nruntime_path = "/usr/sbin/runc"\nmonitor_path = "/other/conmon"\n'
+    )
+    first = configure(text, "crio.conf", None, "crio.conf", RuntimeChange(set_as_default=True))
+    assert first.text is not None
+    assert (
+        configure(first.text, "crio.conf", None, "crio.conf", RuntimeChange(set_as_default=True)).text
+        is first.text
+    )
+
+
+def test_tables_of_the_wrong_type_are_one_error() -> None:
+    import pytest
+
+    from cdictk.errors import CdictkError
+
+    for text in ("crio = 5\n", '[crio]\nruntime = "x"\n', "[crio.runtime]\nruntimes = 1\n"):
+        with pytest.raises(CdictkError, match="is not a table"):
+            configure(text, "crio.conf", None, "crio.conf", RuntimeChange())

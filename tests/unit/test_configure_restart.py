@@ -13,7 +13,8 @@ from cdictk.runtime.configure.restart import restart, socket_owner
 # A stand-in daemon: listens on a unix socket and notes a SIGHUP, as dockerd reloads on one.
 DAEMON = """
 import signal, socket, sys, time
-path, note = sys.argv[1], sys.argv[2]
+path, note, name = sys.argv[1], sys.argv[2], sys.argv[3]
+open("/proc/self/comm", "w").write(name)  # what the process is called, as ps and /proc show it
 signal.signal(signal.SIGHUP, lambda *_: open(note, "w").write("reloaded"))
 server = socket.socket(socket.AF_UNIX)
 server.bind(path)
@@ -25,13 +26,17 @@ while True:
 """
 
 
+def stand_in(tmp_path: Path, name: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-c", DAEMON, str(tmp_path / "docker.sock"), str(tmp_path / "note"), name]
+    daemon = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    assert daemon.stdout is not None and daemon.stdout.readline().strip() == "ready"
+    return daemon
+
+
 def test_signal_reaches_the_process_on_the_socket(tmp_path: Path) -> None:
     sock, note = tmp_path / "docker.sock", tmp_path / "note"
-    daemon = subprocess.Popen(
-        [sys.executable, "-c", DAEMON, str(sock), str(note)], stdout=subprocess.PIPE, text=True
-    )
+    daemon = stand_in(tmp_path, "dockerd")
     try:
-        assert daemon.stdout is not None and daemon.stdout.readline().strip() == "ready"
         assert socket_owner(str(sock)) == daemon.pid
         line = restart("docker", "signal", str(sock))
         assert f"pid {daemon.pid}" in line
@@ -51,3 +56,18 @@ def test_no_daemon_and_containerd_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(CdictkError, match="containerd does not reload its config on a signal"):
         restart("containerd", "signal")
     assert "restart crio" in restart("crio", "none")
+
+
+def test_a_listener_that_is_not_the_daemon_gets_no_signal(tmp_path: Path) -> None:
+    """Socket activation: systemd (or anything else) holds the socket; it must not be sent SIGHUP."""
+    daemon = stand_in(tmp_path, "systemd")
+    try:
+        with pytest.raises(
+            CdictkError, match=r"is held by systemd \(pid \d+\), not docker: use --restart systemd"
+        ):
+            restart("docker", "signal", str(tmp_path / "docker.sock"))
+        time.sleep(0.2)
+        assert not (tmp_path / "note").exists()
+    finally:
+        daemon.kill()
+        daemon.wait()

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
@@ -31,8 +35,9 @@ class Request:
     follow_symlinks: bool = False
 
 
-def configure(request: Request) -> list[str]:
-    """Carry out ``request``; one line per file saying what happened to it."""
+def configure(request: Request, report: Callable[[str], None]) -> bool:
+    """Carry out ``request``, reporting each file as it is written (so a failure on a second file
+    leaves no doubt about the first). True when anything changed (or would, with ``dry_run``)."""
     config = request.config or DEFAULT_CONFIGS[request.engine]
     change = RuntimeChange(
         runtime_name=request.name,
@@ -44,45 +49,86 @@ def configure(request: Request) -> list[str]:
     )
     if request.engine == "docker" and request.drop_in:
         raise CdictkError("", "--drop-in-config", "docker has no drop-in configs")
-    if request.engine == "crio" and (request.enable_cdi or request.cdi_spec_dirs):
+    if request.engine == "crio" and request.enable_cdi:
+        raise CdictkError("", "--enable-cdi", "CRI-O has CDI on by default")
+    if request.engine == "crio" and request.cdi_spec_dirs:
         raise CdictkError(
-            "", "--enable-cdi", "CRI-O has CDI on by default; its spec dirs are set in crio.conf"
+            "", "--cdi-spec-dir", "CRI-O's CDI spec dirs are set in crio.conf ([crio.runtime] cdi_spec_dirs)"
         )
-    with writer.locked(config):
+    drop_in = None if request.engine == "docker" else request.drop_in
+    if drop_in is None and request.engine != "docker":
+        drop_in = DEFAULT_DROP_INS[request.engine]
+    for path, flag in ((config, "--config"), (drop_in, "--drop-in-config")):
+        if path and not os.path.isabs(path):
+            raise CdictkError(path, flag, "must be an absolute path")
+    with writer.locked(config, create=not request.dry_run):
         main = writer.read(config, follow_symlinks=request.follow_symlinks)
+        drop = writer.read(drop_in, follow_symlinks=request.follow_symlinks) if drop_in else None
+        if drop is not None and os.path.realpath(drop.path) == os.path.realpath(main.path):
+            raise CdictkError(drop.path, "--drop-in-config", "is the main config itself")
         if request.engine == "docker":
-            return _commit_all([(main, _docker(main, change))], request)
-        drop_in = request.drop_in if request.drop_in is not None else DEFAULT_DROP_INS[request.engine]
+            return _commit_all([(main, _docker(main, change))], request, report)
         if request.engine == "crio":
-            if not drop_in:
-                return _commit_all(
-                    [(main, crio.configure(main.text or "", main.path, None, main.path, change))], request
-                )
-            current = writer.read(drop_in, follow_symlinks=request.follow_symlinks)
-            edit = crio.configure(current.text or "", current.path, main.text, main.path, change)
-            return _commit_all([(current, edit)], request, own={current.path})
+            if drop is None:
+                edit = crio.configure(main.text or "", main.path, None, main.path, change)
+                return _commit_all([(main, edit)], request, report)
+            edit = crio.configure(drop.text or "", drop.path, main.text, main.path, change)
+            return _commit_all([(drop, edit)], request, report, own={drop.path})
         installed = containerd.installed_version() if not (main.text or "").strip() else None
-        if not drop_in:
-            return _commit_all(
-                [(main, containerd.configure_in_place(main.text or "", main.path, change, installed))],
-                request,
+        if drop is None:
+            edit = containerd.configure_in_place(
+                main.text or "", main.path, change, installed, _before(main.path)
             )
-        current = writer.read(drop_in, follow_symlinks=request.follow_symlinks)
+            return _commit_all([(main, edit)], request, report)
         main_edit, drop_edit = containerd.configure_drop_in(
             main.text or "",
             main.path,
-            drop_in=current.path,
-            drop_in_text=current.text,
+            drop_in=drop.path,
+            drop_in_text=drop.text,
             change=change,
             installed=installed,
+            imported=_other_imports(main, drop.path),
         )
         # The drop-in exists before the import that names it, and the import goes before the drop-in.
         order = (
-            [(main, main_edit), (current, drop_edit)]
-            if request.remove
-            else [(current, drop_edit), (main, main_edit)]
+            [(main, main_edit), (drop, drop_edit)]
+            if drop_edit.text is None
+            else [(drop, drop_edit), (main, main_edit)]
         )
-        return _commit_all(order, request, own={current.path})
+        return _commit_all(order, request, report, own={drop.path})
+
+
+def _before(path: str) -> dict[str, object] | None:
+    """The config as it was before cdictk first changed it (its backup), for --remove to restore."""
+    try:
+        with open(path + writer.BACKUP_SUFFIX, "rb") as handle:
+            return tomllib.loads(handle.read(writer.MAX_CONFIG_BYTES).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        return None
+
+
+def _other_imports(main: writer.Current, drop_in: str) -> list[tuple[str, str]]:
+    """The files the main config imports (globs expanded the way containerd does), except our drop-in."""
+    if not main.text:
+        return []
+    try:
+        imports = tomllib.loads(main.text).get("imports", [])
+    except tomllib.TOMLDecodeError:
+        return []  # the edit itself reports the syntax error, with its position
+    found: list[tuple[str, str]] = []
+    directory = os.path.dirname(main.path)
+    for entry in imports if isinstance(imports, list) else []:
+        if not isinstance(entry, str):
+            continue
+        pattern = os.path.join(directory, entry)
+        paths = sorted(glob.glob(pattern)) if any(c in entry for c in "*?[") else [pattern]
+        for path in paths:
+            if os.path.realpath(path) == os.path.realpath(drop_in) or not os.path.isfile(path):
+                continue
+            text = writer.read(path, follow_symlinks=True).text
+            if text is not None:
+                found.append((path, text))
+    return found
 
 
 def _docker(main: writer.Current, change: RuntimeChange) -> Edit:
@@ -100,17 +146,29 @@ def _docker(main: writer.Current, change: RuntimeChange) -> Edit:
 
 
 def _commit_all(
-    edits: list[tuple[writer.Current, Edit]], request: Request, own: frozenset[str] | set[str] = frozenset()
-) -> list[str]:
-    lines = []
+    edits: list[tuple[writer.Current, Edit]],
+    request: Request,
+    report: Callable[[str], None],
+    own: frozenset[str] | set[str] = frozenset(),
+) -> bool:
+    for _current, edit in edits:
+        if edit.text is not None:
+            try:
+                edit.text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise CdictkError(
+                    edit.path, "", "the new content is not valid UTF-8; nothing written"
+                ) from None
+    any_change = False
     for current, edit in edits:
         changed = writer.commit(current, edit.text, dry_run=request.dry_run, backup=current.path not in own)
+        any_change = any_change or changed
         if not changed:
-            lines.append(f"{current.path}: unchanged")
+            report(f"{current.path}: unchanged")
         elif request.dry_run:
-            lines.append(f"{current.path}: would change (diff above)")
+            report(f"{current.path}: would change (diff above)")
         elif edit.text is None:
-            lines.append(f"{current.path}: removed")
+            report(f"{current.path}: removed")
         else:
-            lines.append(f"{current.path}: written")
-    return lines
+            report(f"{current.path}: written")
+    return any_change

@@ -15,9 +15,10 @@ configure after editing that table in the main file. And once a config names any
 from __future__ import annotations
 
 import copy
-import fnmatch
+import os
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +30,8 @@ RUNC_V2 = "io.containerd.runc.v2"
 DEFAULT_CONFIG = "/etc/containerd/config.toml"
 DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-cdictk.toml"
 DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+DROP_IN_HEADER = "# Written by `cdictk runtime configure`"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +77,7 @@ def config_version(data: dict[str, Any], file: str, installed: int | None) -> in
     return int(version)
 
 
-def _table(parent: dict[str, Any], key: str, file: str, where: str) -> dict[str, Any]:
+def table(parent: dict[str, Any], key: str, file: str, where: str) -> dict[str, Any]:
     value = parent.setdefault(key, {})
     if not isinstance(value, dict):
         shown = f'"{key}"' if "." in key else key
@@ -82,28 +85,58 @@ def _table(parent: dict[str, Any], key: str, file: str, where: str) -> dict[str,
     return value
 
 
-def changed(data: dict[str, Any], version: int, change: RuntimeChange, file: str) -> dict[str, Any]:
-    """The whole config as it must read after the change, as plain data."""
-    new = copy.deepcopy(data)
-    plugin = CRI_PLUGINS[version]
-    cri = _table(_table(new, "plugins", file, ""), plugin, file, "plugins")
-    where = f'plugins."{plugin}"'
-    section = _table(cri, "containerd", file, where)
-    runtimes = _table(section, "runtimes", file, f"{where}.containerd")
+def _peek(parent: Any, *keys: str) -> Any:
+    """``parent[k1][k2]...`` or None, for reading data that may not have the shape we want."""
+    for key in keys:
+        if not isinstance(parent, dict):
+            return None
+        parent = parent.get(key)
+    return parent
+
+
+def check_change(change: RuntimeChange, file: str) -> None:
+    name = change.runtime_name
+    if not _NAME.fullmatch(name) or name == "runc":
+        raise CdictkError(
+            file,
+            "--runtime-name",
+            f"{name!r} is not a usable runtime name (letters, digits, - _ .; not runc)",
+        )
+    for directory in change.cdi_spec_dirs:
+        if not directory.startswith("/"):
+            raise CdictkError(file, "--cdi-spec-dir", f"must be an absolute path, not {directory!r}")
+
+
+def change_cri(
+    cri: dict[str, Any], change: RuntimeChange, file: str, where: str, before: dict[str, Any]
+) -> dict[str, Any]:
+    """The CRI plugin table ``cri`` after the change.
+
+    ``before`` is the table as it was without cdictk: --remove puts back what configure replaced there
+    (a previous default runtime, CDI settings) and keeps what was already there.
+    """
+    new = copy.deepcopy(cri)
+    section = table(new, "containerd", file, where)
+    runtimes = table(section, "runtimes", file, f"{where}.containerd")
+    before_section = _peek(before, "containerd") or {}
+    before_runtimes = _peek(before_section, "runtimes") or {}
     name = change.runtime_name
     if change.remove:
         runtimes.pop(name, None)
-        if runtimes == {"runc": {"runtime_type": RUNC_V2}}:
-            del runtimes["runc"]  # what configure adds to a config that named no runtime: the built-in one
+        if runtimes == {"runc": {"runtime_type": RUNC_V2}} and "runc" not in before_runtimes:
+            del runtimes["runc"]  # configure added it to a config that named no runtime
         if section.get("default_runtime_name") == name:
-            del section["default_runtime_name"]
+            _restore(section, "default_runtime_name", before_section, unless=name)
         if change.enable_cdi:
-            cri.pop("enable_cdi", None)
+            _restore(new, "enable_cdi", before)
         if change.cdi_spec_dirs or (
-            change.enable_cdi and cri.get("cdi_spec_dirs") == list(DEFAULT_CDI_SPEC_DIRS)
+            change.enable_cdi and new.get("cdi_spec_dirs") == list(DEFAULT_CDI_SPEC_DIRS)
         ):
-            cri.pop("cdi_spec_dirs", None)
-        _prune(new, ["plugins", plugin, "containerd", "runtimes"])
+            _restore(new, "cdi_spec_dirs", before)
+        if not runtimes and "runtimes" not in before_section:
+            del section["runtimes"]
+        if not section and "containerd" not in before:
+            del new["containerd"]
         return new
     if not runtimes:
         runtimes["runc"] = {"runtime_type": RUNC_V2}
@@ -111,29 +144,58 @@ def changed(data: dict[str, Any], version: int, change: RuntimeChange, file: str
     if change.set_as_default:
         section["default_runtime_name"] = name
     if change.enable_cdi:
-        cri["enable_cdi"] = True
+        new["enable_cdi"] = True
         # Spelled out even when they are containerd's defaults, so the file says where specs are read.
-        cri.setdefault("cdi_spec_dirs", list(DEFAULT_CDI_SPEC_DIRS))
+        new.setdefault("cdi_spec_dirs", list(DEFAULT_CDI_SPEC_DIRS))
     if change.cdi_spec_dirs:
-        cri["cdi_spec_dirs"] = list(change.cdi_spec_dirs)
+        new["cdi_spec_dirs"] = list(change.cdi_spec_dirs)
+    return new
+
+
+def _restore(table: dict[str, Any], key: str, before: Any, unless: object = None) -> None:
+    old = _peek(before, key)
+    if old is not None and old != unless:
+        table[key] = copy.deepcopy(old)
+    else:
+        table.pop(key, None)
+
+
+def changed(
+    data: dict[str, Any], version: int, change: RuntimeChange, file: str, before: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The whole config as it must read after the change (in place), as plain data."""
+    new = copy.deepcopy(data)
+    plugin = CRI_PLUGINS[version]
+    plugins = table(new, "plugins", file, "")
+    cri = table(plugins, plugin, file, "plugins")
+    # Without a backup nothing is known of the file before cdictk: remove takes out all it could add.
+    before_cri = _peek(before, "plugins", plugin) or {}
+    plugins[plugin] = change_cri(cri, change, file, f'plugins."{plugin}"', before_cri)
+    if change.remove:
+        if not plugins[plugin] and plugin not in (_peek(before, "plugins") or {}):
+            del plugins[plugin]
+        if not plugins and "plugins" not in (before or {}):
+            del new["plugins"]
     return new
 
 
 def _runtime_table(
     section: dict[str, Any], runtimes: dict[str, Any], change: RuntimeChange, file: str
 ) -> dict[str, Any]:
-    """A copy of the default (else runc, else crun) runtime's settings, running our binary.
+    """Our entry: as it is when there is one (hand edits kept, a re-run changes nothing), else a copy of
+    the default (else runc, else crun) runtime's settings; either way running our binary.
 
     Copying keeps what the node relies on, such as ``SystemdCgroup = true`` or a ``runtime_root``.
     """
     name = change.runtime_name
     base: dict[str, Any] = {}
-    for source in (section.get("default_runtime_name"), "runc", "crun"):
-        if isinstance(source, str) and source != name and isinstance(runtimes.get(source), dict):
-            base = copy.deepcopy(runtimes[source])
-            break
     if isinstance(runtimes.get(name), dict):
-        base = {**base, **copy.deepcopy(runtimes[name])}  # a re-run keeps the user's edits to our entry
+        base = copy.deepcopy(runtimes[name])
+    else:
+        for source in (section.get("default_runtime_name"), "runc", "crun"):
+            if isinstance(source, str) and source != name and isinstance(runtimes.get(source), dict):
+                base = copy.deepcopy(runtimes[source])
+                break
     base.setdefault("runtime_type", RUNC_V2)
     options = base.setdefault("options", {})
     if not isinstance(options, dict):
@@ -142,22 +204,98 @@ def _runtime_table(
     return base
 
 
-def _prune(data: dict[str, Any], path: list[str]) -> None:
-    """Drop the tables along ``path`` that the removal left empty, innermost first."""
-    for depth in range(len(path), 0, -1):
-        parent = data
-        for key in path[: depth - 1]:
-            parent = parent.get(key, {})
-        if parent.get(path[depth - 1]) == {}:
-            del parent[path[depth - 1]]
+def effective_cri(data: dict[str, Any], version: int, imported: Sequence[tuple[str, str]]) -> dict[str, Any]:
+    """The CRI table containerd builds from the main config and its other imports, in order.
+
+    containerd 1.x (config version 2) replaces a whole plugin table with an import's; 2.x merges keys.
+    """
+    plugin = CRI_PLUGINS[version]
+    found = _peek(data, "plugins", plugin)
+    if found is not None and not isinstance(found, dict):
+        raise CdictkError("", f'plugins."{plugin}"', "is not a table")
+    cri: dict[str, Any] = copy.deepcopy(found or {})
+    for path, text in imported:
+        other = _peek(tomledit.load(text, path)[1], "plugins", plugin)
+        if isinstance(other, dict):
+            cri = copy.deepcopy(other) if version == 2 else _deep_merge(cri, other)
+    return cri
 
 
-def configure_in_place(text: str, file: str, change: RuntimeChange, installed: int | None) -> Edit:
+def _deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    merged = copy.deepcopy(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _deep_merge(merged[key], value)
+        else:
+            merged[key] = copy.deepcopy(value)
+    return merged
+
+
+def _ours(base: dict[str, Any], drop_in: dict[str, Any]) -> dict[str, Any]:
+    """``base`` plus what an earlier run put in the drop-in: its runtimes that ``base`` lacks, and a
+    default runtime or CDI settings that differ from ``base``'s. Everything else is taken afresh from
+    ``base``, so edits to the main config reach the drop-in on the next run."""
+    merged = copy.deepcopy(base)
+    old_section = _peek(drop_in, "containerd") or {}
+    section = merged.setdefault("containerd", {})
+    if isinstance(section, dict):
+        runtimes = section.setdefault("runtimes", {})
+        for name, entry in (_peek(old_section, "runtimes") or {}).items():
+            if isinstance(runtimes, dict) and name not in runtimes:
+                runtimes[name] = copy.deepcopy(entry)
+        default = old_section.get("default_runtime_name")
+        if default is not None and default != section.get("default_runtime_name"):
+            section["default_runtime_name"] = default
+        if not runtimes and "runtimes" not in (_peek(base, "containerd") or {}):
+            del section["runtimes"]
+        if not section and "containerd" not in base:
+            del merged["containerd"]
+    for key in ("enable_cdi", "cdi_spec_dirs"):
+        if key in drop_in and drop_in[key] != base.get(key):
+            merged[key] = copy.deepcopy(drop_in[key])
+    return merged
+
+
+def go_match(pattern: str, path: str) -> bool:
+    """Go's filepath.Match, which containerd uses for imports: * and ? never match "/"."""
+    regex, index = "", 0
+    while index < len(pattern):
+        char = pattern[index]
+        if char == "*":
+            regex += "[^/]*"
+        elif char == "?":
+            regex += "[^/]"
+        elif char == "[":
+            end = pattern.find("]", index + 2)
+            if end < 0:
+                return False  # Go: ErrBadPattern, matching nothing
+            body = pattern[index + 1 : end]
+            negated = body.startswith("^")
+            body = body[1:] if negated else body
+            regex += "[" + ("^" if negated else "") + body.replace("\\", "\\\\").replace("[", "\\[") + "]"
+            index = end
+        elif char == "\\" and index + 1 < len(pattern):
+            index += 1
+            regex += re.escape(pattern[index])
+        else:
+            regex += re.escape(char)
+        index += 1
+    try:
+        return re.fullmatch(regex, path) is not None
+    except re.error:
+        return False
+
+
+def configure_in_place(
+    text: str, file: str, change: RuntimeChange, installed: int | None, before: dict[str, Any] | None = None
+) -> Edit:
+    """The main config edited in place; ``before`` is its content before cdictk first changed it."""
+    check_change(change, file)
     document, data = tomledit.load(text, file)
     version = config_version(data, file, installed)
-    intended = changed(data, version, change, file)
-    if not data and not change.remove:
-        intended = {"version": version, **intended} if version > 1 else intended
+    intended = changed(data, version, change, file, before)
+    if not data and not change.remove and version > 1:
+        intended = {"version": version, **intended}
     if intended == data:
         return Edit(file, text)
     return Edit(file, tomledit.edit(document, data, intended, file, like=text))
@@ -171,8 +309,16 @@ def configure_drop_in(
     drop_in_text: str | None,
     change: RuntimeChange,
     installed: int | None,
+    imported: Sequence[tuple[str, str]] = (),
 ) -> list[Edit]:
-    """The main file (its ``imports``) and the drop-in holding the whole CRI plugin table."""
+    """The main file (its ``imports``) and the drop-in holding the whole CRI plugin table.
+
+    ``imported`` are the main file's other imports (path, text) in containerd's order: the drop-in
+    carries the CRI table containerd builds from them and the main file, plus cdictk's entries.
+    """
+    check_change(change, file)
+    if drop_in_text is not None and drop_in_text.strip() and not drop_in_text.startswith(DROP_IN_HEADER):
+        raise CdictkError(drop_in, "", "exists and was not written by cdictk; refusing to replace it")
     document, data = tomledit.load(text, file)
     version = config_version(data, file, installed)
     if version == 1:
@@ -183,29 +329,30 @@ def configure_drop_in(
     imports = data.get("imports", [])
     if not isinstance(imports, list) or not all(isinstance(entry, str) for entry in imports):
         raise CdictkError(file, "imports", "is not a list of paths")
-    listed = any(fnmatch.fnmatch(drop_in, pattern) for pattern in imports)
+    base = effective_cri(data, version, imported)
+    earlier = _peek(tomledit.load(drop_in_text, drop_in)[1], "plugins", plugin) if drop_in_text else None
+    current = _ours(base, earlier if isinstance(earlier, dict) else {})
+    cri = change_cri(current, change, drop_in, f'plugins."{plugin}"', base)
     main = copy.deepcopy(data)
-    if change.remove:
-        main_imports = [entry for entry in imports if entry != drop_in]
-        if main_imports != imports:
-            if main_imports:
-                main["imports"] = main_imports
+    if cri == base:  # nothing of cdictk's left: no drop-in, and no import of it
+        drop_edit = Edit(drop_in, None)
+        if drop_in in imports:
+            kept = [entry for entry in imports if entry != drop_in]
+            if kept:
+                main["imports"] = kept
             else:
                 del main["imports"]
-        drop_edit = Edit(drop_in, None)
     else:
-        if not listed:
+        drop_data = {"version": version, "plugins": {plugin: cri}}
+        drop_edit = Edit(drop_in, _drop_in_text(drop_data, drop_in, drop_in_text))
+        directory = os.path.dirname(file)
+        if not any(go_match(os.path.join(directory, entry), drop_in) for entry in imports):
             main["imports"] = [*imports, drop_in]
         if "version" not in main:
             main = {"version": version, **main}
-        cri = changed(data, version, change, file)["plugins"][plugin]
-        drop_data = {"version": version, "plugins": {plugin: cri}}
-        drop_edit = Edit(drop_in, _drop_in_text(drop_data, drop_in, drop_in_text))
     if main == data:
-        main_edit = Edit(file, text)
-    else:
-        main_edit = Edit(file, tomledit.edit(document, data, main, file, like=text))
-    return [main_edit, drop_edit]
+        return [Edit(file, text), drop_edit]
+    return [Edit(file, tomledit.edit(document, data, main, file, like=text)), drop_edit]
 
 
 def _drop_in_text(data: dict[str, Any], file: str, current: str | None) -> str:
@@ -216,7 +363,5 @@ def _drop_in_text(data: dict[str, Any], file: str, current: str | None) -> str:
         _, current_data = tomledit.load(current, file)
         if current_data == data:
             return current
-    header = (
-        "# Written by `cdictk runtime configure`: the CRI plugin table of the main config, plus cdictk.\n"
-    )
+    header = DROP_IN_HEADER + ": the CRI plugin table containerd builds from its config, plus cdictk.\n"
     return header + tomledit.edit(tomlkit.document(), {}, data, file)

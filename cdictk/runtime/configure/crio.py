@@ -12,7 +12,7 @@ from typing import Any
 
 from cdictk.errors import CdictkError
 from cdictk.runtime.configure import tomledit
-from cdictk.runtime.configure.containerd import Edit, RuntimeChange
+from cdictk.runtime.configure.containerd import Edit, RuntimeChange, check_change, table
 
 DEFAULT_CONFIG = "/etc/crio/crio.conf"
 DEFAULT_DROP_IN = "/etc/crio/crio.conf.d/99-cdictk.toml"
@@ -35,7 +35,13 @@ def _runtime_section(data: dict[str, Any], file: str) -> dict[str, Any]:
     return runtime
 
 
-def entry(source: dict[str, Any], change: RuntimeChange, file: str) -> dict[str, Any]:
+def entry(
+    source: dict[str, Any], change: RuntimeChange, file: str, existing: object = None
+) -> dict[str, Any]:
+    """Our entry: the existing one when there is one (so a re-run changes nothing), else the default
+    (else runc, else crun) runtime's monitor settings; either way running our binary."""
+    if isinstance(existing, dict):
+        return {**copy.deepcopy(existing), "runtime_path": change.runtime_path, "runtime_type": "oci"}
     runtime = _runtime_section(source, file)
     runtimes = runtime.get("runtimes", {})
     if not isinstance(runtimes, dict):
@@ -51,9 +57,9 @@ def entry(source: dict[str, Any], change: RuntimeChange, file: str) -> dict[str,
 def changed(data: dict[str, Any], source: dict[str, Any], change: RuntimeChange, file: str) -> dict[str, Any]:
     """``data`` (the file being written) after the change; ``source`` is the config to copy settings from."""
     new = copy.deepcopy(data)
-    crio = new.setdefault("crio", {})
-    runtime = crio.setdefault("runtime", {})
-    runtimes = runtime.setdefault("runtimes", {})
+    crio = table(new, "crio", file, "")
+    runtime = table(crio, "runtime", file, "crio")
+    runtimes = table(runtime, "runtimes", file, "crio.runtime")
     if change.remove:
         runtimes.pop(change.runtime_name, None)
         if runtime.get("default_runtime") == change.runtime_name:
@@ -65,7 +71,7 @@ def changed(data: dict[str, Any], source: dict[str, Any], change: RuntimeChange,
             if parent.get(path[-1]) == {}:
                 del parent[path[-1]]
         return new
-    runtimes[change.runtime_name] = entry(source, change, file)
+    runtimes[change.runtime_name] = entry(source, change, file, runtimes.get(change.runtime_name))
     if change.set_as_default:
         runtime["default_runtime"] = change.runtime_name
     return new
@@ -74,6 +80,7 @@ def changed(data: dict[str, Any], source: dict[str, Any], change: RuntimeChange,
 def configure(text: str, file: str, source_text: str | None, source_file: str, change: RuntimeChange) -> Edit:
     """``file`` (a drop-in, or the main config itself) after the change; settings are copied from the
     main config ``source_text`` (the same text when editing in place)."""
+    check_change(change, file)
     document, data = tomledit.load(text, file)
     source = data if source_text is None else tomledit.load(source_text, source_file)[1]
     intended = changed(data, source, change, file)

@@ -23,6 +23,17 @@ SOCKETS = {
 }
 
 
+DAEMONS = {"containerd": ("containerd",), "crio": ("crio",), "docker": ("dockerd",)}
+
+
+def _command_name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+            return handle.read().strip()
+    except OSError:
+        return ""
+
+
 def socket_owner(path: str) -> int:
     """The pid of the process that accepted our connection on the unix socket ``path``."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
@@ -51,5 +62,14 @@ def restart(runtime: str, how: str, socket_path: str | None = None) -> str:
         raise CdictkError("", "--restart", "containerd does not reload its config on a signal: use systemd")
     path = socket_path or SOCKETS[runtime]
     pid = socket_owner(path)
+    # With socket activation the listener is systemd (pid 1), not the daemon: a SIGHUP there would
+    # reload systemd and leave the daemon's config stale.
+    name = _command_name(pid)
+    if pid == 1 or name not in DAEMONS[runtime]:
+        raise CdictkError(
+            path,
+            "",
+            f"is held by {name or 'an unknown process'} (pid {pid}), not {runtime}: use --restart systemd",
+        )
     os.kill(pid, signal.SIGHUP)
     return f"sent SIGHUP to {runtime} (pid {pid}, listening on {path}) to reload its config"

@@ -29,9 +29,13 @@ def load(text: str, file: str) -> tuple[Any, dict[str, Any]]:
         document = tomlkit.parse(text)
         data = tomllib.loads(text)
     except ParseError as exc:
-        raise CdictkError(f"{file}:{exc.line}:{exc.col}", "", _reason(exc)) from None
+        # tomlkit counts columns from 0; editors and compilers count from 1.
+        raise CdictkError(f"{file}:{exc.line}:{exc.col + 1}", "", _reason(exc)) from None
     except tomllib.TOMLDecodeError as exc:
-        raise CdictkError(file, "", f"invalid TOML: {exc}") from None
+        match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f"{file}:{match.group(1)}:{match.group(2)}" if match else file
+        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
+        raise CdictkError(where, "", f"invalid TOML: {reason}") from None
     return document, data
 
 

@@ -63,9 +63,14 @@ def read(path: str, *, follow_symlinks: bool) -> Current:
 
 
 @contextlib.contextmanager
-def locked(path: str) -> Iterator[None]:
-    """Hold an exclusive lock on ``path``'s directory (created if missing) until the block ends."""
+def locked(path: str, *, create: bool = True) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s directory until the block ends; the directory is created
+    when missing unless ``create`` is false (a dry run), which then runs without a lock: there is
+    nothing there to race for."""
     directory = os.path.dirname(path)
+    if not create and not os.path.isdir(directory):
+        yield
+        return
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -79,14 +84,20 @@ def locked(path: str) -> Iterator[None]:
 
 
 def diff(path: str, old: str | None, new: str | None) -> str:
-    return "".join(
-        difflib.unified_diff(
-            (old or "").splitlines(keepends=True),
-            (new or "").splitlines(keepends=True),
-            fromfile=path if old is not None else "/dev/null",
-            tofile=path if new is not None else "/dev/null",
-        )
+    """A unified diff ``patch`` accepts, last lines without a newline marked as diff(1) marks them."""
+    lines = difflib.unified_diff(
+        _lines(old),
+        _lines(new),
+        fromfile=path if old is not None else "/dev/null",
+        tofile=path if new is not None else "/dev/null",
     )
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
+
+
+def _lines(text: str | None) -> list[str]:
+    return (text or "").splitlines(keepends=True)
 
 
 def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = True) -> bool:
@@ -94,13 +105,15 @@ def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = T
 
     ``backup=False`` for files that are cdictk's own (a drop-in): there is nothing of the user's to keep.
     """
-    if new == current.text:
-        return False
+    if new == current.text or (current.text is None and not new):
+        return False  # an absent file and an empty one are the same config
     if dry_run:
         sys.stdout.write(diff(current.path, current.text, new))
         return True
-    if current.text is not None and backup:
-        _backup(current.path, current.text)
+    if backup:
+        # A file that did not exist is backed up as an empty one, so that a later backup can never
+        # hold cdictk's own output.
+        _backup(current.path, current.text or "")
     if new is None:
         try:
             os.unlink(current.path)
@@ -122,5 +135,8 @@ def _backup(path: str, text: str) -> None:
     backup = path + BACKUP_SUFFIX
     if os.path.lexists(backup):
         return  # one time: the copy of the file as it was before cdictk first touched it
-    mode = stat.S_IMODE(os.stat(path).st_mode)
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
     atomic_write(backup, text.encode("utf-8"), mode=mode)
