@@ -289,3 +289,12 @@ def test_in_place_second_run_with_set_as_default_changes_nothing() -> None:
 def test_unusable_runtime_names_are_refused(name: str) -> None:
     with pytest.raises(CdictkError, match="is not a usable runtime name"):
         drop_in(V2, RuntimeChange(runtime_name=name))
+
+
+def test_a_multi_line_imports_list_keeps_its_layout_and_comments() -> None:
+    text = 'version = 2\nimports = [\n  "/etc/containerd/a.toml",  # registry mirrors\n  "/etc/containerd/b.toml",\n]\n'
+    main, drop = drop_in(text, RuntimeChange())
+    assert main == text.replace('b.toml",\n]', f'b.toml",\n  "{DROP_IN}",\n]')
+    assert main is not None
+    restored, gone = drop_in(main, RuntimeChange(remove=True), current=drop)
+    assert restored == text and gone is None

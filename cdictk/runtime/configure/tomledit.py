@@ -82,8 +82,34 @@ def sync(container: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
             _add(container, key, value)
         elif isinstance(value, dict) and isinstance(old[key], dict):
             sync(container[key], old[key], value)
+        elif (
+            isinstance(value, list)
+            and isinstance(old[key], list)
+            and _edit_array(container[key], old[key], value)
+        ):
+            pass
         elif value != old[key]:
             container[key] = tomlkit.item(value)
+
+
+def _edit_array(array: Any, old: list[Any], new: list[Any]) -> bool:
+    """Append to or delete from a tomlkit array in place, keeping its layout and comments (a
+    multi-line ``imports`` list); False when the change is not one of those two."""
+    if not hasattr(array, "append"):
+        return False
+    if new[: len(old)] == old:
+        for item in new[len(old) :]:
+            array.append(item)
+        return True
+    if len(new) < len(old) and all(item in old for item in new):
+        keep = list(new)
+        for index in reversed(range(len(old))):
+            if keep and old[index] == keep[-1]:
+                keep.pop()
+            else:
+                del array[index]
+        return not keep
+    return False
 
 
 def _add(container: Any, key: str, value: Any) -> None:
