@@ -189,3 +189,15 @@ def test_diff_of_a_file_without_a_final_newline_applies_with_patch(tmp_path: Pat
         pytest.skip("patch(1) is not installed")
     assert applied.returncode == 0, applied.stderr
     assert (tmp_path / "f.json").read_text() == new
+
+
+def test_docker_remove_restores_what_configure_replaced(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "daemon.json"
+    original = '{\n  "default-runtime": "nvidia",\n  "runtimes": {"nvidia": {"path": "/usr/bin/nvidia-container-runtime"}},\n  "features": {"cdi": false}\n}\n'
+    config.write_text(original)
+    run(capsys, "--runtime", "docker", "--config", str(config), "--set-as-default", "--enable-cdi")
+    assert json.loads(config.read_text())["default-runtime"] == "cdictk"
+    code, _, _ = run(capsys, "--runtime", "docker", "--config", str(config), "--remove", "--enable-cdi")
+    assert code == 0 and json.loads(config.read_text()) == json.loads(original)

@@ -79,3 +79,12 @@ def test_tables_of_the_wrong_type_are_one_error() -> None:
     for text in ("crio = 5\n", '[crio]\nruntime = "x"\n', "[crio.runtime]\nruntimes = 1\n"):
         with pytest.raises(CdictkError, match="is not a table"):
             configure(text, "crio.conf", None, "crio.conf", RuntimeChange())
+
+
+def test_in_place_remove_restores_the_default_from_the_backup() -> None:
+    first = configure(MAIN, "crio.conf", None, "crio.conf", RuntimeChange(set_as_default=True))
+    assert first.text is not None
+    back = configure(
+        first.text, "crio.conf", None, "crio.conf", RuntimeChange(remove=True), tomllib.loads(MAIN)
+    )
+    assert back.text is not None and tomllib.loads(back.text) == tomllib.loads(MAIN)

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import glob
+import json
 import os
 import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from cdictk.errors import CdictkError
 from cdictk.runtime.configure import containerd, crio, writer
@@ -67,10 +69,12 @@ def configure(request: Request, report: Callable[[str], None]) -> bool:
         if drop is not None and os.path.realpath(drop.path) == os.path.realpath(main.path):
             raise CdictkError(drop.path, "--drop-in-config", "is the main config itself")
         if request.engine == "docker":
-            return _commit_all([(main, _docker(main, change))], request, report)
+            return _commit_all([(main, _docker(main, change, _before_json(main.path)))], request, report)
         if request.engine == "crio":
             if drop is None:
-                edit = crio.configure(main.text or "", main.path, None, main.path, change)
+                edit = crio.configure(
+                    main.text or "", main.path, None, main.path, change, before=_before(main.path)
+                )
                 return _commit_all([(main, edit)], request, report)
             edit = crio.configure(drop.text or "", drop.path, main.text, main.path, change)
             return _commit_all([(drop, edit)], request, report, own={drop.path})
@@ -98,7 +102,7 @@ def configure(request: Request, report: Callable[[str], None]) -> bool:
         return _commit_all(order, request, report, own={drop.path})
 
 
-def _before(path: str) -> dict[str, object] | None:
+def _before(path: str) -> dict[str, Any] | None:
     """The config as it was before cdictk first changed it (its backup), for --remove to restore."""
     try:
         with open(path + writer.BACKUP_SUFFIX, "rb") as handle:
@@ -131,7 +135,16 @@ def _other_imports(main: writer.Current, drop_in: str) -> list[tuple[str, str]]:
     return found
 
 
-def _docker(main: writer.Current, change: RuntimeChange) -> Edit:
+def _before_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path + writer.BACKUP_SUFFIX, "rb") as handle:
+            data = json.loads(handle.read(writer.MAX_CONFIG_BYTES) or b"{}")
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _docker(main: writer.Current, change: RuntimeChange, before: dict[str, Any] | None) -> Edit:
     from cdictk.runtime.configure.docker import DockerChange, configure_docker  # noqa: PLC0415
 
     docker_change = DockerChange(
@@ -142,7 +155,7 @@ def _docker(main: writer.Current, change: RuntimeChange) -> Edit:
         cdi_spec_dirs=change.cdi_spec_dirs,
         remove=change.remove,
     )
-    return Edit(main.path, configure_docker(main.text, main.path, docker_change))
+    return Edit(main.path, configure_docker(main.text, main.path, docker_change, before))
 
 
 def _commit_all(

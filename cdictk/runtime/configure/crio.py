@@ -54,7 +54,13 @@ def entry(
     return new
 
 
-def changed(data: dict[str, Any], source: dict[str, Any], change: RuntimeChange, file: str) -> dict[str, Any]:
+def changed(
+    data: dict[str, Any],
+    source: dict[str, Any],
+    change: RuntimeChange,
+    file: str,
+    before: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """``data`` (the file being written) after the change; ``source`` is the config to copy settings from."""
     new = copy.deepcopy(data)
     crio = table(new, "crio", file, "")
@@ -63,7 +69,11 @@ def changed(data: dict[str, Any], source: dict[str, Any], change: RuntimeChange,
     if change.remove:
         runtimes.pop(change.runtime_name, None)
         if runtime.get("default_runtime") == change.runtime_name:
-            del runtime["default_runtime"]
+            old = (((before or {}).get("crio") or {}).get("runtime") or {}).get("default_runtime")
+            if isinstance(old, str) and old != change.runtime_name:
+                runtime["default_runtime"] = old  # the one configure replaced (in place, from the backup)
+            else:
+                del runtime["default_runtime"]
         for path in (["crio", "runtime", "runtimes"], ["crio", "runtime"], ["crio"]):
             parent = new
             for key in path[:-1]:
@@ -77,13 +87,21 @@ def changed(data: dict[str, Any], source: dict[str, Any], change: RuntimeChange,
     return new
 
 
-def configure(text: str, file: str, source_text: str | None, source_file: str, change: RuntimeChange) -> Edit:
+def configure(
+    text: str,
+    file: str,
+    source_text: str | None,
+    source_file: str,
+    change: RuntimeChange,
+    *,
+    before: dict[str, Any] | None = None,
+) -> Edit:
     """``file`` (a drop-in, or the main config itself) after the change; settings are copied from the
     main config ``source_text`` (the same text when editing in place)."""
     check_change(change, file)
     document, data = tomledit.load(text, file)
     source = data if source_text is None else tomledit.load(source_text, source_file)[1]
-    intended = changed(data, source, change, file)
+    intended = changed(data, source, change, file, before)
     if intended == data:
         return Edit(file, text)
     if change.remove and not intended and text.lstrip().startswith(HEADER):

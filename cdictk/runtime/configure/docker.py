@@ -55,7 +55,9 @@ class DockerChange:
     remove: bool = False
 
 
-def configure_docker(text: str | None, file: str, change: DockerChange) -> str | None:
+def configure_docker(
+    text: str | None, file: str, change: DockerChange, before: dict[str, Any] | None = None
+) -> str | None:
     """New daemon.json text, or None when the file does not exist and nothing needs writing.
 
     Returns ``text`` itself (the same string) when nothing changes, so the caller can skip the write.
@@ -79,6 +81,10 @@ def configure_docker(text: str | None, file: str, change: DockerChange) -> str |
     Raises CdictkError for text that is not strict JSON (comments, trailing commas, duplicate keys,
     NaN/Infinity), for a top level that is not an object, for a ``runtimes``, ``runtimes.<name>`` or
     ``features`` that is not an object, for text over 16 MiB, and for an unusable ``change``.
+
+    ``before`` is the file as it was before cdictk first changed it (its backup): what remove takes
+    out is put back from there when configure had replaced it (a previous ``default-runtime``, a
+    ``features.cdi`` or ``cdi-spec-dirs`` of the user's).
     """
     _check_change(change, file)
     if text is None:
@@ -90,7 +96,7 @@ def configure_docker(text: str | None, file: str, change: DockerChange) -> str |
     bom = source.startswith(_BOM)
     body = source[1:] if bom else source
     doc = _parse(body, file)
-    changed = _remove(doc, change, file) if change.remove else _add(doc, change, file)
+    changed = _remove(doc, change, file, before or {}) if change.remove else _add(doc, change, file)
     if not changed:
         return text
     rendered = _render(doc, body, file, new_file=text is None)
@@ -256,9 +262,9 @@ def _add(doc: dict[str, Any], change: DockerChange, file: str) -> bool:
     return changed
 
 
-def _remove(doc: dict[str, Any], change: DockerChange, file: str) -> bool:
+def _remove(doc: dict[str, Any], change: DockerChange, file: str, before: dict[str, Any]) -> bool:
     name = change.runtime_name
-    changed = False
+    changed = _restore(doc, change, before)
     runtimes = _object_field(doc, "runtimes", file)
     if runtimes is not None and name in runtimes:
         del runtimes[name]
@@ -268,7 +274,9 @@ def _remove(doc: dict[str, Any], change: DockerChange, file: str) -> bool:
     if doc.get("default-runtime") == name:
         del doc["default-runtime"]
         changed = True
-    if change.enable_cdi:
+    old_features = before.get("features")
+    had_cdi = isinstance(old_features, dict) and "cdi" in old_features
+    if change.enable_cdi and not had_cdi:
         features = _object_field(doc, "features", file)
         if features is not None and features.get("cdi") is True:
             del features["cdi"]
@@ -276,7 +284,7 @@ def _remove(doc: dict[str, Any], change: DockerChange, file: str) -> bool:
             if not features:
                 del doc["features"]
     dirs = doc.get("cdi-spec-dirs")
-    if change.cdi_spec_dirs and isinstance(dirs, list):
+    if change.cdi_spec_dirs and isinstance(dirs, list) and not isinstance(before.get("cdi-spec-dirs"), list):
         kept = [entry for entry in dirs if not (isinstance(entry, str) and entry in change.cdi_spec_dirs)]
         if len(kept) != len(dirs):
             changed = True
@@ -284,6 +292,25 @@ def _remove(doc: dict[str, Any], change: DockerChange, file: str) -> bool:
                 doc["cdi-spec-dirs"] = kept
             else:
                 del doc["cdi-spec-dirs"]
+    return changed
+
+
+def _restore(doc: dict[str, Any], change: DockerChange, before: dict[str, Any]) -> bool:
+    """Put back what configure replaced, from the backup; the rest of remove then finds nothing of
+    ours there to take out."""
+    changed = False
+    old_default = before.get("default-runtime")
+    ours = doc.get("default-runtime") == change.runtime_name
+    if ours and isinstance(old_default, str) and old_default != change.runtime_name:
+        changed |= _set(doc, "default-runtime", old_default)
+    old_features = before.get("features")
+    features = doc.get("features")
+    had_cdi = isinstance(old_features, dict) and "cdi" in old_features
+    if change.enable_cdi and had_cdi and isinstance(features, dict) and isinstance(old_features, dict):
+        changed |= _set(features, "cdi", old_features["cdi"])
+    old_dirs = before.get("cdi-spec-dirs")
+    if change.cdi_spec_dirs and isinstance(old_dirs, list):
+        changed |= _set(doc, "cdi-spec-dirs", old_dirs)
     return changed
 
 
