@@ -85,6 +85,6 @@ def test_in_place_remove_restores_the_default_from_the_backup() -> None:
     first = configure(MAIN, "crio.conf", None, "crio.conf", RuntimeChange(set_as_default=True))
     assert first.text is not None
     back = configure(
-        first.text, "crio.conf", None, "crio.conf", RuntimeChange(remove=True), tomllib.loads(MAIN)
+        first.text, "crio.conf", None, "crio.conf", RuntimeChange(remove=True), before=tomllib.loads(MAIN)
     )
     assert back.text is not None and tomllib.loads(back.text) == tomllib.loads(MAIN)
