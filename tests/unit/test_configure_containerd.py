@@ -8,8 +8,8 @@ import tomllib
 import pytest
 
 from cdictk.errors import CdictkError
+from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.runtime.configure.containerd import (
-    RuntimeChange,
     config_version,
     configure_drop_in,
     configure_in_place,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import tomllib
 
-from cdictk.runtime.configure.containerd import RuntimeChange
+from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.runtime.configure.crio import HEADER, configure
 
 MAIN = """# CRI-O main config

@@ -3,7 +3,8 @@ import json
 import pytest
 
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure.docker import MAX_DAEMON_JSON_BYTES, DockerChange, configure_docker
+from cdictk.runtime.configure.change import RuntimeChange
+from cdictk.runtime.configure.docker import MAX_DAEMON_JSON_BYTES, configure_docker
 
 FILE = "/etc/docker/daemon.json"
 RUNTIME_ONLY = """\
@@ -15,11 +16,11 @@ RUNTIME_ONLY = """\
     }
 }
 """
-ALL = DockerChange(set_as_default=True, enable_cdi=True, cdi_spec_dirs=("/etc/cdi", "/var/run/cdi"))
+ALL = RuntimeChange(set_as_default=True, enable_cdi=True, cdi_spec_dirs=("/etc/cdi", "/var/run/cdi"))
 
 
-def configure(text: str | None, change: DockerChange | None = None) -> str | None:
-    return configure_docker(text, FILE, change or DockerChange())
+def configure(text: str | None, change: RuntimeChange | None = None) -> str | None:
+    return configure_docker(text, FILE, change or RuntimeChange())
 
 
 @pytest.mark.parametrize("text", [None, "", " \n"])
@@ -86,7 +87,7 @@ def test_a_file_without_a_trailing_newline_stays_without_one() -> None:
 
 def test_cdi_is_merged_into_existing_features() -> None:
     before = '{\n    "features": {\n        "buildkit": true,\n        "cdi": false\n    }\n}\n'
-    after = configure(before, DockerChange(enable_cdi=True))
+    after = configure(before, RuntimeChange(enable_cdi=True))
     assert after == (
         '{\n    "features": {\n        "buildkit": true,\n        "cdi": true\n    },\n'
         + RUNTIME_ONLY.removeprefix("{\n")
@@ -112,20 +113,20 @@ def test_big_integers_stay_exact_and_non_ascii_stays_as_is() -> None:
 
 def test_set_as_default_replaces_the_default_in_place() -> None:
     before = '{\n    "default-runtime": "runc",\n    "debug": true\n}\n'
-    assert configure(before, DockerChange(set_as_default=True)) == (
+    assert configure(before, RuntimeChange(set_as_default=True)) == (
         '{\n    "default-runtime": "cdictk",\n    "debug": true,\n' + RUNTIME_ONLY.removeprefix("{\n")
     )
 
 
 def test_cdi_spec_dirs_are_set_to_exactly_the_list_given() -> None:
     before = '{\n    "cdi-spec-dirs": ["/old"]\n}\n'
-    assert configure(before, DockerChange(cdi_spec_dirs=("/etc/cdi",))) == (
+    assert configure(before, RuntimeChange(cdi_spec_dirs=("/etc/cdi",))) == (
         '{\n    "cdi-spec-dirs": [\n        "/etc/cdi"\n    ],\n' + RUNTIME_ONLY.removeprefix("{\n")
     )
 
 
-@pytest.mark.parametrize("change", [DockerChange(), ALL], ids=["runtime", "all"])
-def test_a_second_run_returns_the_same_text_object(change: DockerChange) -> None:
+@pytest.mark.parametrize("change", [RuntimeChange(), ALL], ids=["runtime", "all"])
+def test_a_second_run_returns_the_same_text_object(change: RuntimeChange) -> None:
     first = configure('{"debug": true}\n', change)
     assert first is not None
     assert configure(first, change) is first
@@ -134,9 +135,9 @@ def test_a_second_run_returns_the_same_text_object(change: DockerChange) -> None
 def test_an_already_configured_hand_laid_out_file_is_not_rewritten() -> None:
     # Layout and integer-versus-boolean care: "cdi": 1 is not JSON's true, so that one must change.
     done = '{"runtimes":{"cdictk":{"path":"/usr/local/bin/cdictk-runtime"}},"features":{"cdi":true}}'
-    assert configure(done, DockerChange(enable_cdi=True)) is done
+    assert configure(done, RuntimeChange(enable_cdi=True)) is done
     not_done = done.replace("true", "1")
-    assert configure(not_done, DockerChange(enable_cdi=True)) != not_done
+    assert configure(not_done, RuntimeChange(enable_cdi=True)) != not_done
 
 
 def test_remove_after_configure_gives_back_the_original_content() -> None:
@@ -144,10 +145,10 @@ def test_remove_after_configure_gives_back_the_original_content() -> None:
         '{\n  "runtimes": {\n    "nvidia": {\n      "path": "/usr/bin/nvidia-container-runtime"\n    }\n  },\n'
         '  "features": {\n    "buildkit": true\n  },\n  "cdi-spec-dirs": [\n    "/opt/cdi"\n  ]\n}\n'
     )
-    change = DockerChange(set_as_default=True, enable_cdi=True, cdi_spec_dirs=("/opt/cdi", "/etc/cdi"))
+    change = RuntimeChange(set_as_default=True, enable_cdi=True, cdi_spec_dirs=("/opt/cdi", "/etc/cdi"))
     configured = configure(original, change)
     assert configured is not None
-    undo = DockerChange(enable_cdi=True, cdi_spec_dirs=("/etc/cdi",), remove=True)
+    undo = RuntimeChange(enable_cdi=True, cdi_spec_dirs=("/etc/cdi",), remove=True)
     restored = configure(configured, undo)
     assert restored is not None
     assert json.loads(restored) == json.loads(original)
@@ -158,38 +159,38 @@ def test_remove_gives_back_the_exact_text_when_the_original_had_no_runtimes() ->
     original = '{\n  "debug": true,\n  "default-runtime": "runc"\n}\n'
     configured = configure(original)
     assert configured is not None
-    assert configure(configured, DockerChange(remove=True)) == original
+    assert configure(configured, RuntimeChange(remove=True)) == original
 
 
 def test_remove_leaves_cdi_settings_alone_unless_asked() -> None:
     configured = configure("", ALL)
     assert configured is not None
-    kept = configure(configured, DockerChange(remove=True))
+    kept = configure(configured, RuntimeChange(remove=True))
     assert (
         kept
         == '{\n    "features": {\n        "cdi": true\n    },\n    "cdi-spec-dirs": [\n        "/etc/cdi",\n        "/var/run/cdi"\n    ]\n}\n'
     )
     assert (
-        configure(configured, DockerChange(enable_cdi=True, cdi_spec_dirs=ALL.cdi_spec_dirs, remove=True))
+        configure(configured, RuntimeChange(enable_cdi=True, cdi_spec_dirs=ALL.cdi_spec_dirs, remove=True))
         == "{}\n"
     )
     # A "cdi": false was someone's choice: removing it would turn CDI on in recent Docker.
     chosen = '{"features": {"cdi": false}}'
-    assert configure(chosen, DockerChange(enable_cdi=True, remove=True)) is chosen
+    assert configure(chosen, RuntimeChange(enable_cdi=True, remove=True)) is chosen
 
 
 def test_remove_keeps_a_default_runtime_naming_another_runtime() -> None:
     before = '{"default-runtime": "nvidia", "runtimes": {"cdictk": {"path": "/x"}, "nvidia": {"path": "/y"}}}'
     # One line is no indentation to go by, so the rewrite uses four spaces.
-    assert configure(before, DockerChange(remove=True)) == (
+    assert configure(before, RuntimeChange(remove=True)) == (
         '{\n    "default-runtime": "nvidia",\n    "runtimes": {\n        "nvidia": {\n            "path": "/y"\n        }\n    }\n}'
     )
 
 
 def test_remove_with_nothing_to_remove_writes_nothing() -> None:
-    assert configure(None, DockerChange(remove=True)) is None
+    assert configure(None, RuntimeChange(remove=True)) is None
     text = '{"debug": true}\n'
-    assert configure(text, DockerChange(remove=True)) is text
+    assert configure(text, RuntimeChange(remove=True)) is text
 
 
 @pytest.mark.parametrize(
@@ -221,7 +222,7 @@ def test_remove_with_nothing_to_remove_writes_nothing() -> None:
 )
 def test_refused_files_name_the_problem_and_where(text: str, message: str) -> None:
     with pytest.raises(CdictkError) as caught:
-        configure(text, DockerChange(enable_cdi=True))
+        configure(text, RuntimeChange(enable_cdi=True))
     # A syntax error is placed as file:line:column; a wrong field is named after the file.
     expected = f"{FILE}{message}" if message.startswith(":") else f"{FILE}: {message}"
     assert str(caught.value) == expected
@@ -236,14 +237,14 @@ def test_files_over_16_mib_are_refused() -> None:
     ("change", "message"),
     [
         (
-            DockerChange(runtime_path="cdictk-runtime"),
+            RuntimeChange(runtime_path="cdictk-runtime"),
             'runtimes.cdictk.path: must be an absolute path, not "cdictk-runtime"',
         ),
-        (DockerChange(runtime_name="runc"), 'runtimes.runc: the name "runc" is reserved by Docker'),
-        (DockerChange(cdi_spec_dirs=("cdi",)), 'cdi-spec-dirs: must hold absolute paths, not "cdi"'),
+        (RuntimeChange(runtime_name="runc"), 'runtimes.runc: the name "runc" is reserved by Docker'),
+        (RuntimeChange(cdi_spec_dirs=("cdi",)), 'cdi-spec-dirs: must hold absolute paths, not "cdi"'),
     ],
 )
-def test_unusable_changes_are_refused(change: DockerChange, message: str) -> None:
+def test_unusable_changes_are_refused(change: RuntimeChange, message: str) -> None:
     with pytest.raises(CdictkError) as caught:
         configure("{}", change)
     # A syntax error is placed as file:line:column; a wrong field is named after the file.

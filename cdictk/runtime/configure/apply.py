@@ -12,7 +12,7 @@ from typing import Any
 
 from cdictk.errors import CdictkError
 from cdictk.runtime.configure import containerd, crio, writer
-from cdictk.runtime.configure.containerd import Edit, RuntimeChange
+from cdictk.runtime.configure.change import Edit, RuntimeChange
 
 DEFAULT_CONFIGS = {
     "containerd": containerd.DEFAULT_CONFIG,
@@ -145,17 +145,9 @@ def _before_json(path: str) -> dict[str, Any] | None:
 
 
 def _docker(main: writer.Current, change: RuntimeChange, before: dict[str, Any] | None) -> Edit:
-    from cdictk.runtime.configure.docker import DockerChange, configure_docker  # noqa: PLC0415
+    from cdictk.runtime.configure.docker import configure_docker  # noqa: PLC0415
 
-    docker_change = DockerChange(
-        runtime_name=change.runtime_name,
-        runtime_path=change.runtime_path,
-        set_as_default=change.set_as_default,
-        enable_cdi=change.enable_cdi,
-        cdi_spec_dirs=change.cdi_spec_dirs,
-        remove=change.remove,
-    )
-    return Edit(main.path, configure_docker(main.text, main.path, docker_change, before))
+    return Edit(main.path, configure_docker(main.text, main.path, change, before))
 
 
 def _commit_all(

@@ -19,11 +19,11 @@ import os
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from cdictk.errors import CdictkError
 from cdictk.runtime.configure import tomledit
+from cdictk.runtime.configure.change import Edit, RuntimeChange
 
 CRI_PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 RUNC_V2 = "io.containerd.runc.v2"
@@ -32,26 +32,6 @@ DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-cdictk.toml"
 DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DROP_IN_HEADER = "# Written by `cdictk runtime configure`"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeChange:
-    """What configure adds (or, with ``remove``, takes away); shared by containerd and CRI-O."""
-
-    runtime_name: str = "cdictk"
-    runtime_path: str = "/usr/local/bin/cdictk-runtime"
-    set_as_default: bool = False
-    enable_cdi: bool = False
-    cdi_spec_dirs: tuple[str, ...] = ()
-    remove: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Edit:
-    """A file's new text; None deletes the file (a drop-in that is no longer needed)."""
-
-    path: str
-    text: str | None
 
 
 def installed_version(binary: str = "containerd") -> int | None:

@@ -12,7 +12,8 @@ from typing import Any
 
 from cdictk.errors import CdictkError
 from cdictk.runtime.configure import tomledit
-from cdictk.runtime.configure.containerd import Edit, RuntimeChange, check_change, table
+from cdictk.runtime.configure.change import Edit, RuntimeChange
+from cdictk.runtime.configure.containerd import check_change, table
 
 DEFAULT_CONFIG = "/etc/crio/crio.conf"
 DEFAULT_DROP_IN = "/etc/crio/crio.conf.d/99-cdictk.toml"

@@ -19,10 +19,10 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from cdictk.errors import CdictkError
+from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.strictjson import _object_without_duplicates, _reject_constant
 
 MAX_DAEMON_JSON_BYTES = 16 * 1024 * 1024
@@ -43,20 +43,8 @@ _TOKEN = re.compile(
 _FIRST_INDENT = re.compile(r"\n([ \t]+)\S")
 
 
-@dataclass(frozen=True, slots=True)
-class DockerChange:
-    """What ``cdictk runtime configure --runtime=docker`` asks of daemon.json."""
-
-    runtime_name: str = "cdictk"
-    runtime_path: str = "/usr/local/bin/cdictk-runtime"
-    set_as_default: bool = False
-    enable_cdi: bool = False
-    cdi_spec_dirs: tuple[str, ...] = ()
-    remove: bool = False
-
-
 def configure_docker(
-    text: str | None, file: str, change: DockerChange, before: dict[str, Any] | None = None
+    text: str | None, file: str, change: RuntimeChange, before: dict[str, Any] | None = None
 ) -> str | None:
     """New daemon.json text, or None when the file does not exist and nothing needs writing.
 
@@ -103,7 +91,7 @@ def configure_docker(
     return _BOM + rendered if bom else rendered
 
 
-def _check_change(change: DockerChange, file: str) -> None:
+def _check_change(change: RuntimeChange, file: str) -> None:
     name = change.runtime_name
     if not name:
         raise CdictkError(file, "runtimes", "the runtime name is empty")
@@ -237,7 +225,7 @@ def _kind(value: object) -> str:
     return "a number"
 
 
-def _add(doc: dict[str, Any], change: DockerChange, file: str) -> bool:
+def _add(doc: dict[str, Any], change: RuntimeChange, file: str) -> bool:
     name = change.runtime_name
     changed = False
     runtimes = _object_field(doc, "runtimes", file)
@@ -262,7 +250,7 @@ def _add(doc: dict[str, Any], change: DockerChange, file: str) -> bool:
     return changed
 
 
-def _remove(doc: dict[str, Any], change: DockerChange, file: str, before: dict[str, Any]) -> bool:
+def _remove(doc: dict[str, Any], change: RuntimeChange, file: str, before: dict[str, Any]) -> bool:
     name = change.runtime_name
     changed = _restore(doc, change, before)
     runtimes = _object_field(doc, "runtimes", file)
@@ -295,7 +283,7 @@ def _remove(doc: dict[str, Any], change: DockerChange, file: str, before: dict[s
     return changed
 
 
-def _restore(doc: dict[str, Any], change: DockerChange, before: dict[str, Any]) -> bool:
+def _restore(doc: dict[str, Any], change: RuntimeChange, before: dict[str, Any]) -> bool:
     """Put back what configure replaced, from the backup; the rest of remove then finds nothing of
     ours there to take out."""
     changed = False
