@@ -227,11 +227,9 @@ def _read_current(path: str) -> tuple[bytes | None, bool]:
         raise CdictkError(path, "", exc.strerror or str(exc)) from None
     if not stat.S_ISREG(info.st_mode):
         raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
-    try:
-        with open(path, "rb") as handle:
-            return handle.read(MAX_SPEC_BYTES + 1), stat.S_IMODE(info.st_mode) == 0o644
-    except OSError as exc:
-        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    from cdictk.strictjson import read_capped  # noqa: PLC0415
+
+    return read_capped(path, MAX_SPEC_BYTES), stat.S_IMODE(info.st_mode) == 0o644
 
 
 def _write(path: str, data: bytes) -> None:

@@ -173,17 +173,9 @@ def library_links(roots: Roots, dirs: list[str], libraries: list[DriverLibrary])
     for library in sorted(libraries, key=lambda library: natural_key(library.path)):
         directory, base = os.path.split(library.path)
         soname_link = f"{directory}/{library.soname}"
-        if library.soname and library.soname != base and not _exists(join(roots.driver, soname_link)):
+        if library.soname and library.soname != base and not os.path.lexists(join(roots.driver, soname_link)):
             links[soname_link] = base  # in natural order, so the newest version sets it last
     return sorted((target, link) for link, target in links.items())
-
-
-def _exists(path: str) -> bool:
-    try:
-        os.lstat(path)
-    except OSError:
-        return False
-    return True
 
 
 def version_from_libraries(roots: Roots, dirs: list[str]) -> str | None:

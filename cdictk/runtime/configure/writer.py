@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
 from cdictk.fsutil import atomic_write
+from cdictk.strictjson import read_capped
 
 MAX_CONFIG_BYTES = 16 << 20
 BACKUP_SUFFIX = ".cdictk.orig"
@@ -49,13 +50,8 @@ def read(path: str, *, follow_symlinks: bool) -> Current:
         return read(os.path.realpath(path), follow_symlinks=False)
     if not stat.S_ISREG(info.st_mode):
         raise CdictkError(path, "", "not a regular file")
-    if info.st_size > MAX_CONFIG_BYTES:
-        raise CdictkError(path, "", f"larger than {MAX_CONFIG_BYTES} bytes")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_CONFIG_BYTES + 1)
-    except OSError as exc:
-        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    # Capped, and refusing a FIFO swapped in after the lstat above instead of blocking on it.
+    data = read_capped(path, MAX_CONFIG_BYTES)
     try:
         return Current(path, data.decode("utf-8"))
     except UnicodeDecodeError as exc:
