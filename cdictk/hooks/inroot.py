@@ -1,0 +1,309 @@
+"""File operations confined to a container's rootfs, which the image controls.
+
+Every path is resolved inside the rootfs as if it were ``/``: absolute symlinks, ``..`` and links to
+``/`` all stay inside (openat2 with RESOLVE_IN_ROOT, or a descriptor-by-descriptor walk where openat2
+is missing or filtered). The path string of something inside the rootfs is never handed to a system
+call. Files are created with O_EXCL|O_NOFOLLOW under a temporary name and renamed into place, so a
+symlink planted at the destination is replaced, never followed; nothing is opened for reading until it
+is known to be a regular file, so a FIFO or device node in the image cannot block or be poked.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+
+MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
+_PATH_FLAGS = os.O_PATH | os.O_CLOEXEC
+
+
+class Rootfs:
+    """A container's root filesystem, opened once; use as a context manager."""
+
+    def __init__(self, path: str, *, use_openat2: bool = True) -> None:
+        self.path = path
+        self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self._openat2 = use_openat2
+
+    def __enter__(self) -> Rootfs:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)
+
+    # Resolution
+
+    def open(self, path: str, flags: int = _PATH_FLAGS, mode: int = 0, *, follow: bool = True) -> int:
+        """A descriptor for ``path`` resolved inside the rootfs; ``follow=False`` keeps a final symlink."""
+        flags |= os.O_CLOEXEC
+        if not follow:
+            flags |= os.O_NOFOLLOW
+        if self._openat2:
+            try:
+                return self._open_with_openat2(path, flags, mode)
+            except OSError as exc:
+                # ENOSYS: kernel before 5.6; EPERM: a seccomp filter. Everything else is a real answer.
+                if exc.errno not in (errno.ENOSYS, errno.EPERM):
+                    raise
+                self._openat2 = False
+        return self._open_by_walking(path, flags, mode)
+
+    def _open_with_openat2(self, path: str, flags: int, mode: int) -> int:
+        from cdictk.hooks import syscalls  # noqa: PLC0415
+
+        resolve = syscalls.RESOLVE_IN_ROOT | syscalls.RESOLVE_NO_MAGICLINKS
+        return syscalls.openat2(self.fd, path, flags, mode if flags & os.O_CREAT else 0, resolve)
+
+    def _open_by_walking(self, path: str, flags: int, mode: int) -> int:
+        """Resolve one component at a time on descriptors we hold; ``..`` never climbs above the root."""
+        stack = [os.dup(self.fd)]
+        try:
+            parts = _components(path)
+            links = 0
+            while parts:
+                name = parts.pop(0)
+                if name == "..":
+                    if len(stack) > 1:
+                        os.close(stack.pop())
+                    continue
+                last = not parts
+                try:
+                    st = os.stat(name, dir_fd=stack[-1], follow_symlinks=False)
+                except FileNotFoundError:
+                    if last and flags & os.O_CREAT:
+                        return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
+                    raise
+                if stat.S_ISLNK(st.st_mode) and not (last and flags & os.O_NOFOLLOW):
+                    links += 1
+                    if links > MAX_LINKS:
+                        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+                    target = os.readlink(name, dir_fd=stack[-1])
+                    if target.startswith("/"):
+                        while len(stack) > 1:
+                            os.close(stack.pop())
+                    parts[:0] = _components(target)
+                    continue
+                if last:
+                    # O_NOFOLLOW: if the entry became a symlink since the stat, fail rather than follow it.
+                    return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
+                stack.append(os.open(name, _PATH_FLAGS | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=stack[-1]))
+            # The path named the root itself ("/", "", "a/..").
+            if flags & os.O_CREAT and flags & os.O_EXCL:
+                raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), path)
+            return os.open(".", flags & ~(os.O_CREAT | os.O_EXCL), dir_fd=stack[-1])
+        finally:
+            for fd in stack:
+                os.close(fd)
+
+    # Directories
+
+    def mkdirs(self, path: str, mode: int = 0o755, *, _links: int = 0) -> int:
+        """An O_PATH descriptor for directory ``path``, creating missing components (like ``mkdir -p``).
+
+        A symlink on the way is followed inside the rootfs; when its target is missing, the target is
+        created (inside the rootfs, like everything else), so an image whose ``/etc/ld.so.conf.d`` is a
+        dangling link still gets its drop-in, in the rootfs.
+        """
+        try:
+            return self.open(path, _PATH_FLAGS | os.O_DIRECTORY)
+        except FileNotFoundError:
+            pass
+        parts = _components(path)
+        if parts and parts[-1] == "..":  # "a/missing/..": make what ".." climbs out of, as mkdir -p does
+            os.close(self.mkdirs("/".join(parts[:-1]) or "/", mode, _links=_links))
+            return self.open(path, _PATH_FLAGS | os.O_DIRECTORY)
+        parent, name = _split(path)
+        if not name:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        parent_fd = self.mkdirs(parent, mode, _links=_links)
+        try:
+            try:  # noqa: SIM105 - contextlib costs imports on every container start
+                os.mkdir(name, mode, dir_fd=parent_fd)
+            except FileExistsError:
+                pass  # made by someone else meanwhile, or a symlink: the open below decides
+            try:
+                return os.open(name, _PATH_FLAGS | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+            except OSError:
+                pass
+            try:
+                target = os.readlink(name, dir_fd=parent_fd)
+            except OSError:
+                # Not a link: a file is in the way (ENOTDIR), or it changed under us.
+                return self.open(path, _PATH_FLAGS | os.O_DIRECTORY)
+        finally:
+            os.close(parent_fd)
+        if _links >= MAX_LINKS:
+            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+        # Relative targets are taken from the link's directory; ".." in them is resolved by the kernel.
+        followed = target if target.startswith("/") else f"{parent}/{target}"
+        return self.mkdirs(followed, mode, _links=_links + 1)
+
+    def listdir(self, path: str) -> list[str]:
+        fd = self.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return os.listdir(fd)
+        finally:
+            os.close(fd)
+
+    # Files
+
+    def read_regular(self, path: str, limit: int, *, follow: bool = True) -> bytes:
+        """The content of regular file ``path``; anything else, or more than ``limit`` bytes, is an error."""
+        fd = self.open(path, _PATH_FLAGS, follow=follow)
+        try:
+            return read_regular_fd(fd, limit, path)
+        finally:
+            os.close(fd)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> bool:
+        """Put ``data`` at ``path`` atomically, replacing (never following) what is there.
+
+        Returns False when the file already holds exactly ``data`` with ``mode``: nothing is written.
+        """
+        parent, name = _split(path)
+        dir_fd = self.mkdirs(parent)
+        try:
+            if _same_file_content(dir_fd, name, data, mode):
+                return False
+            temp = f".{name}.cdictk-{os.urandom(6).hex()}"
+            fd = os.open(
+                temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd
+            )
+            try:
+                os.fchmod(fd, mode)  # the umask must not decide
+                _write_all(fd, data)
+                os.close(fd)
+                fd = -1
+                os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                if fd >= 0:
+                    os.close(fd)
+                _unlink_quietly(temp, dir_fd)
+                raise
+            return True
+        finally:
+            os.close(dir_fd)
+
+    def create_exclusive(self, path: str, data: bytes, mode: int = 0o644) -> bool:
+        """Create ``path`` with ``data`` only if nothing (not even a dangling symlink) is there."""
+        parent, name = _split(path)
+        dir_fd = self.mkdirs(parent)
+        try:
+            try:
+                fd = os.open(
+                    name,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    mode,
+                    dir_fd=dir_fd,
+                )
+            except FileExistsError:
+                return False
+            try:
+                os.fchmod(fd, mode)
+                _write_all(fd, data)
+            finally:
+                os.close(fd)
+            return True
+        finally:
+            os.close(dir_fd)
+
+    def symlink(self, target: str, path: str) -> bool:
+        """Make ``path`` a symlink to ``target`` (stored verbatim), like ``ln -sfn``, atomically.
+
+        Returns False when ``path`` already is that symlink. A directory at ``path`` is an error.
+        """
+        parent, name = _split(path)
+        if not name:
+            raise OSError(errno.EINVAL, "a link cannot be the root directory", path)
+        dir_fd = self.mkdirs(parent)
+        try:
+            try:
+                if os.readlink(name, dir_fd=dir_fd) == target:
+                    return False
+            except OSError as exc:
+                if exc.errno not in (errno.ENOENT, errno.EINVAL):
+                    raise
+            temp = f".{name}.cdictk-{os.urandom(6).hex()}"
+            os.symlink(target, temp, dir_fd=dir_fd)
+            try:
+                os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+            except BaseException:
+                _unlink_quietly(temp, dir_fd)
+                raise
+            return True
+        finally:
+            os.close(dir_fd)
+
+
+def reopen_regular(fd: int, what: str) -> int:
+    """A readable descriptor for the regular file behind O_PATH descriptor ``fd``; anything else is refused.
+
+    Re-opening through /proc/self/fd reaches the very inode that was checked, whatever happens to the
+    path meanwhile, and a FIFO or device node is never opened (which could block or poke a driver).
+    """
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", what)
+    return os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+
+
+def read_regular_fd(fd: int, limit: int, what: str) -> bytes:
+    """Read at most ``limit`` bytes of the regular file behind O_PATH descriptor ``fd``."""
+    if os.fstat(fd).st_size > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", what)
+    readable = reopen_regular(fd, what)
+    try:
+        chunks = []
+        size = 0
+        while size <= limit:
+            chunk = os.read(readable, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    finally:
+        os.close(readable)
+    if size > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit} bytes", what)
+    return b"".join(chunks)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _same_file_content(dir_fd: int, name: str, data: bytes, mode: int) -> bool:
+    try:
+        fd = os.open(name, _PATH_FLAGS | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size != len(data) or stat.S_IMODE(st.st_mode) != mode:
+            return False
+        return read_regular_fd(fd, len(data), name) == data
+    finally:
+        os.close(fd)
+
+
+def _unlink_quietly(name: str, dir_fd: int) -> None:
+    try:  # noqa: SIM105 - contextlib costs imports on every container start
+        os.unlink(name, dir_fd=dir_fd)
+    except OSError:
+        pass
+
+
+def _components(path: str) -> list[str]:
+    return [part for part in path.split("/") if part and part != "."]
+
+
+def _split(path: str) -> tuple[str, str]:
+    """("/a/b", "c") for "/a/b/c"; the name is "" for the root. ``..`` as the name is resolved first."""
+    parts = _components(path)
+    if parts and parts[-1] == "..":
+        raise OSError(errno.EINVAL, "path ends in '..'", path)
+    if not parts:
+        return "/", ""
+    return "/" + "/".join(parts[:-1]), parts[-1]
