@@ -1,0 +1,64 @@
+"""create-symlinks: the links a driver's libraries and devices need, made inside the container.
+
+Each ``--link TARGET::LINK`` makes LINK (a container path) a symlink whose content is TARGET, stored
+verbatim and never resolved, like ``ln -sfn``: an existing file or link at LINK is replaced
+atomically, an identical link is left alone, a missing parent directory is created. LINK and its
+parents are resolved inside the rootfs, so a directory link in the image such as ``/usr/lib64 -> /``
+cannot put the link on the host (NVIDIA's CVE-2024-0134).
+
+A *device link* is made only when the device it points to is in the container: the batched hook
+carries the by-path links of every GPU in the spec and the runtime has already created the nodes of
+the devices this container asked for.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+
+from cdictk.hooks.hookerror import HookError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cdictk.hooks.inroot import Rootfs
+
+
+def parse_link(text: str) -> tuple[str, str]:
+    """``TARGET::LINK`` -> (target, link); LINK must be absolute."""
+    parts = text.split("::")
+    if len(parts) != 2 or not parts[0] or not parts[1]:
+        raise HookError(f"--link {text!r}: expected TARGET::LINK")
+    target, link = parts
+    if not link.startswith("/"):
+        raise HookError(f"--link {text!r}: the link must be an absolute container path")
+    for value in parts:
+        if any(ord(char) < 0x20 for char in value):
+            raise HookError(f"--link {text!r}: control characters are not allowed")
+    if posixpath.basename(posixpath.normpath(link)) in ("", "/", "..", "."):
+        raise HookError(f"--link {text!r}: the link must name a file")
+    return target, link
+
+
+def create_symlinks(rootfs: Rootfs, links: list[tuple[str, str]], *, devices_only: bool = False) -> list[str]:
+    """Make the links; returns those that were created or changed. Duplicates are made once."""
+    changed = []
+    for target, link in dict.fromkeys(links):
+        if devices_only and not _target_exists(rootfs, target, link):
+            continue
+        try:
+            if rootfs.symlink(target, link):
+                changed.append(link)
+        except OSError as exc:
+            raise HookError(f"cannot create link {link} -> {target}: {exc.strerror}") from None
+    return changed
+
+
+def _target_exists(rootfs: Rootfs, target: str, link: str) -> bool:
+    # Lexical: the link's directory may not exist yet. The open itself is confined to the rootfs.
+    path = target if target.startswith("/") else posixpath.join(posixpath.dirname(link), target)
+    try:
+        fd = rootfs.open(posixpath.normpath(path), os.O_PATH)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
