@@ -1,0 +1,199 @@
+"""The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
+
+nvidia-cdi-hook compatible: the requested folders go into an ld.so.conf.d drop-in, the container's own
+system library folders into another (the host's ldconfig only knows the host distribution's built-in
+folders), and the host's ldconfig rebuilds the container's ``/etc/ld.so.cache`` and SONAME links.
+
+Safer than nvidia-cdi-hook in three ways. The files are written from the hook process through
+:class:`~cdictk.hooks.inroot.Rootfs`, which resolves every path inside the rootfs. ldconfig runs in
+:mod:`cdictk.hooks.sandbox`, which also works when the rootfs is a plain directory and removes the
+procfs mounts whose magic links lead back to the host. And the drop-ins have fixed names, so a second
+run changes nothing but the cache.
+
+Musl images have no ld.so.cache: there the folders are added to ``/etc/ld-musl-<arch>.path`` and
+ldconfig is not run.
+"""
+
+from __future__ import annotations
+
+import os
+
+from cdictk.hooks import sandbox
+from cdictk.hooks.hookerror import HookError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from cdictk.hooks.inroot import Rootfs
+
+HOOK = "update-ldcache"
+LD_SO_CONF = "/etc/ld.so.conf"
+LD_SO_CONF_DEFAULT = b"include /etc/ld.so.conf.d/*.conf\n"
+# "05-" sorts after the CUDA compat hook's "00-" drop-in, so a forward-compatible libcuda still wins.
+DRIVER_CONF = "/etc/ld.so.conf.d/05-cdictk-driver.conf"
+SYSTEM_CONF = "/etc/ld.so.conf.d/zz-cdictk-system.conf"
+LDCONFIG_ARGV = ("ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache")
+CONF_MODE = 0o644
+
+# Debian's multiarch triplets, by `uname -m`.
+_TRIPLETS = {
+    "x86_64": "x86_64-linux-gnu",
+    "aarch64": "aarch64-linux-gnu",
+    "ppc64le": "powerpc64le-linux-gnu",
+    "s390x": "s390x-linux-gnu",
+    "riscv64": "riscv64-linux-gnu",
+}
+# musl's name for the architecture, in /lib/ld-musl-<arch>.so.1 and /etc/ld-musl-<arch>.path.
+_MUSL_ARCHES = {
+    "x86_64": "x86_64",
+    "aarch64": "aarch64",
+    "ppc64le": "powerpc64le",
+    "s390x": "s390x",
+    "riscv64": "riscv64",
+}
+# musl's built-in search path, which a path file replaces rather than extends.
+_MUSL_DEFAULT_PATH = ("/lib", "/usr/local/lib", "/usr/lib")
+_MAX_MUSL_PATH_FILE = 64 << 10
+
+
+def update_ldcache(
+    rootfs: Rootfs, folders: list[str], ldconfig_path: str = "/sbin/ldconfig", *, timeout: float = 10.0
+) -> None:
+    """Add ``folders`` to the container's library search path and rebuild its ld.so.cache.
+
+    Idempotent: a second run rewrites only the cache. Any failure is a :class:`HookError`.
+    """
+    _refuse_host_root(rootfs)
+    folders = checked_folders(folders)
+    machine = os.uname().machine
+    musl_arch = _musl_arch(rootfs, machine)
+    if musl_arch is not None:
+        _update_musl_path(rootfs, musl_arch, folders)
+        return
+    # The host binary is checked before anything in the container changes.
+    exe = _load_ldconfig(ldconfig_path)
+    try:
+        _write_confs(rootfs, folders, machine)
+        try:
+            sandbox.run_in_rootfs(rootfs, exe, LDCONFIG_ARGV, timeout=timeout, what="ldconfig")
+        except HookError as exc:
+            raise HookError(f"{HOOK}: {exc}") from None
+    finally:
+        os.close(exe)
+
+
+def normalize_ldconfig_path(path: str) -> str:
+    """``<path>.real`` when it exists: Ubuntu's ``/sbin/ldconfig`` is a shell wrapper around it."""
+    real = f"{path}.real"
+    return real if os.path.exists(real) else path
+
+
+def checked_folders(folders: Iterable[str]) -> list[str]:
+    """The folders, duplicates dropped, each one safe to write as one line of ld.so.conf."""
+    result: list[str] = []
+    for folder in folders:
+        # A line break would start a new ld.so.conf line (an "include" of the attacker's choice, were
+        # the folder ever influenced), and "#" would silently cut the folder short.
+        if (
+            not folder.startswith("/")
+            or "#" in folder
+            or any(ord(c) < 0x20 or ord(c) == 0x7F for c in folder)
+        ):
+            raise HookError(
+                f"{HOOK}: folder {folder!r} must be an absolute path without control characters or '#'"
+            )
+        if folder not in result:
+            result.append(folder)
+    return result
+
+
+def _refuse_host_root(rootfs: Rootfs) -> None:
+    # The caller refuses "/" already; this guards against any spelling of it ("//", "/.", a link to it).
+    here, host = os.fstat(rootfs.fd), os.stat("/")
+    if rootfs.path == "/" or (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
+        raise HookError(f"{HOOK}: the container rootfs is the host's root directory; refusing to touch it")
+
+
+def _load_ldconfig(ldconfig_path: str) -> int:
+    if not ldconfig_path.startswith("/"):
+        raise HookError(f"{HOOK}: --ldconfig-path {ldconfig_path!r} must be an absolute path on the host")
+    try:
+        return sandbox.load_host_binary(normalize_ldconfig_path(ldconfig_path), "ldconfig")
+    except HookError as exc:
+        raise HookError(f"{HOOK}: {exc}") from None
+
+
+# glibc images
+
+
+def _write_confs(rootfs: Rootfs, folders: list[str], machine: str) -> None:
+    system = [folder for folder in _system_folders(rootfs, machine) if _is_dir(rootfs, folder)]
+    path = LD_SO_CONF
+    try:
+        # An image's own ld.so.conf is kept as it is; only a missing one is created.
+        rootfs.create_exclusive(path, LD_SO_CONF_DEFAULT, CONF_MODE)
+        for path, lines in ((DRIVER_CONF, folders), (SYSTEM_CONF, system)):
+            if lines:
+                rootfs.write_file(path, "".join(f"{line}\n" for line in lines).encode(), CONF_MODE)
+    except OSError as exc:
+        raise HookError(f"{HOOK}: cannot write {path} in the container: {exc.strerror}") from None
+
+
+def _system_folders(rootfs: Rootfs, machine: str) -> list[str]:
+    triplet = _TRIPLETS.get(machine)
+    if triplet is not None and _exists(rootfs, "/etc/debian_version"):
+        return [f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib", "/usr/lib"]
+    return ["/lib", "/usr/lib", "/lib64", "/usr/lib64"]
+
+
+# musl images
+
+
+def _musl_arch(rootfs: Rootfs, machine: str) -> str | None:
+    """musl's architecture name when the image is musl-based; None for glibc images.
+
+    Debian can install musl next to glibc, so the loader alone decides only in an image without
+    glibc's ld.so.conf and ld.so.cache.
+    """
+    arch = _MUSL_ARCHES.get(machine)
+    if arch is None:
+        return None
+    if _exists(rootfs, "/etc/alpine-release"):
+        return arch
+    if not _exists(rootfs, f"/lib/ld-musl-{arch}.so.1"):
+        return None
+    return None if _exists(rootfs, LD_SO_CONF) or _exists(rootfs, "/etc/ld.so.cache") else arch
+
+
+def _update_musl_path(rootfs: Rootfs, arch: str, folders: list[str]) -> None:
+    path = f"/etc/ld-musl-{arch}.path"
+    try:
+        try:
+            text = rootfs.read_regular(path, _MAX_MUSL_PATH_FILE).decode(errors="surrogateescape")
+            entries = text.replace(":", "\n").split()
+        except FileNotFoundError:
+            entries = list(_MUSL_DEFAULT_PATH)
+        missing = [folder for folder in folders if folder not in entries]
+        if missing:
+            rootfs.write_file(
+                path, "".join(f"{e}\n" for e in entries + missing).encode(errors="surrogateescape")
+            )
+    except OSError as exc:
+        raise HookError(f"{HOOK}: cannot update {path} in the container: {exc.strerror}") from None
+
+
+def _exists(rootfs: Rootfs, path: str) -> bool:
+    return _opens(rootfs, path, os.O_PATH)
+
+
+def _is_dir(rootfs: Rootfs, path: str) -> bool:
+    return _opens(rootfs, path, os.O_PATH | os.O_DIRECTORY)
+
+
+def _opens(rootfs: Rootfs, path: str, flags: int) -> bool:
+    try:
+        os.close(rootfs.open(path, flags))
+    except OSError:
+        return False
+    return True

@@ -1,0 +1,490 @@
+"""Run a trusted host program (ldconfig) on a container's rootfs without letting the image reach the host.
+
+The hook runs as root next to an image that controls every byte of the rootfs, so the program must see
+nothing but the rootfs, and nothing in the rootfs may lead back out:
+
+* the program runs from a sealed memfd copy, never from its host file, so nothing it does (or anything
+  in its namespaces does) can rewrite the host binary through /proc/<pid>/exe (CVE-2019-5736);
+* it must be statically linked: a dynamic one would, after pivot_root, load the image's ld.so and
+  libc, i.e. run code from the image as root; and it must be built for this machine, or binfmt_misc
+  could hand it to an emulator looked up in the rootfs;
+* it runs in fresh mount, PID, network, IPC and UTS namespaces, pivoted into a private bind copy of the
+  rootfs, so every path it touches, symlinks included, resolves inside the rootfs;
+* every procfs under the new root is detached, because its magic links (``/proc/1/root``,
+  ``/proc/self/cwd``) point back at the host whatever root we pivoted into, and every mount is made
+  nodev so a device node planted in the image cannot be opened;
+* it gets an empty environment, /dev/null as stdin and stdout, no other descriptor, resource limits and
+  a wall-clock deadline after which its whole PID namespace is killed.
+
+Process layout: the hook forks a *keeper*, which unshares the namespaces and forks the *runner*, PID 1
+of the new PID namespace, which sets everything up and execs the program. The keeper owns the deadline
+(killing a PID namespace's init kills the namespace), so a hook killed by its runtime still leaves no
+process behind for longer than the deadline. Both report to the hook over a close-on-exec pipe, one
+line per record: ``E<message>`` (setup failed), ``T`` (deadline passed), ``X<status>`` (exited),
+``S<signal>`` (killed by a signal). A successful exec closes the runner's end without a word.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import resource
+import select
+import stat
+import time
+
+from cdictk.hooks.hookerror import HookError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Sequence
+    from typing import Literal
+
+    from cdictk.hooks.inroot import Rootfs
+
+MAX_BINARY_SIZE = 32 << 20
+# What the program may use: libnvidia-container's limits, with room for a large cache file.
+LIMITS = {"CPU": 10, "AS": 1 << 30, "NOFILE": 64, "FSIZE": 64 << 20, "CORE": 0}
+GRACE = 5.0  # how much longer than the program's deadline the hook waits for the keeper
+
+_MFD_EXEC = 0x10  # Linux 6.3; needed where vm.memfd_noexec makes memfds non-executable by default
+_SIGKILL = 9  # the same on every Linux architecture; the signal module would import enum
+_UMOUNT_NOFOLLOW = 0x8
+_PT_INTERP = 3
+_MAX_PROGRAM_HEADERS = 512
+_MAX_MOUNTINFO = 4 << 20
+_MAX_REPORT = 1000
+# ELF e_machine of the programs this machine runs natively, by `uname -m`.
+_ELF_MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
+
+
+# The program
+
+
+def load_host_binary(path: str, what: str) -> int:
+    """A sealed, close-on-exec memfd holding a checked copy of the host program at ``path``.
+
+    The checks run on the copy, so what was checked is exactly what will run.
+    """
+    if not path.startswith("/") or "\0" in path:
+        raise HookError(f"{what} path {path!r} must be an absolute path on the host")
+    try:
+        src = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
+    except OSError as exc:
+        raise HookError(f"cannot open {what} {path}: {exc.strerror}") from None
+    try:
+        size = _check_host_file(src, path, what)
+        memfd = _sealed_copy(src, size, f"{what} {path}")
+    finally:
+        os.close(src)
+    try:
+        check_static_elf(memfd, f"{what} {path}")
+    except BaseException:
+        os.close(memfd)
+        raise
+    return memfd
+
+
+def _check_host_file(fd: int, path: str, what: str) -> int:
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        raise HookError(f"{what} {path} is not a regular file")
+    # Anyone who can write the file could make every container start run their code as root.
+    if st.st_uid != 0:
+        raise HookError(f"{what} {path} is owned by uid {st.st_uid}, not root; refusing to run it")
+    if st.st_mode & 0o022:
+        raise HookError(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+    if not 0 < st.st_size <= MAX_BINARY_SIZE:
+        raise HookError(f"{what} {path} is {st.st_size} bytes; expected 1 to {MAX_BINARY_SIZE}")
+    return st.st_size
+
+
+def _sealed_copy(src: int, size: int, what: str) -> int:
+    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
+    try:
+        memfd = os.memfd_create("ldconfig", flags | _MFD_EXEC)
+    except OSError as exc:
+        if exc.errno != errno.EINVAL:  # EINVAL: a kernel before 6.3, where every memfd is executable
+            raise HookError(f"cannot copy {what} into memory: {exc.strerror}") from None
+        memfd = os.memfd_create("ldconfig", flags)
+    try:
+        copied = 0
+        while copied < size:
+            sent = os.sendfile(memfd, src, copied, size - copied)
+            if sent == 0:
+                raise HookError(f"{what} shrank while it was being copied")
+            copied += sent
+        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+        fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, seals)
+    except OSError as exc:
+        os.close(memfd)
+        raise HookError(f"cannot copy {what} into memory: {exc.strerror}") from None
+    except BaseException:
+        os.close(memfd)
+        raise
+    return memfd
+
+
+def check_static_elf(fd: int, what: str) -> None:
+    """Refuse anything but a statically linked ELF executable for this machine.
+
+    Reads only the ELF header and the program header table, with explicit bounds. Both byte orders and
+    both classes are understood.
+    """
+    size = os.fstat(fd).st_size
+    header = os.pread(fd, 64, 0)
+    if len(header) < 52 or header[:4] != b"\x7fELF" or header[4] not in (1, 2) or header[5] not in (1, 2):
+        raise HookError(f"{what} is not an ELF executable")
+    is64 = header[4] == 2
+    order: Literal["little", "big"] = "little" if header[5] == 1 else "big"
+
+    def field(offset: int, width: int) -> int:
+        return int.from_bytes(header[offset : offset + width], order)
+
+    if is64 and len(header) < 64:
+        raise HookError(f"{what} is a truncated ELF file")
+    if field(16, 2) not in (2, 3):  # ET_EXEC, or ET_DYN for a static-pie
+        raise HookError(f"{what} is an ELF file but not an executable")
+    machine = os.uname().machine
+    expected = _ELF_MACHINES.get(machine)
+    if expected is None or field(18, 2) != expected:
+        raise HookError(f"{what} is not a native executable for this {machine} machine")
+    phoff, entsize, count = (
+        (field(32, 8), field(54, 2), field(56, 2)) if is64 else (field(28, 4), field(42, 2), field(44, 2))
+    )
+    if (
+        entsize < (56 if is64 else 32)
+        or not 0 < count <= _MAX_PROGRAM_HEADERS
+        or phoff + entsize * count > size
+    ):
+        raise HookError(f"{what} has a malformed program header table")
+    table = os.pread(fd, entsize * count, phoff)
+    if len(table) != entsize * count:
+        raise HookError(f"{what} is a truncated ELF file")
+    for index in range(count):
+        if int.from_bytes(table[index * entsize : index * entsize + 4], order) == _PT_INTERP:
+            raise HookError(
+                f"{what} is dynamically linked (it has a PT_INTERP program header): inside the container it "
+                "would load the image's dynamic loader and libraries as root; use a statically linked one"
+            )
+
+
+# Running it
+
+
+def run_in_rootfs(rootfs: Rootfs, exe_fd: int, argv: Sequence[str], *, timeout: float, what: str) -> None:
+    """Run the memfd program ``exe_fd`` confined to ``rootfs``; any failure is a HookError."""
+    if not timeout > 0:
+        raise HookError(f"the {what} timeout must be a positive number of seconds, not {timeout}")
+    # ctypes is loaded here, before the fork, so the children import nothing.
+    from cdictk.hooks import syscalls  # noqa: F401, PLC0415
+
+    read_end, write_end = os.pipe()
+    try:
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            raise HookError(f"cannot start {what}: fork: {exc.strerror}") from None
+        if pid == 0:
+            _keeper_process(rootfs, exe_fd, list(argv), timeout, write_end)
+        os.close(write_end)
+        write_end = -1
+        status = _wait_for(pid, timeout + GRACE)
+        records = _read_available(read_end)
+    finally:
+        os.close(read_end)
+        if write_end >= 0:
+            os.close(write_end)
+    _raise_for_outcome(records, status, what, timeout)
+
+
+def _raise_for_outcome(records: list[bytes], status: int | None, what: str, timeout: float) -> None:
+    for record in records:
+        if record.startswith(b"E"):
+            raise HookError(f"cannot run {what} in the container: {record[1:].decode(errors='replace')}")
+    if status is None or b"T" in records:
+        raise HookError(f"{what} timed out after {timeout:g} s")
+    for record in records:
+        if record.startswith(b"X") and record[1:].isdigit():
+            code = int(record[1:])
+            if code == 0:
+                return
+            raise HookError(f"{what} failed with exit status {code}")
+        if record.startswith(b"S") and record[1:].isdigit():
+            raise HookError(f"{what} was killed by signal {int(record[1:])}")
+    raise HookError(f"{what} sandbox ended without a result (wait status {status})")
+
+
+def _read_available(fd: int) -> list[bytes]:
+    """The records already in the pipe; never waits for a runner that might still hold its end."""
+    os.set_blocking(fd, False)
+    chunks = []
+    try:
+        while chunk := os.read(fd, 65536):
+            chunks.append(chunk)
+    except BlockingIOError:
+        pass
+    return b"".join(chunks).splitlines()
+
+
+def _wait_for(pid: int, timeout: float) -> int | None:
+    """The wait status of child ``pid``; None when ``timeout`` passed first and the child was killed."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except OSError:  # Linux before 5.3
+        return _wait_by_polling(pid, timeout)
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        if not poller.poll(timeout * 1000):
+            _kill_and_reap(pid)
+            return None
+    except BaseException:
+        _kill_and_reap(pid)
+        raise
+    finally:
+        os.close(pidfd)
+    return os.waitpid(pid, 0)[1]
+
+
+def _wait_by_polling(pid: int, timeout: float) -> int | None:
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return status
+            if time.monotonic() >= deadline:
+                _kill_and_reap(pid)
+                return None
+            time.sleep(0.005)
+    except BaseException:
+        _kill_and_reap(pid)
+        raise
+
+
+def _kill_and_reap(pid: int) -> None:
+    try:
+        os.kill(pid, _SIGKILL)  # safe: a child we have not reaped keeps its pid
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+# Inside the children: plain system calls only, and never a return into the hook's Python code.
+
+
+def _keeper_process(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report: int) -> None:
+    # The read end stays open here (harmless: only write ends decide end-of-file); the runner closes it.
+    code = 1
+    try:
+        code = _keeper(rootfs, exe_fd, argv, timeout, report)
+    except BaseException as exc:
+        _report(report, b"E", _describe("namespaces", exc))
+    finally:
+        os._exit(code)
+
+
+def _keeper(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report: int) -> int:
+    from cdictk.hooks import syscalls  # noqa: PLC0415 - already loaded by the parent
+
+    syscalls.unshare(
+        syscalls.CLONE_NEWNS
+        | syscalls.CLONE_NEWPID
+        | syscalls.CLONE_NEWNET
+        | syscalls.CLONE_NEWIPC
+        | syscalls.CLONE_NEWUTS
+    )
+    pid = os.fork()
+    if pid == 0:
+        _runner_process(rootfs, exe_fd, argv, report)
+    os.close(exe_fd)
+    status = _wait_for(pid, timeout)
+    if status is None:
+        _report(report, b"T", "")
+    elif os.WIFSIGNALED(status):
+        _report(report, b"S", str(os.WTERMSIG(status)))
+    else:
+        _report(report, b"X", str(os.waitstatus_to_exitcode(status)))
+    return 0
+
+
+def _runner_process(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int) -> None:
+    step = ["starting"]
+    try:
+        _confine_and_exec(rootfs, exe_fd, argv, report, step)
+    except BaseException as exc:
+        _report(report, b"E", _describe(step[0], exc))
+    finally:
+        os._exit(127)
+
+
+def _confine_and_exec(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int, step: list[str]) -> None:
+    from cdictk.hooks import syscalls  # noqa: PLC0415
+
+    step[0] = "making mounts private"
+    # Nothing mounted or unmounted from here on may propagate to the host or to the container.
+    syscalls.mount(None, "/", None, syscalls.MS_REC | syscalls.MS_PRIVATE)
+    step[0] = "opening host descriptors"
+    devnull = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    # Kept across pivot_root to read our mount table afterwards, then closed before the exec.
+    proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    if syscalls.fstatfs_type(proc) != syscalls.PROC_SUPER_MAGIC:
+        raise OSError(errno.EINVAL, "the host's /proc is not procfs")
+    _close_inherited_descriptors(proc, keep={0, 1, 2, devnull, proc, exe_fd, report, rootfs.fd})
+    step[0] = f"entering the rootfs {rootfs.path}"
+    _pivot_into(rootfs)
+    step[0] = "detaching procfs mounts in the rootfs"
+    mounts = _detach_procfs(proc)
+    os.close(proc)
+    _make_nodev(mount_point for mount_point, _ in mounts)
+    step[0] = "preparing standard streams and limits"
+    os.dup2(devnull, 0)
+    os.dup2(devnull, 1)
+    os.close(devnull)
+    _set_limits()
+    step[0] = "exec"
+    os.execve(exe_fd, argv, {})  # noqa: S606 - a checked, sealed host binary with an empty environment
+
+
+def _close_inherited_descriptors(proc: int, keep: set[int]) -> None:
+    """Close whatever the hook inherited without close-on-exec (CVE-2024-21626 is a leaked fd)."""
+    listing = os.open("self/fd", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=proc)
+    try:
+        names = os.listdir(listing)
+    finally:
+        os.close(listing)
+    for name in names:
+        fd = int(name)
+        if fd not in keep:
+            try:  # noqa: SIM105 - contextlib is one more import on every container start
+                os.close(fd)
+            except OSError:
+                pass  # the descriptor the listing itself used, already closed
+
+
+def _pivot_into(rootfs: Rootfs) -> None:
+    from cdictk.hooks import syscalls  # noqa: PLC0415
+
+    # A recursive bind keeps the runtime's mounts (the driver libraries CDI bind-mounts in) and makes
+    # the rootfs a mount point, which pivot_root needs even when it is a plain directory. The path is
+    # the runtime's, not the image's; the bind cannot take the opened descriptor as its source, as that
+    # belongs to the mount namespace we just left (EINVAL), so the result is checked against it instead.
+    syscalls.mount(rootfs.path, rootfs.path, None, syscalls.MS_BIND | syscalls.MS_REC)
+    os.chdir(rootfs.path)
+    here, opened = os.stat("."), os.fstat(rootfs.fd)
+    if (here.st_dev, here.st_ino) != (opened.st_dev, opened.st_ino):
+        raise OSError(errno.ESTALE, "the rootfs path no longer names the opened rootfs")
+    syscalls.pivot_root(".", ".")
+    # The old root is now stacked on ".": detaching it leaves no way back to the host's tree.
+    syscalls.umount2(".", syscalls.MNT_DETACH)
+    os.chdir("/")
+
+
+def _detach_procfs(proc: int) -> list[tuple[str, str]]:
+    """Detach every procfs mount under the new root, deepest first; the mounts that remain."""
+    from cdictk.hooks import syscalls  # noqa: PLC0415
+
+    for _ in range(8):
+        mounts = _read_mounts(proc)
+        found = sorted({point for point, fstype in mounts if fstype == "proc"}, key=_depth, reverse=True)
+        if not found:
+            return mounts
+        for point in found:
+            if point == "/":
+                raise OSError(errno.EINVAL, "the rootfs itself is on procfs")
+            try:
+                # Detaching takes everything mounted below it too; a mount stacked on top of this one
+                # goes first and the next round meets the procfs it covered.
+                syscalls.umount2(point, syscalls.MNT_DETACH | _UMOUNT_NOFOLLOW)
+            except OSError as exc:
+                if exc.errno not in (errno.EINVAL, errno.ENOENT):
+                    raise
+    raise OSError(errno.EBUSY, "procfs is still mounted at " + ", ".join(found))
+
+
+def _make_nodev(mount_points: Iterable[str]) -> None:
+    """Make every remaining mount nodev, so a device node from the image cannot be opened.
+
+    Defence in depth, so best effort: before Linux 5.12 (no mount_setattr) nothing changes.
+    """
+    from cdictk.hooks import syscalls  # noqa: PLC0415
+
+    for point in mount_points:
+        try:
+            fd = os.open(point, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # covered by a later mount, or deleted
+        try:
+            syscalls.mount_setattr(fd, syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOSUID)
+        except OSError as exc:
+            if exc.errno == errno.ENOSYS:
+                return
+        finally:
+            os.close(fd)
+
+
+def _read_mounts(proc: int) -> list[tuple[str, str]]:
+    """(mount point, filesystem type) of the mounts visible under our root, from mountinfo.
+
+    Opened after pivot_root, mountinfo lists exactly the mounts under the new root, by their paths in it.
+    """
+    fd = os.open("self/mountinfo", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
+    try:
+        chunks = []
+        total = 0
+        while chunk := os.read(fd, 65536):
+            total += len(chunk)
+            if total > _MAX_MOUNTINFO:
+                raise OSError(errno.EFBIG, "mountinfo is too large")
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    mounts = []
+    for line in b"".join(chunks).splitlines():
+        fields = line.split(b" ")
+        try:
+            separator = fields.index(b"-", 6)
+            mounts.append((_unescape(fields[4]), fields[separator + 1].decode("ascii", "replace")))
+        except (ValueError, IndexError):
+            raise OSError(errno.EINVAL, "unexpected mountinfo line") from None
+    return mounts
+
+
+def _unescape(field: bytes) -> str:
+    r"""mountinfo writes space, tab, newline and backslash in paths as \ooo octal escapes."""
+    out = bytearray()
+    i = 0
+    while i < len(field):
+        if field[i] == 0x5C and i + 3 < len(field) and all(0x30 <= c <= 0x37 for c in field[i + 1 : i + 4]):
+            out.append(int(field[i + 1 : i + 4], 8) & 0xFF)
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return os.fsdecode(bytes(out))
+
+
+def _depth(path: str) -> int:
+    return path.count("/")
+
+
+def _set_limits() -> None:
+    for name, value in LIMITS.items():
+        resource.setrlimit(getattr(resource, f"RLIMIT_{name}"), (value, value))
+
+
+def _report(fd: int, kind: bytes, text: str) -> None:
+    line = kind + " ".join(text.split()).encode("utf-8", "replace")[:_MAX_REPORT] + b"\n"
+    try:
+        os.write(fd, line)  # below PIPE_BUF: one atomic write
+    except OSError:
+        os.write(2, b"cdictk sandbox: " + line)
+
+
+def _describe(step: str, exc: BaseException) -> str:
+    if isinstance(exc, OSError):
+        where = f" ({exc.filename})" if exc.filename else ""
+        return f"{step}: {exc.strerror or exc}{where}"
+    return f"{step}: {type(exc).__name__}: {exc}"

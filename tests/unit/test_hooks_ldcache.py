@@ -1,0 +1,360 @@
+"""The update-ldcache hook on small rootfs trees: cache contents, drop-ins, idempotence, and image attacks.
+
+Stub libraries with real SONAMEs stand in for the system and driver libraries; the host's own static
+ldconfig does the indexing, inside the sandbox, exactly as on a node.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cdictk.hooks import ldcache
+from cdictk.hooks.hookerror import HookError
+from cdictk.hooks.inroot import Rootfs
+from cdictk.hooks.ldcache import DRIVER_CONF, SYSTEM_CONF, update_ldcache
+from tests.unit.sandbox_programs import Programs, mountinfo, programs, run_isolated
+
+TRIPLET = ldcache._TRIPLETS.get(os.uname().machine, "x86_64-linux-gnu")
+SYSTEM_DIR = f"/usr/lib/{TRIPLET}"
+DRIVER_DIR = "/usr/local/nvidia/lib64"
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Programs:
+    return programs(tmp_path_factory)
+
+
+def make_rootfs(base: Path, built: Programs, *, debian: bool = True) -> Path:
+    """A minimal image: libfoo in the system folder, libdrv in the driver folder."""
+    root = base / "rootfs"
+    (root / "etc").mkdir(parents=True)
+    if debian:
+        (root / "etc" / "debian_version").write_text("12.0\n")
+    for folder, lib in ((SYSTEM_DIR, "libfoo.so.1.2.3"), (DRIVER_DIR, "libdrv.so.550.54")):
+        inside = root / folder.lstrip("/")
+        inside.mkdir(parents=True, exist_ok=True)
+        shutil.copy(built.libs[lib], inside / lib)
+    return root
+
+
+def run(
+    root: Path,
+    folders: list[str],
+    ldconfig_path: str = "/sbin/ldconfig",
+    timeout: float = 10,
+    *,
+    openat2: bool = True,
+) -> None:
+    with Rootfs(str(root), use_openat2=openat2) as rootfs:
+        update_ldcache(rootfs, folders, ldconfig_path, timeout=timeout)
+
+
+def cache_of(root: Path) -> dict[str, str]:
+    """SONAME -> path, as the host ldconfig reads the container's cache."""
+    out = subprocess.run(
+        ["/sbin/ldconfig", "-p", "-C", str(root / "etc" / "ld.so.cache")],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    entries = {}
+    for line in out.splitlines()[1:]:
+        if "=>" in line:
+            name, _, path = line.partition("=>")
+            entries[name.split()[0]] = path.strip()
+    return entries
+
+
+def snapshot(path: Path) -> dict[str, tuple[int, int, int]]:
+    """(inode, mtime, mode) of everything under ``path``, links not followed."""
+    result = {}
+    for entry in [path, *path.rglob("*")]:
+        st = entry.lstat()
+        result[str(entry)] = (st.st_ino, st.st_mtime_ns, st.st_mode)
+    return result
+
+
+# What it does
+
+
+def test_the_cache_lists_driver_and_system_libraries_and_soname_links_exist(
+    built: Programs, tmp_path: Path
+) -> None:
+    root = make_rootfs(tmp_path, built)
+    before = mountinfo()
+    run(root, [DRIVER_DIR])
+    assert mountinfo() == before
+    assert cache_of(root) == {
+        "libfoo.so.1": f"{SYSTEM_DIR}/libfoo.so.1",
+        "libdrv.so.1": f"{DRIVER_DIR}/libdrv.so.1",
+    }
+    assert os.readlink(root / SYSTEM_DIR.lstrip("/") / "libfoo.so.1") == "libfoo.so.1.2.3"
+    assert os.readlink(root / DRIVER_DIR.lstrip("/") / "libdrv.so.1") == "libdrv.so.550.54"
+    assert (root / "etc/ld.so.conf").read_text() == "include /etc/ld.so.conf.d/*.conf\n"
+    assert (root / DRIVER_CONF.lstrip("/")).read_text() == f"{DRIVER_DIR}\n"
+    # Only the system folders that exist in the image.
+    assert (root / SYSTEM_CONF.lstrip("/")).read_text() == f"{SYSTEM_DIR}\n/usr/lib\n"
+    for conf in ("etc/ld.so.conf", DRIVER_CONF, SYSTEM_CONF):
+        assert (root / conf.lstrip("/")).stat().st_mode & 0o7777 == 0o644
+    assert sorted(os.listdir(root / "etc/ld.so.conf.d")) == sorted(
+        [os.path.basename(DRIVER_CONF), os.path.basename(SYSTEM_CONF)]
+    )
+
+
+def test_a_second_run_changes_nothing_but_the_cache(built: Programs, tmp_path: Path) -> None:
+    root = make_rootfs(tmp_path, built)
+    run(root, [DRIVER_DIR, DRIVER_DIR])
+    first = snapshot(root)
+    cache = cache_of(root)
+    run(root, [DRIVER_DIR])
+    second = snapshot(root)
+    # ldconfig replaces the cache by renaming a new file over it, which also touches /etc.
+    for changed in (root / "etc/ld.so.cache", root / "etc"):
+        assert second.pop(str(changed))[2] == first.pop(str(changed))[2]
+    assert second == first
+    assert cache_of(root) == cache
+
+
+def test_other_distributions_get_their_own_system_folders(built: Programs, tmp_path: Path) -> None:
+    root = make_rootfs(tmp_path, built, debian=False)
+    (root / "usr/lib64").mkdir()
+    shutil.copy(built.libs["libevil.so.1.0"], root / "usr/lib64" / "libevil.so.1.0")
+    run(root, [DRIVER_DIR])
+    assert (root / SYSTEM_CONF.lstrip("/")).read_text() == "/usr/lib\n/usr/lib64\n"
+    assert cache_of(root)["libevil.so.1"] == "/usr/lib64/libevil.so.1"
+
+
+def test_the_images_own_ld_so_conf_is_kept(built: Programs, tmp_path: Path) -> None:
+    root = make_rootfs(tmp_path, built)
+    (root / "etc/ld.so.conf").write_text("# image\ninclude /etc/ld.so.conf.d/*.conf\n")
+    run(root, [DRIVER_DIR])
+    assert (root / "etc/ld.so.conf").read_text() == "# image\ninclude /etc/ld.so.conf.d/*.conf\n"
+    assert "libdrv.so.1" in cache_of(root)
+
+
+def test_without_folders_ldconfig_still_runs_for_the_compat_drop_in(built: Programs, tmp_path: Path) -> None:
+    root = make_rootfs(tmp_path, built)
+    (root / "etc/ld.so.conf.d").mkdir()
+    (root / "etc/ld.so.conf.d/00-cdictk-cuda-compat.conf").write_text(f"{DRIVER_DIR}\n")
+    run(root, [])
+    assert not (root / DRIVER_CONF.lstrip("/")).exists()
+    assert cache_of(root)["libdrv.so.1"] == f"{DRIVER_DIR}/libdrv.so.1"
+
+
+def test_a_dot_real_ldconfig_next_to_the_given_path_is_used(built: Programs, tmp_path: Path) -> None:
+    wrapper = tmp_path / "ldconfig"
+    wrapper.write_text('#!/bin/sh\nexec /sbin/ldconfig.real "$@"\n')  # Ubuntu's wrapper; not ELF
+    wrapper.chmod(0o755)
+    shutil.copy("/sbin/ldconfig", tmp_path / "ldconfig.real")
+    assert ldcache.normalize_ldconfig_path(str(wrapper)) == f"{wrapper}.real"
+    root = make_rootfs(tmp_path, built)
+    run(root, [DRIVER_DIR], str(wrapper))
+    assert "libdrv.so.1" in cache_of(root)
+
+
+def test_musl_images_get_a_path_file_and_no_ldconfig(built: Programs, tmp_path: Path) -> None:
+    arch = ldcache._MUSL_ARCHES.get(os.uname().machine)
+    if arch is None:
+        pytest.skip(f"no musl architecture name for {os.uname().machine}")
+    root = make_rootfs(tmp_path, built, debian=False)
+    (root / "etc/alpine-release").write_text("3.20.0\n")
+    run(root, [DRIVER_DIR], "/nonexistent/ldconfig")  # proves ldconfig is not even looked at
+    path_file = root / f"etc/ld-musl-{arch}.path"
+    assert path_file.read_text() == f"/lib\n/usr/local/lib\n/usr/lib\n{DRIVER_DIR}\n"
+    assert path_file.stat().st_mode & 0o7777 == 0o644
+    assert not (root / "etc/ld.so.cache").exists()
+    assert not (root / "etc/ld.so.conf").exists()
+    first = snapshot(root)
+    run(root, [DRIVER_DIR], "/nonexistent/ldconfig")
+    assert snapshot(root) == first
+    # An image's own path file keeps its entries; only missing folders are added.
+    path_file.write_text("/opt/app/lib:/lib\n")
+    run(root, [DRIVER_DIR, "/lib"], "/nonexistent/ldconfig")
+    assert path_file.read_text() == f"/opt/app/lib\n/lib\n{DRIVER_DIR}\n"
+
+
+def test_a_glibc_image_with_musl_installed_is_still_a_glibc_image(built: Programs, tmp_path: Path) -> None:
+    arch = ldcache._MUSL_ARCHES.get(os.uname().machine)
+    root = make_rootfs(tmp_path, built)
+    (root / "lib").mkdir()
+    (root / f"lib/ld-musl-{arch}.so.1").write_text("")
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    run(root, [DRIVER_DIR])
+    assert "libdrv.so.1" in cache_of(root)
+
+
+# What it refuses
+
+
+@pytest.mark.parametrize("folder", ["usr/lib", "", "/a\nb", "/a\0b", "/a\tb", "/a#b", "/a\x7fb"])
+def test_unsafe_folders_are_refused(built: Programs, tmp_path: Path, folder: str) -> None:
+    root = make_rootfs(tmp_path, built)
+    with pytest.raises(HookError, match=r"^update-ldcache: folder .* must be an absolute path"):
+        run(root, [DRIVER_DIR, folder])
+    assert not (root / "etc/ld.so.conf.d").exists()
+
+
+def test_the_host_root_is_refused() -> None:
+    for path in ("/", "//", "/."):
+        with Rootfs(path) as rootfs, pytest.raises(HookError, match="host's root directory"):
+            update_ldcache(rootfs, [DRIVER_DIR], "/nonexistent")
+
+
+def test_unsafe_ldconfigs_are_refused_before_the_container_is_touched(
+    built: Programs, tmp_path: Path
+) -> None:
+    user_owned = tmp_path / "user-owned"
+    shutil.copy("/sbin/ldconfig", user_owned)
+    os.chown(user_owned, 1000, 1000)
+    group_writable = tmp_path / "group-writable"
+    shutil.copy("/sbin/ldconfig", group_writable)
+    group_writable.chmod(0o775)
+    cases = {
+        str(built.dynamic): r"^update-ldcache: ldconfig .* is dynamically linked",
+        str(user_owned): "owned by uid 1000, not root",
+        str(group_writable): "writable by group or others",
+        "sbin/ldconfig": "must be an absolute path",
+        str(tmp_path / "missing"): "cannot open ldconfig",
+    }
+    root = make_rootfs(tmp_path, built)
+    for path, message in cases.items():
+        with pytest.raises(HookError, match=message):
+            run(root, [DRIVER_DIR], path)
+    assert not (root / "etc/ld.so.conf").exists()
+
+
+def test_a_slow_ldconfig_is_killed_at_the_deadline(built: Programs, tmp_path: Path) -> None:
+    root = make_rootfs(tmp_path, built)
+    start = time.monotonic()
+    with pytest.raises(HookError, match=r"^update-ldcache: ldconfig timed out after 0\.5 s$"):
+        run(root, [DRIVER_DIR], str(built.sleeper), timeout=0.5)
+    assert time.monotonic() - start < 3
+
+
+def test_a_failing_ldconfig_fails_the_hook(built: Programs, tmp_path: Path) -> None:
+    root = make_rootfs(tmp_path, built)
+    with pytest.raises(HookError, match=r"^update-ldcache: ldconfig failed with exit status 3$"):
+        run(root, [DRIVER_DIR], str(built.exit3))
+
+
+# Image attacks: every write stays inside the rootfs
+
+
+@pytest.mark.parametrize("inside_exists", [True, False])
+def test_ld_so_conf_d_linked_to_a_host_folder_is_read_inside_the_rootfs(
+    built: Programs, tmp_path: Path, inside_exists: bool
+) -> None:
+    host = tmp_path / "host-confd"
+    host.mkdir()
+    root = make_rootfs(tmp_path, built)
+    (root / "etc/ld.so.conf.d").symlink_to(host)  # absolute: means <rootfs><host> in the container
+    inside = root / str(host).lstrip("/")
+    if inside_exists:
+        inside.mkdir(parents=True)
+    run(root, [DRIVER_DIR])
+    assert os.listdir(host) == []
+    assert (inside / os.path.basename(DRIVER_CONF)).read_text() == f"{DRIVER_DIR}\n"
+    assert "libdrv.so.1" in cache_of(root)
+
+
+@pytest.mark.parametrize("openat2", [True, False])
+@pytest.mark.parametrize("target", ["/", "../../../../../../../../.."])
+def test_etc_linked_to_the_root_stays_in_the_rootfs(
+    built: Programs, tmp_path: Path, target: str, openat2: bool
+) -> None:
+    root = make_rootfs(tmp_path, built)
+    shutil.rmtree(root / "etc")
+    (root / "etc").symlink_to(target)
+    host_etc = snapshot(Path("/etc/ld.so.conf.d")), Path("/etc/ld.so.cache").stat().st_mtime_ns
+    run(root, [DRIVER_DIR], openat2=openat2)
+    assert (snapshot(Path("/etc/ld.so.conf.d")), Path("/etc/ld.so.cache").stat().st_mtime_ns) == host_etc
+    # In the container /etc is its root: that is where everything went.
+    assert (root / "ld.so.conf.d" / os.path.basename(DRIVER_CONF)).read_text() == f"{DRIVER_DIR}\n"
+    assert (root / "ld.so.cache").is_file()
+
+
+PROC_ESCAPE_SCRIPT = r"""
+import os, shutil, subprocess, sys
+from cdictk.hooks.inroot import Rootfs
+from cdictk.hooks.ldcache import update_ldcache
+control_root, root, control_host, host = sys.argv[1:5]
+for r, h in ((control_root, control_host), (root, host)):
+    subprocess.run(["mount", "-t", "proc", "proc", f"{r}/proc"], check=True)
+    # This process's root is the host's. (/proc/1/root would do on a node; here pid 1 is not ours to
+    # inspect, and the runtime or the hook is as good a way out.)
+    os.symlink(f"/proc/{os.getpid()}/root{h}", f"{r}/usr/lib/evil")
+# Control: plain chroot + the same static ldconfig follows /proc/1/root out to the host.
+shutil.copy("/sbin/ldconfig", f"{control_root}/ldconfig")
+subprocess.run(["chroot", control_root, "/ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"], check=True)
+with Rootfs(root) as rootfs:
+    update_ldcache(rootfs, ["/usr/local/nvidia/lib64"])
+"""
+
+
+def test_a_lib_folder_linked_through_proc_cannot_reach_the_host(built: Programs, tmp_path: Path) -> None:
+    roots, hosts = [], []
+    for name in ("control", "hook"):
+        host = tmp_path / f"{name}-host-libs"
+        host.mkdir()
+        shutil.copy(built.libs["libevil.so.1.0"], host / "libevil.so.1.0")
+        root = make_rootfs(tmp_path / name, built)
+        (root / "proc").mkdir()
+        # The image lists its own folder, /usr/lib/evil: a link (made by the script) that leads out
+        # through a procfs magic link.
+        (root / "etc/ld.so.conf.d").mkdir()
+        (root / "etc/ld.so.conf.d/evil.conf").write_text("/usr/lib/evil\n")
+        (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+        roots.append(str(root))
+        hosts.append(host)
+    run_isolated(PROC_ESCAPE_SCRIPT, *roots, *map(str, hosts))
+    assert (hosts[0] / "libevil.so.1").is_symlink(), "the control did not escape: this test proves nothing"
+    assert sorted(os.listdir(hosts[1])) == ["libevil.so.1.0"]
+    assert "libdrv.so.1" in cache_of(Path(roots[1]))
+
+
+BIND_SCRIPT = r"""
+import subprocess, sys
+from cdictk.hooks.inroot import Rootfs
+from cdictk.hooks.ldcache import update_ldcache
+source, root = sys.argv[1:3]
+subprocess.run(["mount", "--bind", source, root], check=True)
+before = open("/proc/self/mountinfo").read()
+with Rootfs(root) as rootfs:
+    update_ldcache(rootfs, ["/usr/local/nvidia/lib64"])
+assert open("/proc/self/mountinfo").read() == before, "a mount leaked"
+"""
+
+
+def test_a_bind_mounted_rootfs_works(built: Programs, tmp_path: Path) -> None:
+    source = make_rootfs(tmp_path / "image", built)
+    target = tmp_path / "bundle-rootfs"
+    target.mkdir()
+    run_isolated(BIND_SCRIPT, str(source), str(target))
+    assert cache_of(source)["libdrv.so.1"] == f"{DRIVER_DIR}/libdrv.so.1"
+    assert os.listdir(target) == []  # the mount went away with its namespace
+
+
+# Cost on every container start
+
+
+def test_importing_the_hook_loads_only_small_standard_modules() -> None:
+    repo = str(Path(__file__).resolve().parents[2])
+    code = (
+        f"import sys; sys.path.insert(0, {repo!r}); import cdictk.hooks.ldcache; print(' '.join(sys.modules))"
+    )
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    heavy = {"typing", "dataclasses", "re", "json", "subprocess", "enum", "argparse", "shutil", "glob"}
+    heavy |= {"fnmatch", "uuid", "ctypes", "platform", "signal", "contextlib", "cdictk.hooks.syscalls"}
+    assert "cdictk.hooks.ldcache" in loaded
+    assert loaded & heavy == set()

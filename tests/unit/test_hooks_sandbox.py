@@ -1,0 +1,334 @@
+"""The sandbox that runs host ldconfig on a container rootfs: what a program sees in it, and the ELF check.
+
+A static probe program stands in for ldconfig and writes down, from inside, its pid, environment,
+descriptors, limits, network and which paths it can open.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import stat
+import struct
+import time
+from pathlib import Path
+
+import pytest
+
+from cdictk.hooks import sandbox
+from cdictk.hooks.hookerror import HookError
+from cdictk.hooks.inroot import Rootfs
+from tests.unit.sandbox_programs import Programs, mountinfo, programs, run_isolated
+
+MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}.get(
+    os.uname().machine, 0
+)
+PT_LOAD, PT_INTERP = 1, 3
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Programs:
+    return programs(tmp_path_factory)
+
+
+class Report:
+    """What the probe wrote: ``fields["pid"] == "1"``, ``opened["/path"] == errno`` (0: it opened)."""
+
+    def __init__(self, text: str) -> None:
+        self.fields: dict[str, str] = {}
+        self.opened: dict[str, int] = {}
+        for line in text.splitlines():
+            key, _, rest = line.partition(" ")
+            if key == "open":
+                path, _, code = rest.rpartition(" ")
+                self.opened[path] = int(code)
+            elif key == "limit":
+                name, _, value = rest.partition(" ")
+                self.fields[f"limit {name}"] = value
+            else:
+                self.fields[key] = rest
+
+
+def run_probe(built: Programs, root: Path, *paths: str) -> Report:
+    exe = sandbox.load_host_binary(str(built.probe), "probe")
+    try:
+        with Rootfs(str(root)) as rootfs:
+            sandbox.run_in_rootfs(rootfs, exe, ["probe", "/report", *paths], timeout=5, what="probe")
+    finally:
+        os.close(exe)
+    return Report((root / "report").read_text())
+
+
+# What the program sees
+
+
+def test_the_program_sees_only_the_rootfs_and_nothing_of_the_hook(built: Programs, tmp_path: Path) -> None:
+    root = tmp_path / "rootfs"
+    root.mkdir()
+    os.mknod(root / "devnull", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    marker = tmp_path / "host-marker"
+    marker.write_text("host\n")
+    (root / "inside").write_text("container\n")
+    leaked = os.open(tmp_path / "leak", os.O_CREAT | os.O_RDWR, 0o600)
+    os.set_inheritable(leaked, True)  # as if the runtime had passed the hook a descriptor
+    before = mountinfo()
+    try:
+        report = run_probe(built, root, "/inside", "/devnull", str(marker), "/proc/self/status")
+    finally:
+        os.close(leaked)
+    assert report.fields["pid"] == "1"  # a PID namespace of its own
+    assert report.fields["env"] == "0"
+    assert report.fields["cwd"] == "/"
+    assert report.fields["fds"] == "0 1 2"  # no memfd, no pipe, no leaked descriptor
+    assert report.fields["std0"] == report.fields["std1"] == "1:3"
+    assert {k: int(v) for k, v in report.fields.items() if k.startswith("limit ")} == {
+        f"limit {name}": value for name, value in sandbox.LIMITS.items()
+    }
+    assert int(report.fields["connect"]) == errno.ENETUNREACH  # an empty network namespace
+    assert report.opened["/inside"] == 0
+    assert report.opened["/devnull"] == errno.EACCES  # every mount is nodev in the sandbox
+    assert report.opened[str(marker)] == errno.ENOENT  # host paths do not exist in there
+    assert report.opened["/proc/self/status"] == errno.ENOENT
+    assert mountinfo() == before
+    os.close(os.open(root / "devnull", os.O_RDONLY))  # the same node opens fine outside the sandbox
+
+
+PROCFS_SCRIPT = r"""
+import os, subprocess, sys
+from cdictk.hooks import sandbox
+from cdictk.hooks.inroot import Rootfs
+root, probe, volume = sys.argv[1:4]
+def mount(*args):
+    subprocess.run(["mount", *args], check=True)
+for d in ("proc", "mnt", "stack", "vol"):
+    os.mkdir(f"{root}/{d}")
+mount("-t", "proc", "proc", f"{root}/proc")
+mount("-t", "tmpfs", "tmpfs", f"{root}/mnt")
+os.mkdir(f"{root}/mnt/p")
+mount("-t", "proc", "proc", f"{root}/mnt/p")
+mount("-t", "proc", "proc", f"{root}/stack")
+mount("-t", "tmpfs", "tmpfs", f"{root}/stack")
+mount("--bind", volume, f"{root}/vol")
+before = open("/proc/self/mountinfo").read()
+exe = sandbox.load_host_binary(probe, "probe")
+with Rootfs(root) as rootfs:
+    sandbox.run_in_rootfs(rootfs, exe, ["probe", "/report", *sys.argv[4:]], timeout=5, what="probe")
+assert open("/proc/self/mountinfo").read() == before, "the sandbox changed the hook's mounts"
+assert os.path.exists(f"{root}/proc/self/status"), "the container's own /proc must stay mounted"
+"""
+
+
+def test_every_procfs_in_the_rootfs_is_detached_and_bind_mounts_stay(built: Programs, tmp_path: Path) -> None:
+    root = tmp_path / "rootfs"
+    root.mkdir()
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    (volume / "lib.so").write_text("x")
+    paths = ["/proc/self/status", "/proc/1/root", "/mnt/p/self/status", "/stack/self/status", "/vol/lib.so"]
+    run_isolated(PROCFS_SCRIPT, str(root), str(built.probe), str(volume), *paths)
+    opened = Report((root / "report").read_text()).opened
+    assert opened == {
+        "/proc/self/status": errno.ENOENT,
+        "/proc/1/root": errno.ENOENT,
+        "/mnt/p/self/status": errno.ENOENT,  # under another mount
+        "/stack/self/status": errno.ENOENT,  # under a mount stacked on it
+        "/vol/lib.so": 0,  # the runtime's bind mounts (CDI's driver libraries) are kept
+    }
+
+
+def test_a_rootfs_path_that_no_longer_names_the_opened_rootfs_is_refused(
+    built: Programs, tmp_path: Path
+) -> None:
+    root = tmp_path / "rootfs"
+    root.mkdir()
+    exe = sandbox.load_host_binary(str(built.probe), "probe")
+    try:
+        with Rootfs(str(root)) as rootfs:
+            root.rename(tmp_path / "moved")
+            root.mkdir()
+            with pytest.raises(HookError, match="no longer names the opened rootfs"):
+                sandbox.run_in_rootfs(rootfs, exe, ["probe", "/report"], timeout=5, what="probe")
+    finally:
+        os.close(exe)
+    assert not (root / "report").exists()
+    assert not (tmp_path / "moved" / "report").exists()
+
+
+# Outcomes
+
+
+def run_program(path: Path, root: Path, argv: list[str], timeout: float = 5) -> None:
+    exe = sandbox.load_host_binary(str(path), "ldconfig")
+    try:
+        with Rootfs(str(root)) as rootfs:
+            sandbox.run_in_rootfs(rootfs, exe, argv, timeout=timeout, what="ldconfig")
+    finally:
+        os.close(exe)
+
+
+def test_a_program_past_its_deadline_is_killed_with_its_namespace(built: Programs, tmp_path: Path) -> None:
+    token = f"cdictk-sleeper-{os.getpid()}-{time.monotonic_ns()}"
+    start = time.monotonic()
+    with pytest.raises(HookError, match=r"^ldconfig timed out after 0\.5 s$"):
+        run_program(built.sleeper, tmp_path, ["ldconfig", token], timeout=0.5)
+    assert time.monotonic() - start < 3
+    assert not [pid for pid in os.listdir("/proc") if pid.isdigit() and token in _cmdline(pid)]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_exit_status_and_signal_are_errors(built: Programs, tmp_path: Path) -> None:
+    with pytest.raises(HookError, match=r"^ldconfig failed with exit status 3$"):
+        run_program(built.exit3, tmp_path, ["ldconfig"])
+    with pytest.raises(HookError, match=r"^ldconfig was killed by signal 11$"):
+        run_program(built.segfault, tmp_path, ["ldconfig"])
+
+
+def test_the_timeout_must_be_positive(built: Programs, tmp_path: Path) -> None:
+    with pytest.raises(HookError, match="positive"):
+        run_program(built.exit3, tmp_path, ["ldconfig"], timeout=0)
+
+
+def test_no_descriptor_is_left_behind(built: Programs, tmp_path: Path) -> None:
+    before = sorted(os.listdir("/proc/self/fd"))
+    run_probe(built, tmp_path)
+    with pytest.raises(HookError):
+        run_program(built.exit3, tmp_path, ["ldconfig"])
+    with pytest.raises(HookError):
+        sandbox.load_host_binary(str(built.dynamic), "ldconfig")
+    assert sorted(os.listdir("/proc/self/fd")) == before
+
+
+# The host program
+
+
+def test_the_copy_is_sealed_close_on_exec_and_identical(built: Programs) -> None:
+    fd = sandbox.load_host_binary(str(built.probe), "probe")
+    try:
+        seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
+        for seal in (fcntl.F_SEAL_SEAL, fcntl.F_SEAL_SHRINK, fcntl.F_SEAL_GROW, fcntl.F_SEAL_WRITE):
+            assert seals & seal
+        assert not os.get_inheritable(fd)
+        with pytest.raises(PermissionError):
+            os.pwrite(fd, b"x", 0)
+        assert os.pread(fd, 1 << 24, 0) == built.probe.read_bytes()
+    finally:
+        os.close(fd)
+
+
+def test_the_real_ldconfig_is_accepted() -> None:
+    if not os.path.exists("/sbin/ldconfig"):
+        pytest.skip("the host has no /sbin/ldconfig")
+    os.close(sandbox.load_host_binary("/sbin/ldconfig", "ldconfig"))
+
+
+def test_unsafe_host_programs_are_refused(
+    built: Programs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def copy(name: str, mode: int = 0o755, uid: int = 0) -> str:
+        path = tmp_path / name
+        path.write_bytes(built.exit3.read_bytes())
+        os.chown(path, uid, 0)
+        path.chmod(mode)
+        return str(path)
+
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\nexit 0\n")
+    script.chmod(0o755)
+    cases = {
+        "relative/ldconfig": "must be an absolute path",
+        str(tmp_path / "missing"): "cannot open",
+        str(tmp_path): "not a regular file",
+        copy("user-owned", uid=1000): "owned by uid 1000, not root",
+        copy("group-writable", 0o775): "writable by group or others",
+        copy("other-writable", 0o757): "writable by group or others",
+        str(script): "not an ELF executable",
+        str(built.dynamic): "dynamically linked",
+    }
+    for path, message in cases.items():
+        with pytest.raises(HookError, match=message):
+            sandbox.load_host_binary(path, "ldconfig")
+    monkeypatch.setattr(sandbox, "MAX_BINARY_SIZE", 1000)
+    with pytest.raises(HookError, match="expected 1 to 1000"):
+        sandbox.load_host_binary(str(built.exit3), "ldconfig")
+
+
+# The ELF check, on hand-made headers
+
+
+def elf(
+    *,
+    is64: bool = True,
+    order: str = "<",
+    etype: int = 2,
+    machine: int = MACHINE,
+    types: tuple[int, ...] = (PT_LOAD,),
+) -> bytes:
+    ident = b"\x7fELF" + bytes([2 if is64 else 1, 1 if order == "<" else 2, 1]) + bytes(9)
+    if is64:
+        header = struct.pack(
+            order + "HHIQQQIHHHHHH", etype, machine, 1, 0, 64, 0, 0, 64, 56, len(types), 0, 0, 0
+        )
+        table = b"".join(struct.pack(order + "IIQQQQQQ", t, 0, 0, 0, 0, 0, 0, 0) for t in types)
+    else:
+        header = struct.pack(
+            order + "HHIIIIIHHHHHH", etype, machine, 1, 0, 52, 0, 0, 52, 32, len(types), 0, 0, 0
+        )
+        table = b"".join(struct.pack(order + "IIIIIIII", t, 0, 0, 0, 0, 0, 0, 0) for t in types)
+    return ident + header + table
+
+
+def check(data: bytes) -> None:
+    fd = os.memfd_create("elf", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, data)
+        sandbox.check_static_elf(fd, "test")
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        elf(),
+        elf(etype=3, types=(PT_LOAD, 2, PT_LOAD)),  # static-pie: ET_DYN with PT_DYNAMIC, no PT_INTERP
+        elf(is64=False),
+        elf(order=">"),
+        elf(is64=False, order=">"),
+    ],
+)
+def test_static_executables_pass(data: bytes) -> None:
+    check(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (elf(types=(PT_LOAD, PT_INTERP)), "dynamically linked"),
+        (elf(is64=False, types=(PT_INTERP,)), "dynamically linked"),
+        (elf(order=">", types=(PT_LOAD, PT_INTERP)), "dynamically linked"),
+        (elf(etype=1), "not an executable"),
+        (elf(machine=MACHINE + 1), "not a native executable"),
+        (elf(types=()), "malformed program header table"),
+        (elf()[:-1], "malformed program header table"),
+        (elf()[:40], "not an ELF executable"),
+        (b"#!/bin/sh\n" + bytes(100), "not an ELF executable"),
+        (b"", "not an ELF executable"),
+    ],
+)
+def test_other_files_are_refused(data: bytes, message: str) -> None:
+    with pytest.raises(HookError, match=message):
+        check(data)
+
+
+def test_a_huge_program_header_count_is_refused() -> None:
+    data = bytearray(elf())
+    struct.pack_into("<H", data, 56, 0xFFFF)  # PN_XNUM: the real count would be elsewhere
+    with pytest.raises(HookError, match="malformed program header table"):
+        check(bytes(data))
