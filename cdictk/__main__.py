@@ -1,5 +1,5 @@
 import sys
 
-from cdictk.cli.main import main
+from cdictk.cli.launch import main
 
 sys.exit(main())

@@ -69,9 +69,16 @@ def _warn(message: str) -> None:
 @click.option(
     "--hook-path",
     metavar="PATH",
-    help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hooks "
-    "(python3 -I -m cdictk.hooks). A python* or pypy* path is used the same way; any other program "
-    "(nvidia-cdi-hook; nvidia-ctk with its 'hook' subcommand) gets nvidia-cdi-hook's command line.",
+    help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hook "
+    "entry point (python3 -I -S .../cdictk/hooks/__main__.py), as one batched hook. A python* or pypy* "
+    "path is used the same way, and so is the cdictk command; any other program (nvidia-cdi-hook; "
+    "nvidia-ctk with its 'hook' subcommand) gets nvidia-cdi-hook's command line, one hook per step.",
+)
+@click.option(
+    "--separate-hooks",
+    is_flag=True,
+    help="One hook process per step (create-symlinks, enable-cuda-compat, update-ldcache), as NVIDIA's "
+    "specs have, instead of cdictk's single batched hook.",
 )
 @click.option("--ldconfig-path", metavar="PATH", help="Host ldconfig the update-ldcache hook runs.")
 @click.option(
@@ -114,6 +121,7 @@ def generate_command(  # click passes every option by keyword
     vendor: str,
     cls: str,
     hook_path: str | None,
+    separate_hooks: bool,
     ldconfig_path: str | None,
     disabled_hooks: tuple[str, ...],
     no_all_device: bool,
@@ -174,7 +182,7 @@ def generate_command(  # click passes every option by keyword
         vendor=vendor,
         cls=cls,
         strategies=tuple(Strategy(name) for name in strategies) or DEFAULT_STRATEGIES,
-        hook_program=None if "all" in disabled_hooks else hook_program(hook_path),
+        hook_program=None if "all" in disabled_hooks else hook_program(hook_path, separate=separate_hooks),
         disabled_hooks=frozenset(disabled_hooks),
         ldconfig_path=ldconfig_path,
         all_device=not no_all_device,

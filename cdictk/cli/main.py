@@ -24,6 +24,22 @@ def cli() -> None:
     """
 
 
+@cli.command(
+    "hook",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+)
+@click.pass_context
+def hook_command(ctx: click.Context) -> int:
+    """Run an OCI hook on a container (what runc and crun call; OCI state on stdin).
+
+    Hooks: create-symlinks, update-ldcache, enable-cuda-compat, chmod, disable-device-node-modification,
+    batch. `cdictk hook --help` lists their options.
+    """
+    from cdictk.hooks.entry import main as hook_main  # noqa: PLC0415
+
+    return hook_main(ctx.args)
+
+
 cdi_group.add_command(generate_command)
 cli.add_command(cdi_group)
 cli.add_command(runtime_group)

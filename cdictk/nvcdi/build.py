@@ -82,8 +82,11 @@ def build_spec(facts: NodeFacts, options: SpecOptions) -> tuple[Spec, list[str]]
         devices.append(Device(name=ALL_DEVICE, container_edits=_device_edits(merged, options)))
     devices.sort(key=lambda device: (device.name == ALL_DEVICE, natural_key(device.name)))
 
+    device_links = [link for _, parts in named for link in parts.links]
     spec = Spec(
-        kind=f"{options.vendor}/{options.cls}", devices=devices, container_edits=_common(facts, options)
+        kind=f"{options.vendor}/{options.cls}",
+        devices=devices,
+        container_edits=_common(facts, options, device_links),
     )
     spec.cdi_version = minimum_version(spec)
     if options.target_version is not None:
@@ -160,12 +163,17 @@ def _device_edits(parts: _Parts, options: SpecOptions) -> ContainerEdits:
         device_nodes=[edits.device_node(node) for node in nodes], additional_gids=edits.group_only_gids(nodes)
     )
     program = options.hook_program
-    if parts.links and program is not None and hooks.CREATE_SYMLINKS not in options.disabled_hooks:
+    if (
+        parts.links
+        and program is not None
+        and not program.batch  # the batched common hook makes them
+        and hooks.CREATE_SYMLINKS not in options.disabled_hooks
+    ):
         result.hooks.append(program.hook(hooks.CREATE_SYMLINKS, hooks.link_args(parts.links)))
     return result
 
 
-def _common(facts: NodeFacts, options: SpecOptions) -> ContainerEdits:
+def _common(facts: NodeFacts, options: SpecOptions, device_links: list[tuple[str, str]]) -> ContainerEdits:
     control = _sorted_nodes(facts.control_nodes)
     libraries = facts.libraries
     mounts = [
@@ -194,6 +202,7 @@ def _common(facts: NodeFacts, options: SpecOptions) -> ContainerEdits:
         result.hooks = hooks.common_hooks(
             options.hook_program,
             links=libraries.links + facts.files.links,
+            device_links=device_links,
             library_dirs=library_dirs,
             driver_version=facts.driver_version,
             ldconfig_path=options.ldconfig_path,

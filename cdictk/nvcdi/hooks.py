@@ -1,10 +1,12 @@
 """The createContainer hooks a generated spec carries, and the program that runs them.
 
 By default the hooks run cdictk's own entry point through the interpreter cdictk is installed in, by
-its absolute path and isolated (``python3 -I -m cdictk.hooks``): the container's PYTHON* variables, user
-site and working directory cannot reach it. ``--hook-path`` can name another interpreter (python*,
-pypy*) or a program with nvidia-cdi-hook's command line (``nvidia-cdi-hook``, or ``nvidia-ctk`` with its
-``hook`` subcommand), so a node can keep NVIDIA's hooks while using our discovery.
+absolute paths and isolated (``python3 -I -S .../cdictk/hooks/__main__.py``): the container's PYTHON*
+variables, user site and working directory cannot reach it, and no site-packages ``.pth`` file runs.
+Our own program gets one *batched* hook per container (links, device links, CUDA compat, ld cache in
+one process) instead of one process per step. ``--hook-path`` can name another interpreter (python*,
+pypy*), the ``cdictk`` command, or a program with nvidia-cdi-hook's command line (``nvidia-cdi-hook``,
+or ``nvidia-ctk`` with its ``hook`` subcommand), which gets separate hooks as NVIDIA's specs have.
 """
 
 from __future__ import annotations
@@ -14,24 +16,26 @@ import re
 import sys
 from dataclasses import dataclass
 
+import cdictk.hooks
 from cdictk.cdi.model import Hook
 from cdictk.errors import CdictkError
 
 CREATE_SYMLINKS = "create-symlinks"
 ENABLE_CUDA_COMPAT = "enable-cuda-compat"
 UPDATE_LDCACHE = "update-ldcache"
+BATCH = "batch"
 HOOK_NAMES = (CREATE_SYMLINKS, ENABLE_CUDA_COMPAT, UPDATE_LDCACHE)
-HOOK_MODULE = "cdictk.hooks"
 # Explicit and non-empty: runtimes would otherwise hand a hook nothing or their own environment.
 HOOK_ENV = ("LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
 _PYTHON = re.compile(r"(?:python|pypy)[\w.+-]*")
-_WITH_HOOK_SUBCOMMAND = ("nvidia-ctk",)
+_WITH_HOOK_SUBCOMMAND = ("nvidia-ctk", "cdictk")
 
 
 @dataclass(frozen=True, slots=True)
 class HookProgram:
     path: str
     prefix: tuple[str, ...]  # argv before the hook name
+    batch: bool = False  # the program has cdictk's batched hook
 
     def hook(self, name: str, args: list[str]) -> Hook:
         return Hook(
@@ -39,8 +43,11 @@ class HookProgram:
         )
 
 
-def hook_program(path: str | None = None) -> HookProgram:
-    """The program hooks run: ``path`` (absolute), or this interpreter running cdictk's hook module."""
+def hook_program(path: str | None = None, *, separate: bool = False) -> HookProgram:
+    """The program hooks run: ``path`` (absolute), or this interpreter running cdictk's hook module.
+
+    ``separate``: one hook per step even where the program has the batched hook.
+    """
     if path is None and not os.path.isabs(sys.executable):
         raise CdictkError("", "--hook-path", "this Python's own path is unknown: give the interpreter's path")
     default = path is None
@@ -51,16 +58,21 @@ def hook_program(path: str | None = None) -> HookProgram:
     if default or _PYTHON.fullmatch(name):
         # argv[0] is the absolute path too: a bare "python3" makes Python look itself up on the hook's
         # PATH, find the system interpreter, and miss the environment cdictk is installed in.
-        return HookProgram(path, (path, "-I", "-m", HOOK_MODULE))
+        return HookProgram(path, (path, "-I", "-S", entry_file()), batch=not separate)
     if name in _WITH_HOOK_SUBCOMMAND:
-        return HookProgram(path, (name, "hook"))
+        return HookProgram(path, (name, "hook"), batch=name == "cdictk" and not separate)
     return HookProgram(path, (name,))
 
 
-def link_args(links: list[tuple[str, str]]) -> list[str]:
+def entry_file() -> str:
+    """The hook entry point's absolute path, in the cdictk this process runs."""
+    return os.path.join(os.path.dirname(os.path.abspath(cdictk.hooks.__file__)), "__main__.py")
+
+
+def link_args(links: list[tuple[str, str]], flag: str = "--link") -> list[str]:
     args: list[str] = []
     for target, link in sorted(set(links), key=lambda pair: pair[1]):
-        args += ["--link", f"{target}::{link}"]
+        args += [flag, f"{target}::{link}"]
     return args
 
 
@@ -68,12 +80,27 @@ def common_hooks(
     program: HookProgram,
     *,
     links: list[tuple[str, str]],
+    device_links: list[tuple[str, str]],
     library_dirs: list[str],
     driver_version: str,
     ldconfig_path: str | None,
     disabled: frozenset[str],
 ) -> list[Hook]:
-    """Links first, then CUDA compat (it writes an ld.so.conf.d entry), then the ld cache that reads it."""
+    """Links first, then CUDA compat (it writes an ld.so.conf.d entry), then the ld cache that reads it.
+
+    ``device_links`` (the devices' by-path links) go into the batched hook, which makes each only when
+    its device node is in the container; separate hooks leave them to each device's own edits.
+    """
+    if program.batch:
+        batch = _batch_args(
+            links=links,
+            device_links=device_links,
+            library_dirs=library_dirs,
+            driver_version=driver_version,
+            ldconfig_path=ldconfig_path,
+            disabled=disabled,
+        )
+        return [program.hook(BATCH, batch)] if batch else []
     hooks = []
     if links and CREATE_SYMLINKS not in disabled:
         hooks.append(program.hook(CREATE_SYMLINKS, link_args(links)))
@@ -85,3 +112,25 @@ def common_hooks(
             args += ["--folder", directory]
         hooks.append(program.hook(UPDATE_LDCACHE, args))
     return hooks
+
+
+def _batch_args(
+    *,
+    links: list[tuple[str, str]],
+    device_links: list[tuple[str, str]],
+    library_dirs: list[str],
+    driver_version: str,
+    ldconfig_path: str | None,
+    disabled: frozenset[str],
+) -> list[str]:
+    args: list[str] = []
+    if CREATE_SYMLINKS not in disabled:
+        args += link_args(links) + link_args(device_links, "--device-link")
+    if library_dirs and ENABLE_CUDA_COMPAT not in disabled:
+        args.append(f"--host-driver-version={driver_version}")
+    if library_dirs and UPDATE_LDCACHE not in disabled:
+        if ldconfig_path:
+            args += ["--ldconfig-path", ldconfig_path]
+        for directory in library_dirs:
+            args += ["--folder", directory]
+    return args

@@ -15,6 +15,7 @@ from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import ContainerEdits, Device, Spec
 from cdictk.cdi.validate import validate_file
 from cdictk.cli.main import main
+from cdictk.nvcdi.hooks import entry_file
 from tests.conftest import NodeFactory
 from tests.fakenode.node import LIB_DIR, FakeNode, mig_cap_minor
 
@@ -67,12 +68,7 @@ def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFact
     )
     assert first.gid is None and first.uid is None
     assert gpu.additional_gids == [44, 105]
-    assert gpu.hooks[0].args[-4:] == [
-        "--link",
-        "../card1::/dev/dri/by-path/pci-0000:18:00.0-card",
-        "--link",
-        "../renderD128::/dev/dri/by-path/pci-0000:18:00.0-render",
-    ]
+    assert gpu.hooks == []  # the batched common hook makes the by-path links of the devices present
     assert device(spec, uuid).container_edits == gpu
 
     common = spec.container_edits
@@ -101,17 +97,32 @@ def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFact
     assert common.mounts[0].host_path.startswith(node.root)
     assert common.env == [f"NVIDIA_CTK_LIBCUDA_DIR={LIB_DIR}", "NVIDIA_VISIBLE_DEVICES=void"]
 
-    assert [h.args[4] for h in common.hooks] == ["create-symlinks", "enable-cuda-compat", "update-ldcache"]
-    for hook in common.hooks + gpu.hooks:
-        assert hook.hook_name == "createContainer"
-        assert hook.path == sys.executable and os.path.isabs(hook.path)
-        assert hook.args[:4] == [sys.executable, "-I", "-m", "cdictk.hooks"]
-        assert hook.env
-    links = common.hooks[0].args
-    assert f"libcuda.so.{V}::{LIB_DIR}/libcuda.so.1" in links
-    assert f"libcuda.so.1::{LIB_DIR}/libcuda.so" in links
-    assert common.hooks[1].args[5:] == [f"--host-driver-version={V}"]
-    assert common.hooks[2].args[5:] == ["--folder", LIB_DIR, "--folder", f"{LIB_DIR}/vdpau"]
+    (hook,) = common.hooks
+    assert hook.hook_name == "createContainer"
+    assert hook.path == sys.executable and os.path.isabs(hook.path)
+    assert hook.args[:5] == [sys.executable, "-I", "-S", entry_file(), "batch"]
+    assert os.path.isfile(hook.args[3]) and hook.env
+    args = hook.args[5:]
+    assert f"libcuda.so.{V}::{LIB_DIR}/libcuda.so.1" in args
+    assert f"libcuda.so.1::{LIB_DIR}/libcuda.so" in args
+    device_links = [args[i + 1] for i, arg in enumerate(args) if arg == "--device-link"]
+    assert device_links == [
+        "../card1::/dev/dri/by-path/pci-0000:18:00.0-card",
+        "../renderD128::/dev/dri/by-path/pci-0000:18:00.0-render",
+    ]
+    assert args[-5:] == [f"--host-driver-version={V}", "--folder", LIB_DIR, "--folder", f"{LIB_DIR}/vdpau"]
+    separate = write_spec(capsys, node, tmp_path, "--separate-hooks")
+    assert [h.args[4] for h in separate.container_edits.hooks] == [
+        "create-symlinks",
+        "enable-cuda-compat",
+        "update-ldcache",
+    ]
+    assert device(separate, "0").container_edits.hooks[0].args[-4:] == [
+        "--link",
+        "../card1::/dev/dri/by-path/pci-0000:18:00.0-card",
+        "--link",
+        "../renderD128::/dev/dri/by-path/pci-0000:18:00.0-render",
+    ]
 
 
 def test_eight_gpus_with_mig(

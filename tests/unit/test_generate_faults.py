@@ -16,7 +16,7 @@ from cdictk.cli.main import main
 from cdictk.node.elfinfo import SonameReader
 from cdictk.node.libraries import candidate_dirs, find_driver_libraries, version_from_libraries
 from cdictk.node.roots import Roots
-from cdictk.nvcdi.hooks import hook_program
+from cdictk.nvcdi.hooks import entry_file, hook_program
 from tests.conftest import NodeFactory
 from tests.fakenode.node import LIB_DIR, FakeNode
 
@@ -141,7 +141,7 @@ def test_default_hook_program_is_isolated_whatever_the_interpreter_is_called(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(sys, "executable", "/opt/py/bin/python3.11-dbg")
-    assert hook_program().prefix == ("/opt/py/bin/python3.11-dbg", "-I", "-m", "cdictk.hooks")
+    assert hook_program().prefix == ("/opt/py/bin/python3.11-dbg", "-I", "-S", entry_file())
     monkeypatch.setattr(sys, "executable", "")
     with pytest.raises(Exception, match="this Python's own path is unknown"):
         hook_program()

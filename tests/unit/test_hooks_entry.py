@@ -1,47 +1,205 @@
+"""The hook entry point: nvidia-cdi-hook's command line, one-line failures, and isolation from the image."""
+
 from __future__ import annotations
 
+import io
+import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from cdictk.hooks.__main__ import main
-from cdictk.nvcdi.hooks import hook_program
+from cdictk.hooks.entry import main
+from cdictk.nvcdi.hooks import HOOK_ENV, entry_file, hook_program
+
+
+def run_main(argv: list[str], stdin: bytes = b"") -> int:
+    return main(argv, io.BytesIO(stdin))
+
+
+def state_for(rootfs: Path) -> bytes:
+    return json.dumps(
+        {"ociVersion": "1.0", "id": "c1", "bundle": "/nonexistent", "root": str(rootfs)}
+    ).encode()
 
 
 def test_unknown_hook_warns_and_succeeds(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["update-application-profile", "--whatever"]) == 0
+    assert run_main(["update-application-profile", "--whatever"]) == 0
     assert capsys.readouterr().err == "cdictk hook: unsupported hook 'update-application-profile'; ignored\n"
+    assert run_main(["--quiet", "some-future-hook"]) == 0
+    assert capsys.readouterr().err == ""
+    assert run_main(["noop", "--anything"]) == 0
 
 
-def test_no_hook_name_is_a_usage_error() -> None:
-    assert main([]) == 2
+def test_usage(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main([]) == 2
+    assert "usage: cdictk hook" in capsys.readouterr().err
+    assert run_main(["--help"]) == 0
+    out = capsys.readouterr().out
+    for name in ("create-symlinks", "update-ldcache", "enable-cuda-compat", "chmod", "batch"):
+        assert name in out
+    assert run_main(["create-symlinks", "--help"]) == 0
+    assert "--link VALUE..." in capsys.readouterr().out
 
 
-def test_entry_point_runs_isolated_from_the_environment() -> None:
-    result = subprocess.run(
-        [sys.executable, "-I", "-m", "cdictk.hooks", "no-such-hook"],
-        capture_output=True,
-        text=True,
-        env={"PYTHONPATH": "/nonexistent", "LC_ALL": "C"},
-        check=False,
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["create-symlinks", "--bogus", "x"], "unknown option --bogus"),
+        (["create-symlinks", "--link"], "--link needs a value"),
+        (["create-symlinks", "stray"], "unexpected argument 'stray'"),
+        (["create-symlinks", "--link", "no-separator"], "expected TARGET::LINK"),
+        (["create-symlinks", "--link", "a::relative"], "absolute container path"),
+        (["create-symlinks", "--link", "a::/x\n/y"], "control characters"),
+        (["batch", "--disable-device-node-modification=1"], "takes no value"),
+    ],
+)
+def test_bad_options_are_one_line_and_exit_1(
+    argv: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_main(argv, state_for(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err and err.startswith(f"cdictk hook {argv[0]}: ")
+
+
+def test_missing_rootfs_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["create-symlinks", "--link", "a::/b"], state_for(tmp_path / "gone")) == 1
+    err = capsys.readouterr().err
+    assert (
+        err == f"cdictk hook create-symlinks: container rootfs {tmp_path}/gone: No such file or directory\n"
     )
-    assert result.returncode == 0
-    assert "unsupported hook 'no-such-hook'; ignored" in result.stderr
 
 
-def test_generated_hook_finds_cdictk_as_a_runtime_runs_it(tmp_path: Path) -> None:
-    """argv[0], env and cwd exactly as runc and crun give them: Python must not find another interpreter."""
-    hook = hook_program().hook("no-such-hook", [])
+def test_options_accept_nvidia_forms(tmp_path: Path) -> None:
+    argv = [
+        "create-symlinks",
+        "-link",
+        "a::/one",
+        "--link=b::/two",
+        "--link",
+        "c::/three",
+        "--link",
+        "c::/three",
+    ]
+    assert run_main(argv, state_for(tmp_path)) == 0
+    assert [os.readlink(tmp_path / name) for name in ("one", "two", "three")] == ["a", "b", "c"]
+
+
+def test_batch_device_links_only_for_devices_in_the_container(tmp_path: Path) -> None:
+    (tmp_path / "dev" / "dri").mkdir(parents=True)
+    (tmp_path / "dev" / "dri" / "card1").write_text("")  # stands in for the node the runtime made
+    argv = [
+        "batch",
+        "--link",
+        "libcuda.so.1::/usr/lib/libcuda.so",
+        "--device-link",
+        "../card1::/dev/dri/by-path/pci-0000:18:00.0-card",
+        "--device-link",
+        "../card2::/dev/dri/by-path/pci-0000:19:00.0-card",
+    ]
+    assert run_main(argv, state_for(tmp_path)) == 0
+    assert os.readlink(tmp_path / "usr/lib/libcuda.so") == "libcuda.so.1"
+    assert os.listdir(tmp_path / "dev/dri/by-path") == ["pci-0000:18:00.0-card"]
+
+
+def test_generated_hook_runs_as_a_runtime_runs_it(tmp_path: Path) -> None:
+    """argv[0], env and cwd exactly as runc gives them (cwd is the rootfs); the state on stdin."""
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    hook = hook_program().hook("batch", ["--link", "libcuda.so.1::/usr/lib/libcuda.so"])
     result = subprocess.run(
         hook.args,
         executable=hook.path,
         env=dict(entry.split("=", 1) for entry in hook.env),
-        cwd=tmp_path,
+        cwd=rootfs,
+        input=state_for(rootfs),
         capture_output=True,
-        text=True,
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert "unsupported hook 'no-such-hook'; ignored" in result.stderr
+    assert os.readlink(rootfs / "usr/lib/libcuda.so") == "libcuda.so.1"
+
+
+def test_console_script_form(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-I", "-m", "cdictk", "hook", "create-symlinks", "--link", "x::/y"],
+        input=state_for(tmp_path),
+        capture_output=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert os.readlink(tmp_path / "y") == "x"
+
+
+def evil_environment(tmp_path: Path) -> tuple[dict[str, str], list[Path]]:
+    """What an image can put in the environment runc gives a hook that has no env of its own."""
+    markers = [tmp_path / "sitecustomize-ran", tmp_path / "pth-ran", tmp_path / "startup-ran"]
+    pythonpath = tmp_path / "pylib"
+    pythonpath.mkdir()
+    (pythonpath / "sitecustomize.py").write_text(f"open({str(markers[0])!r}, 'w')\n")
+    home = tmp_path / "home"
+    user_site = home / ".local/lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" / "site-packages"
+    user_site.mkdir(parents=True)
+    (user_site / "evil.pth").write_text(f"import os; open({str(markers[1])!r}, 'w')\n")
+    startup = tmp_path / "startup.py"
+    startup.write_text(f"open({str(markers[2])!r}, 'w')\n")
+    env = {
+        "PYTHONPATH": str(pythonpath),
+        "HOME": str(home),
+        "PYTHONSTARTUP": str(startup),
+        "PYTHONINSPECT": "1",
+        "PYTHONHOME": "/nonexistent",
+        "PATH": "bin:/usr/bin:/bin",
+    }
+    return env, markers
+
+
+def test_image_environment_cannot_run_code_in_the_hook(tmp_path: Path) -> None:
+    env, markers = evil_environment(tmp_path)
+    control = subprocess.run(
+        [sys.executable, "-c", "pass"], env={**env, "PYTHONHOME": sys.base_prefix}, check=False
+    )
+    assert control.returncode == 0 and markers[0].exists() and markers[1].exists()  # the attack is real
+    for marker in markers:
+        marker.unlink(missing_ok=True)
+
+    rootfs = tmp_path / "rootfs"
+    rootfs.mkdir()
+    hook = hook_program().hook("create-symlinks", ["--link", "a::/b"])
+    result = subprocess.run(
+        hook.args,
+        executable=hook.path,
+        env=env,
+        cwd=rootfs,
+        input=state_for(rootfs),
+        capture_output=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert not [marker for marker in markers if marker.exists()]
+    assert os.readlink(rootfs / "b") == "a"
+
+
+def test_generated_hooks_carry_an_explicit_environment() -> None:
+    hook = hook_program().hook("batch", [])
+    assert hook.env == list(HOOK_ENV)
+    assert not [entry for entry in hook.env if entry.startswith(("LD_", "PYTHON", "HOME="))]
+    assert hook.args[1:4] == ["-I", "-S", entry_file()]
+
+
+def test_entry_point_imports_only_light_standard_modules(tmp_path: Path) -> None:
+    """typing, dataclasses, re and json cost 10-25 ms of imports on every container start."""
+    heavy = {"typing", "dataclasses", "re", "json", "subprocess", "enum", "argparse", "click", "yaml"}
+    hook = hook_program().hook("batch", ["--link", "a::/b", "--device-link", "../x::/dev/y"])
+    result = subprocess.run(
+        [hook.path, "-X", "importtime", *hook.args[1:]],
+        input=state_for(tmp_path).decode(),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "cdictk.hooks.symlinks" in imported
+    assert not heavy & imported

@@ -5,13 +5,13 @@ import sys
 import pytest
 
 from cdictk.errors import CdictkError
-from cdictk.nvcdi.hooks import HOOK_ENV, common_hooks, hook_program, link_args
+from cdictk.nvcdi.hooks import HOOK_ENV, common_hooks, entry_file, hook_program, link_args
 
 
 def test_default_program_is_this_python_isolated() -> None:
     program = hook_program()
     assert program.path == sys.executable
-    assert program.prefix[1:] == ("-I", "-m", "cdictk.hooks")
+    assert program.prefix[1:] == ("-I", "-S", entry_file()) and program.batch
     hook = program.hook("create-symlinks", ["--link", "a::/b"])
     assert hook.hook_name == "createContainer"
     assert hook.args[-3:] == ["create-symlinks", "--link", "a::/b"]
@@ -21,15 +21,19 @@ def test_default_program_is_this_python_isolated() -> None:
 @pytest.mark.parametrize(
     ("path", "prefix"),
     [
-        ("/usr/bin/python3.11", ("/usr/bin/python3.11", "-I", "-m", "cdictk.hooks")),
+        ("/usr/bin/python3.11", ("/usr/bin/python3.11", "-I", "-S", entry_file())),
         ("/usr/bin/nvidia-cdi-hook", ("nvidia-cdi-hook",)),
         ("/usr/bin/nvidia-ctk", ("nvidia-ctk", "hook")),
-        ("/usr/bin/pypy3", ("/usr/bin/pypy3", "-I", "-m", "cdictk.hooks")),
-        ("/usr/bin/python3.13t", ("/usr/bin/python3.13t", "-I", "-m", "cdictk.hooks")),
+        ("/usr/local/bin/cdictk", ("cdictk", "hook")),
+        ("/usr/bin/pypy3", ("/usr/bin/pypy3", "-I", "-S", entry_file())),
+        ("/usr/bin/python3.13t", ("/usr/bin/python3.13t", "-I", "-S", entry_file())),
     ],
 )
 def test_hook_path_forms(path: str, prefix: tuple[str, ...]) -> None:
-    assert hook_program(path).prefix == prefix
+    program = hook_program(path)
+    assert program.prefix == prefix
+    assert program.batch == ("nvidia" not in path)
+    assert not hook_program(path, separate=True).batch
 
 
 def test_relative_hook_path_is_refused() -> None:
@@ -47,6 +51,7 @@ def test_common_hooks_order_and_disabling() -> None:
     hooks = common_hooks(
         program,
         links=[("libcuda.so.1", "/lib/libcuda.so")],
+        device_links=[("../card1", "/dev/dri/by-path/x-card")],  # separate hooks: the devices make these
         library_dirs=["/lib", "/lib/vdpau"],
         driver_version="580.95.05",
         ldconfig_path="/sbin/ldconfig.real",
@@ -69,9 +74,53 @@ def test_common_hooks_order_and_disabling() -> None:
     fewer = common_hooks(
         program,
         links=[],
+        device_links=[],
         library_dirs=["/lib"],
         driver_version="1",
         ldconfig_path=None,
         disabled=frozenset({"enable-cuda-compat"}),
     )
     assert [hook.args[1] for hook in fewer] == ["update-ldcache"]
+
+
+def test_batched_hook_carries_every_step_in_order() -> None:
+    program = hook_program()
+    (hook,) = common_hooks(
+        program,
+        links=[("libcuda.so.1", "/lib/libcuda.so")],
+        device_links=[("../card1", "/dev/dri/by-path/x-card")],
+        library_dirs=["/lib"],
+        driver_version="580.95.05",
+        ldconfig_path=None,
+        disabled=frozenset(),
+    )
+    assert hook.args[4:] == [
+        "batch",
+        "--link",
+        "libcuda.so.1::/lib/libcuda.so",
+        "--device-link",
+        "../card1::/dev/dri/by-path/x-card",
+        "--host-driver-version=580.95.05",
+        "--folder",
+        "/lib",
+    ]
+    only_compat = common_hooks(
+        program,
+        links=[("a", "/b")],
+        device_links=[],
+        library_dirs=["/lib"],
+        driver_version="1",
+        ldconfig_path="/sbin/ldconfig",
+        disabled=frozenset({"create-symlinks", "update-ldcache"}),
+    )
+    assert only_compat[0].args[4:] == ["batch", "--host-driver-version=1"]
+    nothing = common_hooks(
+        program,
+        links=[],
+        device_links=[],
+        library_dirs=[],
+        driver_version="1",
+        ldconfig_path=None,
+        disabled=frozenset(),
+    )
+    assert nothing == []

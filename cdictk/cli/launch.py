@@ -1,0 +1,21 @@
+"""The ``cdictk`` console script: ``cdictk hook ...`` goes straight to the hooks, without click.
+
+Hooks run on every container start; loading the whole command line (click, and what the other
+commands import) would cost them tens of milliseconds for nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["hook"]:
+        from cdictk.hooks.entry import main as hook_main  # noqa: PLC0415
+
+        return hook_main(args[1:])
+    from cdictk.cli.main import main as cli_main  # noqa: PLC0415
+
+    return cli_main(args)

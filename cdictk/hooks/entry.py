@@ -1,0 +1,266 @@
+"""``cdictk hook NAME [OPTIONS]``: read the OCI state, find the rootfs, run one hook.
+
+The command line is nvidia-cdi-hook's, so specs written for either tool work with both. A hook name
+this version does not know warns and exits 0: a spec written by a newer cdictk must never stop a
+container from starting. Any failure is one line on stderr and exit status 1, never a traceback, and
+the container does not start.
+
+Options are parsed by hand: argparse (and typing, dataclasses, json, re, which it and the obvious
+alternatives pull in) would add tens of milliseconds to every container start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from cdictk.hooks.hookerror import HookError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import BinaryIO
+
+    from cdictk.hooks.inroot import Rootfs
+
+    Runner = Callable[["Options", Rootfs], None]
+
+PROG = "cdictk hook"
+DEFAULT_LDCONFIG = "/sbin/ldconfig"
+COMPAT_ROOT = "/usr/local/cuda/compat"
+
+
+class Options:
+    """Parsed options: single values, repeatable values, and boolean flags."""
+
+    __slots__ = ("debug", "flags", "lists", "quiet", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.lists: dict[str, list[str]] = {}
+        self.flags: set[str] = set()
+        self.debug = False
+        self.quiet = False
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.values.get(name, default)
+
+    def all(self, name: str) -> list[str]:
+        return self.lists.get(name, [])
+
+    def log(self, message: str) -> None:
+        if self.debug:
+            print(f"{PROG}: {message}", file=sys.stderr)
+
+
+class HookSpec:
+    __slots__ = ("flags", "lists", "run", "summary", "values")
+
+    def __init__(
+        self,
+        summary: str,
+        run: Runner,
+        *,
+        values: tuple[str, ...] = (),
+        lists: tuple[str, ...] = (),
+        flags: tuple[str, ...] = (),
+    ) -> None:
+        self.summary = summary
+        self.run = run
+        self.values = values
+        self.lists = lists
+        self.flags = flags
+
+
+def parse_options(spec: HookSpec, args: Sequence[str]) -> Options | None:
+    """``--name value``, ``--name=value`` (one dash works too, as with nvidia-cdi-hook); None for --help."""
+    options = Options()
+    items = list(args)
+    while items:
+        item = items.pop(0)
+        if item in ("-h", "--help"):
+            return None
+        if not item.startswith("-") or item in ("-", "--"):
+            raise HookError(f"unexpected argument {item!r}")
+        name, has_value, value = item.lstrip("-").partition("=")
+        if name in spec.flags:
+            if has_value:
+                raise HookError(f"--{name} takes no value")
+            options.flags.add(name)
+            continue
+        if name not in spec.values and name not in spec.lists:
+            raise HookError(f"unknown option --{name}")
+        if not has_value:
+            if not items:
+                raise HookError(f"--{name} needs a value")
+            value = items.pop(0)
+        if "\0" in value:
+            raise HookError(f"--{name}: NUL in the value")
+        if name in spec.lists:
+            options.lists.setdefault(name, []).append(value)
+        else:
+            options.values[name] = value
+    return options
+
+
+# The hooks. Each imports its module when it runs, so a hook pays only for what it uses.
+
+
+def _create_symlinks(options: Options, rootfs: Rootfs) -> None:
+    from cdictk.hooks.symlinks import create_symlinks, parse_link  # noqa: PLC0415
+
+    changed = create_symlinks(rootfs, [parse_link(text) for text in options.all("link")])
+    options.log(f"links created: {', '.join(changed) or 'none'}")
+
+
+def _update_ldcache(options: Options, rootfs: Rootfs) -> None:
+    from cdictk.hooks.ldcache import update_ldcache  # noqa: PLC0415
+
+    update_ldcache(rootfs, options.all("folder"), options.get("ldconfig-path") or DEFAULT_LDCONFIG)
+
+
+def _enable_cuda_compat(options: Options, rootfs: Rootfs) -> None:
+    from cdictk.hooks.cudacompat import enable_cuda_compat  # noqa: PLC0415
+
+    used = enable_cuda_compat(
+        rootfs,
+        options.get("host-driver-version") or None,
+        options.get("host-cuda-version") or None,
+        options.get("cuda-compat-container-root") or COMPAT_ROOT,
+    )
+    options.log(f"CUDA forward compatibility {'enabled' if used else 'not used'}")
+
+
+def _chmod(options: Options, rootfs: Rootfs) -> None:
+    from cdictk.hooks.chmod import chmod_paths, parse_mode  # noqa: PLC0415
+
+    mode = options.get("mode")
+    if mode is None:
+        raise HookError("--mode is required")
+    chmod_paths(rootfs, parse_mode(mode), options.all("path"))
+
+
+def _disable_device_node_modification(options: Options, rootfs: Rootfs) -> None:
+    from cdictk.hooks.devicenodes import disable_device_node_modification  # noqa: PLC0415
+
+    mounted = disable_device_node_modification(rootfs)
+    options.log("driver params masked" if mounted else "driver params left alone")
+
+
+def _batch(options: Options, rootfs: Rootfs) -> None:
+    """Everything a generated spec asks of the container, in one process and in the required order:
+    links, then device links, then CUDA compat (an ld.so.conf.d entry), then the ld cache that reads it.
+    """
+    from cdictk.hooks.symlinks import create_symlinks, parse_link  # noqa: PLC0415
+
+    links = [parse_link(text) for text in options.all("link")]
+    device_links = [parse_link(text) for text in options.all("device-link")]
+    changed = create_symlinks(rootfs, links) + create_symlinks(rootfs, device_links, devices_only=True)
+    options.log(f"links created: {', '.join(changed) or 'none'}")
+    if "disable-device-node-modification" in options.flags:
+        _disable_device_node_modification(options, rootfs)
+    if options.get("host-driver-version") or options.get("host-cuda-version"):
+        _enable_cuda_compat(options, rootfs)
+    if options.all("folder"):
+        _update_ldcache(options, rootfs)
+
+
+_COMPAT_VALUES = ("host-driver-version", "host-cuda-version", "cuda-compat-container-root")
+HOOKS: dict[str, HookSpec] = {
+    "create-symlinks": HookSpec(
+        "make symlinks in the container (--link TARGET::LINK)", _create_symlinks, lists=("link",)
+    ),
+    "update-ldcache": HookSpec(
+        "run the host's ldconfig, sandboxed, on the container (--folder DIR)",
+        _update_ldcache,
+        values=("ldconfig-path",),
+        lists=("folder",),
+    ),
+    "enable-cuda-compat": HookSpec(
+        "use the image's CUDA forward-compatibility libcuda when the host driver is older",
+        _enable_cuda_compat,
+        values=_COMPAT_VALUES,
+    ),
+    "chmod": HookSpec(
+        "change modes in the container (--mode M --path P)", _chmod, values=("mode",), lists=("path",)
+    ),
+    "disable-device-node-modification": HookSpec(
+        "stop the driver libraries in the container from creating device nodes",
+        _disable_device_node_modification,
+    ),
+    "batch": HookSpec(
+        "links, device links, CUDA compat and the ld cache in one process (what cdictk specs use)",
+        _batch,
+        values=("ldconfig-path", *_COMPAT_VALUES),
+        lists=("link", "device-link", "folder"),
+        flags=("disable-device-node-modification",),
+    ),
+}
+
+
+def usage() -> str:
+    lines = [f"usage: {PROG} [--debug] [--quiet] HOOK [OPTIONS]  (OCI state JSON on stdin)", "", "hooks:"]
+    lines += [f"  {name:34} {spec.summary}" for name, spec in HOOKS.items()]
+    return "\n".join(lines)
+
+
+def hook_usage(name: str, spec: HookSpec) -> str:
+    options = [f"--{value} VALUE" for value in spec.values]
+    options += [f"--{value} VALUE..." for value in spec.lists]
+    options += [f"--{flag}" for flag in spec.flags]
+    return f"usage: {PROG} {name} {' '.join(options)}\n\n{spec.summary}"
+
+
+def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
+    # runc runs createContainer hooks with the rootfs as working directory: never resolve anything there.
+    os.chdir("/")
+    os.umask(0o022)
+    args = list(argv)
+    debug = quiet = False
+    while args and args[0] in ("--debug", "--quiet", "-d", "-q"):
+        flag = args.pop(0)
+        debug = debug or flag in ("--debug", "-d")
+        quiet = quiet or flag in ("--quiet", "-q")
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(usage(), file=sys.stdout if args else sys.stderr)
+        return 0 if args else 2
+    name, args = args[0], args[1:]
+    if name == "noop":
+        return 0
+    spec = HOOKS.get(name)
+    if spec is None:
+        if not quiet:
+            print(f"{PROG}: unsupported hook {name!r}; ignored", file=sys.stderr)
+        return 0
+    try:
+        options = parse_options(spec, args)
+        if options is None:
+            print(hook_usage(name, spec))
+            return 0
+        options.debug, options.quiet = debug, quiet
+        run_on_container(spec, options, stdin if stdin is not None else sys.stdin.buffer)
+    except HookError as exc:
+        print(f"{PROG} {name}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"{PROG} {name}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        print(f"{PROG} {name}: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def run_on_container(spec: HookSpec, options: Options, stdin: BinaryIO) -> None:
+    from cdictk.hooks.inroot import Rootfs  # noqa: PLC0415
+    from cdictk.hooks.ocistate import container_state, read_state  # noqa: PLC0415
+
+    container = container_state(read_state(stdin))
+    try:
+        rootfs = Rootfs(container.rootfs)
+    except OSError as exc:
+        raise HookError(f"container rootfs {container.rootfs}: {exc.strerror}") from None
+    with rootfs:
+        options.log(f"container {container.id or '?'}: rootfs {container.rootfs}")
+        spec.run(options, rootfs)
