@@ -4,7 +4,7 @@ PYTHON ?= python3
 PIP ?= pip
 SOURCES = cdictk tests bench
 
-.PHONY: install test unit lint format bench demo
+.PHONY: install test unit lint format bench bench-hooks demo
 
 install:
 	$(PIP) install .
@@ -39,3 +39,9 @@ format:
 bench: .deps-stamp
 	$(PYTHON) bench/cdi_core.py
 	$(PYTHON) -m bench.generate
+
+# Container start with and without the generated spec's hooks (runc, crun), and the hook entry point's
+# import time over a bare interpreter. Needs root; ROUNDS=N for more or fewer rounds.
+ROUNDS ?= 30
+bench-hooks: .deps-stamp
+	$(PYTHON) -m bench.hooks --rounds $(ROUNDS)

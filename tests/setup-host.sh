@@ -1,16 +1,20 @@
 #!/usr/bin/env bash
 # Prepares a Debian 12 machine (as root) for cdictk's end-to-end tests. Idempotent and quick when
 # everything is already in place, so `make test` runs it every time.
-#  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc;
+#  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc, and
+#    debootstrap;
 #  - containerd 2.x and dockerd 28.x from Debian sid, unpacked (not installed) into a cache by
 #    tests/fetch-daemons.sh: bookworm's own have no CDI. CDICTK_DAEMONS_CACHE moves the cache; the
+#    tests read the same variable;
+#  - a Debian bookworm minbase rootfs, built once by tests/fetch-rootfs.sh with debootstrap, for the hook
+#    tests (a real ldconfig and ld.so.cache in the image). CDICTK_ROOTFS_CACHE moves the cache; the
 #    tests read the same variable;
 #  - crun (and podman on crun) refuses hybrid cgroups while any controller is still on the v2
 #    hierarchy ("cgroups in hybrid mode not supported"); on machines without systemd that is hugetlb.
 #    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
 set -euo pipefail
 
-packages=(runc crun podman containerd busybox-static gcc patch)
+packages=(runc crun podman containerd busybox-static gcc patch debootstrap)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "setup-host: not root; skipping host setup (the end-to-end tests will be skipped)" >&2
@@ -31,6 +35,8 @@ fi
 
 # Downloads only on the first run (about 6 s, 185 MB unpacked); later runs just print the versions.
 "$(dirname "$0")/fetch-daemons.sh" "${CDICTK_DAEMONS_CACHE:-/var/cache/cdictk-tests/daemons}"
+# Builds only on the first run (about 30 s, 175 MB); later runs just print what is cached.
+"$(dirname "$0")/fetch-rootfs.sh" "${CDICTK_ROOTFS_CACHE:-/var/cache/cdictk-tests/rootfs}"
 
 unified=/sys/fs/cgroup/unified/cgroup.controllers
 # cgroupfs files report size 0: test the content, not -s.

@@ -2,11 +2,13 @@
 
 Device nodes made with mknod (195:N, the NVIDIA major) with no driver behind them: inside a container
 that the device cgroup allows, open() fails with ENXIO; when the cgroup denies the node, with EPERM.
-That difference is the oracle the tests assert on. The rootfs is Debian's static busybox.
+That difference is the oracle the tests assert on. The rootfs is Debian's static busybox; the hook
+tests also use a Debian minbase rootfs (``debian_rootfs``: an overlay of tests/fetch-rootfs.sh's cache).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import shutil
@@ -232,6 +234,79 @@ class Runtime:
             stdin=subprocess.DEVNULL,
         )
         return container, result
+
+
+# A Debian bookworm minbase rootfs (a real ldconfig, ld.so.conf and ld.so.cache), built once by
+# tests/fetch-rootfs.sh into this cache; tests get a writable overlay of it, never the cache itself.
+ROOTFS_CACHE = Path(os.environ.get("CDICTK_ROOTFS_CACHE", "/var/cache/cdictk-tests/rootfs"))
+DEBIAN_ROOTFS = ROOTFS_CACHE / "bookworm-minbase"
+FETCH_ROOTFS = Path(__file__).resolve().parent.parent / "fetch-rootfs.sh"
+
+
+@pytest.fixture(scope="session")
+def debian_rootfs_cache() -> Path:
+    """The cached Debian rootfs; built here (about 30 s) when root finds it missing, as CI must run."""
+    if os.geteuid() != 0:
+        reason = "present" if (DEBIAN_ROOTFS / "sbin" / "ldconfig").exists() else "missing"
+        pytest.skip(
+            f"the Debian rootfs tests need root: overlay mounts and runc ({DEBIAN_ROOTFS} is {reason}; "
+            "sudo tests/setup-host.sh builds it)"
+        )
+    if "\toverlay\n" not in Path("/proc/filesystems").read_text():
+        pytest.skip("this kernel has no overlayfs (modprobe overlay): the Debian rootfs is mounted as one")
+    # Idempotent and quick when the cache is there; builds it otherwise.
+    built = subprocess.run(
+        [str(FETCH_ROOTFS), str(ROOTFS_CACHE)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert built.returncode == 0, f"{FETCH_ROOTFS} failed: {built.stderr}{built.stdout}"
+    return DEBIAN_ROOTFS
+
+
+@contextlib.contextmanager
+def overlay(lower: Path, base: Path) -> Iterator[Path]:
+    """A writable overlay of ``lower`` mounted at ``base/merged`` (upper and work dirs beside it)."""
+    upper, work, merged = base / "upper", base / "work", base / "merged"
+    for directory in (upper, work, merged):
+        directory.mkdir(parents=True)
+    for path in (lower, upper, work):
+        assert not set(str(path)) & set(",:\\"), f"{path}: overlayfs options cannot hold this path"
+    options = f"lowerdir={lower},upperdir={upper},workdir={work}"
+    mounted = subprocess.run(
+        ["mount", "-t", "overlay", "overlay", "-o", options, str(merged)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert mounted.returncode == 0, f"mount -t overlay -o {options} {merged}: {mounted.stderr}"
+    try:
+        yield merged
+    finally:
+        unmounted = subprocess.run(["umount", str(merged)], capture_output=True, text=True, check=False)
+        if unmounted.returncode != 0:
+            # Never leave the mount behind, but say that something still held it.
+            subprocess.run(["umount", "-l", str(merged)], check=False)
+            raise AssertionError(f"umount {merged}: {unmounted.stderr.strip()} (lazily unmounted)")
+
+
+@pytest.fixture(params=["mountpoint", "subdir"])
+def debian_rootfs(
+    request: pytest.FixtureRequest, tmp_path: Path, debian_rootfs_cache: Path
+) -> Iterator[Path]:
+    """A fresh, writable Debian rootfs for one test, without copying the 175 MB cache.
+
+    ``mountpoint``: the rootfs is the overlay's mount point. ``subdir``: the overlay holds the cache's
+    parent and the rootfs is a plain directory in it, not a mount point. pivot_root(2) wants a mount
+    point: a hook that pivots into the rootfs as it finds it fails there ("pivot_root .: invalid
+    argument", NVIDIA's issue #1385).
+    """
+    if request.param == "mountpoint":
+        with overlay(debian_rootfs_cache, tmp_path / "overlay") as merged:
+            yield merged
+    else:
+        with overlay(debian_rootfs_cache.parent, tmp_path / "overlay") as merged:
+            rootfs = merged / debian_rootfs_cache.name
+            assert os.path.ismount(merged) and not os.path.ismount(rootfs)
+            yield rootfs
 
 
 @pytest.fixture(params=["runc", "crun"])
