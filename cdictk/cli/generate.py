@@ -86,7 +86,8 @@ def _warn(message: str) -> None:
     "disabled_hooks",
     multiple=True,
     metavar="NAME",
-    help="Leave out a hook: create-symlinks, enable-cuda-compat, update-ldcache, or all. Repeatable.",
+    help="Leave out a hook: create-symlinks, enable-cuda-compat, update-ldcache, "
+    "disable-device-node-modification, or all. Repeatable.",
 )
 @click.option("--no-all-device", is_flag=True, help="Do not write the merged 'all' device.")
 @click.option(

@@ -38,7 +38,7 @@ from cdictk.hooks.hookerror import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Sequence
     from typing import Literal
 
     from cdictk.hooks.inroot import Rootfs
@@ -336,9 +336,9 @@ def _confine_and_exec(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int,
     step[0] = f"entering the rootfs {rootfs.path}"
     _pivot_into(rootfs)
     step[0] = "detaching procfs mounts in the rootfs"
-    mounts = _detach_procfs(proc)
+    _detach_procfs(proc)
     os.close(proc)
-    _make_nodev(mount_point for mount_point, _ in mounts)
+    _make_nodev()
     step[0] = "preparing standard streams and limits"
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
@@ -404,25 +404,20 @@ def _detach_procfs(proc: int) -> list[tuple[str, str]]:
     raise OSError(errno.EBUSY, "procfs is still mounted at " + ", ".join(found))
 
 
-def _make_nodev(mount_points: Iterable[str]) -> None:
-    """Make every remaining mount nodev, so a device node from the image cannot be opened.
-
-    Defence in depth, so best effort: before Linux 5.12 (no mount_setattr) nothing changes.
+def _make_nodev() -> None:
+    """Make every mount under the new root nodev and nosuid, so a device node from the image cannot be
+    opened. Defence in depth, so best effort: before Linux 5.12 (no mount_setattr) nothing changes.
     """
     from cdictk.hooks import syscalls  # noqa: PLC0415
 
-    for point in mount_points:
-        try:
-            fd = os.open(point, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            continue  # covered by a later mount, or deleted
-        try:
-            syscalls.mount_setattr(fd, syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOSUID)
-        except OSError as exc:
-            if exc.errno == errno.ENOSYS:
-                return
-        finally:
-            os.close(fd)
+    root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        syscalls.mount_setattr(root, syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOSUID, recursive=True)
+    except OSError as exc:
+        if exc.errno != errno.ENOSYS:
+            raise
+    finally:
+        os.close(root)
 
 
 def _read_mounts(proc: int) -> list[tuple[str, str]]:

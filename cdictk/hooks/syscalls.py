@@ -114,6 +114,8 @@ def unshare(flags: int) -> None:
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """mount(2). A bind source given as /proc/self/fd/N must have been opened in the caller's current
+    mount namespace: one opened before unshare(CLONE_NEWNS) is refused with EINVAL."""
     _check(
         _libc.mount(_path(source), _path(target), _path(fstype), ctypes.c_ulong(flags), _path(data)), target
     )
@@ -184,14 +186,15 @@ def open_tree(dirfd: int, path: str, flags: int) -> int:
     )
 
 
-def mount_setattr(fd: int, attr_set: int, propagation: int = 0) -> None:
+def mount_setattr(fd: int, attr_set: int, propagation: int = 0, *, recursive: bool = False) -> None:
+    """Set attributes on the mount ``fd`` refers to (and every mount below it, when ``recursive``)."""
     attr = _MountAttr(attr_set, 0, propagation, 0)
     _check(
         _libc.syscall(
             ctypes.c_long(SYS_MOUNT_SETATTR),
             ctypes.c_int(fd),
             _path(""),
-            ctypes.c_uint(AT_EMPTY_PATH),
+            ctypes.c_uint(AT_EMPTY_PATH | (AT_RECURSIVE if recursive else 0)),
             ctypes.byref(attr),
             ctypes.c_size_t(ctypes.sizeof(attr)),
         )

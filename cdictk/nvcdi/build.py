@@ -206,6 +206,8 @@ def _common(facts: NodeFacts, options: SpecOptions, device_links: list[tuple[str
             library_dirs=library_dirs,
             driver_version=facts.driver_version,
             ldconfig_path=options.ldconfig_path,
-            disabled=options.disabled_hooks,
+            # A management container is there to manage the device nodes.
+            disabled=options.disabled_hooks
+            | ({hooks.DISABLE_DEVICE_NODE_MODIFICATION} if facts.mode is Mode.MANAGEMENT else set()),
         )
     return result

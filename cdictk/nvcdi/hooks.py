@@ -24,7 +24,8 @@ CREATE_SYMLINKS = "create-symlinks"
 ENABLE_CUDA_COMPAT = "enable-cuda-compat"
 UPDATE_LDCACHE = "update-ldcache"
 BATCH = "batch"
-HOOK_NAMES = (CREATE_SYMLINKS, ENABLE_CUDA_COMPAT, UPDATE_LDCACHE)
+DISABLE_DEVICE_NODE_MODIFICATION = "disable-device-node-modification"
+HOOK_NAMES = (CREATE_SYMLINKS, ENABLE_CUDA_COMPAT, UPDATE_LDCACHE, DISABLE_DEVICE_NODE_MODIFICATION)
 # Explicit and non-empty: runtimes would otherwise hand a hook nothing or their own environment.
 HOOK_ENV = ("LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
 _PYTHON = re.compile(r"(?:python|pypy)[\w.+-]*")
@@ -86,7 +87,8 @@ def common_hooks(
     ldconfig_path: str | None,
     disabled: frozenset[str],
 ) -> list[Hook]:
-    """Links first, then CUDA compat (it writes an ld.so.conf.d entry), then the ld cache that reads it.
+    """Links first, then CUDA compat (it writes an ld.so.conf.d entry), then the ld cache that reads it,
+    then (as NVIDIA's specs have it) the driver params that stop NVML in the container from mknod-ing.
 
     ``device_links`` (the devices' by-path links) go into the batched hook, which makes each only when
     its device node is in the container; separate hooks leave them to each device's own edits.
@@ -111,6 +113,8 @@ def common_hooks(
         for directory in library_dirs:
             args += ["--folder", directory]
         hooks.append(program.hook(UPDATE_LDCACHE, args))
+    if DISABLE_DEVICE_NODE_MODIFICATION not in disabled:
+        hooks.append(program.hook(DISABLE_DEVICE_NODE_MODIFICATION, []))
     return hooks
 
 
@@ -133,4 +137,7 @@ def _batch_args(
             args += ["--ldconfig-path", ldconfig_path]
         for directory in library_dirs:
             args += ["--folder", directory]
+    if args and DISABLE_DEVICE_NODE_MODIFICATION not in disabled:
+        # Only alongside other work: alone, it would start a hook process for what is usually nothing.
+        args.append(f"--{DISABLE_DEVICE_NODE_MODIFICATION}")
     return args

@@ -110,12 +110,20 @@ def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFact
         "../card1::/dev/dri/by-path/pci-0000:18:00.0-card",
         "../renderD128::/dev/dri/by-path/pci-0000:18:00.0-render",
     ]
-    assert args[-5:] == [f"--host-driver-version={V}", "--folder", LIB_DIR, "--folder", f"{LIB_DIR}/vdpau"]
+    assert args[-6:] == [
+        f"--host-driver-version={V}",
+        "--folder",
+        LIB_DIR,
+        "--folder",
+        f"{LIB_DIR}/vdpau",
+        "--disable-device-node-modification",
+    ]
     separate = write_spec(capsys, node, tmp_path, "--separate-hooks")
     assert [h.args[4] for h in separate.container_edits.hooks] == [
         "create-symlinks",
         "enable-cuda-compat",
         "update-ldcache",
+        "disable-device-node-modification",
     ]
     assert device(separate, "0").container_edits.hooks[0].args[-4:] == [
         "--link",
@@ -241,6 +249,7 @@ def test_naming_selection_and_hooks_flags(
     assert [h.args[:2] for h in spec.container_edits.hooks] == [
         ["nvidia-cdi-hook", "create-symlinks"],
         ["nvidia-cdi-hook", "enable-cuda-compat"],
+        ["nvidia-cdi-hook", "disable-device-node-modification"],
     ]
     spec = write_spec(capsys, node, tmp_path, "--disable-hook", "all", "--device-id", "0")
     assert [d.name for d in spec.devices] == ["0:0", "0:1", "0:2", *(m.uuid for m in node.preset.migs), "all"]
@@ -269,6 +278,8 @@ def test_management_mode(capsys: pytest.CaptureFixture[str], make_node: NodeFact
     paths = node_paths(spec.devices[0].container_edits)
     assert "/dev/nvidia7" in paths and "/dev/nvidia-caps/nvidia-cap1" in paths
     assert "/dev/nvidia-nvswitchctl" not in paths
+    (hook,) = spec.container_edits.hooks
+    assert "--folder" in hook.args and "--disable-device-node-modification" not in hook.args
 
 
 @pytest.mark.parametrize(

@@ -70,6 +70,7 @@ def test_common_hooks_order_and_disabling() -> None:
             "--folder",
             "/lib/vdpau",
         ],
+        ["nvidia-cdi-hook", "disable-device-node-modification"],
     ]
     fewer = common_hooks(
         program,
@@ -78,7 +79,7 @@ def test_common_hooks_order_and_disabling() -> None:
         library_dirs=["/lib"],
         driver_version="1",
         ldconfig_path=None,
-        disabled=frozenset({"enable-cuda-compat"}),
+        disabled=frozenset({"enable-cuda-compat", "disable-device-node-modification"}),
     )
     assert [hook.args[1] for hook in fewer] == ["update-ldcache"]
 
@@ -103,6 +104,7 @@ def test_batched_hook_carries_every_step_in_order() -> None:
         "--host-driver-version=580.95.05",
         "--folder",
         "/lib",
+        "--disable-device-node-modification",
     ]
     only_compat = common_hooks(
         program,
@@ -113,7 +115,11 @@ def test_batched_hook_carries_every_step_in_order() -> None:
         ldconfig_path="/sbin/ldconfig",
         disabled=frozenset({"create-symlinks", "update-ldcache"}),
     )
-    assert only_compat[0].args[4:] == ["batch", "--host-driver-version=1"]
+    assert only_compat[0].args[4:] == [
+        "batch",
+        "--host-driver-version=1",
+        "--disable-device-node-modification",
+    ]
     nothing = common_hooks(
         program,
         links=[],
