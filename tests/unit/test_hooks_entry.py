@@ -203,3 +203,16 @@ def test_entry_point_imports_only_light_standard_modules(tmp_path: Path) -> None
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "cdictk.hooks.symlinks" in imported
     assert not heavy & imported
+
+
+def test_cdictk_hook_skips_the_cli() -> None:
+    """`cdictk hook ...` is routed before click and the other commands are imported."""
+    result = subprocess.run(
+        [sys.executable, "-I", "-X", "importtime", "-m", "cdictk", "hook", "noop"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "cdictk.hooks.entry" in imported
+    assert not {"click", "yaml", "cdictk.cli.main"} & imported
