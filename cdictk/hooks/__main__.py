@@ -12,7 +12,8 @@ import os
 import sys
 
 if not __package__:
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    # Appended: the standard library comes first, whatever else lies beside cdictk.
+    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 from cdictk.hooks.entry import main
 

@@ -71,7 +71,7 @@ def _check_path(path: str) -> None:
 def _open_in_root(rootfs: Rootfs, path: str) -> int | None:
     """An O_PATH descriptor for ``path`` itself (a final symlink is refused); None if it is missing."""
     try:
-        fd = rootfs.open(path, os.O_PATH, follow=False)
+        fd = rootfs.open(path, os.O_PATH, follow=False, same_mount=True)
     except OSError as exc:
         if exc.errno in _MISSING:
             return None

@@ -88,7 +88,7 @@ def enable_cuda_compat(
 
     if used:
         try:
-            rootfs.write_file(COMPAT_CONF, f"{compat_dir}\n".encode(), 0o644)
+            rootfs.write_file(COMPAT_CONF, os.fsencode(f"{compat_dir}\n"), 0o644)
         except OSError as exc:
             raise HookError(f"cannot write {COMPAT_CONF} in the container: {exc.strerror}") from None
     else:
@@ -241,9 +241,9 @@ def _usable_note(desc: bytes) -> Note | None:
 def _remove_stale_conf(rootfs: Rootfs) -> None:
     parent, name = posixpath.split(COMPAT_CONF)
     try:
-        dir_fd = rootfs.open(parent, os.O_PATH | os.O_DIRECTORY)
+        dir_fd = rootfs.open(parent, os.O_PATH | os.O_DIRECTORY, same_mount=True)
     except OSError:
-        return  # no such directory: nothing to remove
+        return  # no such directory (or not ours to change): nothing to remove
     try:
         # Look before unlinking: unlink on a read-only rootfs fails even when the name is absent.
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

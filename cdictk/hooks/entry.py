@@ -262,5 +262,9 @@ def run_on_container(spec: HookSpec, options: Options, stdin: BinaryIO) -> None:
     except OSError as exc:
         raise HookError(f"container rootfs {container.rootfs}: {exc.strerror}") from None
     with rootfs:
+        # The path was checked as a string; a link to "/" on the way is caught here, on the inode.
+        here, host = os.fstat(rootfs.fd), os.stat("/")
+        if (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
+            raise HookError(f"container rootfs {container.rootfs} is the host's root: refused")
         options.log(f"container {container.id or '?'}: rootfs {container.rootfs}")
         spec.run(options, rootfs)

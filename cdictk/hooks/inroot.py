@@ -15,48 +15,93 @@ import os
 import stat
 
 MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
+MAX_COMPONENTS = 128  # deeper than any real library or config path; bounds mkdirs' recursion
 _PATH_FLAGS = os.O_PATH | os.O_CLOEXEC
 
 
 class Rootfs:
-    """A container's root filesystem, opened once; use as a context manager."""
+    """A container's root filesystem, opened once; use as a context manager.
 
-    def __init__(self, path: str, *, use_openat2: bool = True) -> None:
+    Whatever the hooks *create or change* is resolved without crossing a mount point: the runtime
+    mounts volumes and host directories into the rootfs (a spec's IPC directories, user volumes), and
+    an image link such as ``/etc/ld.so.conf.d -> /tmp/nvidia-mps`` must not make root write there.
+    The one exception is ``/dev``, the runtime's own tmpfs, where device links belong: paths under it
+    are resolved from the ``/dev`` mount, again without crossing any further mount.
+    """
+
+    def __init__(self, path: str, *, use_openat2: bool = True, _dev_fd: int | None = None) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) if _dev_fd is None else _dev_fd
         self._openat2 = use_openat2
+        self._is_dev = _dev_fd is not None
+        self._dev = os.fstat(self.fd).st_dev
+        self._dev_root: Rootfs | None = None
 
     def __enter__(self) -> Rootfs:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._dev_root is not None:
+            self._dev_root.__exit__()
         os.close(self.fd)
 
     # Resolution
 
-    def open(self, path: str, flags: int = _PATH_FLAGS, mode: int = 0, *, follow: bool = True) -> int:
-        """A descriptor for ``path`` resolved inside the rootfs; ``follow=False`` keeps a final symlink."""
+    def open(
+        self,
+        path: str,
+        flags: int = _PATH_FLAGS,
+        mode: int = 0,
+        *,
+        follow: bool = True,
+        same_mount: bool = False,
+    ) -> int:
+        """A descriptor for ``path`` resolved inside the rootfs; ``follow=False`` keeps a final symlink.
+
+        ``same_mount``: fail with EXDEV rather than cross a mount point (``/dev`` paths start from the
+        ``/dev`` mount), for anything that is about to be created or changed.
+        """
+        if same_mount:
+            scope, path = self._scope(path)
+            if scope is not self:
+                return scope.open(path, flags, mode, follow=follow, same_mount=True)
         flags |= os.O_CLOEXEC
         if not follow:
             flags |= os.O_NOFOLLOW
         if self._openat2:
             try:
-                return self._open_with_openat2(path, flags, mode)
+                return self._open_with_openat2(path, flags, mode, same_mount)
             except OSError as exc:
                 # ENOSYS: kernel before 5.6; EPERM: a seccomp filter. Everything else is a real answer.
                 if exc.errno not in (errno.ENOSYS, errno.EPERM):
                     raise
                 self._openat2 = False
-        return self._open_by_walking(path, flags, mode)
+        return self._open_by_walking(path, flags, mode, same_mount)
 
-    def _open_with_openat2(self, path: str, flags: int, mode: int) -> int:
+    def _scope(self, path: str) -> tuple[Rootfs, str]:
+        """The root a container path is created from: the ``/dev`` mount for paths under it."""
+        parts = _components(path)
+        if len(parts) < 2 or parts[0] != "dev" or self._is_dev:
+            return self, path
+        if self._dev_root is None:
+            fd = self.open("/dev", _PATH_FLAGS | os.O_DIRECTORY)
+            self._dev_root = Rootfs(f"{self.path}/dev", use_openat2=self._openat2, _dev_fd=fd)
+        return self._dev_root, "/" + "/".join(parts[1:])
+
+    def _open_with_openat2(self, path: str, flags: int, mode: int, same_mount: bool) -> int:
         from cdictk.hooks import syscalls  # noqa: PLC0415
 
         resolve = syscalls.RESOLVE_IN_ROOT | syscalls.RESOLVE_NO_MAGICLINKS
+        if same_mount:
+            resolve |= syscalls.RESOLVE_NO_XDEV
         return syscalls.openat2(self.fd, path, flags, mode if flags & os.O_CREAT else 0, resolve)
 
-    def _open_by_walking(self, path: str, flags: int, mode: int) -> int:
-        """Resolve one component at a time on descriptors we hold; ``..`` never climbs above the root."""
+    def _open_by_walking(self, path: str, flags: int, mode: int, same_mount: bool) -> int:
+        """Resolve one component at a time on descriptors we hold; ``..`` never climbs above the root.
+
+        ``same_mount`` compares device numbers, which cannot tell a bind mount of the rootfs's own
+        filesystem: openat2's RESOLVE_NO_XDEV can, this fallback for old kernels cannot.
+        """
         stack = [os.dup(self.fd)]
         try:
             parts = _components(path)
@@ -74,6 +119,8 @@ class Rootfs:
                     if last and flags & os.O_CREAT:
                         return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
                     raise
+                if same_mount and st.st_dev != self._dev:
+                    raise OSError(errno.EXDEV, "crosses a mount point", path)
                 if stat.S_ISLNK(st.st_mode) and not (last and flags & os.O_NOFOLLOW):
                     links += 1
                     if links > MAX_LINKS:
@@ -98,46 +145,62 @@ class Rootfs:
 
     # Directories
 
-    def mkdirs(self, path: str, mode: int = 0o755, *, _links: int = 0) -> int:
+    def mkdirs(self, path: str, mode: int = 0o755) -> int:
         """An O_PATH descriptor for directory ``path``, creating missing components (like ``mkdir -p``).
 
         A symlink on the way is followed inside the rootfs; when its target is missing, the target is
         created (inside the rootfs, like everything else), so an image whose ``/etc/ld.so.conf.d`` is a
-        dangling link still gets its drop-in, in the rootfs.
+        dangling link still gets its drop-in, in the rootfs. No mount point is crossed.
         """
+        scope, path = self._scope(path)
+        if scope is not self:
+            return scope.mkdirs(path, mode)
+        for _ in range(MAX_LINKS + 1):
+            made = self._mkdirs_once(path, mode)
+            if isinstance(made, int):
+                return made
+            path = made  # a dangling link: make its target instead
+        raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
+
+    def _mkdirs_once(self, path: str, mode: int) -> int | str:
+        """The directory's descriptor, or the path a dangling symlink in the way points to."""
+        parts = _components(path)
+        if len(parts) > MAX_COMPONENTS:
+            raise OSError(errno.ENAMETOOLONG, os.strerror(errno.ENAMETOOLONG), path[:200])
         try:
-            return self.open(path, _PATH_FLAGS | os.O_DIRECTORY)
+            return self.open(path, _PATH_FLAGS | os.O_DIRECTORY, same_mount=True)
         except FileNotFoundError:
             pass
-        parts = _components(path)
         if parts and parts[-1] == "..":  # "a/missing/..": make what ".." climbs out of, as mkdir -p does
-            os.close(self.mkdirs("/".join(parts[:-1]) or "/", mode, _links=_links))
-            return self.open(path, _PATH_FLAGS | os.O_DIRECTORY)
+            os.close(self.mkdirs("/".join(parts[:-1]) or "/", mode))
+            return self.open(path, _PATH_FLAGS | os.O_DIRECTORY, same_mount=True)
         parent, name = _split(path)
         if not name:
             raise OSError(errno.ENOENT, os.strerror(errno.ENOENT), path)
-        parent_fd = self.mkdirs(parent, mode, _links=_links)
+        parent_fd = self.mkdirs(parent, mode)
         try:
             try:  # noqa: SIM105 - contextlib costs imports on every container start
                 os.mkdir(name, mode, dir_fd=parent_fd)
             except FileExistsError:
                 pass  # made by someone else meanwhile, or a symlink: the open below decides
             try:
-                return os.open(name, _PATH_FLAGS | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+                fd = os.open(name, _PATH_FLAGS | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
             except OSError:
-                pass
+                fd = -1
+            if fd >= 0:
+                if os.fstat(fd).st_dev != self._dev:
+                    os.close(fd)
+                    raise OSError(errno.EXDEV, "crosses a mount point", path)
+                return fd
             try:
                 target = os.readlink(name, dir_fd=parent_fd)
             except OSError:
                 # Not a link: a file is in the way (ENOTDIR), or it changed under us.
-                return self.open(path, _PATH_FLAGS | os.O_DIRECTORY)
+                return self.open(path, _PATH_FLAGS | os.O_DIRECTORY, same_mount=True)
         finally:
             os.close(parent_fd)
-        if _links >= MAX_LINKS:
-            raise OSError(errno.ELOOP, os.strerror(errno.ELOOP), path)
         # Relative targets are taken from the link's directory; ".." in them is resolved by the kernel.
-        followed = target if target.startswith("/") else f"{parent}/{target}"
-        return self.mkdirs(followed, mode, _links=_links + 1)
+        return target if target.startswith("/") else f"{parent}/{target}"
 
     def listdir(self, path: str) -> list[str]:
         fd = self.open(path, os.O_RDONLY | os.O_DIRECTORY)
@@ -148,9 +211,9 @@ class Rootfs:
 
     # Files
 
-    def read_regular(self, path: str, limit: int, *, follow: bool = True) -> bytes:
+    def read_regular(self, path: str, limit: int, *, follow: bool = True, same_mount: bool = False) -> bytes:
         """The content of regular file ``path``; anything else, or more than ``limit`` bytes, is an error."""
-        fd = self.open(path, _PATH_FLAGS, follow=follow)
+        fd = self.open(path, _PATH_FLAGS, follow=follow, same_mount=same_mount)
         try:
             return read_regular_fd(fd, limit, path)
         finally:

@@ -135,7 +135,7 @@ def _write_confs(rootfs: Rootfs, folders: list[str], machine: str) -> None:
         rootfs.create_exclusive(path, LD_SO_CONF_DEFAULT, CONF_MODE)
         for path, lines in ((DRIVER_CONF, folders), (SYSTEM_CONF, system)):
             if lines:
-                rootfs.write_file(path, "".join(f"{line}\n" for line in lines).encode(), CONF_MODE)
+                rootfs.write_file(path, os.fsencode("".join(f"{line}\n" for line in lines)), CONF_MODE)
     except OSError as exc:
         raise HookError(f"{HOOK}: cannot write {path} in the container: {exc.strerror}") from None
 
@@ -170,9 +170,11 @@ def _update_musl_path(rootfs: Rootfs, arch: str, folders: list[str]) -> None:
     path = f"/etc/ld-musl-{arch}.path"
     try:
         try:
-            text = rootfs.read_regular(path, _MAX_MUSL_PATH_FILE).decode(errors="surrogateescape")
-            entries = text.replace(":", "\n").split()
-        except FileNotFoundError:
+            # Never through a link or into another mount: a link to /proc/iomem or a host file would
+            # copy it, world-readable, into the container. Anything but a plain file here is ignored.
+            data = rootfs.read_regular(path, _MAX_MUSL_PATH_FILE, follow=False, same_mount=True)
+            entries = data.decode(errors="surrogateescape").replace(":", "\n").split()
+        except OSError:
             entries = list(_MUSL_DEFAULT_PATH)
         missing = [folder for folder in folders if folder not in entries]
         if missing:

@@ -53,6 +53,7 @@ def container_state(state: dict[str, Any]) -> ContainerState:
     bundle = state.get("bundle")
     if not isinstance(bundle, str) or not bundle.startswith("/"):
         raise HookError(f"OCI state: bundle must be an absolute path, not {bundle!r}")
+    _check_path_string(bundle, "OCI state: bundle")
     ident = state.get("id", "")
     if not isinstance(ident, str):
         raise HookError("OCI state: id must be a string")
@@ -79,12 +80,21 @@ def _root_from_config(bundle: str) -> str:
     return root_path
 
 
+def _check_path_string(path: str, what: str) -> None:
+    if "\0" in path:
+        raise HookError(f"{what}: NUL in the path")
+    try:
+        os.fsencode(path)
+    except UnicodeError:
+        raise HookError(f"{what}: {path!r} is not a valid file name") from None
+
+
 def _checked_rootfs(root: str, bundle: str) -> str:
-    if "\0" in root:
-        raise HookError("container rootfs: NUL in the path")
+    _check_path_string(root, "container rootfs")
     if root.strip() in ("", "/"):
         raise HookError(f"container rootfs {root!r} refused: a hook never works on the host's root")
-    path = os.path.normpath(os.path.join(bundle, root))
+    # normpath keeps a leading "//" (POSIX leaves it implementation-defined); Linux reads it as "/".
+    path = os.path.normpath("/" + os.path.join(bundle, root).lstrip("/"))
     if path == "/":
         raise HookError(f"container rootfs {root!r} refused: it is the host's root")
     return path

@@ -14,7 +14,10 @@ nothing but the rootfs, and nothing in the rootfs may lead back out:
   ``/proc/self/cwd``) point back at the host whatever root we pivoted into, and every mount is made
   nodev so a device node planted in the image cannot be opened;
 * it gets an empty environment, /dev/null as stdin and stdout, no other descriptor, resource limits and
-  a wall-clock deadline after which its whole PID namespace is killed.
+  a wall-clock deadline after which its whole PID namespace is killed;
+* every mount but the rootfs's own is read-only, so links into a volume or host directory mounted in
+  the container lead nowhere writable; and the program keeps only CAP_DAC_OVERRIDE and CAP_FOWNER,
+  under no_new_privs.
 
 Process layout: the hook forks a *keeper*, which unshares the namespaces and forks the *runner*, PID 1
 of the new PID namespace, which sets everything up and execs the program. The keeper owns the deadline
@@ -50,6 +53,9 @@ GRACE = 5.0  # how much longer than the program's deadline the hook waits for th
 
 _MFD_EXEC = 0x10  # Linux 6.3; needed where vm.memfd_noexec makes memfds non-executable by default
 _SIGKILL = 9  # the same on every Linux architecture; the signal module would import enum
+_CAP_DAC_OVERRIDE = 1
+_CAP_FOWNER = 3
+_CAP_SETPCAP = 8
 _UMOUNT_NOFOLLOW = 0x8
 _PT_INTERP = 3
 _MAX_PROGRAM_HEADERS = 512
@@ -338,12 +344,14 @@ def _confine_and_exec(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int,
     step[0] = "detaching procfs mounts in the rootfs"
     _detach_procfs(proc)
     os.close(proc)
-    _make_nodev()
+    _restrict_mounts()
     step[0] = "preparing standard streams and limits"
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
     os.close(devnull)
     _set_limits()
+    step[0] = "dropping capabilities"
+    _drop_capabilities()
     step[0] = "exec"
     os.execve(exe_fd, argv, {})  # noqa: S606 - a checked, sealed host binary with an empty environment
 
@@ -404,20 +412,51 @@ def _detach_procfs(proc: int) -> list[tuple[str, str]]:
     raise OSError(errno.EBUSY, "procfs is still mounted at " + ", ".join(found))
 
 
-def _make_nodev() -> None:
-    """Make every mount under the new root nodev and nosuid, so a device node from the image cannot be
-    opened. Defence in depth, so best effort: before Linux 5.12 (no mount_setattr) nothing changes.
+def _restrict_mounts() -> None:
+    """Make every mount under the new root read-only, nodev and nosuid, then the root itself writable.
+
+    ldconfig writes the cache and SONAME links in the rootfs's own filesystem; a volume or host
+    directory the runtime mounted into the container (a CDI spec's IPC directories, user volumes)
+    must stay out of its reach even when the image links /etc or a library directory into one, and
+    a device node from the image cannot be opened. Before Linux 5.12 (no mount_setattr) the program
+    runs without this layer; the capabilities dropped before the exec still hold.
     """
     from cdictk.hooks import syscalls  # noqa: PLC0415
 
     root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        syscalls.mount_setattr(root, syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOSUID, recursive=True)
+        locked = syscalls.MOUNT_ATTR_RDONLY | syscalls.MOUNT_ATTR_NODEV | syscalls.MOUNT_ATTR_NOSUID
+        syscalls.mount_setattr(root, locked, recursive=True)
+        syscalls.mount_setattr(root, 0, attr_clr=syscalls.MOUNT_ATTR_RDONLY)
     except OSError as exc:
         if exc.errno != errno.ENOSYS:
             raise
     finally:
         os.close(root)
+
+
+def _drop_capabilities() -> None:
+    """Keep only what ldconfig needs to write root's files, and make that final across the exec.
+
+    Root regains its bounding set on exec, so the bounding set is what must shrink: no CAP_SYS_ADMIN
+    (no mount, no fresh procfs, no way back out), no CAP_DAC_READ_SEARCH (open_by_handle_at), no
+    CAP_MKNOD, CAP_SYS_MODULE or CAP_SYS_PTRACE, whatever an ldconfig tricked by a crafted library
+    would try. no_new_privs forbids regaining any through a set-uid or file-capability binary.
+    """
+    from cdictk.hooks import syscalls  # noqa: PLC0415
+
+    keep = (1 << _CAP_DAC_OVERRIDE) | (1 << _CAP_FOWNER)
+    for cap in [*range(_CAP_SETPCAP), *range(_CAP_SETPCAP + 1, 64), _CAP_SETPCAP]:
+        if keep & (1 << cap):
+            continue
+        try:
+            syscalls.prctl(syscalls.PR_CAPBSET_DROP, cap)
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:  # a capability this kernel does not have
+                raise
+    syscalls.capset(keep, keep, 0)
+    syscalls.prctl(syscalls.PR_CAP_AMBIENT, syscalls.PR_CAP_AMBIENT_CLEAR_ALL)
+    syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)
 
 
 def _read_mounts(proc: int) -> list[tuple[str, str]]:

@@ -186,9 +186,11 @@ def open_tree(dirfd: int, path: str, flags: int) -> int:
     )
 
 
-def mount_setattr(fd: int, attr_set: int, propagation: int = 0, *, recursive: bool = False) -> None:
-    """Set attributes on the mount ``fd`` refers to (and every mount below it, when ``recursive``)."""
-    attr = _MountAttr(attr_set, 0, propagation, 0)
+def mount_setattr(
+    fd: int, attr_set: int, propagation: int = 0, *, attr_clr: int = 0, recursive: bool = False
+) -> None:
+    """Set (and clear) attributes on the mount ``fd`` refers to, and every mount below when ``recursive``."""
+    attr = _MountAttr(attr_set, attr_clr, propagation, 0)
     _check(
         _libc.syscall(
             ctypes.c_long(SYS_MOUNT_SETATTR),
@@ -213,3 +215,37 @@ def move_mount(from_fd: int, to_fd: int) -> None:
             ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH),
         )
     )
+
+
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+
+
+def prctl(option: int, arg2: int = 0, arg3: int = 0, arg4: int = 0, arg5: int = 0) -> int:
+    return _check(
+        _libc.prctl(
+            ctypes.c_int(option),
+            ctypes.c_ulong(arg2),
+            ctypes.c_ulong(arg3),
+            ctypes.c_ulong(arg4),
+            ctypes.c_ulong(arg5),
+        )
+    )
+
+
+def capset(effective: int, permitted: int, inheritable: int) -> None:
+    """capset(2) for this thread: the three 64-bit capability sets."""
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    mask = 0xFFFFFFFF
+    data = (ctypes.c_uint32 * 6)(
+        effective & mask,
+        permitted & mask,
+        inheritable & mask,
+        effective >> 32,
+        permitted >> 32,
+        inheritable >> 32,
+    )
+    _check(_libc.capset(header, data))
