@@ -276,27 +276,36 @@ class Rootfs:
 
         Returns False when ``path`` already is that symlink. A directory at ``path`` is an error.
         """
-        parent, name = _split(path)
-        if not name:
-            raise OSError(errno.EINVAL, "a link cannot be the root directory", path)
-        dir_fd = self.mkdirs(parent)
-        try:
+        return bool(self.symlinks([(target, path)]))
+
+    def symlinks(self, links: list[tuple[str, str]]) -> list[str]:
+        """Make each (target, path) as :meth:`symlink` does; the paths that were created or changed.
+
+        Links sharing a directory share one lookup of it: a driver's links mostly live in one place.
+        An OSError names the link that failed.
+        """
+        by_parent: dict[str, list[tuple[str, str, str]]] = {}
+        for target, path in links:
+            parent, name = _split(path)
+            if not name:
+                raise OSError(errno.EINVAL, "a link cannot be the root directory", path)
+            by_parent.setdefault(parent, []).append((target, name, path))
+        changed = []
+        for parent, entries in by_parent.items():
             try:
-                if os.readlink(name, dir_fd=dir_fd) == target:
-                    return False
+                dir_fd = self.mkdirs(parent)
             except OSError as exc:
-                if exc.errno not in (errno.ENOENT, errno.EINVAL):
-                    raise
-            temp = f".{name}.cdictk-{os.urandom(6).hex()}"
-            os.symlink(target, temp, dir_fd=dir_fd)
+                raise OSError(exc.errno, exc.strerror, entries[0][2]) from None
             try:
-                os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-            except BaseException:
-                _unlink_quietly(temp, dir_fd)
-                raise
-            return True
-        finally:
-            os.close(dir_fd)
+                for target, name, path in entries:
+                    try:
+                        if _replace_link(dir_fd, target, name):
+                            changed.append(path)
+                    except OSError as exc:
+                        raise OSError(exc.errno, exc.strerror, path) from None
+            finally:
+                os.close(dir_fd)
+        return changed
 
 
 def reopen_regular(fd: int, what: str) -> int:
@@ -329,6 +338,23 @@ def read_regular_fd(fd: int, limit: int, what: str) -> bytes:
     if size > limit:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", what)
     return b"".join(chunks)
+
+
+def _replace_link(dir_fd: int, target: str, name: str) -> bool:
+    try:
+        if os.readlink(name, dir_fd=dir_fd) == target:
+            return False
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.EINVAL):
+            raise
+    temp = f".{name}.cdictk-{os.urandom(6).hex()}"
+    os.symlink(target, temp, dir_fd=dir_fd)
+    try:
+        os.rename(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        _unlink_quietly(temp, dir_fd)
+        raise
+    return True
 
 
 def _write_all(fd: int, data: bytes) -> None:

@@ -41,16 +41,15 @@ def parse_link(text: str) -> tuple[str, str]:
 
 def create_symlinks(rootfs: Rootfs, links: list[tuple[str, str]], *, devices_only: bool = False) -> list[str]:
     """Make the links; returns those that were created or changed. Duplicates are made once."""
-    changed = []
-    for target, link in dict.fromkeys(links):
-        if devices_only and not _target_exists(rootfs, target, link):
-            continue
-        try:
-            if rootfs.symlink(target, link):
-                changed.append(link)
-        except OSError as exc:
-            raise HookError(f"cannot create link {link} -> {target}: {exc.strerror}") from None
-    return changed
+    wanted = list(dict.fromkeys(links))
+    if devices_only:
+        wanted = [(target, link) for target, link in wanted if _target_exists(rootfs, target, link)]
+    try:
+        return rootfs.symlinks(wanted)
+    except OSError as exc:
+        link = exc.filename or "?"
+        target = next((t for t, path in wanted if path == link), "?")
+        raise HookError(f"cannot create link {link} -> {target}: {exc.strerror}") from None
 
 
 def _target_exists(rootfs: Rootfs, target: str, link: str) -> bool:
