@@ -72,9 +72,7 @@ def enable_cuda_compat(
     """Write :data:`COMPAT_CONF` when the image's compat libcuda should be used; True if it should."""
     if not host_driver_version and not host_cuda_version:
         return False
-    host_driver = _host_version("--host-driver-version", host_driver_version)
-    host_cuda = _host_version("--host-cuda-version", host_cuda_version)
-    compat_dir = _check_compat_root(compat_root)
+    host_driver, host_cuda, compat_dir = check_arguments(host_driver_version, host_cuda_version, compat_root)
 
     found = _find_compat_library(rootfs, compat_dir)
     used = False
@@ -94,6 +92,17 @@ def enable_cuda_compat(
     else:
         _remove_stale_conf(rootfs)
     return used
+
+
+def check_arguments(
+    host_driver_version: str | None, host_cuda_version: str | None, compat_root: str
+) -> tuple[Version | None, Version | None, str]:
+    """The parsed host versions and the normalised compat directory; bad ones are a HookError."""
+    return (
+        _host_version("--host-driver-version", host_driver_version),
+        _host_version("--host-cuda-version", host_cuda_version),
+        _check_compat_root(compat_root),
+    )
 
 
 def compat_applies(

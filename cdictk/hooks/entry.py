@@ -151,18 +151,35 @@ def _batch(options: Options, rootfs: Rootfs) -> None:
     """Everything a generated spec asks of the container, in one process and in the required order:
     links, then device links, then CUDA compat (an ld.so.conf.d entry), then the ld cache that reads it.
     """
+    from cdictk.hooks.cudacompat import check_arguments  # noqa: PLC0415
+    from cdictk.hooks.ldcache import checked_folders, load_ldconfig, update_ldcache  # noqa: PLC0415
     from cdictk.hooks.symlinks import create_symlinks, parse_link  # noqa: PLC0415
 
+    # Every argument and the host's ldconfig are checked before anything in the container changes.
     links = [parse_link(text) for text in options.all("link")]
     device_links = [parse_link(text) for text in options.all("device-link")]
-    changed = create_symlinks(rootfs, links) + create_symlinks(rootfs, device_links, devices_only=True)
-    options.log(f"links created: {', '.join(changed) or 'none'}")
-    if "disable-device-node-modification" in options.flags:
-        _disable_device_node_modification(options, rootfs)
-    if options.get("host-driver-version") or options.get("host-cuda-version"):
-        _enable_cuda_compat(options, rootfs)
-    if options.all("folder"):
-        _update_ldcache(options, rootfs)
+    compat = options.get("host-driver-version") or options.get("host-cuda-version")
+    if compat:
+        check_arguments(
+            options.get("host-driver-version") or None,
+            options.get("host-cuda-version") or None,
+            options.get("cuda-compat-container-root") or COMPAT_ROOT,
+        )
+    folders = checked_folders(options.all("folder"))
+    ldconfig = load_ldconfig(options.get("ldconfig-path") or DEFAULT_LDCONFIG) if folders else None
+    try:
+        changed = create_symlinks(rootfs, links) + create_symlinks(rootfs, device_links, devices_only=True)
+        options.log(f"links created: {', '.join(changed) or 'none'}")
+        if "disable-device-node-modification" in options.flags:
+            _disable_device_node_modification(options, rootfs)
+        if compat:
+            _enable_cuda_compat(options, rootfs)
+    except BaseException:
+        if ldconfig is not None:
+            os.close(ldconfig)
+        raise
+    if ldconfig is not None:
+        update_ldcache(rootfs, folders, ldconfig=ldconfig)
 
 
 _COMPAT_VALUES = ("host-driver-version", "host-cuda-version", "cuda-compat-container-root")

@@ -58,12 +58,29 @@ _MAX_MUSL_PATH_FILE = 64 << 10
 
 
 def update_ldcache(
-    rootfs: Rootfs, folders: list[str], ldconfig_path: str = "/sbin/ldconfig", *, timeout: float = 10.0
+    rootfs: Rootfs,
+    folders: list[str],
+    ldconfig_path: str = "/sbin/ldconfig",
+    *,
+    timeout: float = 10.0,
+    ldconfig: int | None = None,
 ) -> None:
     """Add ``folders`` to the container's library search path and rebuild its ld.so.cache.
 
-    Idempotent: a second run rewrites only the cache. Any failure is a :class:`HookError`.
+    ``ldconfig``: the sealed copy :func:`load_ldconfig` made, when the caller checked it before
+    changing anything else (the batched hook); it is closed here. Idempotent: a second run rewrites
+    only the cache. Any failure is a :class:`HookError`.
     """
+    try:
+        _update(rootfs, folders, ldconfig_path, timeout, ldconfig)
+    finally:
+        if ldconfig is not None:
+            os.close(ldconfig)
+
+
+def _update(
+    rootfs: Rootfs, folders: list[str], ldconfig_path: str, timeout: float, ldconfig: int | None
+) -> None:
     _refuse_host_root(rootfs)
     folders = checked_folders(folders)
     machine = os.uname().machine
@@ -72,7 +89,7 @@ def update_ldcache(
         _update_musl_path(rootfs, musl_arch, folders)
         return
     # The host binary is checked before anything in the container changes.
-    exe = _load_ldconfig(ldconfig_path)
+    exe = load_ldconfig(ldconfig_path) if ldconfig is None else os.dup(ldconfig)
     try:
         _write_confs(rootfs, folders, machine)
         try:
@@ -115,7 +132,8 @@ def _refuse_host_root(rootfs: Rootfs) -> None:
         raise HookError(f"{HOOK}: the container rootfs is the host's root directory; refusing to touch it")
 
 
-def _load_ldconfig(ldconfig_path: str) -> int:
+def load_ldconfig(ldconfig_path: str) -> int:
+    """The host's ldconfig, checked and copied into a sealed memfd (a descriptor the caller closes)."""
     if not ldconfig_path.startswith("/"):
         raise HookError(f"{HOOK}: --ldconfig-path {ldconfig_path!r} must be an absolute path on the host")
     try:

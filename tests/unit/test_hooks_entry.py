@@ -216,3 +216,22 @@ def test_cdictk_hook_skips_the_cli() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "cdictk.hooks.entry" in imported
     assert not {"click", "yaml", "cdictk.cli.main"} & imported
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (["--folder", "relative/lib"], "must be an absolute"),
+        (["--host-driver-version", "five"], "--host-driver-version"),
+        (["--folder", "/usr/lib", "--ldconfig-path", "/nonexistent/ldconfig"], "ldconfig"),
+        (["--link", "broken"], "expected TARGET::LINK"),
+    ],
+)
+def test_batch_checks_everything_before_changing_anything(
+    bad: list[str], message: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["batch", "--link", "libcuda.so.1::/usr/lib/libcuda.so", *bad]
+    assert run_main(argv, state_for(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err
+    assert os.listdir(tmp_path) == []  # not even the link that came first
