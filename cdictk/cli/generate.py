@@ -77,8 +77,8 @@ def _warn(message: str) -> None:
 @click.option(
     "--separate-hooks",
     is_flag=True,
-    help="One hook process per step (create-symlinks, enable-cuda-compat, update-ldcache), as NVIDIA's "
-    "specs have, instead of cdictk's single batched hook.",
+    help="One hook process per step (create-symlinks, enable-cuda-compat, update-ldcache, "
+    "disable-device-node-modification), as NVIDIA's specs have, instead of cdictk's single batched hook.",
 )
 @click.option("--ldconfig-path", metavar="PATH", help="Host ldconfig the update-ldcache hook runs.")
 @click.option(

@@ -64,8 +64,8 @@ def chmod_paths(rootfs: Rootfs, mode: int, paths: list[str]) -> None:
 
 
 def _check_path(path: str) -> None:
-    if not path.startswith("/") or "\0" in path or "\n" in path:
-        raise HookError(f"chmod: path {path!r} must be absolute, without NUL or newline")
+    if not path.startswith("/") or "\0" in path or "\n" in path or ".." in path.split("/"):
+        raise HookError(f"chmod: path {path!r} must be absolute, without NUL, newline or '..'")
 
 
 def _open_in_root(rootfs: Rootfs, path: str) -> int | None:
@@ -74,6 +74,11 @@ def _open_in_root(rootfs: Rootfs, path: str) -> int | None:
         fd = rootfs.open(path, os.O_PATH, follow=False, same_mount=True)
     except OSError as exc:
         if exc.errno in _MISSING:
+            return None
+        if exc.errno == errno.EXDEV:
+            # A node the runtime bind-mounted (rootless podman's /dev), or an image link into a volume:
+            # not ours to change, and not worth failing the container over.
+            print(f"cdictk hook: chmod {path}: on another mount; left alone", file=sys.stderr)
             return None
         raise HookError(f"chmod: cannot resolve {path} in the container: {exc.strerror}") from exc
     if stat.S_ISLNK(os.fstat(fd).st_mode):

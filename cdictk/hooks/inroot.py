@@ -15,6 +15,7 @@ import os
 import stat
 
 MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
+_CROSSES = "crosses a mount point (an image link into a volume or host directory?)"
 MAX_COMPONENTS = 128  # deeper than any real library or config path; bounds mkdirs' recursion
 _PATH_FLAGS = os.O_PATH | os.O_CLOEXEC
 
@@ -94,7 +95,12 @@ class Rootfs:
         resolve = syscalls.RESOLVE_IN_ROOT | syscalls.RESOLVE_NO_MAGICLINKS
         if same_mount:
             resolve |= syscalls.RESOLVE_NO_XDEV
-        return syscalls.openat2(self.fd, path, flags, mode if flags & os.O_CREAT else 0, resolve)
+        try:
+            return syscalls.openat2(self.fd, path, flags, mode if flags & os.O_CREAT else 0, resolve)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:  # the same words as the walk's, whichever resolved it
+                raise OSError(errno.EXDEV, _CROSSES, path) from None
+            raise
 
     def _open_by_walking(self, path: str, flags: int, mode: int, same_mount: bool) -> int:
         """Resolve one component at a time on descriptors we hold; ``..`` never climbs above the root.
@@ -120,7 +126,7 @@ class Rootfs:
                         return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
                     raise
                 if same_mount and st.st_dev != self._dev:
-                    raise OSError(errno.EXDEV, "crosses a mount point", path)
+                    raise OSError(errno.EXDEV, _CROSSES, path)
                 if stat.S_ISLNK(st.st_mode) and not (last and flags & os.O_NOFOLLOW):
                     links += 1
                     if links > MAX_LINKS:
@@ -190,7 +196,7 @@ class Rootfs:
             if fd >= 0:
                 if os.fstat(fd).st_dev != self._dev:
                     os.close(fd)
-                    raise OSError(errno.EXDEV, "crosses a mount point", path)
+                    raise OSError(errno.EXDEV, _CROSSES, path)
                 return fd
             try:
                 target = os.readlink(name, dir_fd=parent_fd)
@@ -202,12 +208,21 @@ class Rootfs:
         # Relative targets are taken from the link's directory; ".." in them is resolved by the kernel.
         return target if target.startswith("/") else f"{parent}/{target}"
 
-    def listdir(self, path: str) -> list[str]:
-        fd = self.open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            return os.listdir(fd)
-        finally:
-            os.close(fd)
+    def _check_creatable(self, path: str) -> None:
+        """Fail now, before anything is made, where making ``path`` would cross a mount point.
+
+        The nearest existing ancestor is what counts; a dangling link on the way is only met (and
+        refused just the same) when the directories are made.
+        """
+        while True:
+            try:
+                os.close(self.open(path, _PATH_FLAGS, same_mount=True))
+                return
+            except FileNotFoundError:
+                parent, name = _split(path)
+                if not name:
+                    return
+                path = parent
 
     # Files
 
@@ -290,6 +305,11 @@ class Rootfs:
             if not name:
                 raise OSError(errno.EINVAL, "a link cannot be the root directory", path)
             by_parent.setdefault(parent, []).append((target, name, path))
+        for parent, entries in by_parent.items():
+            try:
+                self._check_creatable(parent)
+            except OSError as exc:
+                raise OSError(exc.errno, exc.strerror, entries[0][2]) from None
         changed = []
         for parent, entries in by_parent.items():
             try:
@@ -389,7 +409,7 @@ def _components(path: str) -> list[str]:
 
 
 def _split(path: str) -> tuple[str, str]:
-    """("/a/b", "c") for "/a/b/c"; the name is "" for the root. ``..`` as the name is resolved first."""
+    """("/a/b", "c") for "/a/b/c"; the name is "" for the root. A path ending in ``..`` is EINVAL."""
     parts = _components(path)
     if parts and parts[-1] == "..":
         raise OSError(errno.EINVAL, "path ends in '..'", path)

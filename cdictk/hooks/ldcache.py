@@ -114,11 +114,12 @@ def checked_folders(folders: Iterable[str]) -> list[str]:
         # the folder ever influenced), and "#" would silently cut the folder short.
         if (
             not folder.startswith("/")
+            or ".." in folder.split("/")
             or "#" in folder
             or any(ord(c) < 0x20 or ord(c) == 0x7F for c in folder)
         ):
             raise HookError(
-                f"{HOOK}: folder {folder!r} must be an absolute path without control characters or '#'"
+                f"{HOOK}: folder {folder!r} must be an absolute path without '..', control characters or '#'"
             )
         if folder not in result:
             result.append(folder)

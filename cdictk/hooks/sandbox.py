@@ -11,13 +11,13 @@ nothing but the rootfs, and nothing in the rootfs may lead back out:
 * it runs in fresh mount, PID, network, IPC and UTS namespaces, pivoted into a private bind copy of the
   rootfs, so every path it touches, symlinks included, resolves inside the rootfs;
 * every procfs under the new root is detached, because its magic links (``/proc/1/root``,
-  ``/proc/self/cwd``) point back at the host whatever root we pivoted into, and every mount is made
-  nodev so a device node planted in the image cannot be opened;
+  ``/proc/self/cwd``) point back at the host whatever root we pivoted into;
 * it gets an empty environment, /dev/null as stdin and stdout, no other descriptor, resource limits and
   a wall-clock deadline after which its whole PID namespace is killed;
-* every mount but the rootfs's own is read-only, so links into a volume or host directory mounted in
-  the container lead nowhere writable; and the program keeps only CAP_DAC_OVERRIDE and CAP_FOWNER,
-  under no_new_privs.
+* every mount but the rootfs's own is read-only and every mount nodev (Linux 5.12 and later, which
+  have mount_setattr), so links into a volume or host directory mounted in the container lead nowhere
+  writable and a device node planted in the image cannot be opened; and the program keeps only
+  CAP_DAC_OVERRIDE and CAP_FOWNER, under no_new_privs.
 
 Process layout: the hook forks a *keeper*, which unshares the namespaces and forks the *runner*, PID 1
 of the new PID namespace, which sets everything up and execs the program. The keeper owns the deadline
@@ -186,6 +186,9 @@ def run_in_rootfs(rootfs: Rootfs, exe_fd: int, argv: Sequence[str], *, timeout: 
     # ctypes is loaded here, before the fork, so the children import nothing.
     from cdictk.hooks import syscalls  # noqa: F401, PLC0415
 
+    # The program's stderr goes to a memfd, not a pipe that could fill up and stall it: on failure, its
+    # last line joins our one-line error; on success its chatter is not the runtime's business.
+    errlog = os.memfd_create(f"{what}-stderr", os.MFD_CLOEXEC)
     read_end, write_end = os.pipe()
     try:
         try:
@@ -193,32 +196,44 @@ def run_in_rootfs(rootfs: Rootfs, exe_fd: int, argv: Sequence[str], *, timeout: 
         except OSError as exc:
             raise HookError(f"cannot start {what}: fork: {exc.strerror}") from None
         if pid == 0:
-            _keeper_process(rootfs, exe_fd, list(argv), timeout, write_end)
+            _keeper_process(rootfs, exe_fd, list(argv), timeout, write_end, errlog=errlog)
         os.close(write_end)
         write_end = -1
         status = _wait_for(pid, timeout + GRACE)
         records = _read_available(read_end)
+        said = _last_line(errlog)
     finally:
         os.close(read_end)
+        os.close(errlog)
         if write_end >= 0:
             os.close(write_end)
-    _raise_for_outcome(records, status, what, timeout)
+    _raise_for_outcome(records, status, what, timeout, said)
 
 
-def _raise_for_outcome(records: list[bytes], status: int | None, what: str, timeout: float) -> None:
+def _last_line(fd: int) -> str:
+    size = os.fstat(fd).st_size
+    tail = os.pread(fd, 4096, max(0, size - 4096))
+    lines = [line for line in tail.decode(errors="replace").splitlines() if line.strip()]
+    return " ".join(lines[-1].split())[:_MAX_REPORT] if lines else ""
+
+
+def _raise_for_outcome(
+    records: list[bytes], status: int | None, what: str, timeout: float, said: str
+) -> None:
     for record in records:
         if record.startswith(b"E"):
             raise HookError(f"cannot run {what} in the container: {record[1:].decode(errors='replace')}")
     if status is None or b"T" in records:
         raise HookError(f"{what} timed out after {timeout:g} s")
+    because = f" ({said})" if said else ""
     for record in records:
         if record.startswith(b"X") and record[1:].isdigit():
             code = int(record[1:])
             if code == 0:
                 return
-            raise HookError(f"{what} failed with exit status {code}")
+            raise HookError(f"{what} failed with exit status {code}{because}")
         if record.startswith(b"S") and record[1:].isdigit():
-            raise HookError(f"{what} was killed by signal {int(record[1:])}")
+            raise HookError(f"{what} was killed by signal {int(record[1:])}{because}")
     raise HookError(f"{what} sandbox ended without a result (wait status {status})")
 
 
@@ -281,18 +296,20 @@ def _kill_and_reap(pid: int) -> None:
 # Inside the children: plain system calls only, and never a return into the hook's Python code.
 
 
-def _keeper_process(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report: int) -> None:
+def _keeper_process(
+    rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report: int, *, errlog: int
+) -> None:
     # The read end stays open here (harmless: only write ends decide end-of-file); the runner closes it.
     code = 1
     try:
-        code = _keeper(rootfs, exe_fd, argv, timeout, report)
+        code = _keeper(rootfs, exe_fd, argv, timeout, report, errlog=errlog)
     except BaseException as exc:
         _report(report, b"E", _describe("namespaces", exc))
     finally:
         os._exit(code)
 
 
-def _keeper(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report: int) -> int:
+def _keeper(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report: int, *, errlog: int) -> int:
     from cdictk.hooks import syscalls  # noqa: PLC0415 - already loaded by the parent
 
     syscalls.unshare(
@@ -304,7 +321,7 @@ def _keeper(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report
     )
     pid = os.fork()
     if pid == 0:
-        _runner_process(rootfs, exe_fd, argv, report)
+        _runner_process(rootfs, exe_fd, argv, report, errlog=errlog)
     os.close(exe_fd)
     status = _wait_for(pid, timeout)
     if status is None:
@@ -316,17 +333,19 @@ def _keeper(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report
     return 0
 
 
-def _runner_process(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int) -> None:
+def _runner_process(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int, *, errlog: int) -> None:
     step = ["starting"]
     try:
-        _confine_and_exec(rootfs, exe_fd, argv, report, step)
+        _confine_and_exec(rootfs, exe_fd, argv, report, step, errlog=errlog)
     except BaseException as exc:
         _report(report, b"E", _describe(step[0], exc))
     finally:
         os._exit(127)
 
 
-def _confine_and_exec(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int, step: list[str]) -> None:
+def _confine_and_exec(
+    rootfs: Rootfs, exe_fd: int, argv: list[str], report: int, step: list[str], *, errlog: int
+) -> None:
     from cdictk.hooks import syscalls  # noqa: PLC0415
 
     step[0] = "making mounts private"
@@ -338,7 +357,7 @@ def _confine_and_exec(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int,
     proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     if syscalls.fstatfs_type(proc) != syscalls.PROC_SUPER_MAGIC:
         raise OSError(errno.EINVAL, "the host's /proc is not procfs")
-    _close_inherited_descriptors(proc, keep={0, 1, 2, devnull, proc, exe_fd, report, rootfs.fd})
+    _close_inherited_descriptors(proc, keep={0, 1, 2, devnull, proc, exe_fd, report, rootfs.fd, errlog})
     step[0] = f"entering the rootfs {rootfs.path}"
     _pivot_into(rootfs)
     step[0] = "detaching procfs mounts in the rootfs"
@@ -348,6 +367,7 @@ def _confine_and_exec(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int,
     step[0] = "preparing standard streams and limits"
     os.dup2(devnull, 0)
     os.dup2(devnull, 1)
+    os.dup2(errlog, 2)
     os.close(devnull)
     _set_limits()
     step[0] = "dropping capabilities"
@@ -390,15 +410,15 @@ def _pivot_into(rootfs: Rootfs) -> None:
     os.chdir("/")
 
 
-def _detach_procfs(proc: int) -> list[tuple[str, str]]:
-    """Detach every procfs mount under the new root, deepest first; the mounts that remain."""
+def _detach_procfs(proc: int) -> None:
+    """Detach every procfs mount under the new root, deepest first."""
     from cdictk.hooks import syscalls  # noqa: PLC0415
 
     for _ in range(8):
         mounts = _read_mounts(proc)
         found = sorted({point for point, fstype in mounts if fstype == "proc"}, key=_depth, reverse=True)
         if not found:
-            return mounts
+            return
         for point in found:
             if point == "/":
                 raise OSError(errno.EINVAL, "the rootfs itself is on procfs")

@@ -34,7 +34,9 @@ def parse_link(text: str) -> tuple[str, str]:
     for value in parts:
         if any(ord(char) < 0x20 for char in value):
             raise HookError(f"--link {text!r}: control characters are not allowed")
-    if posixpath.basename(posixpath.normpath(link)) in ("", "/", "..", "."):
+    if ".." in link.split("/"):
+        raise HookError(f"--link {text!r}: the link must not contain '..'")
+    if posixpath.basename(posixpath.normpath(link)) in ("", "/", "."):
         raise HookError(f"--link {text!r}: the link must name a file")
     return target, link
 

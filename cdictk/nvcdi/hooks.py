@@ -3,10 +3,11 @@
 By default the hooks run cdictk's own entry point through the interpreter cdictk is installed in, by
 absolute paths and isolated (``python3 -I -S .../cdictk/hooks/__main__.py``): the container's PYTHON*
 variables, user site and working directory cannot reach it, and no site-packages ``.pth`` file runs.
-Our own program gets one *batched* hook per container (links, device links, CUDA compat, ld cache in
-one process) instead of one process per step. ``--hook-path`` can name another interpreter (python*,
-pypy*), the ``cdictk`` command, or a program with nvidia-cdi-hook's command line (``nvidia-cdi-hook``,
-or ``nvidia-ctk`` with its ``hook`` subcommand), which gets separate hooks as NVIDIA's specs have.
+Our own program gets one *batched* hook per container (links, device links, the driver params mask,
+CUDA compat, ld cache in one process) instead of one process per step. ``--hook-path`` can name
+another interpreter (python*, pypy*), the ``cdictk`` command, or a program with nvidia-cdi-hook's
+command line (``nvidia-cdi-hook``, or ``nvidia-ctk`` with its ``hook`` subcommand), which gets
+separate hooks as NVIDIA's specs have.
 """
 
 from __future__ import annotations

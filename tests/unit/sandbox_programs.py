@@ -69,6 +69,8 @@ int main(void) {
     sleep(60);
     return 0;
 #elif MODE == 2
+    static const char said[] = "ldconfig: a warning\nldconfig: cannot write the cache\n";
+    write(2, said, sizeof said - 1);
     return 3;
 #else
     *(volatile int *)0 = 1; /* a fault is delivered even to the init of a PID namespace */

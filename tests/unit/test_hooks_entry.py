@@ -41,7 +41,7 @@ def test_usage(capsys: pytest.CaptureFixture[str]) -> None:
     for name in ("create-symlinks", "update-ldcache", "enable-cuda-compat", "chmod", "batch"):
         assert name in out
     assert run_main(["create-symlinks", "--help"]) == 0
-    assert "--link VALUE..." in capsys.readouterr().out
+    assert "[--link VALUE]..." in capsys.readouterr().out
 
 
 @pytest.mark.parametrize(
@@ -235,3 +235,22 @@ def test_batch_checks_everything_before_changing_anything(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
     assert os.listdir(tmp_path) == []  # not even the link that came first
+
+
+@pytest.mark.parametrize("first", ["--verbose", "--", "-x"])
+def test_an_unknown_option_before_the_hook_is_an_error_not_a_skipped_hook(
+    first: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Taken for an unknown hook name, it would exit 0 and start the container without its links."""
+    assert run_main([first, "create-symlinks", "--link", "a::/b"], state_for(tmp_path)) == 2
+    assert "before the hook name" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_links_with_dotdot_are_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_main(["create-symlinks", "--link", "x::/dev/../etc/foo"], state_for(tmp_path)) == 1
+    assert "must not contain '..'" in capsys.readouterr().err
+    assert run_main(["update-ldcache", "--folder", "/usr/lib/../../x"], state_for(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("cdictk hook update-ldcache: folder ") and "'..'" in err  # one prefix, not two
+    assert os.listdir(tmp_path) == []
