@@ -105,9 +105,10 @@ class Rootfs:
     def _open_by_walking(self, path: str, flags: int, mode: int, same_mount: bool) -> int:
         """Resolve one component at a time on descriptors we hold; ``..`` never climbs above the root.
 
-        ``same_mount`` compares device numbers, which cannot tell a bind mount of the rootfs's own
-        filesystem: openat2's RESOLVE_NO_XDEV can, this fallback for old kernels cannot.
+        ``same_mount`` compares mount ids (from /proc/self/fdinfo) of every descriptor the walk opens
+        with the root's: device numbers alone cannot tell a bind mount of the rootfs's own filesystem.
         """
+        root_mount = _mount_id(self.fd) if same_mount else None
         stack = [os.dup(self.fd)]
         try:
             parts = _components(path)
@@ -139,8 +140,14 @@ class Rootfs:
                     continue
                 if last:
                     # O_NOFOLLOW: if the entry became a symlink since the stat, fail rather than follow it.
-                    return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
+                    fd = os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
+                    if root_mount is not None and _mount_id(fd) != root_mount:
+                        os.close(fd)
+                        raise OSError(errno.EXDEV, _CROSSES, path)
+                    return fd
                 stack.append(os.open(name, _PATH_FLAGS | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=stack[-1]))
+                if root_mount is not None and _mount_id(stack[-1]) != root_mount:
+                    raise OSError(errno.EXDEV, _CROSSES, path)
             # The path named the root itself ("/", "", "a/..").
             if flags & os.O_CREAT and flags & os.O_EXCL:
                 raise OSError(errno.EEXIST, os.strerror(errno.EEXIST), path)
@@ -375,6 +382,23 @@ def _replace_link(dir_fd: int, target: str, name: str) -> bool:
         _unlink_quietly(temp, dir_fd)
         raise
     return True
+
+
+def _mount_id(fd: int) -> int | None:
+    """The id of the mount ``fd`` is on (``mnt_id`` in /proc/self/fdinfo, Linux 3.15); None if unknown."""
+    try:
+        info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        text = os.read(info, 4096)
+    finally:
+        os.close(info)
+    for line in text.splitlines():
+        if line.startswith(b"mnt_id:"):
+            value = line[7:].strip()
+            return int(value) if value.isdigit() else None
+    return None
 
 
 def _write_all(fd: int, data: bytes) -> None:

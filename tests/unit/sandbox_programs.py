@@ -19,6 +19,9 @@ PROBE_C = r"""
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <stdio.h>
+#include <sys/ipc.h>
+#include <sys/msg.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -49,6 +52,12 @@ int main(int argc, char **argv) {
         getrlimit(limits[i], &rl);
         fprintf(out, "limit %s %llu\n", names[i], (unsigned long long)rl.rlim_cur);
     }
+    fprintf(out, "no_new_privs %d\n", prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0));
+    char host[256] = "";
+    gethostname(host, sizeof host);
+    fprintf(out, "hostname %s\n", host);
+    /* argv[2] in the caller's IPC namespace names a message queue id that must not exist in here. */
+    fprintf(out, "queue %d\n", msgget((key_t)0x0cd1c7, 0) >= 0 ? 0 : errno);
     int s = socket(AF_INET, SOCK_DGRAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(53), .sin_addr.s_addr = htonl(0x0a000001)};
     fprintf(out, "connect %d\n", connect(s, (struct sockaddr *)&a, sizeof a) == 0 ? 0 : errno);

@@ -256,3 +256,39 @@ def test_long_dangling_link_chain_gives_a_clear_error(
     os.symlink("/" + "/".join(["d"] * 2000), root / "etc/ld.so.conf.d")
     run_main(["update-ldcache", "--folder", "/usr/lib"], {"bundle": str(tmp_path), "root": "rootfs"})
     assert "RecursionError" not in capsys.readouterr().err
+
+
+# The same rule without openat2 (old kernels, seccomp): the descriptor walk, and chmod.
+
+WALK_XDEV = r"""
+import json, os, subprocess, sys
+from cdictk.hooks.chmod import chmod_paths
+from cdictk.hooks.inroot import Rootfs
+root, volume = sys.argv[1:3]
+subprocess.run(["mount", "--bind", volume, f"{root}/vol"], check=True)
+outcome = {}
+with Rootfs(root, use_openat2=False) as rootfs:
+    try:
+        rootfs.write_file("/etc/conf.d/00-x.conf", b"/usr/lib\n")
+        outcome["write"] = "written"
+    except OSError as exc:
+        outcome["write"] = exc.strerror
+    chmod_paths(rootfs, 0o777, ["/etc/conf.d/victim"])
+print(json.dumps(outcome))
+"""
+
+
+def test_the_walk_and_chmod_do_not_cross_into_a_mounted_volume(tmp_path: Path) -> None:
+    root, volume = tmp_path / "rootfs", tmp_path / "volume"
+    (root / "etc").mkdir(parents=True)
+    (root / "vol").mkdir()
+    os.symlink("/vol", root / "etc/conf.d")
+    volume.mkdir()
+    (volume / "victim").write_text("host file\n")
+    os.chmod(volume / "victim", 0o600)
+    result = isolated(WALK_XDEV, str(root), str(volume))
+    assert result.returncode == 0, result.stderr
+    assert "crosses a mount point" in json.loads(result.stdout)["write"]
+    assert "on another mount; left alone" in result.stderr
+    assert sorted(os.listdir(volume)) == ["victim"]
+    assert (volume / "victim").stat().st_mode & 0o777 == 0o600

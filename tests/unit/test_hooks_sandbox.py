@@ -6,6 +6,7 @@ descriptors, limits, network and which paths it can open.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
@@ -72,11 +73,13 @@ def test_the_program_sees_only_the_rootfs_and_nothing_of_the_hook(built: Program
     (root / "inside").write_text("container\n")
     leaked = os.open(tmp_path / "leak", os.O_CREAT | os.O_RDWR, 0o600)
     os.set_inheritable(leaked, True)  # as if the runtime had passed the hook a descriptor
+    queue = _make_message_queue(0x0CD1C7)  # visible to anything in the hook's IPC namespace
     before = mountinfo()
     try:
         report = run_probe(built, root, "/inside", "/devnull", str(marker), "/proc/self/status")
     finally:
         os.close(leaked)
+        _remove_message_queue(queue)
     assert report.fields["pid"] == "1"  # a PID namespace of its own
     assert report.fields["env"] == "0"
     assert report.fields["cwd"] == "/"
@@ -86,6 +89,8 @@ def test_the_program_sees_only_the_rootfs_and_nothing_of_the_hook(built: Program
         f"limit {name}": value for name, value in sandbox.LIMITS.items()
     }
     assert int(report.fields["connect"]) == errno.ENETUNREACH  # an empty network namespace
+    assert report.fields["queue"] == str(errno.ENOENT)  # an IPC namespace of its own
+    assert report.fields["no_new_privs"] == "1"
     assert report.opened["/inside"] == 0
     assert report.opened["/devnull"] == errno.EACCES  # every mount is nodev in the sandbox
     assert report.opened[str(marker)] == errno.ENOENT  # host paths do not exist in there
@@ -334,3 +339,15 @@ def test_a_huge_program_header_count_is_refused() -> None:
     struct.pack_into("<H", data, 56, 0xFFFF)  # PN_XNUM: the real count would be elsewhere
     with pytest.raises(HookError, match="malformed program header table"):
         check(bytes(data))
+
+
+def _make_message_queue(key: int) -> int:
+    """A System V message queue under ``key`` (ctypes: Python has no msgget)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    queue = libc.msgget(ctypes.c_int(key), ctypes.c_int(0o1600))  # IPC_CREAT | 0600
+    assert queue >= 0, os.strerror(ctypes.get_errno())
+    return int(queue)
+
+
+def _remove_message_queue(queue: int) -> None:
+    ctypes.CDLL(None).msgctl(ctypes.c_int(queue), ctypes.c_int(0), None)  # IPC_RMID
