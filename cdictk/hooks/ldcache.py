@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-from cdictk.hooks import sandbox
+from cdictk.hooks import hostbinary, sandbox
 from cdictk.hooks.hookerror import HookError
 
 TYPE_CHECKING = False
@@ -138,7 +138,7 @@ def load_ldconfig(ldconfig_path: str) -> int:
     if not ldconfig_path.startswith("/"):
         raise HookError(f"{HOOK}: --ldconfig-path {ldconfig_path!r} must be an absolute path on the host")
     try:
-        return sandbox.load_host_binary(normalize_ldconfig_path(ldconfig_path), "ldconfig")
+        return hostbinary.load_host_binary(normalize_ldconfig_path(ldconfig_path), "ldconfig")
     except HookError as exc:
         raise HookError(f"{HOOK}: {exc}") from None
 

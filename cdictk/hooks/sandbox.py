@@ -30,11 +30,9 @@ line per record: ``E<message>`` (setup failed), ``T`` (deadline passed), ``X<sta
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import resource
 import select
-import stat
 import time
 
 from cdictk.hooks.hookerror import HookError
@@ -42,141 +40,20 @@ from cdictk.hooks.hookerror import HookError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from typing import Literal
 
     from cdictk.hooks.inroot import Rootfs
 
-MAX_BINARY_SIZE = 32 << 20
 # What the program may use: libnvidia-container's limits, with room for a large cache file.
 LIMITS = {"CPU": 10, "AS": 1 << 30, "NOFILE": 64, "FSIZE": 64 << 20, "CORE": 0}
 GRACE = 5.0  # how much longer than the program's deadline the hook waits for the keeper
 
-_MFD_EXEC = 0x10  # Linux 6.3; needed where vm.memfd_noexec makes memfds non-executable by default
 _SIGKILL = 9  # the same on every Linux architecture; the signal module would import enum
 _CAP_DAC_OVERRIDE = 1
 _CAP_FOWNER = 3
 _CAP_SETPCAP = 8
 _UMOUNT_NOFOLLOW = 0x8
-_PT_INTERP = 3
-_MAX_PROGRAM_HEADERS = 512
 _MAX_MOUNTINFO = 4 << 20
 _MAX_REPORT = 1000
-# ELF e_machine of the programs this machine runs natively, by `uname -m`.
-_ELF_MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
-
-
-# The program
-
-
-def load_host_binary(path: str, what: str) -> int:
-    """A sealed, close-on-exec memfd holding a checked copy of the host program at ``path``.
-
-    The checks run on the copy, so what was checked is exactly what will run.
-    """
-    if not path.startswith("/") or "\0" in path:
-        raise HookError(f"{what} path {path!r} must be an absolute path on the host")
-    try:
-        src = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY | os.O_NONBLOCK)
-    except OSError as exc:
-        raise HookError(f"cannot open {what} {path}: {exc.strerror}") from None
-    try:
-        size = _check_host_file(src, path, what)
-        memfd = _sealed_copy(src, size, f"{what} {path}")
-    finally:
-        os.close(src)
-    try:
-        check_static_elf(memfd, f"{what} {path}")
-    except BaseException:
-        os.close(memfd)
-        raise
-    return memfd
-
-
-def _check_host_file(fd: int, path: str, what: str) -> int:
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        raise HookError(f"{what} {path} is not a regular file")
-    # Anyone who can write the file could make every container start run their code as root.
-    if st.st_uid != 0:
-        raise HookError(f"{what} {path} is owned by uid {st.st_uid}, not root; refusing to run it")
-    if st.st_mode & 0o022:
-        raise HookError(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
-    if not 0 < st.st_size <= MAX_BINARY_SIZE:
-        raise HookError(f"{what} {path} is {st.st_size} bytes; expected 1 to {MAX_BINARY_SIZE}")
-    return st.st_size
-
-
-def _sealed_copy(src: int, size: int, what: str) -> int:
-    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
-    try:
-        memfd = os.memfd_create("ldconfig", flags | _MFD_EXEC)
-    except OSError as exc:
-        if exc.errno != errno.EINVAL:  # EINVAL: a kernel before 6.3, where every memfd is executable
-            raise HookError(f"cannot copy {what} into memory: {exc.strerror}") from None
-        memfd = os.memfd_create("ldconfig", flags)
-    try:
-        copied = 0
-        while copied < size:
-            sent = os.sendfile(memfd, src, copied, size - copied)
-            if sent == 0:
-                raise HookError(f"{what} shrank while it was being copied")
-            copied += sent
-        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        fcntl.fcntl(memfd, fcntl.F_ADD_SEALS, seals)
-    except OSError as exc:
-        os.close(memfd)
-        raise HookError(f"cannot copy {what} into memory: {exc.strerror}") from None
-    except BaseException:
-        os.close(memfd)
-        raise
-    return memfd
-
-
-def check_static_elf(fd: int, what: str) -> None:
-    """Refuse anything but a statically linked ELF executable for this machine.
-
-    Reads only the ELF header and the program header table, with explicit bounds. Both byte orders and
-    both classes are understood.
-    """
-    size = os.fstat(fd).st_size
-    header = os.pread(fd, 64, 0)
-    if len(header) < 52 or header[:4] != b"\x7fELF" or header[4] not in (1, 2) or header[5] not in (1, 2):
-        raise HookError(f"{what} is not an ELF executable")
-    is64 = header[4] == 2
-    order: Literal["little", "big"] = "little" if header[5] == 1 else "big"
-
-    def field(offset: int, width: int) -> int:
-        return int.from_bytes(header[offset : offset + width], order)
-
-    if is64 and len(header) < 64:
-        raise HookError(f"{what} is a truncated ELF file")
-    if field(16, 2) not in (2, 3):  # ET_EXEC, or ET_DYN for a static-pie
-        raise HookError(f"{what} is an ELF file but not an executable")
-    machine = os.uname().machine
-    expected = _ELF_MACHINES.get(machine)
-    if expected is None or field(18, 2) != expected:
-        raise HookError(f"{what} is not a native executable for this {machine} machine")
-    phoff, entsize, count = (
-        (field(32, 8), field(54, 2), field(56, 2)) if is64 else (field(28, 4), field(42, 2), field(44, 2))
-    )
-    if (
-        entsize < (56 if is64 else 32)
-        or not 0 < count <= _MAX_PROGRAM_HEADERS
-        or phoff + entsize * count > size
-    ):
-        raise HookError(f"{what} has a malformed program header table")
-    table = os.pread(fd, entsize * count, phoff)
-    if len(table) != entsize * count:
-        raise HookError(f"{what} is a truncated ELF file")
-    for index in range(count):
-        if int.from_bytes(table[index * entsize : index * entsize + 4], order) == _PT_INTERP:
-            raise HookError(
-                f"{what} is dynamically linked (it has a PT_INTERP program header): inside the container it "
-                "would load the image's dynamic loader and libraries as root; use a statically linked one"
-            )
-
-
-# Running it
 
 
 def run_in_rootfs(rootfs: Rootfs, exe_fd: int, argv: Sequence[str], *, timeout: float, what: str) -> None:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.hooks import ocistate, sandbox
+from cdictk.hooks import hostbinary, ocistate, sandbox
 from cdictk.hooks.entry import main
 from cdictk.hooks.hookerror import HookError
 from cdictk.hooks.inroot import Rootfs
@@ -179,7 +179,7 @@ def test_ldconfig_sandbox_drops_capabilities(tmp_path: Path) -> None:
     exe_path.chmod(0o755)
     root = tmp_path / "rootfs"
     root.mkdir()
-    exe = sandbox.load_host_binary(str(exe_path), "ldconfig")
+    exe = hostbinary.load_host_binary(str(exe_path), "ldconfig")
     try:
         with Rootfs(str(root)) as rootfs:
             sandbox.run_in_rootfs(rootfs, exe, ["ldconfig"], timeout=5, what="ldconfig")

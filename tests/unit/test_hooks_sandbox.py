@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.hooks import sandbox
+from cdictk.hooks import hostbinary, sandbox
 from cdictk.hooks.hookerror import HookError
 from cdictk.hooks.inroot import Rootfs
 from tests.unit.sandbox_programs import Programs, mountinfo, programs, run_isolated
@@ -52,7 +52,7 @@ class Report:
 
 
 def run_probe(built: Programs, root: Path, *paths: str) -> Report:
-    exe = sandbox.load_host_binary(str(built.probe), "probe")
+    exe = hostbinary.load_host_binary(str(built.probe), "probe")
     try:
         with Rootfs(str(root)) as rootfs:
             sandbox.run_in_rootfs(rootfs, exe, ["probe", "/report", *paths], timeout=5, what="probe")
@@ -101,7 +101,7 @@ def test_the_program_sees_only_the_rootfs_and_nothing_of_the_hook(built: Program
 
 PROCFS_SCRIPT = r"""
 import os, subprocess, sys
-from cdictk.hooks import sandbox
+from cdictk.hooks import hostbinary, sandbox
 from cdictk.hooks.inroot import Rootfs
 root, probe, volume = sys.argv[1:4]
 def mount(*args):
@@ -116,7 +116,7 @@ mount("-t", "proc", "proc", f"{root}/stack")
 mount("-t", "tmpfs", "tmpfs", f"{root}/stack")
 mount("--bind", volume, f"{root}/vol")
 before = open("/proc/self/mountinfo").read()
-exe = sandbox.load_host_binary(probe, "probe")
+exe = hostbinary.load_host_binary(probe, "probe")
 with Rootfs(root) as rootfs:
     sandbox.run_in_rootfs(rootfs, exe, ["probe", "/report", *sys.argv[4:]], timeout=5, what="probe")
 assert open("/proc/self/mountinfo").read() == before, "the sandbox changed the hook's mounts"
@@ -147,7 +147,7 @@ def test_a_rootfs_path_that_no_longer_names_the_opened_rootfs_is_refused(
 ) -> None:
     root = tmp_path / "rootfs"
     root.mkdir()
-    exe = sandbox.load_host_binary(str(built.probe), "probe")
+    exe = hostbinary.load_host_binary(str(built.probe), "probe")
     try:
         with Rootfs(str(root)) as rootfs:
             root.rename(tmp_path / "moved")
@@ -164,7 +164,7 @@ def test_a_rootfs_path_that_no_longer_names_the_opened_rootfs_is_refused(
 
 
 def run_program(path: Path, root: Path, argv: list[str], timeout: float = 5) -> None:
-    exe = sandbox.load_host_binary(str(path), "ldconfig")
+    exe = hostbinary.load_host_binary(str(path), "ldconfig")
     try:
         with Rootfs(str(root)) as rootfs:
             sandbox.run_in_rootfs(rootfs, exe, argv, timeout=timeout, what="ldconfig")
@@ -208,7 +208,7 @@ def test_no_descriptor_is_left_behind(built: Programs, tmp_path: Path) -> None:
     with pytest.raises(HookError):
         run_program(built.exit3, tmp_path, ["ldconfig"])
     with pytest.raises(HookError):
-        sandbox.load_host_binary(str(built.dynamic), "ldconfig")
+        hostbinary.load_host_binary(str(built.dynamic), "ldconfig")
     assert sorted(os.listdir("/proc/self/fd")) == before
 
 
@@ -216,7 +216,7 @@ def test_no_descriptor_is_left_behind(built: Programs, tmp_path: Path) -> None:
 
 
 def test_the_copy_is_sealed_close_on_exec_and_identical(built: Programs) -> None:
-    fd = sandbox.load_host_binary(str(built.probe), "probe")
+    fd = hostbinary.load_host_binary(str(built.probe), "probe")
     try:
         seals = fcntl.fcntl(fd, fcntl.F_GET_SEALS)
         for seal in (fcntl.F_SEAL_SEAL, fcntl.F_SEAL_SHRINK, fcntl.F_SEAL_GROW, fcntl.F_SEAL_WRITE):
@@ -232,7 +232,7 @@ def test_the_copy_is_sealed_close_on_exec_and_identical(built: Programs) -> None
 def test_the_real_ldconfig_is_accepted() -> None:
     if not os.path.exists("/sbin/ldconfig"):
         pytest.skip("the host has no /sbin/ldconfig")
-    os.close(sandbox.load_host_binary("/sbin/ldconfig", "ldconfig"))
+    os.close(hostbinary.load_host_binary("/sbin/ldconfig", "ldconfig"))
 
 
 def test_unsafe_host_programs_are_refused(
@@ -260,10 +260,10 @@ def test_unsafe_host_programs_are_refused(
     }
     for path, message in cases.items():
         with pytest.raises(HookError, match=message):
-            sandbox.load_host_binary(path, "ldconfig")
-    monkeypatch.setattr(sandbox, "MAX_BINARY_SIZE", 1000)
+            hostbinary.load_host_binary(path, "ldconfig")
+    monkeypatch.setattr(hostbinary, "MAX_BINARY_SIZE", 1000)
     with pytest.raises(HookError, match="expected 1 to 1000"):
-        sandbox.load_host_binary(str(built.exit3), "ldconfig")
+        hostbinary.load_host_binary(str(built.exit3), "ldconfig")
 
 
 # The ELF check, on hand-made headers
@@ -295,7 +295,7 @@ def check(data: bytes) -> None:
     fd = os.memfd_create("elf", os.MFD_CLOEXEC)
     try:
         os.write(fd, data)
-        sandbox.check_static_elf(fd, "test")
+        hostbinary.check_static_elf(fd, "test")
     finally:
         os.close(fd)
 
