@@ -18,6 +18,8 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools")
         "cdictk.cdi.names",
         "cdictk.cdi.apply",
         "cdictk.hooks.__main__",
+        "cdictk.runtime.shim",
+        "cdictk.runtime.requests",
         "cdictk.node.ldcache",
     ],
 )

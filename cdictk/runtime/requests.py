@@ -1,0 +1,436 @@
+"""The GPUs and driver capabilities an OCI config asks for: the pure part of ``cdictk-runtime``.
+
+A container asks for devices in one of three ways, highest priority first, as NVIDIA's runtime does
+(``nvidia-container-runtime``, ``internal/config/image/cuda_image.go``):
+
+1. annotations whose keys start with one of the policy's prefixes (``cdi.k8s.io/``), each value a
+   comma list of qualified CDI names, keys taken in sorted order;
+2. when the policy accepts them, bind mounts of ``/dev/null`` onto
+   ``/var/run/nvidia-container-devices/<request>``;
+3. ``NVIDIA_VISIBLE_DEVICES`` in the process environment (the last occurrence wins, as in the exec'd
+   environment), honoured for unprivileged containers only when the policy says so.
+
+The first source that asks for anything decides; the others are not read. Unqualified device ids
+(``0``, ``0:1``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``all``) become ``<default kind>=<id>``.
+
+Stricter than NVIDIA's on purpose: a device id that is not one of the known shapes (spaces, empty list
+items, paths, ``GPU-`` alone) is an error, never trimmed or skipped, and ``all`` / ``none`` must be the
+whole value. A request that cannot be read stops the container with one line naming it.
+
+Runs on every container start: standard library only, and not even :mod:`typing`, :mod:`re` or
+:mod:`os` at import (the checks are written with ``str`` methods).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing imports re: keep both out of the container start
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
+
+ALL_CAPABILITIES = frozenset({"compute", "utility", "graphics", "video", "display", "compat32", "ngx"})
+DEFAULT_CAPABILITIES = frozenset({"utility", "compute"})
+
+VISIBLE_DEVICES = "NVIDIA_VISIBLE_DEVICES"
+DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
+VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+
+SOURCE_ANNOTATIONS = "annotations"
+SOURCE_VOLUME_MOUNTS = "volume-mounts"
+SOURCE_ENV = VISIBLE_DEVICES
+
+_DIGITS = frozenset("0123456789")
+_HEX = frozenset("0123456789abcdefABCDEF")
+_UUID_CHARS = _HEX | {"-"}
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_ALNUM = _LETTERS | _DIGITS
+_VENDOR_CHARS = _ALNUM | {"_", ".", "-"}
+_NAME_CHARS = _VENDOR_CHARS | {":"}
+_MAX_SHOWN = 200  # characters of a bad value repeated in a message
+
+
+class RequestError(Exception):
+    """A device request that cannot be honoured: one line that names the request."""
+
+
+class Policy:
+    """What the node's operator allows; the defaults are NVIDIA's."""
+
+    __slots__ = ("accept_env_unprivileged", "accept_volume_mounts", "annotation_prefixes", "default_kind")
+
+    annotation_prefixes: tuple[str, ...]
+    default_kind: str
+    accept_env_unprivileged: bool
+    accept_volume_mounts: bool
+
+    def __init__(
+        self,
+        *,
+        annotation_prefixes: Iterable[str] = ("cdi.k8s.io/",),
+        default_kind: str = "nvidia.com/gpu",
+        accept_env_unprivileged: bool = True,
+        accept_volume_mounts: bool = False,
+    ) -> None:
+        prefixes = (
+            (annotation_prefixes,) if isinstance(annotation_prefixes, str) else tuple(annotation_prefixes)
+        )
+        for prefix in prefixes:
+            if not isinstance(prefix, str) or not prefix:
+                raise RequestError(f"annotation prefixes: {prefix!r} is not a non-empty string")
+        problem = kind_problem(default_kind)
+        if problem:
+            raise RequestError(f"default kind: {problem}")
+        self.annotation_prefixes = prefixes
+        self.default_kind = default_kind
+        self.accept_env_unprivileged = accept_env_unprivileged
+        self.accept_volume_mounts = accept_volume_mounts
+
+    def __repr__(self) -> str:
+        return (
+            f"Policy(annotation_prefixes={self.annotation_prefixes!r}, default_kind={self.default_kind!r}, "
+            f"accept_env_unprivileged={self.accept_env_unprivileged!r}, "
+            f"accept_volume_mounts={self.accept_volume_mounts!r})"
+        )
+
+
+class Requests:
+    """What a config asks for. ``source`` is "" for a container that asks for no GPU at all."""
+
+    __slots__ = ("capabilities", "devices", "source")
+
+    devices: list[str]
+    capabilities: frozenset[str]
+    source: str
+
+    def __init__(self, devices: list[str], capabilities: frozenset[str], source: str) -> None:
+        self.devices = devices  # fully qualified CDI names, deduplicated, in request order
+        self.capabilities = capabilities
+        self.source = source  # "annotations" | "volume-mounts" | "NVIDIA_VISIBLE_DEVICES" | ""
+
+    def __repr__(self) -> str:
+        caps = ",".join(sorted(self.capabilities))
+        return f"Requests(devices={self.devices!r}, capabilities={caps!r}, source={self.source!r})"
+
+
+def requests_from_config(config: Mapping[str, object], policy: Policy) -> Requests:
+    """The CDI devices and driver capabilities ``config`` (a parsed config.json) asks for.
+
+    Raises :class:`RequestError` for a request that cannot be read and for a config whose annotations,
+    process environment or mounts have the wrong shape.
+    """
+    if not isinstance(config, dict):
+        raise RequestError("config: not a JSON object")
+    env = _environment(config)
+    devices: list[str] | None = None
+    source = ""
+    if policy.annotation_prefixes:
+        devices = _from_annotations(config, policy)
+        if devices is not None:
+            source = SOURCE_ANNOTATIONS
+    if devices is None and policy.accept_volume_mounts:
+        requests = _mount_requests(config)
+        if requests:
+            devices = _resolve(requests, policy.default_kind)
+            source = SOURCE_VOLUME_MOUNTS if devices is not None else ""
+            devices = devices or []
+    if devices is None:
+        value = env.get(VISIBLE_DEVICES)
+        if value is not None and (policy.accept_env_unprivileged or _privileged(config)):
+            devices = _from_env(value, policy.default_kind)
+            source = SOURCE_ENV if devices is not None else ""
+    capabilities, problem = _capabilities(env.get(DRIVER_CAPABILITIES))
+    if problem and source:
+        raise RequestError(problem)
+    return Requests(list(dict.fromkeys(devices or ())), capabilities, source)
+
+
+# --- the three request sources ---------------------------------------------------------------------
+
+
+def _from_annotations(config: Mapping[str, object], policy: Policy) -> list[str] | None:
+    annotations = config.get("annotations")
+    if annotations is None:
+        return None
+    if not isinstance(annotations, dict):
+        raise RequestError("annotations: not an object")
+    keys: list[str] = []
+    for key, value in annotations.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise RequestError(f"annotations[{_quote(str(key))}]: not a string")
+        if key.startswith(policy.annotation_prefixes):
+            keys.append(key)
+    if not keys:
+        return None
+    devices: list[str] = []
+    for key in sorted(keys):
+        for item in annotations[key].split(","):
+            problem = qualified_name_problem(item)
+            if problem:
+                raise RequestError(f"annotation {_quote(key)}: {_quote(item)}: {problem}")
+            devices.append(item)
+    return devices
+
+
+def _mount_requests(config: Mapping[str, object]) -> list[tuple[str, str]]:
+    """(label, request) for each ``/dev/null`` mount under the volume-mount root, in config order."""
+    mounts = config.get("mounts")
+    if mounts is None:
+        return []
+    if not isinstance(mounts, list):
+        raise RequestError("mounts: not a list")
+    requests: list[tuple[str, str]] = []
+    for index, mount in enumerate(mounts):
+        if not isinstance(mount, dict):
+            raise RequestError(f"mounts[{index}]: not an object")
+        source = mount.get("source")
+        destination = mount.get("destination")
+        for field, value in (("source", source), ("destination", destination)):
+            if value is not None and not isinstance(value, str):
+                raise RequestError(f"mounts[{index}].{field}: not a string")
+        if not isinstance(source, str) or not isinstance(destination, str):
+            continue
+        if not source.startswith("/") or _clean_path(source) != "/dev/null":
+            continue
+        if not destination.startswith("/"):
+            continue
+        path = _clean_path(destination)
+        if not path.startswith(VOLUME_MOUNT_ROOT + "/"):
+            continue
+        label = f"mount {_quote(destination)}"
+        request = path[len(VOLUME_MOUNT_ROOT) + 1 :]
+        if request.startswith("imex/") or request == "imex":
+            raise RequestError(f"{label}: IMEX channel requests are not supported")
+        if request.startswith("cdi/"):
+            request = _cdi_mount_name(request, label)
+        requests.append((label, request))
+    return requests
+
+
+def _cdi_mount_name(request: str, label: str) -> str:
+    """``cdi/<vendor>/<class>/<dev>`` or ``cdi/<vendor>/<class>=<dev>`` -> ``<vendor>/<class>=<dev>``."""
+    rest = request[4:]
+    if "=" not in rest:
+        parts = rest.split("/")
+        if len(parts) != 3:
+            raise RequestError(f"{label}: {_quote(request)}: want cdi/<vendor>/<class>/<device>")
+        rest = f"{parts[0]}/{parts[1]}={parts[2]}"
+    problem = qualified_name_problem(rest)
+    if problem:
+        raise RequestError(f"{label}: {_quote(rest)}: {problem}")
+    return rest
+
+
+def _from_env(value: str, kind: str) -> list[str] | None:
+    """The devices ``NVIDIA_VISIBLE_DEVICES`` asks for; None when it asks for no GPU container at all."""
+    if not value:
+        return None
+    items = value.split(",")
+    if "void" in items:
+        return None
+    if "" in items:
+        raise RequestError(f"{VISIBLE_DEVICES}: {_quote(value)}: empty item in the device list")
+    return _resolve([(VISIBLE_DEVICES, item) for item in items], kind)
+
+
+def _resolve(requests: list[tuple[str, str]], kind: str) -> list[str] | None:
+    """Qualified names for (label, request) pairs: ``void`` -> None, ``none`` -> [], ``all`` -> kind=all."""
+    if any(request == "void" for _, request in requests):
+        return None
+    names: list[str] = []
+    for label, request in requests:
+        if request in ("all", "none"):
+            if len(requests) > 1:
+                raise RequestError(f'{label}: "{request}" cannot be combined with other devices')
+            return [f"{kind}=all"] if request == "all" else []
+        if "=" in request:
+            problem = qualified_name_problem(request)
+            if problem:
+                raise RequestError(f"{label}: {_quote(request)}: {problem}")
+            names.append(request)
+        elif is_device_id(request):
+            names.append(f"{kind}={request}")
+        else:
+            raise RequestError(f"{label}: {_quote(request)}: not a valid device id")
+    return names
+
+
+# --- the process: environment and privilege ---------------------------------------------------------
+
+
+def _process(config: Mapping[str, object]) -> dict[str, object]:
+    process = config.get("process")
+    if process is None:
+        return {}
+    if not isinstance(process, dict):
+        raise RequestError("process: not an object")
+    return process
+
+
+def _environment(config: Mapping[str, object]) -> dict[str, str]:
+    """The NVIDIA_* variables of ``process.env``; a later entry replaces an earlier one."""
+    env = _process(config).get("env")
+    if env is None:
+        return {}
+    if not isinstance(env, list):
+        raise RequestError("process.env: not a list of strings")
+    found: dict[str, str] = {}
+    for index, entry in enumerate(env):
+        if not isinstance(entry, str):
+            raise RequestError(f"process.env[{index}]: not a string")
+        if entry.startswith("NVIDIA_"):
+            name, sep, value = entry.partition("=")
+            if sep:
+                found[name] = value
+    return found
+
+
+def _privileged(config: Mapping[str, object]) -> bool:
+    """CAP_SYS_ADMIN in the bounding set, NVIDIA's test for a privileged container."""
+    capabilities = _process(config).get("capabilities")
+    if capabilities is None:
+        return False
+    if not isinstance(capabilities, dict):
+        raise RequestError("process.capabilities: not an object")
+    bounding = capabilities.get("bounding")
+    if bounding is None:
+        return False
+    if not isinstance(bounding, list) or not all(isinstance(cap, str) for cap in bounding):
+        raise RequestError("process.capabilities.bounding: not a list of strings")
+    return "CAP_SYS_ADMIN" in bounding
+
+
+# --- driver capabilities ----------------------------------------------------------------------------
+
+
+def _capabilities(value: str | None) -> tuple[frozenset[str], str | None]:
+    """The capabilities ``NVIDIA_DRIVER_CAPABILITIES`` asks for, and why the value is wrong (or None).
+
+    Capability names are a closed set, so blanks around items and empty items are let go, as NVIDIA's
+    runtime does; an unknown name is an error. A wrong value gives the defaults with the problem.
+    """
+    if value is None:
+        return DEFAULT_CAPABILITIES, None
+    names = [item.strip(" \t") for item in value.split(",")]
+    names = [name for name in names if name]
+    if not names:
+        return DEFAULT_CAPABILITIES, None
+    if "all" in names:
+        return ALL_CAPABILITIES, None
+    for name in names:
+        if name not in ALL_CAPABILITIES:
+            known = ", ".join(sorted(ALL_CAPABILITIES))
+            return DEFAULT_CAPABILITIES, (
+                f"{DRIVER_CAPABILITIES}: {_quote(name)}: unknown capability (known: {known}, all)"
+            )
+    return frozenset(names), None
+
+
+# --- syntax -----------------------------------------------------------------------------------------
+
+
+def is_device_id(text: str) -> bool:
+    """An unqualified device id: ``0``, ``0:1`` (GPU:MIG), ``GPU-<uuid>``, ``MIG-<uuid>`` or the old
+    ``MIG-GPU-<uuid>/<gi>/<ci>``. ``all``, ``none`` and ``void`` are values, not ids."""
+    if _is_index(text):
+        return True
+    if ":" in text:
+        gpu, _, mig = text.partition(":")
+        return _is_index(gpu) and _is_index(mig)
+    if text.startswith("GPU-"):
+        return _is_uuid(text[4:])
+    if text.startswith("MIG-GPU-"):
+        parts = text[8:].split("/")
+        return len(parts) == 3 and _is_uuid(parts[0]) and _is_index(parts[1]) and _is_index(parts[2])
+    if text.startswith("MIG-"):
+        return _is_uuid(text[4:])
+    return False
+
+
+def _is_index(text: str) -> bool:
+    return bool(text) and _DIGITS.issuperset(text)
+
+
+def _is_uuid(text: str) -> bool:
+    """Hex digits and dashes, a hex digit at both ends: loose, but nothing else gets through."""
+    return bool(text) and _UUID_CHARS.issuperset(text) and text[0] in _HEX and text[-1] in _HEX
+
+
+def qualified_name_problem(text: str) -> str | None:
+    """Why ``text`` is not ``vendor/class=name``, or None; the rules of :mod:`cdictk.cdi.names`."""
+    qualifier, sep, name = text.partition("=")
+    vendor, slash, cls = qualifier.partition("/")
+    if not sep or not name or not slash or not vendor or not cls:
+        return "not a qualified CDI device name (want vendor.com/class=name)"
+    return (
+        _vendor_or_class_problem("vendor", vendor)
+        or _vendor_or_class_problem("class", cls)
+        or _device_name_problem(name)
+    )
+
+
+def kind_problem(kind: str) -> str | None:
+    """Why ``kind`` is not ``vendor/class``, or None."""
+    if not isinstance(kind, str):
+        return f"{kind!r} is not a string"
+    vendor, slash, cls = kind.partition("/")
+    if not slash or not vendor or not cls:
+        return f"invalid kind {_quote(kind)}: want vendor/class, for example nvidia.com/gpu"
+    return _vendor_or_class_problem("vendor", vendor) or _vendor_or_class_problem("class", cls)
+
+
+def _vendor_or_class_problem(what: str, value: str) -> str | None:
+    if value[0] in _LETTERS and value[-1] in _ALNUM and _VENDOR_CHARS.issuperset(value):
+        return None
+    if value[0] not in _LETTERS:
+        return f"invalid {what} {_quote(value)}: must start with a letter"
+    if value[-1] not in _ALNUM:
+        return f"invalid {what} {_quote(value)}: must end with a letter or digit"
+    return f'invalid {what} {_quote(value)}: only letters, digits, "_", "." and "-" are allowed'
+
+
+def _device_name_problem(value: str) -> str | None:
+    if value[0] in _ALNUM and value[-1] in _ALNUM and _NAME_CHARS.issuperset(value):
+        return None
+    if value[0] not in _ALNUM:
+        return f"invalid device name {_quote(value)}: must start with a letter or digit"
+    if value[-1] not in _ALNUM:
+        return f"invalid device name {_quote(value)}: must end with a letter or digit"
+    return f'invalid device name {_quote(value)}: only letters, digits, "_", ".", ":" and "-" are allowed'
+
+
+def _clean_path(path: str) -> str:
+    """An absolute path with ``//``, ``.`` and ``..`` resolved lexically (``..`` stops at ``/``)."""
+    parts: list[str] = []
+    for part in path.split("/"):
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if parts:
+                parts.pop()
+            continue
+        parts.append(part)
+    return "/" + "/".join(parts)
+
+
+def _quote(text: str) -> str:
+    """``text`` in double quotes, on one line: control characters escaped, long values cut."""
+    cut = len(text) > _MAX_SHOWN
+    if cut:
+        text = text[:_MAX_SHOWN]
+    if not text.isprintable() or '"' in text or "\\" in text:
+        escaped: list[str] = []
+        for char in text:
+            if char in '"\\':
+                escaped.append("\\" + char)
+            elif char.isprintable():
+                escaped.append(char)
+            else:
+                code = ord(char)
+                escaped.append(
+                    f"\\x{code:02x}"
+                    if code < 0x100
+                    else f"\\u{code:04x}"
+                    if code < 0x10000
+                    else f"\\U{code:08x}"
+                )
+        text = "".join(escaped)
+    return f'"{text}..."' if cut else f'"{text}"'

@@ -1,0 +1,131 @@
+"""``cdictk-runtime``: an OCI runtime in front of runc or crun that turns GPU requests into CDI devices.
+
+Engines that cannot inject CDI devices themselves (older containerd and Docker, Kubernetes device
+plugins that set ``NVIDIA_VISIBLE_DEVICES``) run containers through this program as their runtime. On
+``create`` (and ``run``, which creates) it reads the bundle's ``config.json``, collects the device
+requests (``cdi.k8s.io/*`` annotations, ``NVIDIA_VISIBLE_DEVICES``), resolves them in the CDI spec
+directories, applies them exactly as ``cdictk cdi inject`` does, rewrites ``config.json`` atomically
+and execs the low-level runtime with the same arguments. Every other command is exec'd at once,
+untouched, with nothing imported beyond what finding the runtime needs.
+
+A request that cannot be met fails the start with one line naming it: a container that asked for a
+GPU never starts silently without one. ``config.json`` is then left as it was.
+
+Settings come from the environment the engine gives its runtime: ``CDICTK_RUNTIMES`` (a colon list of
+low-level runtimes, names looked up in PATH or absolute paths; default ``runc:crun``) and
+``CDICTK_SPEC_DIRS`` (default ``/etc/cdi:/var/run/cdi``).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+PROG = "cdictk-runtime"
+DEFAULT_RUNTIMES = ("runc", "crun")
+DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
+_CREATING = ("create", "run")
+# runc's and crun's global options that take a value: the subcommand is the first other word.
+_GLOBAL_VALUES = ("--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager")
+
+
+class ShimError(Exception):
+    """The container must not start: one line on stderr, exit status 1."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        runtime = find_runtime(os.environ.get("CDICTK_RUNTIMES", ":".join(DEFAULT_RUNTIMES)))
+        if subcommand(args) in _CREATING:
+            prepare_bundle(bundle_dir(args), _spec_dirs())
+    except ShimError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    os.execv(runtime, [runtime, *args])  # noqa: S606 - the operator's runtime, the engine's arguments
+
+
+def find_runtime(setting: str) -> str:
+    """The first of the colon-separated runtimes that exists: an absolute path, or a name in PATH."""
+    names = [name for name in setting.split(":") if name]
+    for name in names:
+        if name.startswith("/"):
+            if os.access(name, os.X_OK):
+                return name
+            continue
+        for directory in os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin").split(":"):
+            path = os.path.join(directory, name)
+            if directory.startswith("/") and os.access(path, os.X_OK) and os.path.isfile(path):
+                return path
+    raise ShimError(f"no low-level runtime found (looked for {', '.join(names) or 'nothing'})")
+
+
+def subcommand(args: Sequence[str]) -> str:
+    """The runtime command in ``args``: the first word that is not a global option or its value."""
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        if not arg.startswith("-"):
+            return arg
+        if arg in _GLOBAL_VALUES:
+            index += 1  # its value follows
+        index += 1
+    return ""
+
+
+def bundle_dir(args: Sequence[str]) -> str:
+    """The bundle of a create/run: ``--bundle``/``-b`` (with ``=`` or a space), else the working dir."""
+    for index, arg in enumerate(args):
+        for flag in ("--bundle", "-b"):
+            if arg == flag and index + 1 < len(args):
+                return os.path.abspath(args[index + 1])
+            if arg.startswith(flag + "="):
+                return os.path.abspath(arg[len(flag) + 1 :])
+    return os.getcwd()
+
+
+def prepare_bundle(bundle: str, spec_dirs: Sequence[str]) -> None:
+    """Apply the devices ``config.json`` asks for; nothing is written when it asks for none."""
+    from cdictk.runtime.requests import Policy, RequestError, requests_from_config  # noqa: PLC0415
+    from cdictk.strictjson import loads, read_capped  # noqa: PLC0415
+
+    path = os.path.join(bundle, "config.json")
+    try:
+        config = loads(read_capped(path, 16 << 20), path)
+        if not isinstance(config, dict):
+            raise ShimError(f"{path}: not a JSON object")
+        requests = requests_from_config(config, Policy())
+    except RequestError as exc:
+        raise ShimError(str(exc)) from None
+    except Exception as exc:  # CdictkError from the readers: one line already
+        raise ShimError(str(exc)) from None
+    if not requests.devices:
+        return
+    _inject(config, requests.devices, spec_dirs, path)
+
+
+def _inject(config: dict[str, object], devices: list[str], spec_dirs: Sequence[str], path: str) -> None:
+    from cdictk.cdi.apply import inject_devices  # noqa: PLC0415
+    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.ociconfig import write_config  # noqa: PLC0415
+
+    try:
+        registry = load_registry(spec_dirs)
+        inject_devices(config, registry.resolve(devices), path)
+        write_config(path, config)
+    except CdictkError as exc:  # names the device and the spec file already
+        raise ShimError(str(exc)) from None
+
+
+def _spec_dirs() -> list[str]:
+    setting = os.environ.get("CDICTK_SPEC_DIRS")
+    return [d for d in setting.split(":") if d] if setting else list(DEFAULT_SPEC_DIRS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""`cdictk-runtime` in front of runc and crun: GPU requests in config.json become CDI devices.
+
+The fake GPU host's spec (nvidia.com/gpu=0 and =1) sits in a private spec directory; the shim finds
+it and the low-level runtime through CDICTK_SPEC_DIRS and CDICTK_RUNTIMES, as an engine's runtime
+configuration would set them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cdictk.cdi.dump import dump_yaml
+from cdictk.cdi.model import ContainerEdits, Device
+from tests.e2e.conftest import ENXIO, FakeGpuHost, Runtime, e2e_spec
+from tests.e2e.test_runtimes import make_bundle
+
+INSIDE = "cat /dev/nvidia0; cat /dev/nvidia1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES; echo end"
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
+    """The e2e spec plus the merged "all" device a generated spec has, which NVIDIA_VISIBLE_DEVICES=all names."""
+    spec = e2e_spec(fake_gpu_host, "nvidia.com/gpu")
+    nodes = [node for device in spec.devices for node in device.container_edits.device_nodes]
+    spec.devices.append(Device(name="all", container_edits=ContainerEdits(device_nodes=nodes)))
+    directory = tmp_path / "cdi"
+    directory.mkdir()
+    (directory / "e2e.yaml").write_text(dump_yaml(spec))
+    return directory
+
+
+def shim(runtime: Runtime, spec_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "CDICTK_RUNTIMES": runtime.binary,
+        "CDICTK_SPEC_DIRS": str(spec_dir),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "cdictk.runtime.shim", "--root", str(runtime.state_dir), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def gpu_bundle(
+    tmp_path: Path, rootfs: Path, *, env: tuple[str, ...] = (), annotations: dict[str, str] | None = None
+) -> Path:
+    bundle = make_bundle(tmp_path / "bundle", rootfs, INSIDE)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["env"] += list(env)
+    if annotations is not None:
+        config["annotations"] = annotations
+    (bundle / "config.json").write_text(json.dumps(config))
+    return bundle
+
+
+def run(runtime: Runtime, spec_dir: Path, bundle: Path) -> subprocess.CompletedProcess[str]:
+    return shim(runtime, spec_dir, "run", "--bundle", str(bundle), f"cdictk-shim-{uuid.uuid4().hex[:12]}")
+
+
+def test_visible_devices_index(runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path) -> None:
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=0",))
+    result = run(runtime, spec_dir, bundle)
+    assert result.returncode == 0, result.stderr
+    assert f"can't open '/dev/nvidia0': {ENXIO}" in result.stdout
+    assert "can't open '/dev/nvidia1': No such file or directory" in result.stdout
+    assert "VISIBLE=void" in result.stdout  # the spec's env, as a CDI-injected container has it
+
+
+def test_visible_devices_all_and_annotations(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=all",))
+    result = run(runtime, spec_dir, bundle)
+    assert result.returncode == 0, result.stderr
+    assert f"can't open '/dev/nvidia0': {ENXIO}" in result.stdout
+    assert f"can't open '/dev/nvidia1': {ENXIO}" in result.stdout
+    (tmp_path / "bundle").rename(tmp_path / "first")
+    bundle = gpu_bundle(tmp_path, rootfs, annotations={"cdi.k8s.io/gpus": "nvidia.com/gpu=1"})
+    result = run(runtime, spec_dir, bundle)
+    assert result.returncode == 0, result.stderr
+    assert "can't open '/dev/nvidia0': No such file or directory" in result.stdout
+    assert f"can't open '/dev/nvidia1': {ENXIO}" in result.stdout
+
+
+def test_void_leaves_the_config_byte_for_byte(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=void",))
+    before = (bundle / "config.json").read_bytes()
+    result = run(runtime, spec_dir, bundle)
+    assert result.returncode == 0, result.stderr
+    assert (bundle / "config.json").read_bytes() == before
+    assert "can't open '/dev/nvidia0': No such file or directory" in result.stdout
+
+
+def test_an_unknown_device_stops_the_start_with_one_line(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    for value in ("7", "GPU-x y"):
+        bundle = gpu_bundle(tmp_path, rootfs, env=(f"NVIDIA_VISIBLE_DEVICES={value}",))
+        before = (bundle / "config.json").read_bytes()
+        result = run(runtime, spec_dir, bundle)
+        assert result.returncode == 1
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("cdictk-runtime: error: ")
+        assert "end" not in result.stdout  # the container never ran
+        assert (bundle / "config.json").read_bytes() == before
+        (tmp_path / "bundle").rename(tmp_path / f"done-{value.replace(' ', '_')}")
+
+
+def test_other_commands_pass_through(runtime: Runtime, spec_dir: Path) -> None:
+    direct = subprocess.run(
+        [runtime.binary, "--root", str(runtime.state_dir), "state", "no-such-container"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    through = shim(runtime, spec_dir, "state", "no-such-container")
+    assert (through.returncode, through.stdout) == (direct.returncode, direct.stdout)
+    assert through.returncode != 0

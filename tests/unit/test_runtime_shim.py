@@ -1,0 +1,84 @@
+"""cdictk-runtime's argument handling and bundle preparation (the containers run in tests/e2e/test_shim.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from cdictk.runtime.shim import ShimError, bundle_dir, find_runtime, prepare_bundle, subcommand
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["create", "--bundle", "/b", "id"], "create"),
+        (["--root", "/run/runc", "--log", "/l", "--log-format", "json", "create", "id"], "create"),
+        (["--debug", "--systemd-cgroup", "start", "id"], "start"),
+        (["--root=/x", "run", "id"], "run"),
+        (["--root", "/x"], ""),
+        ([], ""),
+    ],
+)
+def test_subcommand(args: list[str], expected: str) -> None:
+    assert subcommand(args) == expected
+
+
+def test_bundle_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert bundle_dir(["create", "--bundle", "/b", "id"]) == "/b"
+    assert bundle_dir(["create", "-b", "/c", "id"]) == "/c"
+    assert bundle_dir(["create", "--bundle=/d", "id"]) == "/d"
+    monkeypatch.chdir(tmp_path)
+    assert bundle_dir(["create", "id"]) == str(tmp_path)
+    assert bundle_dir(["create", "-b", "rel", "id"]) == str(tmp_path / "rel")
+
+
+def test_find_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tool = tmp_path / "crun"
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"relative:{tmp_path}")
+    assert find_runtime("runc-missing:crun") == str(tool)
+    assert find_runtime(f"/nonexistent/runc:{tool}") == str(tool)
+    with pytest.raises(ShimError, match="no low-level runtime found"):
+        find_runtime("nope:/nonexistent/x")
+
+
+def write_bundle(tmp_path: Path, config: object) -> Path:
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    return tmp_path
+
+
+def test_a_container_without_requests_is_left_alone(tmp_path: Path) -> None:
+    bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}})
+    before = (bundle / "config.json").read_bytes()
+    mtime = os.stat(bundle / "config.json").st_mtime_ns
+    prepare_bundle(str(bundle), [str(tmp_path / "no-specs")])
+    assert (bundle / "config.json").read_bytes() == before
+    assert os.stat(bundle / "config.json").st_mtime_ns == mtime
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0,,1"]}}, "empty item"),
+        ({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=3"]}}, "nvidia.com/gpu=3"),
+        ({"annotations": {"cdi.k8s.io/x": "bad"}}, 'annotation "cdi.k8s.io/x"'),
+        ([], "not a JSON object"),
+    ],
+)
+def test_bad_requests_are_one_line_and_leave_the_config(tmp_path: Path, config: object, message: str) -> None:
+    bundle = write_bundle(tmp_path, config)
+    before = (bundle / "config.json").read_bytes()
+    with pytest.raises(ShimError, match=message) as info:
+        prepare_bundle(str(bundle), [str(tmp_path / "no-specs")])
+    assert "\n" not in str(info.value)
+    assert (bundle / "config.json").read_bytes() == before
+
+
+def test_a_missing_config_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ShimError, match=r"config\.json") as info:
+        prepare_bundle(str(tmp_path), [])
+    assert "\n" not in str(info.value)
