@@ -9,6 +9,7 @@ import click
 
 from cdictk import __version__
 from cdictk.cli.cdi import cdi_group
+from cdictk.cli.config import config_group
 from cdictk.cli.generate import generate_command
 from cdictk.cli.runtime import runtime_group
 from cdictk.errors import CdictkError
@@ -43,6 +44,7 @@ def hook_command(ctx: click.Context) -> int:
 cdi_group.add_command(generate_command)
 cli.add_command(cdi_group)
 cli.add_command(runtime_group)
+cli.add_command(config_group)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

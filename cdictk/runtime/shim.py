@@ -11,9 +11,8 @@ untouched, with nothing imported beyond what finding the runtime needs.
 A request that cannot be met fails the start with one line naming it: a container that asked for a
 GPU never starts silently without one. ``config.json`` is then left as it was.
 
-Settings come from the environment the engine gives its runtime: ``CDICTK_RUNTIMES`` (a colon list of
-low-level runtimes, names looked up in PATH or absolute paths; default ``runc:crun``) and
-``CDICTK_SPEC_DIRS`` (default ``/etc/cdi:/var/run/cdi``).
+Settings (the low-level runtimes, spec directories and request policy) come from
+``/etc/cdictk/config.toml`` (``cdictk config default`` prints it; ``CDICTK_CONFIG`` names another).
 """
 
 from __future__ import annotations
@@ -25,9 +24,9 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from cdictk.runtime.settings import Settings
+
 PROG = "cdictk-runtime"
-DEFAULT_RUNTIMES = ("runc", "crun")
-DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 _CREATING = ("create", "run")
 # runc's and crun's global options that take a value: the subcommand is the first other word.
 _GLOBAL_VALUES = ("--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager")
@@ -38,20 +37,22 @@ class ShimError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from cdictk.runtime.settings import SettingsError, load_settings  # noqa: PLC0415
+
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        runtime = find_runtime(os.environ.get("CDICTK_RUNTIMES", ":".join(DEFAULT_RUNTIMES)))
+        settings = load_settings()
+        runtime = find_runtime(settings.runtimes)
         if subcommand(args) in _CREATING:
-            prepare_bundle(bundle_dir(args), _spec_dirs())
-    except ShimError as exc:
+            prepare_bundle(bundle_dir(args), settings)
+    except (ShimError, SettingsError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
     os.execv(runtime, [runtime, *args])  # noqa: S606 - the operator's runtime, the engine's arguments
 
 
-def find_runtime(setting: str) -> str:
-    """The first of the colon-separated runtimes that exists: an absolute path, or a name in PATH."""
-    names = [name for name in setting.split(":") if name]
+def find_runtime(names: Sequence[str]) -> str:
+    """The first of ``names`` that exists: an absolute path, or a name looked up in PATH."""
     for name in names:
         if name.startswith("/"):
             if os.access(name, os.X_OK):
@@ -88,7 +89,7 @@ def bundle_dir(args: Sequence[str]) -> str:
     return os.getcwd()
 
 
-def prepare_bundle(bundle: str, spec_dirs: Sequence[str]) -> None:
+def prepare_bundle(bundle: str, settings: Settings) -> None:
     """Apply the devices ``config.json`` asks for; nothing is written when it asks for none."""
     from cdictk.runtime.requests import Policy, RequestError, requests_from_config  # noqa: PLC0415
     from cdictk.strictjson import loads, read_capped  # noqa: PLC0415
@@ -98,14 +99,20 @@ def prepare_bundle(bundle: str, spec_dirs: Sequence[str]) -> None:
         config = loads(read_capped(path, 16 << 20), path)
         if not isinstance(config, dict):
             raise ShimError(f"{path}: not a JSON object")
-        requests = requests_from_config(config, Policy())
+        policy = Policy(
+            annotation_prefixes=settings.annotation_prefixes,
+            default_kind=settings.default_kind,
+            accept_env_unprivileged=settings.accept_env_unprivileged,
+            accept_volume_mounts=settings.accept_volume_mounts,
+        )
+        requests = requests_from_config(config, policy)
     except RequestError as exc:
         raise ShimError(str(exc)) from None
     except Exception as exc:  # CdictkError from the readers: one line already
         raise ShimError(str(exc)) from None
     if not requests.devices:
         return
-    _inject(config, requests.devices, spec_dirs, path)
+    _inject(config, requests.devices, settings.spec_dirs, path)
 
 
 def _inject(config: dict[str, object], devices: list[str], spec_dirs: Sequence[str], path: str) -> None:
@@ -120,11 +127,6 @@ def _inject(config: dict[str, object], devices: list[str], spec_dirs: Sequence[s
         write_config(path, config)
     except CdictkError as exc:  # names the device and the spec file already
         raise ShimError(str(exc)) from None
-
-
-def _spec_dirs() -> list[str]:
-    setting = os.environ.get("CDICTK_SPEC_DIRS")
-    return [d for d in setting.split(":") if d] if setting else list(DEFAULT_SPEC_DIRS)
 
 
 if __name__ == "__main__":

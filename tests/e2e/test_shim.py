@@ -1,8 +1,7 @@
 """`cdictk-runtime` in front of runc and crun: GPU requests in config.json become CDI devices.
 
-The fake GPU host's spec (nvidia.com/gpu=0 and =1) sits in a private spec directory; the shim finds
-it and the low-level runtime through CDICTK_SPEC_DIRS and CDICTK_RUNTIMES, as an engine's runtime
-configuration would set them.
+The fake GPU host's spec (nvidia.com/gpu=0, =1 and all) sits in a private spec directory; a private
+config file (CDICTK_CONFIG) names it and the low-level runtime under test.
 """
 
 from __future__ import annotations
@@ -37,11 +36,11 @@ def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
 
 
 def shim(runtime: Runtime, spec_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {
-        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
-        "CDICTK_RUNTIMES": runtime.binary,
-        "CDICTK_SPEC_DIRS": str(spec_dir),
-    }
+    config = spec_dir.parent / "cdictk-config.toml"
+    config.write_text(
+        f"[runtime]\nruntimes = [{json.dumps(runtime.binary)}]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n"
+    )
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "CDICTK_CONFIG": str(config)}
     return subprocess.run(
         [sys.executable, "-m", "cdictk.runtime.shim", "--root", str(runtime.state_dir), *args],
         capture_output=True,

@@ -20,6 +20,7 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools")
         "cdictk.hooks.__main__",
         "cdictk.runtime.shim",
         "cdictk.runtime.requests",
+        "cdictk.runtime.settings",
         "cdictk.node.ldcache",
     ],
 )

@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.runtime.settings import Settings
 from cdictk.runtime.shim import ShimError, bundle_dir, find_runtime, prepare_bundle, subcommand
+
+
+def settings(spec_dir: Path) -> Settings:
+    result = Settings()
+    result.spec_dirs = [str(spec_dir)]
+    return result
 
 
 @pytest.mark.parametrize(
@@ -40,10 +47,10 @@ def test_find_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     tool.write_text("#!/bin/sh\n")
     tool.chmod(0o755)
     monkeypatch.setenv("PATH", f"relative:{tmp_path}")
-    assert find_runtime("runc-missing:crun") == str(tool)
-    assert find_runtime(f"/nonexistent/runc:{tool}") == str(tool)
+    assert find_runtime(["runc-missing", "crun"]) == str(tool)
+    assert find_runtime(["/nonexistent/runc", str(tool)]) == str(tool)
     with pytest.raises(ShimError, match="no low-level runtime found"):
-        find_runtime("nope:/nonexistent/x")
+        find_runtime(["nope", "/nonexistent/x"])
 
 
 def write_bundle(tmp_path: Path, config: object) -> Path:
@@ -55,7 +62,7 @@ def test_a_container_without_requests_is_left_alone(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}})
     before = (bundle / "config.json").read_bytes()
     mtime = os.stat(bundle / "config.json").st_mtime_ns
-    prepare_bundle(str(bundle), [str(tmp_path / "no-specs")])
+    prepare_bundle(str(bundle), settings(tmp_path / "no-specs"))
     assert (bundle / "config.json").read_bytes() == before
     assert os.stat(bundle / "config.json").st_mtime_ns == mtime
 
@@ -73,12 +80,12 @@ def test_bad_requests_are_one_line_and_leave_the_config(tmp_path: Path, config: 
     bundle = write_bundle(tmp_path, config)
     before = (bundle / "config.json").read_bytes()
     with pytest.raises(ShimError, match=message) as info:
-        prepare_bundle(str(bundle), [str(tmp_path / "no-specs")])
+        prepare_bundle(str(bundle), settings(tmp_path / "no-specs"))
     assert "\n" not in str(info.value)
     assert (bundle / "config.json").read_bytes() == before
 
 
 def test_a_missing_config_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ShimError, match=r"config\.json") as info:
-        prepare_bundle(str(tmp_path), [])
+        prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"))
     assert "\n" not in str(info.value)

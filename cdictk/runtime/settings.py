@@ -1,0 +1,121 @@
+"""``/etc/cdictk/config.toml``: what ``cdictk-runtime`` runs and which device requests it honours.
+
+``cdictk config default`` prints :data:`DEFAULT_CONFIG`, the file with every key at its default.
+A missing file means the defaults, read without importing the TOML parser; ``CDICTK_CONFIG`` names
+another file (tests, or a node that keeps its configuration elsewhere). Unknown keys and wrong types
+are errors: a typo must not silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+CONFIG_PATH = "/etc/cdictk/config.toml"
+MAX_CONFIG = 1 << 20
+
+DEFAULT_CONFIG = """\
+# cdictk's runtime settings (/etc/cdictk/config.toml). Every key is shown at its default.
+
+[runtime]
+# The low-level runtimes cdictk-runtime hands containers to; the first one found wins. A name is
+# looked up in PATH, an absolute path is used as it is.
+runtimes = ["runc", "crun"]
+# Where CDI specs are read from; for a device defined in several, the last directory wins.
+spec-dirs = ["/etc/cdi", "/var/run/cdi"]
+
+[requests]
+# The kind given to unqualified ids in NVIDIA_VISIBLE_DEVICES ("0" becomes "nvidia.com/gpu=0").
+default-kind = "nvidia.com/gpu"
+# Annotations whose keys start with one of these ask for CDI devices (comma lists of names).
+annotation-prefixes = ["cdi.k8s.io/"]
+# Honour NVIDIA_VISIBLE_DEVICES in containers without CAP_SYS_ADMIN. Set it to false where users can
+# set environment variables but must not pick GPUs (device plugins then use annotations).
+accept-env-unprivileged = true
+# Honour requests made as /dev/null mounts onto /var/run/nvidia-container-devices/<device>.
+accept-volume-mounts = false
+"""
+
+_KEYS: dict[str, dict[str, type]] = {
+    "runtime": {"runtimes": list, "spec-dirs": list},
+    "requests": {
+        "default-kind": str,
+        "annotation-prefixes": list,
+        "accept-env-unprivileged": bool,
+        "accept-volume-mounts": bool,
+    },
+}
+
+
+class SettingsError(Exception):
+    """The configuration file cannot be used: one line naming the file and the key."""
+
+
+class Settings:
+    __slots__ = (
+        "accept_env_unprivileged",
+        "accept_volume_mounts",
+        "annotation_prefixes",
+        "default_kind",
+        "runtimes",
+        "spec_dirs",
+    )
+
+    def __init__(self) -> None:
+        self.runtimes = ["runc", "crun"]
+        self.spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+        self.default_kind = "nvidia.com/gpu"
+        self.annotation_prefixes = ["cdi.k8s.io/"]
+        self.accept_env_unprivileged = True
+        self.accept_volume_mounts = False
+
+
+def config_path() -> str:
+    return os.environ.get("CDICTK_CONFIG") or CONFIG_PATH
+
+
+def load_settings(path: str | None = None) -> Settings:
+    path = path or config_path()
+    settings = Settings()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
+    except FileNotFoundError:
+        return settings
+    except OSError as exc:
+        raise SettingsError(f"{path}: {exc.strerror}") from None
+    try:
+        data = os.read(fd, MAX_CONFIG + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_CONFIG:
+        raise SettingsError(f"{path}: larger than {MAX_CONFIG} bytes")
+    import tomllib  # noqa: PLC0415 - only when there is a file to read
+
+    try:
+        document = tomllib.loads(data.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise SettingsError(f"{path}: {exc}") from None
+    _apply(settings, document, path)
+    return settings
+
+
+def _apply(settings: Settings, document: Mapping[str, object], path: str) -> None:
+    for section, table in document.items():
+        keys = _KEYS.get(section)
+        if keys is None or not isinstance(table, dict):
+            raise SettingsError(f"{path}: unknown section [{section}] (known: {', '.join(_KEYS)})")
+        for key, value in table.items():
+            kind = keys.get(key)
+            if kind is None:
+                raise SettingsError(f"{path}: unknown key {section}.{key} (known: {', '.join(keys)})")
+            if not isinstance(value, kind) or (
+                isinstance(value, list) and not all(isinstance(item, str) and item for item in value)
+            ):
+                wanted = "a list of non-empty strings" if kind is list else kind.__name__
+                raise SettingsError(f"{path}: {section}.{key} must be {wanted}")
+            setattr(settings, key.replace("-", "_"), value)
+    if not settings.runtimes:
+        raise SettingsError(f"{path}: runtime.runtimes must name at least one runtime")
