@@ -4,7 +4,8 @@ Engines that cannot inject CDI devices themselves (older containerd and Docker, 
 plugins that set ``NVIDIA_VISIBLE_DEVICES``) run containers through this program as their runtime. On
 ``create`` (and ``run``, which creates) it reads the bundle's ``config.json``, collects the device
 requests (``cdi.k8s.io/*`` annotations, ``NVIDIA_VISIBLE_DEVICES``), resolves them in the CDI spec
-directories, applies them exactly as ``cdictk cdi inject`` does, rewrites ``config.json`` atomically
+directories, keeps of the spec's driver files those ``NVIDIA_DRIVER_CAPABILITIES`` asks for (default
+``utility,compute``), applies them as ``cdictk cdi inject`` does, rewrites ``config.json`` atomically
 and execs the low-level runtime with the same arguments. Every other command is exec'd at once,
 untouched, with nothing imported beyond what finding the runtime needs.
 
@@ -112,18 +113,35 @@ def prepare_bundle(bundle: str, settings: Settings) -> None:
         raise ShimError(str(exc)) from None
     if not requests.devices:
         return
-    _inject(config, requests.devices, settings.spec_dirs, path)
+    _inject(config, requests.devices, requests.capabilities, settings.spec_dirs, path)
 
 
-def _inject(config: dict[str, object], devices: list[str], spec_dirs: Sequence[str], path: str) -> None:
+def _inject(
+    config: dict[str, object],
+    devices: list[str],
+    capabilities: frozenset[str],
+    spec_dirs: Sequence[str],
+    path: str,
+) -> None:
     from cdictk.cdi.apply import inject_devices  # noqa: PLC0415
     from cdictk.cdi.registry import load_registry  # noqa: PLC0415
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.ociconfig import write_config  # noqa: PLC0415
+    from cdictk.runtime.selection import trim_edits  # noqa: PLC0415
 
     try:
         registry = load_registry(spec_dirs)
-        inject_devices(config, registry.resolve(devices), path)
+        resolved = registry.resolve(devices)
+        specs = {id(found.spec_file.spec): found.spec_file.spec for found in resolved}
+        # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the loaded specs live in this process only.
+        trim_edits(
+            [
+                *(found.device.container_edits for found in resolved),
+                *(s.container_edits for s in specs.values()),
+            ],
+            capabilities,
+        )
+        inject_devices(config, resolved, path)
         write_config(path, config)
     except CdictkError as exc:  # names the device and the spec file already
         raise ShimError(str(exc)) from None

@@ -17,8 +17,10 @@ import pytest
 
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import ContainerEdits, Device
+from tests.conftest import NodeFactory
 from tests.e2e.conftest import ENXIO, FakeGpuHost, Runtime, e2e_spec
-from tests.e2e.test_runtimes import make_bundle
+from tests.e2e.test_runtimes import cdictk, make_bundle
+from tests.fakenode.node import LIB_DIR
 
 INSIDE = "cat /dev/nvidia0; cat /dev/nvidia1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES; echo end"
 
@@ -128,3 +130,44 @@ def test_other_commands_pass_through(runtime: Runtime, spec_dir: Path) -> None:
     through = shim(runtime, spec_dir, "state", "no-such-container")
     assert (through.returncode, through.stdout) == (direct.returncode, direct.stdout)
     assert through.returncode != 0
+
+
+def test_driver_capabilities_pick_the_driver_files(
+    runtime: Runtime, rootfs: Path, make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """A spec generated for the fake node mounts every driver file; the container gets what it asks for."""
+    node = make_node("single")
+    spec_dir = tmp_path / "generated"
+    spec_dir.mkdir()
+    generated = cdictk(
+        "cdi",
+        "generate",
+        *node.cli_args(),
+        "--disable-hook",
+        "all",
+        "--output",
+        str(spec_dir / "nvidia.yaml"),
+    )
+    assert generated.returncode == 0, generated.stderr
+    script = f"grep -c . /proc/self/mountinfo; grep -o ' {LIB_DIR}/[^ ]*' /proc/self/mountinfo; grep -o ' /usr/bin/nvidia-smi ' /proc/self/mountinfo"
+    for capabilities, present, absent in (
+        (None, ["libcuda.so.", "libnvidia-ml.so.", "nvidia-smi"], ["libGLX_nvidia", "libvdpau_nvidia"]),
+        ("utility", ["libnvidia-ml.so.", "nvidia-smi"], ["libcuda.so.", "libGLX_nvidia"]),
+        ("all", ["libcuda.so.", "libGLX_nvidia", "libvdpau_nvidia", "nvidia-smi"], []),
+    ):
+        env = (
+            "NVIDIA_VISIBLE_DEVICES=0",
+            *(() if capabilities is None else (f"NVIDIA_DRIVER_CAPABILITIES={capabilities}",)),
+        )
+        bundle = make_bundle(tmp_path / f"bundle-{capabilities}", rootfs, script)
+        config = json.loads((bundle / "config.json").read_text())
+        config["process"]["env"] += list(env)
+        (bundle / "config.json").write_text(json.dumps(config))
+        result = shim(
+            runtime, spec_dir, "run", "--bundle", str(bundle), f"cdictk-caps-{uuid.uuid4().hex[:12]}"
+        )
+        assert result.returncode == 0, result.stderr
+        for name in present:
+            assert name in result.stdout, (capabilities, name, result.stdout)
+        for name in absent:
+            assert name not in result.stdout, (capabilities, name, result.stdout)
