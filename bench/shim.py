@@ -1,0 +1,397 @@
+"""What ``cdictk-runtime`` adds to a container create, against calling runc (or crun) directly.
+
+Builds the fake "single" node and generates its spec with ``--disable-hook all`` (no hook runs, so the
+figures are the shim's own), a busybox rootfs (as tests/e2e/conftest.py builds it) and a config.toml
+(``CDICTK_CONFIG``) naming runc and the spec dir. Then, round-robin so that a slow spell of this machine
+hits every row alike, N times each, timing only the command named (each container is then deleted with
+``runc delete -f``, untimed):
+- ``runc create`` of a bundle with ``NVIDIA_VISIBLE_DEVICES=0`` whose config.json already has the device
+  injected (the config the shim writes), against ``cdictk-runtime create`` of the same bundle before
+  injection (a fresh copy of the original config.json each round): the difference is the shim's create
+  overhead (aim: 30 ms);
+- ``NVIDIA_VISIBLE_DEVICES=void``, runc and the shim: nothing to inject, so what is left is reading the
+  settings, config.json and the requests, and the interpreter;
+- ``state`` of a created container, runc and through the shim: the exec'd pass-through;
+- the shim's create of =0 and of =void in front of ``true`` instead of runc, and ``<python> -c pass``:
+  the shim's own time, split into the interpreter start, the request path and the injection.
+Then the imports of one create under ``-X importtime``.
+
+The installed console script is timed when ``cdictk-runtime`` is on PATH (what an engine runs). A
+wrapper found there instead of it (pyenv's shim, a bash script) is resolved to the script beside this
+Python, and the wrapper gets a row of its own. Without either, ``python -m cdictk.runtime.shim``.
+Needs root (mknod'd nodes, runc). Prints median and best in ms.
+Usage: python3 -m bench.shim [--rounds N] [--runtime runc|crun]   (from the repository root)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.e2e.conftest import BUSYBOX, oci_config
+from tests.fakenode.node import build_node
+
+AIM_MS = 30.0
+IMPORT_FLOOR_MS = 1.0  # imports shown in the breakdown take at least this long
+SCRIPT = "cdictk-runtime"
+CREATE_DIRECT = "runc create, =0 injected beforehand"
+CREATE_SHIM = "shim create, =0 (the shim injects)"
+VOID_DIRECT = "runc create, =void"
+VOID_SHIM = "shim create, =void (nothing to inject)"
+STATE_DIRECT = "runc state"
+STATE_SHIM = "shim state (exec'd through)"
+ALONE_GPU = "shim create, =0, in front of true (no runc)"
+ALONE_VOID = "shim create, =void, in front of true"
+FLOOR = "python -c pass (the shim's interpreter)"
+BARE = "python -I -S -c pass (no site, no .pth files)"
+VIA_WRAPPER = "shim create, =0, through PATH's wrapper"
+
+
+class BenchError(Exception):
+    """A command the bench needs failed: one line, exit status 1."""
+
+
+def build_rootfs(root: Path) -> None:
+    """A busybox rootfs, as tests/e2e/conftest.py's ``rootfs`` fixture builds it."""
+    out = subprocess.run(["file", "-L", BUSYBOX], capture_output=True, text=True, check=False).stdout
+    if not os.path.exists(BUSYBOX) or "dynamically linked" in out:
+        raise BenchError(f"{BUSYBOX} is missing or dynamically linked; install busybox-static")
+    for sub in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "root", "run"):
+        (root / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copy2(BUSYBOX, root / "bin" / "busybox")
+    applets = subprocess.run([BUSYBOX, "--list-full"], capture_output=True, text=True, check=True).stdout
+    for applet in applets.split():
+        link = root / applet
+        if applet != "bin/busybox" and not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
+            link.symlink_to("/bin/busybox")
+    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (root / "etc" / "group").write_text("root:x:0:\n")
+
+
+def python_script(path: str) -> str | None:
+    """The interpreter of ``path`` when its #! line names a Python, else None."""
+    with open(path, "rb") as handle:
+        first = handle.readline().decode(errors="replace").strip()
+    if not first.startswith("#!"):
+        return None
+    words = first[2:].split()
+    return words[0] if words and os.path.basename(words[0]).startswith("python") else None
+
+
+def shim_command() -> tuple[list[str], str, str | None, str]:
+    """The shim's command line, its Python, a wrapper found on PATH instead of it, and what was chosen."""
+    found = shutil.which(SCRIPT)
+    if found is not None and (python := python_script(found)) is not None:
+        return [found], python, None, f"the console script on PATH, {found} (runs {python})"
+    beside = os.path.join(sysconfig.get_path("scripts"), SCRIPT)
+    if found is not None and os.access(beside, os.X_OK) and (python := python_script(beside)) is not None:
+        note = f"{beside} (runs {python}): PATH's {found} is a wrapper, not the script"
+        return [beside], python, found, note
+    return (
+        [sys.executable, "-m", "cdictk.runtime.shim"],
+        sys.executable,
+        None,
+        f"{sys.executable} -m cdictk.runtime.shim ({SCRIPT} is not installed)",
+    )
+
+
+class Bench:
+    """The runtime's state dir and every container made in it: ``cleanup`` deletes whatever is left."""
+
+    def __init__(self, runtime: str, scratch: Path, env: dict[str, str]) -> None:
+        self.runtime = runtime
+        self.state = scratch / f"{os.path.basename(runtime)}-state"
+        self.env = env
+        self.log = scratch / "command.log"
+        self.live: set[str] = set()
+
+    def run(self, command: list[str], env: dict[str, str] | None = None) -> float:
+        """Runs ``command``; returns its wall time in ms. Output goes to a file, never a pipe: the
+        container's init keeps runc's stdio open until it is deleted, and a pipe would never close."""
+        with open(self.log, "wb") as log:
+            start = time.perf_counter()
+            result = subprocess.run(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env or self.env, check=False
+            )
+            elapsed = (time.perf_counter() - start) * 1000
+        if result.returncode != 0:
+            output = self.log.read_text(errors="replace").strip()
+            raise BenchError(f"{' '.join(command[:8])} ... exited {result.returncode}: {output}")
+        return elapsed
+
+    def create(self, program: list[str], bundle: Path) -> float:
+        """Times ``program create`` of ``bundle``; the container is deleted after, untimed."""
+        container = f"cdictk-bench-{uuid.uuid4().hex[:12]}"
+        self.live.add(container)
+        try:
+            return self.run(
+                [*program, "--root", str(self.state), "create", "--bundle", str(bundle), container]
+            )
+        finally:
+            self.delete(container)
+
+    def create_kept(self, bundle: Path) -> str:
+        container = f"cdictk-bench-{uuid.uuid4().hex[:12]}"
+        self.live.add(container)
+        self.run([self.runtime, "--root", str(self.state), "create", "--bundle", str(bundle), container])
+        return container
+
+    def delete(self, container: str) -> None:
+        subprocess.run(
+            [self.runtime, "--root", str(self.state), "delete", "-f", container],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+        self.live.discard(container)
+
+    def cleanup(self) -> list[str]:
+        """Deletes every container still here; returns those that would not go."""
+        for container in list(self.live):
+            self.delete(container)
+        for container in self.listed():  # any the bench lost track of
+            self.delete(container)
+        return self.listed()
+
+    def listed(self) -> list[str]:
+        return subprocess.run(
+            [self.runtime, "--root", str(self.state), "list", "-q"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.split()
+
+
+def write_bundle(path: Path, config: bytes) -> Path:
+    path.mkdir()
+    (path / "config.json").write_bytes(config)
+    return path
+
+
+def fresh(bundle: Path, config: bytes) -> Path:
+    """The bundle with its original config.json back (the shim rewrote it)."""
+    (bundle / "config.json").write_bytes(config)
+    return bundle
+
+
+@contextmanager
+def scratch_dir() -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix="cdictk-bench-shim-") as name:
+        yield Path(name)
+
+
+@dataclass
+class Import:
+    module: str
+    depth: int
+    own_ms: float
+    cumulative_ms: float
+    children: list[Import] = field(default_factory=list)
+
+
+def import_profile(command: list[str], env: dict[str, str]) -> list[Import]:
+    """``-X importtime`` of ``command`` (a Python command line) as a tree, in import order. Python
+    reports an import when it ends, so a module's own imports come before it, one level deeper."""
+    result = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+    if result.returncode != 0:
+        raise BenchError(f"-X importtime run exited {result.returncode}: {result.stderr.strip()[-400:]}")
+    pending: list[Import] = []  # finished imports whose parent has not been reported yet
+    for line in result.stderr.splitlines():
+        if not line.startswith("import time:") or "self [us]" in line:
+            continue
+        own, cumulative, name = line[len("import time:") :].split("|", 2)
+        depth = (len(name) - len(name.lstrip(" ")) - 1) // 2
+        node = Import(name.strip(), depth, int(own) / 1000, int(cumulative) / 1000)
+        while pending and pending[-1].depth > depth:
+            node.children.insert(0, pending.pop())
+        pending.append(node)
+    return pending
+
+
+def print_imports(imports: list[Import], floor_ms: float, depth: int = 0, limit: int = 2) -> None:
+    """Each import over ``floor_ms``, to ``limit`` levels, parents before their own imports."""
+    for node in imports:
+        if node.cumulative_ms >= floor_ms:
+            print(f"    {'  ' * depth}{node.module:<{50 - 2 * depth}} {node.cumulative_ms:>6.1f} ms")
+            if depth + 1 < limit:
+                print_imports(node.children, floor_ms, depth + 1, limit)
+
+
+def row(name: str, samples: list[float]) -> str:
+    return f"  {name:<52} {statistics.median(samples):>9.1f} {min(samples):>8.1f}"
+
+
+def verdict(added: float, aim: float) -> str:
+    return f"{added:+.1f} ms (aim <= {aim:.0f} ms: {'met' if added <= aim else 'missed'}, {added / aim:.2f}x)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--runtime", choices=("runc", "crun"), default="runc")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench/shim.py needs root: mknod'd device nodes, runc", file=sys.stderr)
+        return 1
+    runtime = shutil.which(args.runtime)
+    if runtime is None:
+        print(f"bench/shim.py: {args.runtime} is not installed (tests/setup-host.sh)", file=sys.stderr)
+        return 1
+    try:
+        with scratch_dir() as scratch:
+            return measure(args.rounds, runtime, scratch)
+    except BenchError as exc:
+        print(f"bench/shim.py: {exc}", file=sys.stderr)
+        return 1
+
+
+def write_settings(path: Path, runtime: str, spec_dir: Path) -> Path:
+    """A cdictk config.toml (named by CDICTK_CONFIG), as an operator would write for the shim."""
+    path.write_text(
+        f"[runtime]\nruntimes = [{json.dumps(runtime)}]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n"
+    )
+    return path
+
+
+def measure(rounds: int, runtime: str, scratch: Path) -> int:
+    shim, python, wrapper, chosen = shim_command()
+    node = build_node(str(scratch / "node"), "single", str(scratch / "stubs"))
+    spec_dir = scratch / "cdi"
+    spec = spec_dir / "nvidia.yaml"
+    cdictk = [sys.executable, "-m", "cdictk", "cdi", "generate", *node.cli_args()]
+    generated = subprocess.run(
+        [*cdictk, "--disable-hook", "all", "--output", str(spec)], capture_output=True, text=True, check=False
+    )
+    if generated.returncode != 0:
+        raise BenchError(f"cdictk cdi generate: {generated.stderr.strip()}")
+    rootfs = scratch / "rootfs"
+    build_rootfs(rootfs)
+
+    def config_for(visible: str) -> dict[str, Any]:
+        config = oci_config(rootfs, ["true"])
+        config["process"]["env"].append(f"NVIDIA_VISIBLE_DEVICES={visible}")
+        return config
+
+    gpu_config = json.dumps(config_for("0")).encode()
+    void_config = json.dumps(config_for("void")).encode()
+    path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+    env = {"PATH": path, "CDICTK_CONFIG": str(write_settings(scratch / "runc.toml", runtime, spec_dir))}
+    true = shutil.which("true") or "/bin/true"
+    alone_env = {"PATH": path, "CDICTK_CONFIG": str(write_settings(scratch / "true.toml", true, spec_dir))}
+    bench = Bench(runtime, scratch, env)
+    try:
+        bundles = {
+            name: write_bundle(scratch / name, void_config if "void" in name else gpu_config)
+            for name in ("shim-gpu", "direct-gpu", "void", "alone-gpu", "alone-void")
+        }
+        # The direct bundle gets exactly what the shim writes: the shim itself, in front of true.
+        bench.run([*shim, "create", "--bundle", str(bundles["direct-gpu"]), "x"], alone_env)
+        injected = json.loads((bundles["direct-gpu"] / "config.json").read_text())
+        nodes = [d["path"] for d in injected.get("linux", {}).get("devices", [])]
+        mounts = len(injected.get("mounts", [])) - len(config_for("0")["mounts"])
+        if "/dev/nvidia0" not in nodes or "hooks" in injected:
+            raise BenchError(f"the injected config has devices {nodes} and hooks: {'hooks' in injected}")
+        kept = bench.create_kept(bundles["void"])
+        state = ["--root", str(bench.state), "state", kept]
+
+        def alone(bundle: str, config: bytes) -> Callable[[], float]:
+            def command() -> float:
+                target = str(fresh(bundles[bundle], config))
+                return bench.run([*shim, "create", "--bundle", target, "x"], alone_env)
+
+            return command
+
+        commands: dict[str, Callable[[], float]] = {
+            CREATE_DIRECT: lambda: bench.create([runtime], bundles["direct-gpu"]),
+            CREATE_SHIM: lambda: bench.create(shim, fresh(bundles["shim-gpu"], gpu_config)),
+            VOID_DIRECT: lambda: bench.create([runtime], bundles["void"]),
+            VOID_SHIM: lambda: bench.create(shim, bundles["void"]),
+            STATE_DIRECT: lambda: bench.run([runtime, *state]),
+            STATE_SHIM: lambda: bench.run([*shim, *state]),
+            ALONE_GPU: alone("alone-gpu", gpu_config),
+            ALONE_VOID: alone("alone-void", void_config),
+            FLOOR: lambda: bench.run([python, "-c", "pass"]),
+            BARE: lambda: bench.run([python, "-I", "-S", "-c", "pass"]),
+        }
+        if wrapper is not None:
+            commands[VIA_WRAPPER] = lambda: bench.create([wrapper], fresh(bundles["shim-gpu"], gpu_config))
+        for command in commands.values():  # warm the page cache
+            command()
+        # The shim wrote what runc is timed on, and left the void config alone.
+        if json.loads((bundles["alone-gpu"] / "config.json").read_text()) != injected:
+            raise BenchError("the shim's config.json differs from the one runc is timed on")
+        if (bundles["void"] / "config.json").read_bytes() != void_config:
+            raise BenchError("the shim rewrote the void bundle's config.json")
+
+        times: dict[str, list[float]] = {label: [] for label in commands}
+        for _ in range(rounds):
+            for label, command in commands.items():
+                times[label].append(command())
+
+        profile = [python, "-X", "importtime", *(shim[1:] if shim[0] == python else shim)]
+        target = str(fresh(bundles["alone-gpu"], gpu_config))
+        imports = import_profile([*profile, "create", "--bundle", target, "x"], alone_env)
+        bench.delete(kept)
+    finally:
+        stuck = bench.cleanup()
+        if stuck:
+            print(f"bench/shim.py: containers left in {bench.state}: {' '.join(stuck)}", file=sys.stderr)
+
+    name = os.path.basename(runtime)
+    median = {label: statistics.median(samples) for label, samples in times.items()}
+    print(f"shim: {chosen}")
+    print(f"runtime: {runtime}; settings: a config.toml (CDICTK_CONFIG) naming it and the spec dir")
+    print(f"spec: fake 'single' node, cdictk cdi generate --disable-hook all ({spec.stat().st_size} bytes)")
+    print(f"NVIDIA_VISIBLE_DEVICES=0 injects {len(nodes)} device nodes and {mounts} mounts, no hooks")
+    print(f"rootfs: busybox; {rounds} rounds, round-robin; only the command itself is timed")
+    print(f"  {'':<54} {'median ms':>9} {'best ms':>8}")
+    for label, samples in times.items():
+        print(row(label.replace("runc", name, 1), samples))
+    print()
+    create = median[CREATE_SHIM] - median[CREATE_DIRECT]
+    print(f"shim create over {name} create, =0:    {verdict(create, AIM_MS)}")
+    print(
+        f"shim create over {name} create, =void: {verdict(median[VOID_SHIM] - median[VOID_DIRECT], AIM_MS)}"
+    )
+    print(f"pass-through (state) over {name} state: {median[STATE_SHIM] - median[STATE_DIRECT]:+.1f} ms")
+    if wrapper is not None:
+        print(f"{wrapper} (a wrapper) adds {median[VIA_WRAPPER] - median[CREATE_SHIM]:+.1f} ms more per call")
+    print()
+    bare, floor, void, gpu = median[BARE], median[FLOOR], median[ALONE_VOID], median[ALONE_GPU]
+    print(f"where the shim's {gpu:.1f} ms (create of =0 in front of true, no {name}) goes, by medians:")
+    print(f"  the interpreter's own start (python -I -S -c pass):                {bare:6.1f} ms")
+    print(f"  site and its .pth files (-c pass less -I -S -c pass):              {floor - bare:6.1f} ms")
+    print(f"  settings, config.json, the requests, exec (=void less -c pass):    {void - floor:6.1f} ms")
+    print(f"  the spec dir, resolve, inject, write config.json (=0 less =void):  {gpu - void:6.1f} ms")
+    site = next((node for node in imports if node.module == "site"), None)
+    after = imports[imports.index(site) + 1 :] if site is not None else imports
+    own = sum(node.cumulative_ms for node in after)
+    print(f"imports of one create of =0 under -X importtime (which inflates them), {IMPORT_FLOOR_MS} ms up:")
+    if site is not None:
+        print(f"  site, at interpreter start: {site.cumulative_ms:.1f} ms")
+        print_imports(site.children, IMPORT_FLOOR_MS)
+    print(f"  the shim's own imports: {own:.1f} ms")
+    print_imports(after, IMPORT_FLOOR_MS)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
