@@ -57,6 +57,18 @@ class Registry:
     def device_names(self) -> list[str]:
         return sorted(self.devices)
 
+    def has_kind(self, kind: str) -> bool:
+        return any(name.startswith(kind + "=") for name in self.devices)
+
+    def add_spec(self, spec: Spec, path: str) -> None:
+        """Register a spec made in memory (``path`` names it in messages), above every spec dir."""
+        spec_file = SpecFile(path, len(self.dirs), spec)
+        self.spec_files.append(spec_file)
+        vendor, cls = split_kind(spec.kind)
+        for index, device in enumerate(spec.devices):
+            name = QualifiedName(vendor, cls, device.name)
+            self.devices[str(name)] = RegisteredDevice(name, device, index, spec_file)
+
     def resolve(self, requested: Sequence[str]) -> list[RegisteredDevice]:
         """The requested devices in request order; all of them, or UnresolvedDevicesError."""
         found: list[RegisteredDevice] = []

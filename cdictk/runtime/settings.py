@@ -27,6 +27,18 @@ runtimes = ["runc", "crun"]
 # Where CDI specs are read from; for a device defined in several, the last directory wins.
 spec-dirs = ["/etc/cdi", "/var/run/cdi"]
 
+[node]
+# When no spec in spec-dirs defines the default kind (below), cdictk-runtime discovers the node and
+# makes its spec in memory for each container, as `cdictk cdi generate` would write it (slower: keep a
+# generated spec on disk). Set it to false to refuse such requests instead.
+generate-when-missing = true
+# Where the driver's files, /dev, procfs and sysfs are (a driver container: driver-root =
+# "/run/nvidia/driver").
+driver-root = "/"
+dev-root = "/"
+proc-root = "/proc"
+sys-root = "/sys"
+
 [requests]
 # The kind given to unqualified ids in NVIDIA_VISIBLE_DEVICES ("0" becomes "nvidia.com/gpu=0").
 default-kind = "nvidia.com/gpu"
@@ -41,6 +53,13 @@ accept-volume-mounts = false
 
 _KEYS: dict[str, dict[str, type]] = {
     "runtime": {"runtimes": list, "spec-dirs": list},
+    "node": {
+        "generate-when-missing": bool,
+        "driver-root": str,
+        "dev-root": str,
+        "proc-root": str,
+        "sys-root": str,
+    },
     "requests": {
         "default-kind": str,
         "annotation-prefixes": list,
@@ -60,8 +79,13 @@ class Settings:
         "accept_volume_mounts",
         "annotation_prefixes",
         "default_kind",
+        "dev_root",
+        "driver_root",
+        "generate_when_missing",
+        "proc_root",
         "runtimes",
         "spec_dirs",
+        "sys_root",
     )
 
     def __init__(self) -> None:
@@ -71,6 +95,11 @@ class Settings:
         self.annotation_prefixes = ["cdi.k8s.io/"]
         self.accept_env_unprivileged = True
         self.accept_volume_mounts = False
+        self.generate_when_missing = True
+        self.driver_root = "/"
+        self.dev_root = "/"
+        self.proc_root = "/proc"
+        self.sys_root = "/sys"
 
 
 def config_path() -> str:
@@ -119,3 +148,6 @@ def _apply(settings: Settings, document: Mapping[str, object], path: str) -> Non
             setattr(settings, key.replace("-", "_"), value)
     if not settings.runtimes:
         raise SettingsError(f"{path}: runtime.runtimes must name at least one runtime")
+    for key in ("driver_root", "dev_root", "proc_root", "sys_root"):
+        if not getattr(settings, key).startswith("/"):
+            raise SettingsError(f"{path}: node.{key.replace('_', '-')} must be an absolute path")

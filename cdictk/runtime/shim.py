@@ -12,6 +12,7 @@ untouched, with nothing imported beyond what finding the runtime needs.
 A request that cannot be met fails the start with one line naming it: a container that asked for a
 GPU never starts silently without one. ``config.json`` is then left as it was.
 
+A node without a spec on disk gets one made in memory for each container (``[node]`` settings).
 Settings (the low-level runtimes, spec directories and request policy) come from
 ``/etc/cdictk/config.toml`` (``cdictk config default`` prints it; ``CDICTK_CONFIG`` names another).
 """
@@ -25,6 +26,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from cdictk.cdi.model import Spec
     from cdictk.runtime.settings import Settings
 
 PROG = "cdictk-runtime"
@@ -48,6 +50,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             prepare_bundle(bundle_dir(args), settings)
     except (ShimError, SettingsError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # the container must not start, and the engine shows one line
+        print(f"{PROG}: error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     os.execv(runtime, [runtime, *args])  # noqa: S606 - the operator's runtime, the engine's arguments
 
@@ -113,15 +118,11 @@ def prepare_bundle(bundle: str, settings: Settings) -> None:
         raise ShimError(str(exc)) from None
     if not requests.devices:
         return
-    _inject(config, requests.devices, requests.capabilities, settings.spec_dirs, path)
+    _inject(config, requests.devices, requests.capabilities, settings, path)
 
 
 def _inject(
-    config: dict[str, object],
-    devices: list[str],
-    capabilities: frozenset[str],
-    spec_dirs: Sequence[str],
-    path: str,
+    config: dict[str, object], devices: list[str], capabilities: frozenset[str], settings: Settings, path: str
 ) -> None:
     from cdictk.cdi.apply import inject_devices  # noqa: PLC0415
     from cdictk.cdi.registry import load_registry  # noqa: PLC0415
@@ -130,7 +131,10 @@ def _inject(
     from cdictk.runtime.selection import trim_edits  # noqa: PLC0415
 
     try:
-        registry = load_registry(spec_dirs)
+        registry = load_registry(settings.spec_dirs)
+        wanted = any(device.startswith(settings.default_kind + "=") for device in devices)
+        if wanted and settings.generate_when_missing and not registry.has_kind(settings.default_kind):
+            registry.add_spec(_spec_in_memory(settings), "<the node's spec, made in memory>")
         resolved = registry.resolve(devices)
         specs = {id(found.spec_file.spec): found.spec_file.spec for found in resolved}
         # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the loaded specs live in this process only.
@@ -145,6 +149,21 @@ def _inject(
         write_config(path, config)
     except CdictkError as exc:  # names the device and the spec file already
         raise ShimError(str(exc)) from None
+
+
+def _spec_in_memory(settings: Settings) -> Spec:
+    """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk."""
+    from cdictk.node.facts import Mode, discover  # noqa: PLC0415
+    from cdictk.node.roots import Roots  # noqa: PLC0415
+    from cdictk.nvcdi.build import SpecOptions, build_spec  # noqa: PLC0415
+    from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
+
+    vendor, _, cls = settings.default_kind.partition("/")
+    roots = Roots(settings.driver_root, settings.dev_root, settings.proc_root, settings.sys_root)
+    spec, _ = build_spec(
+        discover(roots, Mode.AUTO), SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
+    )
+    return spec
 
 
 if __name__ == "__main__":

@@ -171,3 +171,71 @@ def test_driver_capabilities_pick_the_driver_files(
             assert name in result.stdout, (capabilities, name, result.stdout)
         for name in absent:
             assert name not in result.stdout, (capabilities, name, result.stdout)
+
+
+def test_a_node_without_a_spec_gets_one_made_in_memory(
+    runtime: Runtime, rootfs: Path, make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    empty = tmp_path / "no-specs"
+    empty.mkdir()
+    config = tmp_path / "cdictk-config.toml"
+    config.write_text(
+        f"[runtime]\nruntimes = [{json.dumps(runtime.binary)}]\nspec-dirs = [{json.dumps(str(empty))}]\n"
+        f"[node]\ndriver-root = {json.dumps(node.root)}\ndev-root = {json.dumps(node.root)}\n"
+        f"proc-root = {json.dumps(node.proc)}\nsys-root = {json.dumps(node.sys)}\n"
+    )
+    bundle = make_bundle(
+        tmp_path / "bundle", rootfs, "cat /dev/nvidia0; ls /dev/nvidia1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES"
+    )
+    oci = json.loads((bundle / "config.json").read_text())
+    oci["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=0")
+    oci["root"]["readonly"] = False  # the in-memory spec's hook writes links (crun: read-only before hooks)
+    (bundle / "config.json").write_text(json.dumps(oci))
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "CDICTK_CONFIG": str(config)}
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cdictk.runtime.shim",
+            "--root",
+            str(runtime.state_dir),
+            "run",
+            "--bundle",
+            str(bundle),
+            f"cdictk-jit-{uuid.uuid4().hex[:12]}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 0, result.stderr
+    assert f"can't open '/dev/nvidia0': {ENXIO}" in result.stdout
+    assert "ls: /dev/nvidia1: No such file or directory" in result.stdout
+    assert "VISIBLE=void" in result.stdout
+    config.write_text(config.read_text() + "generate-when-missing = false\n")
+    (bundle / "config.json").write_text(json.dumps(oci))  # as it was before the shim injected the GPU
+    bundle.rename(tmp_path / "used")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cdictk.runtime.shim",
+            "--root",
+            str(runtime.state_dir),
+            "run",
+            "--bundle",
+            str(tmp_path / "used"),
+            f"cdictk-jit-{uuid.uuid4().hex[:12]}",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert result.returncode == 1 and "unresolvable CDI device" in result.stderr

@@ -15,6 +15,7 @@ from cdictk.runtime.shim import ShimError, bundle_dir, find_runtime, prepare_bun
 def settings(spec_dir: Path) -> Settings:
     result = Settings()
     result.spec_dirs = [str(spec_dir)]
+    result.generate_when_missing = False
     return result
 
 
@@ -89,3 +90,19 @@ def test_a_missing_config_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ShimError, match=r"config\.json") as info:
         prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"))
     assert "\n" not in str(info.value)
+
+
+def test_a_node_without_driver_or_spec_is_one_line(tmp_path: Path) -> None:
+    """Making the spec in memory on a node without a driver (this test's empty roots) fails clearly."""
+    bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}})
+    config = settings(tmp_path / "no-specs")
+    config.generate_when_missing = True
+    empty = tmp_path / "empty-node"
+    empty.mkdir()
+    config.driver_root = config.dev_root = str(empty)
+    config.proc_root, config.sys_root = str(empty / "proc"), str(empty / "sys")
+    before = (bundle / "config.json").read_bytes()
+    with pytest.raises(ShimError) as info:
+        prepare_bundle(str(bundle), config)
+    assert "\n" not in str(info.value) and str(info.value)
+    assert (bundle / "config.json").read_bytes() == before
