@@ -154,3 +154,20 @@ def test_resolve_hints_at_spec_problems(tmp_path: Path) -> None:
 def test_resolve_refuses_invalid_names(tmp_path: Path) -> None:
     with pytest.raises(CdictkError, match="not a qualified CDI device name"):
         load_registry([str(tmp_path)]).resolve(["gpu0"])
+
+
+def test_a_spec_made_in_memory_is_registered_above_the_dirs(tmp_path: Path) -> None:
+    from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Spec
+
+    registry = load_registry([str(tmp_path)])
+    assert not registry.has_kind("nvidia.com/gpu")
+    spec = Spec(
+        kind="nvidia.com/gpu",
+        devices=[
+            Device(name="0", container_edits=ContainerEdits(device_nodes=[DeviceNode(path="/dev/nvidia0")]))
+        ],
+    )
+    registry.add_spec(spec, "<memory>")
+    assert registry.has_kind("nvidia.com/gpu") and not registry.has_kind("nvidia.com")
+    (found,) = registry.resolve(["nvidia.com/gpu=0"])
+    assert found.spec_file.path == "<memory>" and found.spec_file.priority == 1
