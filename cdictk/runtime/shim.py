@@ -26,7 +26,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from cdictk.cdi.model import Spec
     from cdictk.runtime.settings import Settings
 
 PROG = "cdictk-runtime"
@@ -97,73 +96,18 @@ def bundle_dir(args: Sequence[str]) -> str:
 
 def prepare_bundle(bundle: str, settings: Settings) -> None:
     """Apply the devices ``config.json`` asks for; nothing is written when it asks for none."""
-    from cdictk.runtime.requests import Policy, RequestError, requests_from_config  # noqa: PLC0415
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.ociconfig import write_config  # noqa: PLC0415
+    from cdictk.runtime.inject import InjectError, apply_requests  # noqa: PLC0415
     from cdictk.strictjson import loads, read_capped  # noqa: PLC0415
 
     path = os.path.join(bundle, "config.json")
     try:
         config = loads(read_capped(path, 16 << 20), path)
-        if not isinstance(config, dict):
-            raise ShimError(f"{path}: not a JSON object")
-        policy = Policy(
-            annotation_prefixes=settings.annotation_prefixes,
-            default_kind=settings.default_kind,
-            accept_env_unprivileged=settings.accept_env_unprivileged,
-            accept_volume_mounts=settings.accept_volume_mounts,
-        )
-        requests = requests_from_config(config, policy)
-    except RequestError as exc:
+        if apply_requests(config, settings, path):
+            write_config(path, config)
+    except (InjectError, CdictkError) as exc:
         raise ShimError(str(exc)) from None
-    except Exception as exc:  # CdictkError from the readers: one line already
-        raise ShimError(str(exc)) from None
-    if not requests.devices:
-        return
-    _inject(config, requests.devices, requests.capabilities, settings, path)
-
-
-def _inject(
-    config: dict[str, object], devices: list[str], capabilities: frozenset[str], settings: Settings, path: str
-) -> None:
-    from cdictk.cdi.apply import inject_devices  # noqa: PLC0415
-    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
-    from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.ociconfig import write_config  # noqa: PLC0415
-    from cdictk.runtime.selection import trim_edits  # noqa: PLC0415
-
-    try:
-        registry = load_registry(settings.spec_dirs)
-        wanted = any(device.startswith(settings.default_kind + "=") for device in devices)
-        if wanted and settings.generate_when_missing and not registry.has_kind(settings.default_kind):
-            registry.add_spec(_spec_in_memory(settings), "<the node's spec, made in memory>")
-        resolved = registry.resolve(devices)
-        specs = {id(found.spec_file.spec): found.spec_file.spec for found in resolved}
-        # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the loaded specs live in this process only.
-        trim_edits(
-            [
-                *(found.device.container_edits for found in resolved),
-                *(s.container_edits for s in specs.values()),
-            ],
-            capabilities,
-        )
-        inject_devices(config, resolved, path)
-        write_config(path, config)
-    except CdictkError as exc:  # names the device and the spec file already
-        raise ShimError(str(exc)) from None
-
-
-def _spec_in_memory(settings: Settings) -> Spec:
-    """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk."""
-    from cdictk.node.facts import Mode, discover  # noqa: PLC0415
-    from cdictk.node.roots import Roots  # noqa: PLC0415
-    from cdictk.nvcdi.build import SpecOptions, build_spec  # noqa: PLC0415
-    from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
-
-    vendor, _, cls = settings.default_kind.partition("/")
-    roots = Roots(settings.driver_root, settings.dev_root, settings.proc_root, settings.sys_root)
-    spec, _ = build_spec(
-        discover(roots, Mode.AUTO), SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-    )
-    return spec
 
 
 if __name__ == "__main__":

@@ -106,3 +106,18 @@ def test_a_node_without_driver_or_spec_is_one_line(tmp_path: Path) -> None:
         prepare_bundle(str(bundle), config)
     assert "\n" not in str(info.value) and str(info.value)
     assert (bundle / "config.json").read_bytes() == before
+
+
+def test_the_precreate_hook_prints_the_config_back_or_fails_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    config = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}, indent=3).encode()
+    env = {"CDICTK_CONFIG": str(tmp_path / "none.toml")}
+    hook = [sys.executable, "-m", "cdictk.runtime.precreate"]
+    result = subprocess.run(hook, input=config, capture_output=True, env=env, check=False)
+    assert (result.returncode, result.stdout) == (0, config)  # byte for byte
+    bad = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-x y"]}}).encode()
+    result = subprocess.run(hook, input=bad, capture_output=True, env=env, check=False)
+    assert result.returncode == 1 and result.stdout == b""
+    assert result.stderr.decode().count("\n") == 1 and b"cdictk-precreate: error: " in result.stderr

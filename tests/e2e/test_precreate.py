@@ -1,0 +1,60 @@
+"""podman with cdictk's precreate hook (hooks.d): GPU requests in the environment become CDI devices."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdictk.cdi.dump import dump_yaml
+from tests.e2e.conftest import ENXIO, IMAGE, FakeGpuHost, Podman, e2e_spec
+
+SHIPPED = Path(__file__).resolve().parents[2] / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
+
+
+@pytest.fixture
+def hooks_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
+    """The shipped hook file, pointed at this checkout's Python and a private spec dir and settings."""
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    (spec_dir / "e2e.yaml").write_text(dump_yaml(e2e_spec(fake_gpu_host, "nvidia.com/gpu")))
+    settings = tmp_path / "config.toml"
+    settings.write_text(f"[runtime]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n")
+    hook = json.loads(SHIPPED.read_text())
+    assert hook["stages"] == ["precreate"] and hook["hook"]["env"]
+    hook["hook"]["path"] = sys.executable
+    hook["hook"]["args"] = [sys.executable, "-m", "cdictk.runtime.precreate"]
+    hook["hook"]["env"] += [f"CDICTK_CONFIG={settings}", f"PYTHONPATH={Path(__file__).resolve().parents[2]}"]
+    directory = tmp_path / "hooks.d"
+    directory.mkdir()
+    (directory / SHIPPED.name).write_text(json.dumps(hook))
+    return directory
+
+
+def run(podman: Podman, hooks_dir: Path, *env: str) -> tuple[int, str, str]:
+    script = "exec 2>&1; cat /dev/nvidia0; ls /dev/nvidia1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES"
+    args = [arg for pair in (("-e", value) for value in env) for arg in pair]
+    result = podman(
+        "--hooks-dir", str(hooks_dir), "run", "--rm", "--network", "none", *args, IMAGE, "sh", "-c", script
+    )
+    return result.returncode, result.stdout.decode(), result.stderr.decode()
+
+
+def test_visible_devices_through_the_precreate_hook(podman: Podman, hooks_dir: Path) -> None:
+    code, out, err = run(podman, hooks_dir, "NVIDIA_VISIBLE_DEVICES=0")
+    assert code == 0, err + out
+    assert f"can't open '/dev/nvidia0': {ENXIO}" in out
+    assert "ls: /dev/nvidia1: No such file or directory" in out
+    assert "VISIBLE=void" in out
+
+
+def test_no_request_and_bad_requests(podman: Podman, hooks_dir: Path) -> None:
+    code, out, err = run(podman, hooks_dir)
+    assert code == 0, err + out
+    assert "cat: can't open '/dev/nvidia0': No such file or directory" in out
+    code, out, err = run(podman, hooks_dir, "NVIDIA_VISIBLE_DEVICES=7")
+    # podman 4.3 reports only the hook's exit status; the container is not created.
+    assert code != 0 and "setting up OCI Hooks" in err, err
+    assert "VISIBLE=" not in out
