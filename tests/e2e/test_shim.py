@@ -37,10 +37,12 @@ def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
     return directory
 
 
-def shim(runtime: Runtime, spec_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def shim(runtime: Runtime, spec_dir: Path, *args: str, extra: str = "") -> subprocess.CompletedProcess[str]:
+    """The shim with a private settings file naming the runtime under test and ``spec_dir`` (+ ``extra``)."""
     config = spec_dir.parent / "cdictk-config.toml"
     config.write_text(
         f"[runtime]\nruntimes = [{json.dumps(runtime.binary)}]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n"
+        + extra
     )
     env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "CDICTK_CONFIG": str(config)}
     return subprocess.run(
@@ -179,9 +181,7 @@ def test_a_node_without_a_spec_gets_one_made_in_memory(
     node = make_node("single")
     empty = tmp_path / "no-specs"
     empty.mkdir()
-    config = tmp_path / "cdictk-config.toml"
-    config.write_text(
-        f"[runtime]\nruntimes = [{json.dumps(runtime.binary)}]\nspec-dirs = [{json.dumps(str(empty))}]\n"
+    node_settings = (
         f"[node]\ndriver-root = {json.dumps(node.root)}\ndev-root = {json.dumps(node.root)}\n"
         f"proc-root = {json.dumps(node.proc)}\nsys-root = {json.dumps(node.sys)}\n"
     )
@@ -192,50 +192,13 @@ def test_a_node_without_a_spec_gets_one_made_in_memory(
     oci["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=0")
     oci["root"]["readonly"] = False  # the in-memory spec's hook writes links (crun: read-only before hooks)
     (bundle / "config.json").write_text(json.dumps(oci))
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "CDICTK_CONFIG": str(config)}
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cdictk.runtime.shim",
-            "--root",
-            str(runtime.state_dir),
-            "run",
-            "--bundle",
-            str(bundle),
-            f"cdictk-jit-{uuid.uuid4().hex[:12]}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    name = f"cdictk-jit-{uuid.uuid4().hex[:12]}"
+    result = shim(runtime, empty, "run", "--bundle", str(bundle), name, extra=node_settings)
     assert result.returncode == 0, result.stderr
     assert f"can't open '/dev/nvidia0': {ENXIO}" in result.stdout
     assert "ls: /dev/nvidia1: No such file or directory" in result.stdout
     assert "VISIBLE=void" in result.stdout
-    config.write_text(config.read_text() + "generate-when-missing = false\n")
     (bundle / "config.json").write_text(json.dumps(oci))  # as it was before the shim injected the GPU
-    bundle.rename(tmp_path / "used")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cdictk.runtime.shim",
-            "--root",
-            str(runtime.state_dir),
-            "run",
-            "--bundle",
-            str(tmp_path / "used"),
-            f"cdictk-jit-{uuid.uuid4().hex[:12]}",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        check=False,
-        stdin=subprocess.DEVNULL,
-    )
+    off = node_settings + "generate-when-missing = false\n"
+    result = shim(runtime, empty, "run", "--bundle", str(bundle), name + "-off", extra=off)
     assert result.returncode == 1 and "unresolvable CDI device" in result.stderr
