@@ -1,5 +1,6 @@
 """The modules the runtime shim and hooks will import on every container start stay standard-library only."""
 
+import os
 import subprocess
 import sys
 
@@ -48,3 +49,30 @@ def test_generate_imports_nvml_and_elf_readers_only_when_it_scans() -> None:
     code = f"import sys, cdictk.cli.main, cdictk.node.facts; print(','.join(m for m in {HEAVY[3:]!r} if m in sys.modules))"
     result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == ""
+
+
+LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse", "subprocess"}
+
+
+@pytest.mark.parametrize(
+    "module",
+    [
+        "cdictk.hooks.entry",
+        "cdictk.runtime.requests",
+        "cdictk.runtime.capabilities",
+        "cdictk.runtime.settings",
+    ],
+)
+def test_container_start_modules_import_only_light_standard_modules(module: str) -> None:
+    """These run on every container start: even typing, re or json cost milliseconds there."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = f"import sys; sys.path.append({root!r}); import {module}"
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-X", "importtime", "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert module in imported
+    assert not LIGHT & imported, f"{module} imports {sorted(LIGHT & imported)}"

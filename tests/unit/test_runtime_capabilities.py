@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -308,23 +306,3 @@ def test_every_mount_of_a_generated_spec_is_classified(
     )
     assert select_mounts(mounts, ALL_CAPABILITIES) == mounts
     assert select_mounts(mounts, frozenset()) == [m for m in mounts if m.container_path in ALWAYS_KEPT]
-
-
-# --- import cost -------------------------------------------------------------------------------------
-
-
-def test_the_module_imports_nothing_heavy() -> None:
-    code = f"import sys; sys.path.append({REPO!r}); import cdictk.runtime.capabilities"
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", "-X", "importtime", "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    imported = {
-        line.rsplit("|", 1)[-1].strip()
-        for line in result.stderr.splitlines()
-        if line.startswith("import time:")
-    }
-    assert "cdictk.runtime.capabilities" in imported
-    assert imported.isdisjoint({"typing", "dataclasses", "re", "json", "enum", "os", "collections"})

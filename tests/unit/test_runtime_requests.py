@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -666,23 +664,3 @@ def test_device_ids() -> None:
     ]
     assert [text for text in good if not is_device_id(text)] == []
     assert [text for text in bad if is_device_id(text)] == []
-
-
-# --- import cost -------------------------------------------------------------------------------------
-
-
-def test_the_module_imports_nothing_heavy() -> None:
-    code = f"import sys; sys.path.append({REPO!r}); import cdictk.runtime.requests"
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", "-X", "importtime", "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    imported = {
-        line.rsplit("|", 1)[-1].strip()
-        for line in result.stderr.splitlines()
-        if line.startswith("import time:")
-    }
-    assert "cdictk.runtime.requests" in imported
-    assert imported.isdisjoint({"typing", "dataclasses", "re", "json", "enum", "os", "collections"})
