@@ -1,16 +1,18 @@
 """Reading and writing an OCI runtime ``config.json``: size cap, strict JSON, atomic replace.
 
-Standard library only: the runtime shim rewrites config.json on every container create.
+Standard library only, without :mod:`json` or :mod:`typing` at import: the runtime shim rewrites
+config.json on every container create, compactly (runc reads it, not a person).
 """
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
-from cdictk import strictjson
+from cdictk import fastjson, strictjson
 from cdictk.errors import CdictkError
 from cdictk.fsutil import atomic_write
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 MAX_CONFIG_BYTES = 16 << 20
 
@@ -28,9 +30,14 @@ def read_config(path: str) -> dict[str, Any]:
     return parse_config(strictjson.read_capped(path, MAX_CONFIG_BYTES), path)
 
 
-def dump_config(config: dict[str, Any]) -> bytes:
+def dump_config(config: dict[str, Any], *, compact: bool = False) -> bytes:
+    """``config`` as JSON: indented for people, or ``compact`` (no :mod:`json` import) for runtimes."""
+    if compact:
+        return fastjson.dumps(config)
+    import json  # noqa: PLC0415
+
     return (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def write_config(path: str, config: dict[str, Any]) -> None:
-    atomic_write(path, dump_config(config))
+def write_config(path: str, config: dict[str, Any], *, compact: bool = False) -> None:
+    atomic_write(path, dump_config(config, compact=compact))

@@ -1,53 +1,27 @@
 """Reading untrusted JSON and files: size caps, no duplicate keys, no NaN, no surprises.
 
-Standard library only (the hooks and the shim use it on every container start).
+The JSON is :mod:`cdictk.fastjson`'s, with its errors as :class:`CdictkError`. Standard library only.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-from typing import Any
 
+from cdictk import fastjson
 from cdictk.errors import CdictkError
 
-
-class DuplicateKeyError(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _object_without_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result = dict(pairs)
-    if len(result) != len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise DuplicateKeyError(key)
-            seen.add(key)
-    return result
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON")
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def loads(text: str | bytes, file: str) -> Any:
-    """Parse JSON, rejecting duplicate keys and NaN/Infinity; errors name ``file`` and the position."""
+    """Parse JSON, rejecting duplicate keys, NaN/Infinity and 1e999; errors name ``file`` and the position."""
     try:
-        return json.loads(text, object_pairs_hook=_object_without_duplicates, parse_constant=_reject_constant)
-    except DuplicateKeyError as exc:
-        raise CdictkError(file, "", f'duplicate key "{exc.key}"') from None
-    except json.JSONDecodeError as exc:
-        raise CdictkError(
-            file, "", f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
-        ) from None
-    except RecursionError:
-        raise CdictkError(file, "", "invalid JSON: nested too deeply") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise CdictkError(file, "", f"invalid JSON: {exc}") from None
+        return fastjson.loads(text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text)
+    except fastjson.JsonError as exc:
+        raise CdictkError(file, "", str(exc)) from None
 
 
 def read_capped(path: str, limit: int) -> bytes:

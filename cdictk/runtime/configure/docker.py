@@ -22,8 +22,8 @@ import re
 from typing import Any
 
 from cdictk.errors import CdictkError
+from cdictk.fastjson import object_pairs_hook, parse_constant
 from cdictk.runtime.configure.change import RuntimeChange
-from cdictk.strictjson import _object_without_duplicates, _reject_constant
 
 MAX_DAEMON_JSON_BYTES = 16 * 1024 * 1024
 
@@ -115,8 +115,8 @@ def _parse(text: str, file: str) -> dict[str, Any]:
     try:
         doc = json.loads(
             text,
-            object_pairs_hook=_object_without_duplicates,
-            parse_constant=_reject_constant,
+            object_pairs_hook=object_pairs_hook,
+            parse_constant=parse_constant,
             parse_float=_finite_float,
         )
     except json.JSONDecodeError as exc:
