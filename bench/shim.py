@@ -8,7 +8,9 @@ hits every row alike, N times each, timing only the command named (each containe
 - ``runc create`` of a bundle with ``NVIDIA_VISIBLE_DEVICES=0`` whose config.json already has the device
   injected (the config the shim writes), against ``cdictk-runtime create`` of the same bundle before
   injection (a fresh copy of the original config.json each round): the difference is the shim's create
-  overhead (aim: 30 ms);
+  overhead (aim: 30 ms). The shim's parse cache (``CDICTK_CACHE_DIR``, in the scratch dir) is warm
+  after the first create, as on a node; a row with the cache off shows what a start that parses the
+  settings and the spec costs;
 - ``NVIDIA_VISIBLE_DEVICES=void``, runc and the shim: nothing to inject, so what is left is reading the
   settings, config.json and the requests, and the interpreter;
 - ``state`` of a created container, runc and through the shim: the exec'd pass-through;
@@ -16,9 +18,13 @@ hits every row alike, N times each, timing only the command named (each containe
   the shim's own time, split into the interpreter start, the request path and the injection.
 Then the imports of one create under ``-X importtime``.
 
-The installed console script is timed when ``cdictk-runtime`` is on PATH (what an engine runs). A
-wrapper found there instead of it (pyenv's shim, a bash script) is resolved to the script beside this
-Python, and the wrapper gets a row of its own. Without either, ``python -m cdictk.runtime.shim``.
+The shim runs through the launcher ``cdictk runtime install-launchers`` writes (``#!python -IS``, what
+``cdictk runtime configure`` registers once it is installed), made for the Python of the installed
+console script; that script (``cdictk-runtime`` on PATH, pip's wrapper: site, ``.pth`` files and
+:mod:`re` first) gets a create row of its own. A wrapper found on PATH instead of the script (pyenv's
+shim, a bash script) is resolved to the script beside this Python, and gets a row of its own too.
+Without either, ``python -m cdictk.runtime.shim`` and this Python. Time it in the environment a node
+has: a virtual environment with ``pip install .`` (an editable install adds a ``.pth`` finder).
 Needs root (mknod'd nodes, runc). Prints median and best in ms.
 Usage: python3 -m bench.shim [--rounds N] [--runtime runc|crun]   (from the repository root)
 """
@@ -50,6 +56,8 @@ IMPORT_FLOOR_MS = 1.0  # imports shown in the breakdown take at least this long
 SCRIPT = "cdictk-runtime"
 CREATE_DIRECT = "runc create, =0 injected beforehand"
 CREATE_SHIM = "shim create, =0 (the shim injects)"
+CREATE_SCRIPT = "shim create, =0, through pip's console script"
+CREATE_COLD = "shim create, =0, cache off (parses the spec each time)"
 VOID_DIRECT = "runc create, =void"
 VOID_SHIM = "shim create, =void (nothing to inject)"
 STATE_DIRECT = "runc state"
@@ -134,13 +142,13 @@ class Bench:
             raise BenchError(f"{' '.join(command[:8])} ... exited {result.returncode}: {output}")
         return elapsed
 
-    def create(self, program: list[str], bundle: Path) -> float:
+    def create(self, program: list[str], bundle: Path, env: dict[str, str] | None = None) -> float:
         """Times ``program create`` of ``bundle``; the container is deleted after, untimed."""
         container = f"cdictk-bench-{uuid.uuid4().hex[:12]}"
         self.live.add(container)
         try:
             return self.run(
-                [*program, "--root", str(self.state), "create", "--bundle", str(bundle), container]
+                [*program, "--root", str(self.state), "create", "--bundle", str(bundle), container], env
             )
         finally:
             self.delete(container)
@@ -272,7 +280,16 @@ def write_settings(path: Path, runtime: str, spec_dir: Path) -> Path:
 
 
 def measure(rounds: int, runtime: str, scratch: Path) -> int:
-    shim, python, wrapper, chosen = shim_command()
+    script, python, wrapper, chosen = shim_command()
+    installed = subprocess.run(
+        [python, "-m", "cdictk", "runtime", "install-launchers", "--dir", str(scratch / "launchers")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if installed.returncode != 0:
+        raise BenchError(f"cdictk runtime install-launchers: {installed.stderr.strip()}")
+    shim = [str(scratch / "launchers" / SCRIPT)]
     node = build_node(str(scratch / "node"), "single", str(scratch / "stubs"))
     spec_dir = scratch / "cdi"
     spec = spec_dir / "nvidia.yaml"
@@ -293,14 +310,24 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
     gpu_config = json.dumps(config_for("0")).encode()
     void_config = json.dumps(config_for("void")).encode()
     path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-    env = {"PATH": path, "CDICTK_CONFIG": str(write_settings(scratch / "runc.toml", runtime, spec_dir))}
+    cache = str(scratch / "cache")
+    env = {
+        "PATH": path,
+        "CDICTK_CONFIG": str(write_settings(scratch / "runc.toml", runtime, spec_dir)),
+        "CDICTK_CACHE_DIR": cache,
+    }
+    cold_env = {**env, "CDICTK_CACHE_DIR": ""}
     true = shutil.which("true") or "/bin/true"
-    alone_env = {"PATH": path, "CDICTK_CONFIG": str(write_settings(scratch / "true.toml", true, spec_dir))}
+    alone_env = {
+        "PATH": path,
+        "CDICTK_CONFIG": str(write_settings(scratch / "true.toml", true, spec_dir)),
+        "CDICTK_CACHE_DIR": cache,
+    }
     bench = Bench(runtime, scratch, env)
     try:
         bundles = {
             name: write_bundle(scratch / name, void_config if "void" in name else gpu_config)
-            for name in ("shim-gpu", "direct-gpu", "void", "alone-gpu", "alone-void")
+            for name in ("shim-gpu", "cold-gpu", "direct-gpu", "void", "alone-gpu", "alone-void")
         }
         # The direct bundle gets exactly what the shim writes: the shim itself, in front of true.
         bench.run([*shim, "create", "--bundle", str(bundles["direct-gpu"]), "x"], alone_env)
@@ -322,6 +349,8 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
         commands: dict[str, Callable[[], float]] = {
             CREATE_DIRECT: lambda: bench.create([runtime], bundles["direct-gpu"]),
             CREATE_SHIM: lambda: bench.create(shim, fresh(bundles["shim-gpu"], gpu_config)),
+            CREATE_SCRIPT: lambda: bench.create(script, fresh(bundles["shim-gpu"], gpu_config)),
+            CREATE_COLD: lambda: bench.create(shim, fresh(bundles["cold-gpu"], gpu_config), cold_env),
             VOID_DIRECT: lambda: bench.create([runtime], bundles["void"]),
             VOID_SHIM: lambda: bench.create(shim, bundles["void"]),
             STATE_DIRECT: lambda: bench.run([runtime, *state]),
@@ -346,7 +375,7 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
             for label, command in commands.items():
                 times[label].append(command())
 
-        profile = [python, "-X", "importtime", *(shim[1:] if shim[0] == python else shim)]
+        profile = [python, "-I", "-S", "-X", "importtime", *shim]
         target = str(fresh(bundles["alone-gpu"], gpu_config))
         imports = import_profile([*profile, "create", "--bundle", target, "x"], alone_env)
         bench.delete(kept)
@@ -357,7 +386,7 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
 
     name = os.path.basename(runtime)
     median = {label: statistics.median(samples) for label, samples in times.items()}
-    print(f"shim: {chosen}")
+    print(f"shim: the launcher {shim[0]} (#!{python} -IS); console script: {chosen}")
     print(f"runtime: {runtime}; settings: a config.toml (CDICTK_CONFIG) naming it and the spec dir")
     print(f"spec: fake 'single' node, cdictk cdi generate --disable-hook all ({spec.stat().st_size} bytes)")
     print(f"NVIDIA_VISIBLE_DEVICES=0 injects {len(nodes)} device nodes and {mounts} mounts, no hooks")
@@ -368,6 +397,8 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
     print()
     create = median[CREATE_SHIM] - median[CREATE_DIRECT]
     print(f"shim create over {name} create, =0:    {verdict(create, AIM_MS)}")
+    through_script = median[CREATE_SCRIPT] - median[CREATE_DIRECT]
+    print(f"  the same through pip's console script: {verdict(through_script, AIM_MS)}")
     print(
         f"shim create over {name} create, =void: {verdict(median[VOID_SHIM] - median[VOID_DIRECT], AIM_MS)}"
     )
@@ -376,11 +407,13 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
         print(f"{wrapper} (a wrapper) adds {median[VIA_WRAPPER] - median[CREATE_SHIM]:+.1f} ms more per call")
     print()
     bare, floor, void, gpu = median[BARE], median[FLOOR], median[ALONE_VOID], median[ALONE_GPU]
+    script_extra = median[CREATE_SCRIPT] - median[CREATE_SHIM]
     print(f"where the shim's {gpu:.1f} ms (create of =0 in front of true, no {name}) goes, by medians:")
     print(f"  the interpreter's own start (python -I -S -c pass):                {bare:6.1f} ms")
-    print(f"  site and its .pth files (-c pass less -I -S -c pass):              {floor - bare:6.1f} ms")
-    print(f"  settings, config.json, the requests, exec (=void less -c pass):    {void - floor:6.1f} ms")
+    print(f"  settings, config.json, the requests, exec (=void less -I -S):      {void - bare:6.1f} ms")
     print(f"  the spec dir, resolve, inject, write config.json (=0 less =void):  {gpu - void:6.1f} ms")
+    print(f"a console script adds to that: site and its .pth files ({floor - bare:.1f} ms, -c pass less")
+    print(f"  -I -S -c pass), then re and pip's wrapper: {script_extra:+.1f} ms per create in all")
     site = next((node for node in imports if node.module == "site"), None)
     after = imports[imports.index(site) + 1 :] if site is not None else imports
     own = sum(node.cumulative_ms for node in after)

@@ -22,6 +22,18 @@ def require_node_tools() -> None:
             pytest.skip(f"{tool} is not installed (tests/setup-host.sh installs it)")
 
 
+@pytest.fixture(autouse=True)
+def private_runtime_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The runtime shim's parse cache (root's default: /run/cdictk) in a directory of this test's own.
+
+    Subprocesses inherit it through the environment; tests that build an environment of their own add
+    ``CDICTK_CACHE_DIR`` from ``os.environ``.
+    """
+    directory = str(tmp_path_factory.mktemp("runtime-cache"))
+    monkeypatch.setenv("CDICTK_CACHE_DIR", directory)
+    return directory
+
+
 @pytest.fixture(scope="session")
 def stub_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Compiled stub libraries, shared by every node of the session (gcc runs once per SONAME)."""

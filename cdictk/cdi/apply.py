@@ -11,7 +11,10 @@ leaves it exactly as it was (the Go library may have applied the env by then); a
 devices again changes nothing (the Go library appends the cgroup rules and hooks a second time). Each
 device node, cgroup rule and hook is removed where it already is and added at the end.
 
-Standard library only: the runtime shim applies devices on every container start.
+The engine reads container edits as the spec writes them (``{"env": [...], "deviceNodes": [...]}``,
+a validated spec's ``containerEdits`` as plain data) rather than as model objects: the runtime shim
+applies devices on every container start from its spec index (:mod:`cdictk.runtime.specindex`), and
+the model's dataclasses alone cost it 10 ms of imports. Standard library only, no :mod:`typing`.
 """
 
 from __future__ import annotations
@@ -19,28 +22,37 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from cdictk.cdi.model import ContainerEdits, DeviceNode, Hook, IntelRdt, Mount
-from cdictk.cdi.registry import RegisteredDevice
 from cdictk.errors import CdictkError
+
+TYPE_CHECKING = False  # typing imports re: keep both out of the container start
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any
+
+    from cdictk.cdi.registry import RegisteredDevice
 
 _HOST_TYPES = {stat.S_IFCHR: "c", stat.S_IFBLK: "b", stat.S_IFIFO: "p"}
 
 
-@dataclass(frozen=True, slots=True)
 class EditsSource:
-    """A block of edits and where it came from, for error messages."""
+    """A block of container edits (the spec's JSON shape) and where it came from, for error messages."""
 
-    edits: ContainerEdits
-    file: str
-    field: str
+    __slots__ = ("edits", "field", "file")
+
+    def __init__(self, edits: dict[str, Any], file: str, field: str) -> None:
+        self.edits = edits
+        self.file = file
+        self.field = field
 
 
 def edits_for(devices: Sequence[RegisteredDevice]) -> list[EditsSource]:
-    """The edit blocks to apply for ``devices``, in the library's order; a repeated device counts once."""
+    """The edit blocks to apply for ``devices``, in the library's order; a repeated device counts once.
+
+    The edits are copies: trimming them (:mod:`cdictk.runtime.selection`) leaves the specs alone.
+    """
+    from cdictk.cdi.dump import to_data  # noqa: PLC0415 - the model's path; the shim's has no model
+
     sources: list[EditsSource] = []
     seen_specs: set[int] = set()
     seen_devices: set[str] = set()
@@ -52,10 +64,12 @@ def edits_for(devices: Sequence[RegisteredDevice]) -> list[EditsSource]:
         spec_file = registered.spec_file
         if id(spec_file) not in seen_specs:
             seen_specs.add(id(spec_file))
-            sources.append(EditsSource(spec_file.spec.container_edits, spec_file.path, "containerEdits"))
+            sources.append(
+                EditsSource(to_data(spec_file.spec.container_edits), spec_file.path, "containerEdits")
+            )
         sources.append(
             EditsSource(
-                registered.device.container_edits,
+                to_data(registered.device.container_edits),
                 spec_file.path,
                 f"devices[{registered.index}].containerEdits",
             )
@@ -71,7 +85,7 @@ def inject_devices(config: dict[str, Any], devices: Sequence[RegisteredDevice], 
 def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:
     """Apply edit blocks to ``config`` in place; on CdictkError ``config`` is unchanged."""
     shape = _Shape(config, config_file)
-    env = [entry for source in sources for entry in source.edits.env]
+    env = [entry for source in sources for entry in source.edits.get("env", ())]
     if env:
         shape.list_of(str, "process", "env")
     user = shape.mapping("process", "user")
@@ -81,27 +95,27 @@ def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_f
     nodes = [
         _oci_node(node, uid, gid, source.file, f"{source.field}.deviceNodes[{i}]")
         for source in sources
-        for i, node in enumerate(source.edits.device_nodes)
+        for i, node in enumerate(source.edits.get("deviceNodes", ()))
     ]
     if nodes:
         shape.list_of(dict, "linux", "devices")
         shape.list_of(dict, "linux", "resources", "devices")
-    net_devices = [net for source in sources for net in source.edits.net_devices]
+    net_devices = [net for source in sources for net in source.edits.get("netDevices", ())]
     if net_devices:
         shape.mapping("linux", "netDevices")
-    mounts = [mount for source in sources for mount in source.edits.mounts]
+    mounts = [mount for source in sources for mount in source.edits.get("mounts", ())]
     if mounts:
         existing = shape.list_of(dict, "mounts") or []
         for i, entry in enumerate(existing):
             if not isinstance(entry.get("destination"), str):
                 raise CdictkError(config_file, f"mounts[{i}].destination", "expected a string")
-    hooks = [hook for source in sources for hook in source.edits.hooks]
+    hooks = [hook for source in sources for hook in source.edits.get("hooks", ())]
     for hook in hooks:
-        shape.list_of(dict, "hooks", hook.hook_name)
-    rdt = next((s.edits.intel_rdt for s in reversed(sources) if s.edits.intel_rdt is not None), None)
+        shape.list_of(dict, "hooks", hook["hookName"])
+    rdt = next((s.edits["intelRdt"] for s in reversed(sources) if s.edits.get("intelRdt") is not None), None)
     if rdt is not None or net_devices or nodes:
         shape.mapping("linux")
-    gids = [value for source in sources for value in source.edits.additional_gids if value != 0]
+    gids = [value for source in sources for value in source.edits.get("additionalGids", ()) if value != 0]
     if gids:
         shape.list_of(int, "process", "user", "additionalGids")
 
@@ -113,11 +127,11 @@ def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_f
     if net_devices:
         table = _dict_at(config, "linux", "netDevices")
         for net in net_devices:
-            table[net.host_interface_name] = {"name": net.name}
+            table[net["hostInterfaceName"]] = {"name": net["name"]}
     if mounts:
         _add_mounts(config, mounts)
     for hook in hooks:
-        _replace(_list_at(config, "hooks", hook.hook_name), _oci_hook(hook))
+        _replace(_list_at(config, "hooks", hook["hookName"]), _oci_hook(hook))
     if rdt is not None:
         _dict_at(config, "linux")["intelRdt"] = _oci_intel_rdt(rdt)
     if gids:
@@ -208,12 +222,14 @@ def _merge_env(env: list[str], entries: list[str]) -> None:
             env[at] = entry
 
 
-@dataclass(frozen=True, slots=True)
 class _Node:
     """An OCI ``linux.devices`` entry and, for b and c nodes, the access its cgroup rule grants."""
 
-    device: dict[str, Any]
-    access: str | None
+    __slots__ = ("access", "device")
+
+    def __init__(self, device: dict[str, Any], access: str | None) -> None:
+        self.device = device
+        self.access = access
 
 
 def _host_device(path: str) -> tuple[str, os.stat_result] | str:
@@ -228,15 +244,19 @@ def _host_device(path: str) -> tuple[str, os.stat_result] | str:
     return host_type, st
 
 
-def _oci_node(node: DeviceNode, uid: int | None, gid: int | None, file: str, field: str) -> _Node:
+def _oci_node(node: dict[str, Any], uid: int | None, gid: int | None, file: str, field: str) -> _Node:
     """``node`` completed from the host device, as the library does it.
 
     A node that already names its type and major (or is a FIFO) is "minimal": the host only supplies
     a missing fileMode, and a missing host node is no error.
     """
-    minimal = node.type != "" and (node.major != 0 or node.type == "p")
-    dev_type, major, minor, file_mode = node.type, node.major, node.minor, node.file_mode
-    host_path = node.host_path or node.path
+    path: str = node["path"]
+    dev_type: str = node.get("type", "")
+    major: int = node.get("major", 0)
+    minor: int = node.get("minor", 0)
+    file_mode: int | None = node.get("fileMode")
+    minimal = dev_type != "" and (major != 0 or dev_type == "p")
+    host_path = node.get("hostPath") or path
     found = _host_device(host_path)
     if isinstance(found, str):
         if not minimal:
@@ -256,16 +276,16 @@ def _oci_node(node: DeviceNode, uid: int | None, gid: int | None, file: str, fie
                 )
             if dev_type != "p" and major == 0:
                 major, minor = os.major(st.st_rdev), os.minor(st.st_rdev)
-    device: dict[str, Any] = {"path": node.path, "type": dev_type, "major": major, "minor": minor}
+    device: dict[str, Any] = {"path": path, "type": dev_type, "major": major, "minor": minor}
     if file_mode is not None:
         device["fileMode"] = file_mode
-    owner = node.uid if node.uid is not None else uid
-    group = node.gid if node.gid is not None else gid
+    owner = node.get("uid", uid)
+    group = node.get("gid", gid)
     if owner is not None:
         device["uid"] = owner
     if group is not None:
         device["gid"] = group
-    return _Node(device, (node.permissions or "rwm") if dev_type in ("b", "c") else None)
+    return _Node(device, (node.get("permissions") or "rwm") if dev_type in ("b", "c") else None)
 
 
 def _add_node(config: dict[str, Any], node: _Node) -> None:
@@ -287,19 +307,20 @@ def _add_node(config: dict[str, Any], node: _Node) -> None:
         _replace(_list_at(config, "linux", "resources", "devices"), rule)
 
 
-def _add_mounts(config: dict[str, Any], mounts: list[Mount]) -> None:
+def _add_mounts(config: dict[str, Any], mounts: list[dict[str, Any]]) -> None:
     present = _list_at(config, "mounts")
     for mount in mounts:
+        destination = mount["containerPath"]
         for i, existing in enumerate(present):
-            if existing["destination"] == mount.container_path:
+            if existing["destination"] == destination:
                 del present[i]
                 break
-        entry: dict[str, Any] = {"destination": mount.container_path}
-        if mount.type:
-            entry["type"] = mount.type
-        entry["source"] = mount.host_path
-        if mount.options:
-            entry["options"] = list(mount.options)
+        entry: dict[str, Any] = {"destination": destination}
+        if mount.get("type"):
+            entry["type"] = mount["type"]
+        entry["source"] = mount["hostPath"]
+        if mount.get("options"):
+            entry["options"] = list(mount["options"])
         present.append(entry)
     # Parents before children: a mount must not be hidden by one made later on a parent directory.
     present.sort(key=lambda entry: _clean(entry["destination"]).count("/"))
@@ -311,27 +332,27 @@ def _clean(path: str) -> str:
     return cleaned[1:] if cleaned.startswith("//") else cleaned
 
 
-def _oci_hook(hook: Hook) -> dict[str, Any]:
-    entry: dict[str, Any] = {"path": hook.path}
-    if hook.args:
-        entry["args"] = list(hook.args)
-    if hook.env:
-        entry["env"] = list(hook.env)
-    if hook.timeout is not None:
-        entry["timeout"] = hook.timeout
+def _oci_hook(hook: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"path": hook["path"]}
+    if hook.get("args"):
+        entry["args"] = list(hook["args"])
+    if hook.get("env"):
+        entry["env"] = list(hook["env"])
+    if hook.get("timeout") is not None:
+        entry["timeout"] = hook["timeout"]
     return entry
 
 
-def _oci_intel_rdt(rdt: IntelRdt) -> dict[str, Any]:
+def _oci_intel_rdt(rdt: dict[str, Any]) -> dict[str, Any]:
     entry: dict[str, Any] = {}
-    if rdt.clos_id:
-        entry["closID"] = rdt.clos_id
-    if rdt.schemata:
-        entry["schemata"] = list(rdt.schemata)
-    if rdt.l3_cache_schema:
-        entry["l3CacheSchema"] = rdt.l3_cache_schema
-    if rdt.mem_bw_schema:
-        entry["memBwSchema"] = rdt.mem_bw_schema
-    if rdt.enable_monitoring:
+    if rdt.get("closID"):
+        entry["closID"] = rdt["closID"]
+    if rdt.get("schemata"):
+        entry["schemata"] = list(rdt["schemata"])
+    if rdt.get("l3CacheSchema"):
+        entry["l3CacheSchema"] = rdt["l3CacheSchema"]
+    if rdt.get("memBwSchema"):
+        entry["memBwSchema"] = rdt["memBwSchema"]
+    if rdt.get("enableMonitoring"):
         entry["enableMonitoring"] = True
     return entry

@@ -7,8 +7,9 @@ from typing import Any
 from cdictk import strictjson
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Spec
-from cdictk.cdi.parse import MAX_SPEC_BYTES, parse_document
+from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
+from cdictk.cdi.specdirs import MAX_SPEC_BYTES
 from cdictk.errors import CdictkError, Problem
 
 

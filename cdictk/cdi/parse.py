@@ -15,7 +15,6 @@ from cdictk import strictjson
 from cdictk.cdi.yamlscalar import Timestamp, go_text, resolve_plain
 from cdictk.errors import CdictkError
 
-MAX_SPEC_BYTES = 8 << 20
 MAX_DEPTH = 64
 _STR_TAG = "tag:yaml.org,2002:str"
 

@@ -12,17 +12,14 @@ drops the device when no later directory defines it: the Go library drops it eve
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from cdictk.cdi.load import InvalidSpecError, load_spec
 from cdictk.cdi.model import Device, Spec
 from cdictk.cdi.names import QualifiedName, parse_qualified_name, split_kind
+from cdictk.cdi.specdirs import DEFAULT_SPEC_DIRS, spec_paths
 from cdictk.errors import CdictkError, Problem
-
-DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
-SPEC_SUFFIXES = (".json", ".yaml")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -124,25 +121,6 @@ def load_registry(dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, require_dirs: bool
         if len(winners) == 1:
             registry.devices[qualified] = winners[0]
     return registry
-
-
-def spec_paths(directory: str, problems: list[Problem], *, require_dirs: bool = False) -> list[str]:
-    """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``."""
-    try:
-        with os.scandir(directory) as entries:
-            names = sorted(
-                entry.name
-                for entry in entries
-                if entry.name.endswith(SPEC_SUFFIXES) and not entry.is_dir(follow_symlinks=False)
-            )
-    except FileNotFoundError:
-        if require_dirs:
-            problems.append(Problem(directory, "", "no such spec directory"))
-        return []
-    except OSError as exc:
-        problems.append(Problem(directory, "", f"cannot read spec directory: {exc.strerror}"))
-        return []
-    return [os.path.join(directory, name) for name in names]
 
 
 def _report_conflict(qualified: str, found: list[RegisteredDevice], problems: list[Problem]) -> None:

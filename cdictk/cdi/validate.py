@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import read_document
 from cdictk.cdi.model import Spec
-from cdictk.cdi.registry import load_registry, spec_paths
+from cdictk.cdi.registry import load_registry
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.schema import schema_problems
+from cdictk.cdi.specdirs import spec_paths
 from cdictk.cdi.version import is_newer, minimum_version
 from cdictk.errors import CdictkError, Problem
 

@@ -1,4 +1,4 @@
-"""``cdictk runtime configure``."""
+"""``cdictk runtime configure`` and ``cdictk runtime install-launchers``."""
 
 from __future__ import annotations
 
@@ -14,10 +14,22 @@ _DEFAULT = "RUNTIME_DEFAULT"
 
 
 def default_runtime_path() -> str:
+    """The launcher when it is installed (faster), else the console script."""
+    from cdictk.runtime.launchers import DEFAULT_DIR  # noqa: PLC0415
+
+    launcher = os.path.join(DEFAULT_DIR, "cdictk-runtime")
+    if os.access(launcher, os.X_OK):
+        return launcher
     found = shutil.which("cdictk-runtime")
     return (
         os.path.abspath(found) if found else os.path.join(os.path.dirname(sys.executable), "cdictk-runtime")
     )
+
+
+def _is_launcher(path: str) -> bool:
+    from cdictk.runtime.launchers import DEFAULT_DIR  # noqa: PLC0415
+
+    return os.path.dirname(path) == DEFAULT_DIR
 
 
 def _is_text(value: str) -> bool:
@@ -69,7 +81,8 @@ def runtime_group() -> None:
     "--nvidia-runtime-path",
     "path",
     metavar="PATH",
-    help="Absolute path of cdictk-runtime. Default: found on PATH, else next to this Python.",
+    help="Absolute path of cdictk-runtime. Default: the launcher in /usr/local/libexec/cdictk if "
+    "installed (cdictk runtime install-launchers), else the console script on PATH or next to this Python.",
 )
 @click.option(
     "--set-as-default",
@@ -138,6 +151,12 @@ def configure_command(  # click passes every option by keyword
     if engine == "containerd" and restart_how == "signal":  # refused before anything is written
         raise CdictkError("", "--restart", "containerd does not reload its config on a signal: use systemd")
     runtime_path = path or default_runtime_path()
+    if path is None and not remove and not _is_launcher(runtime_path):
+        print(
+            "cdictk: note: registering the console script; `cdictk runtime install-launchers` first makes "
+            "every container command about 10 ms faster",
+            file=sys.stderr,
+        )
     if not os.path.isabs(runtime_path):
         raise CdictkError("", "--runtime-path", f"must be an absolute path, not {runtime_path!r}")
     if not os.path.exists(runtime_path) and not remove:
@@ -152,4 +171,33 @@ def configure_command(  # click passes every option by keyword
         from cdictk.runtime.configure.restart import restart  # noqa: PLC0415
 
         print(restart(engine, restart_how, socket_path), file=sys.stderr)
+    return 0
+
+
+@runtime_group.command("install-launchers")
+@click.option(
+    "--dir",
+    "directory",
+    default="/usr/local/libexec/cdictk",
+    show_default=True,
+    metavar="DIR",
+    help="Where to write cdictk-runtime and cdictk-precreate.",
+)
+def install_launchers_command(*, directory: str) -> int:
+    """Write fast launchers for cdictk-runtime and cdictk-precreate.
+
+    Each is a short script that runs this Python with -I -S: no site-packages .pth files and no PYTHON*
+    variables, about 10 ms less per container command than pip's console scripts. `cdictk runtime
+    configure` registers the runtime launcher when it is installed in the default directory; point
+    podman's precreate hook (hooks/oci-hooks.d/cdictk-precreate.json) at the other. Run it again after
+    moving or upgrading Python.
+    """
+    from cdictk.runtime.launchers import LauncherError, install_launchers  # noqa: PLC0415
+
+    try:
+        written = install_launchers(directory)
+    except LauncherError as exc:
+        raise CdictkError("", "", str(exc)) from None
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
     return 0

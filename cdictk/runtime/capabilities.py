@@ -49,8 +49,7 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:
     from collections.abc import Iterable
-
-    from cdictk.cdi.model import Mount
+    from typing import Any
 
 COMPUTE = "compute"
 UTILITY = "utility"
@@ -264,7 +263,7 @@ def keep_mount(container_path: str, capabilities: frozenset[str]) -> bool:
     return _keep(container_path, effective_capabilities(capabilities))
 
 
-def select_mounts(mounts: list[Mount], capabilities: frozenset[str]) -> list[Mount]:
-    """The mounts a container asking for ``capabilities`` gets, in their order (the same objects)."""
+def select_mounts(mounts: list[dict[str, Any]], capabilities: frozenset[str]) -> list[dict[str, Any]]:
+    """The mounts (the spec's JSON shape) a container asking for ``capabilities`` gets, in their order."""
     wanted = effective_capabilities(capabilities)
-    return [mount for mount in mounts if _keep(mount.container_path, wanted)]
+    return [mount for mount in mounts if _keep(mount["containerPath"], wanted)]

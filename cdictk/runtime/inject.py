@@ -1,23 +1,30 @@
 """The device requests of an OCI config, met from the CDI spec dirs (for the shim and the precreate hook).
 
 Requests (annotations, ``NVIDIA_VISIBLE_DEVICES``) are read by :mod:`cdictk.runtime.requests`,
-resolved in the spec directories (or in the node's spec made in memory when none is on disk), trimmed
-to ``NVIDIA_DRIVER_CAPABILITIES`` and applied with the CDI core's engine, in place.
+resolved in the spec index of the spec directories (:mod:`cdictk.runtime.specindex`, or the node's
+spec made in memory when none is on disk), trimmed to ``NVIDIA_DRIVER_CAPABILITIES`` and applied with
+the CDI core's engine, in place. A name the index does not hold is resolved by the registry, whose
+error says why it cannot be.
 """
 
 from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from cdictk.cdi.apply import EditsSource
     from cdictk.cdi.model import Spec
+    from cdictk.cdi.registry import Registry
+    from cdictk.runtime.cache import Cache
+    from cdictk.runtime.requests import Requests
     from cdictk.runtime.settings import Settings
+    from cdictk.runtime.specindex import SpecIndex
 
 
 class InjectError(Exception):
     """A request that cannot be met; the container must not start. One line, naming the request."""
 
 
-def apply_requests(config: object, settings: Settings, where: str) -> bool:
+def apply_requests(config: object, settings: Settings, where: str, cache: Cache) -> bool:
     """Apply the devices ``config`` asks for, in place; False (and ``config`` untouched) when none."""
     from cdictk.runtime.requests import Policy, RequestError, requests_from_config  # noqa: PLC0415
 
@@ -35,40 +42,59 @@ def apply_requests(config: object, settings: Settings, where: str) -> bool:
         raise InjectError(str(exc)) from None
     if not requests.devices:
         return False
-    _inject(config, requests.devices, requests.capabilities, settings, where)
+    _inject(config, requests, settings, where, cache)
     return True
 
 
 def _inject(
-    config: dict[str, object],
-    devices: list[str],
-    capabilities: frozenset[str],
-    settings: Settings,
-    where: str,
+    config: dict[str, object], requests: Requests, settings: Settings, where: str, cache: Cache
 ) -> None:
-    from cdictk.cdi.apply import inject_devices  # noqa: PLC0415
-    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
+    from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.runtime.selection import trim_edits  # noqa: PLC0415
+    from cdictk.runtime.specindex import load_index  # noqa: PLC0415
 
+    devices = requests.devices
     try:
-        registry = load_registry(settings.spec_dirs)
+        index = load_index(settings.spec_dirs, cache)
+        registry = None
         wanted = any(device.startswith(settings.default_kind + "=") for device in devices)
-        if wanted and settings.generate_when_missing and not registry.has_kind(settings.default_kind):
-            registry.add_spec(_spec_in_memory(settings), "<the node's spec, made in memory>")
-        resolved = registry.resolve(devices)
-        specs = {id(found.spec_file.spec): found.spec_file.spec for found in resolved}
-        # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the loaded specs live in this process only.
-        trim_edits(
-            [
-                *(found.device.container_edits for found in resolved),
-                *(s.container_edits for s in specs.values()),
-            ],
-            capabilities,
-        )
-        inject_devices(config, resolved, where)
+        if wanted and settings.generate_when_missing and not index.has_kind(settings.default_kind):
+            registry = _registry_with_node_spec(settings)
+            index = _index_of(registry)
+        sources = index.sources(devices)
+        if sources is None:  # a name the index does not hold: the registry says why
+            sources = _resolve(registry or _registry(settings), devices)
+        # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the edits are this container's copies.
+        trim_edits([source.edits for source in sources], requests.capabilities)
+        apply_edits(config, sources, where)
     except CdictkError as exc:  # names the device and the spec file already
         raise InjectError(str(exc)) from None
+
+
+def _registry(settings: Settings) -> Registry:
+    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
+
+    return load_registry(settings.spec_dirs)
+
+
+def _registry_with_node_spec(settings: Settings) -> Registry:
+    registry = _registry(settings)
+    registry.add_spec(_spec_in_memory(settings), "<the node's spec, made in memory>")
+    return registry
+
+
+def _index_of(registry: Registry) -> SpecIndex:
+    from cdictk.runtime.specindex import SpecIndex, index_data  # noqa: PLC0415
+
+    return SpecIndex(index_data(registry))
+
+
+def _resolve(registry: Registry, devices: list[str]) -> list[EditsSource]:
+    """The registry's edit blocks for ``devices``, or its error naming what cannot be resolved."""
+    from cdictk.cdi.apply import edits_for  # noqa: PLC0415
+
+    return edits_for(registry.resolve(devices))
 
 
 def _spec_in_memory(settings: Settings) -> Spec:

@@ -31,15 +31,17 @@ def main() -> int:
 
 
 def _apply(data: bytes) -> bytes | None:
-    from cdictk.ociconfig import dump_config  # noqa: PLC0415
+    from cdictk.ociconfig import dump_config, parse_config  # noqa: PLC0415
+    from cdictk.runtime.cache import Cache  # noqa: PLC0415
     from cdictk.runtime.inject import apply_requests  # noqa: PLC0415
     from cdictk.runtime.settings import load_settings  # noqa: PLC0415
-    from cdictk.strictjson import loads  # noqa: PLC0415
 
-    config = loads(data, "<OCI config on stdin>")
-    if not apply_requests(config, load_settings(), "<OCI config on stdin>"):
+    where = "<OCI config on stdin>"
+    cache = Cache.from_environment()
+    config = parse_config(data, where)
+    if not apply_requests(config, load_settings(cache=cache), where, cache):
         return None
-    return dump_config(config)
+    return dump_config(config, compact=True)
 
 
 if __name__ == "__main__":

@@ -16,22 +16,29 @@ from cdictk.runtime.capabilities import select_mounts
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
+    from typing import Any
 
-    from cdictk.cdi.model import ContainerEdits
 
-
-def trim_edits(edits: Iterable[ContainerEdits], capabilities: frozenset[str]) -> None:
-    """Drop, in place, the mounts and links of ``edits`` that ``capabilities`` do not cover."""
+def trim_edits(edits: Iterable[dict[str, Any]], capabilities: frozenset[str]) -> None:
+    """Drop, in place, the mounts and links of ``edits`` (the spec's JSON shape) not in ``capabilities``."""
     edits = list(edits)
     dropped: set[str] = set()
     for edit in edits:
-        kept = select_mounts(edit.mounts, capabilities)
+        mounts = edit.get("mounts")
+        if not mounts:
+            continue
+        kept = select_mounts(mounts, capabilities)
         kept_ids = {id(mount) for mount in kept}
-        dropped.update(mount.container_path for mount in edit.mounts if id(mount) not in kept_ids)
-        edit.mounts = kept
+        dropped.update(mount["containerPath"] for mount in mounts if id(mount) not in kept_ids)
+        edit["mounts"] = kept
     if not dropped:
         return
-    links = [_link_target(text) for edit in edits for hook in edit.hooks for text in _link_values(hook.args)]
+    links = [
+        _link_target(text)
+        for edit in edits
+        for hook in edit.get("hooks", ())
+        for text in _link_values(hook.get("args", []))
+    ]
     changed = True
     while changed:  # a link to a dropped link is dropped too: libcuda.so -> libcuda.so.1 -> libcuda.so.V
         changed = False
@@ -40,8 +47,9 @@ def trim_edits(edits: Iterable[ContainerEdits], capabilities: frozenset[str]) ->
                 dropped.add(link)
                 changed = True
     for edit in edits:
-        for hook in edit.hooks:
-            hook.args = _without_links(hook.args, dropped)
+        for hook in edit.get("hooks", ()):
+            if hook.get("args"):
+                hook["args"] = _without_links(hook["args"], dropped)
 
 
 def _link_values(args: list[str]) -> list[str]:

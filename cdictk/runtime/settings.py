@@ -14,6 +14,8 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from cdictk.runtime.cache import Cache
+
 CONFIG_PATH = "/etc/cdictk/config.toml"
 MAX_CONFIG = 1 << 20
 
@@ -106,7 +108,12 @@ def config_path() -> str:
     return os.environ.get("CDICTK_CONFIG") or CONFIG_PATH
 
 
-def load_settings(path: str | None = None) -> Settings:
+def load_settings(path: str | None = None, cache: Cache | None = None) -> Settings:
+    """The settings in ``path`` (default: :func:`config_path`); a missing file gives the defaults.
+
+    With a ``cache``, a file parsed before (the same text) is not parsed again: the TOML parser alone
+    is 10 ms of imports on every container start.
+    """
     path = path or config_path()
     settings = Settings()
     try:
@@ -121,14 +128,36 @@ def load_settings(path: str | None = None) -> Settings:
         os.close(fd)
     if len(data) > MAX_CONFIG:
         raise SettingsError(f"{path}: larger than {MAX_CONFIG} bytes")
-    import tomllib  # noqa: PLC0415 - only when there is a file to read
-
     try:
-        document = tomllib.loads(data.decode("utf-8"))
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise SettingsError(f"{path}: {exc}") from None
+    key = [path, text]
+    name = _entry_name(path)
+    document = cache.load(name, key) if cache is not None else None
+    if not isinstance(document, dict):
+        document = _parse(text, path)
+        _apply(settings, document, path)
+        if cache is not None:
+            cache.store(name, key, document)  # only a document that was accepted
+        return settings
     _apply(settings, document, path)
     return settings
+
+
+def _entry_name(path: str) -> str:
+    from cdictk.runtime.cache import entry_name  # noqa: PLC0415
+
+    return entry_name("settings", path)
+
+
+def _parse(text: str, path: str) -> dict[str, object]:
+    import tomllib  # noqa: PLC0415 - only when there is a file to read, and no cached parse of it
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SettingsError(f"{path}: {exc}") from None
 
 
 def _apply(settings: Settings, document: Mapping[str, object], path: str) -> None:

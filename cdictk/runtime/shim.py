@@ -13,6 +13,9 @@ A request that cannot be met fails the start with one line naming it: a containe
 GPU never starts silently without one. ``config.json`` is then left as it was.
 
 A node without a spec on disk gets one made in memory for each container (``[node]`` settings).
+The parsed settings and specs are kept between starts (:mod:`cdictk.runtime.cache`), and engines
+run it through the ``-I -S`` launcher (:mod:`cdictk.runtime.launchers`): its create path imports no
+parser, no :mod:`json`, :mod:`re`, :mod:`typing` or :mod:`dataclasses`.
 Settings (the low-level runtimes, spec directories and request policy) come from
 ``/etc/cdictk/config.toml`` (``cdictk config default`` prints it; ``CDICTK_CONFIG`` names another).
 """
@@ -26,6 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from cdictk.runtime.cache import Cache
     from cdictk.runtime.settings import Settings
 
 PROG = "cdictk-runtime"
@@ -39,14 +43,16 @@ class ShimError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from cdictk.runtime.cache import Cache  # noqa: PLC0415
     from cdictk.runtime.settings import SettingsError, load_settings  # noqa: PLC0415
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        settings = load_settings()
+        cache = Cache.from_environment()
+        settings = load_settings(cache=cache)
         runtime = find_runtime(settings.runtimes)
         if subcommand(args) in _CREATING:
-            prepare_bundle(bundle_dir(args), settings)
+            prepare_bundle(bundle_dir(args), settings, cache)
     except (ShimError, SettingsError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
@@ -94,18 +100,17 @@ def bundle_dir(args: Sequence[str]) -> str:
     return os.getcwd()
 
 
-def prepare_bundle(bundle: str, settings: Settings) -> None:
+def prepare_bundle(bundle: str, settings: Settings, cache: Cache) -> None:
     """Apply the devices ``config.json`` asks for; nothing is written when it asks for none."""
     from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.ociconfig import write_config  # noqa: PLC0415
+    from cdictk.ociconfig import read_config, write_config  # noqa: PLC0415
     from cdictk.runtime.inject import InjectError, apply_requests  # noqa: PLC0415
-    from cdictk.strictjson import loads, read_capped  # noqa: PLC0415
 
     path = os.path.join(bundle, "config.json")
     try:
-        config = loads(read_capped(path, 16 << 20), path)
-        if apply_requests(config, settings, path):
-            write_config(path, config)
+        config = read_config(path)
+        if apply_requests(config, settings, path, cache):
+            write_config(path, config, compact=True)
     except (InjectError, CdictkError) as exc:
         raise ShimError(str(exc)) from None
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import sys
+import os
 from pathlib import Path
 
 import pytest
 
 from cdictk.cdi.dump import dump_yaml
+from cdictk.runtime.launchers import install_launchers
 from tests.e2e.conftest import ENXIO, IMAGE, FakeGpuHost, Podman, e2e_spec
 
 SHIPPED = Path(__file__).resolve().parents[2] / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
@@ -24,9 +25,10 @@ def hooks_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
     settings.write_text(f"[runtime]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n")
     hook = json.loads(SHIPPED.read_text())
     assert hook["stages"] == ["precreate"] and hook["hook"]["env"]
-    hook["hook"]["path"] = sys.executable
-    hook["hook"]["args"] = [sys.executable, "-m", "cdictk.runtime.precreate"]
-    hook["hook"]["env"] += [f"CDICTK_CONFIG={settings}", f"PYTHONPATH={Path(__file__).resolve().parents[2]}"]
+    launcher = install_launchers(str(tmp_path / "launchers"))[1]  # what the README installs
+    hook["hook"]["path"] = launcher
+    hook["hook"]["args"] = ["cdictk-precreate"]
+    hook["hook"]["env"] += [f"CDICTK_CONFIG={settings}", f"CDICTK_CACHE_DIR={os.environ['CDICTK_CACHE_DIR']}"]
     directory = tmp_path / "hooks.d"
     directory.mkdir()
     (directory / SHIPPED.name).write_text(json.dumps(hook))

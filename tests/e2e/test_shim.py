@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import ContainerEdits, Device
+from cdictk.runtime.launchers import install_launchers
 from tests.conftest import NodeFactory
 from tests.e2e.conftest import ENXIO, FakeGpuHost, Runtime, e2e_spec
 from tests.e2e.test_runtimes import cdictk, make_bundle
@@ -38,15 +38,24 @@ def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
 
 
 def shim(runtime: Runtime, spec_dir: Path, *args: str, extra: str = "") -> subprocess.CompletedProcess[str]:
-    """The shim with a private settings file naming the runtime under test and ``spec_dir`` (+ ``extra``)."""
+    """The shim, through the launcher an engine runs (``#!python -IS``), with a private settings file
+    naming the runtime under test and ``spec_dir`` (+ ``extra``). Its parse cache is the test's own:
+    the first call of a test fills it, later ones use it."""
+    launcher = spec_dir.parent / "launchers" / "cdictk-runtime"
+    if not launcher.exists():
+        install_launchers(str(launcher.parent))
     config = spec_dir.parent / "cdictk-config.toml"
     config.write_text(
         f"[runtime]\nruntimes = [{json.dumps(runtime.binary)}]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n"
         + extra
     )
-    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "CDICTK_CONFIG": str(config)}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
+        "CDICTK_CONFIG": str(config),
+        "CDICTK_CACHE_DIR": os.environ["CDICTK_CACHE_DIR"],
+    }
     return subprocess.run(
-        [sys.executable, "-m", "cdictk.runtime.shim", "--root", str(runtime.state_dir), *args],
+        [str(launcher), "--root", str(runtime.state_dir), *args],
         capture_output=True,
         text=True,
         env=env,
@@ -202,3 +211,21 @@ def test_a_node_without_a_spec_gets_one_made_in_memory(
     off = node_settings + "generate-when-missing = false\n"
     result = shim(runtime, empty, "run", "--bundle", str(bundle), name + "-off", extra=off)
     assert result.returncode == 1 and "unresolvable CDI device" in result.stderr
+
+
+def test_a_changed_spec_is_seen_at_the_next_start(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    """The second start uses the parse cache; an edited spec (device 0 gone) is read again at once."""
+    for attempt in ("cold", "warm"):
+        bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=0",))
+        result = run(runtime, spec_dir, bundle)
+        assert result.returncode == 0, (attempt, result.stderr)
+        assert f"can't open '/dev/nvidia0': {ENXIO}" in result.stdout
+        (tmp_path / "bundle").rename(tmp_path / f"done-{attempt}")
+    assert os.listdir(os.environ["CDICTK_CACHE_DIR"])  # the cache was used
+    spec = spec_dir / "e2e.yaml"
+    spec.write_text(spec.read_text().replace('name: "0"', 'name: "9"', 1))
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=0",))
+    result = run(runtime, spec_dir, bundle)
+    assert result.returncode == 1 and "unresolvable CDI device" in result.stderr, result.stderr

@@ -336,5 +336,15 @@ def test_apply_edits_without_registry() -> None:
     from cdictk.cdi.apply import EditsSource
 
     config: dict[str, Any] = {}
-    apply_edits(config, [EditsSource(ContainerEdits(env=["A=1"]), "inline", "containerEdits")], "config.json")
+    apply_edits(config, [EditsSource({"env": ["A=1"]}, "inline", "containerEdits")], "config.json")
     assert config["process"]["env"] == ["A=1"]
+
+
+def test_edits_are_copies_of_the_spec() -> None:
+    """Trimming the edits for one container must not change the spec another container resolves."""
+    edits = ContainerEdits(mounts=[Mount(host_path="/a", container_path="/a", options=["ro"])])
+    devices = one(ContainerEdits(env=["B=2"]), edits)
+    sources = edits_for(devices)
+    sources[0].edits["mounts"][0]["options"].append("rw")
+    sources[0].edits["mounts"].clear()
+    assert edits.mounts == [Mount(host_path="/a", container_path="/a", options=["ro"])]

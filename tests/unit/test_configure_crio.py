@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.runtime.configure.crio import HEADER, configure
@@ -88,3 +89,16 @@ def test_in_place_remove_restores_the_default_from_the_backup() -> None:
         first.text, "crio.conf", None, "crio.conf", RuntimeChange(remove=True), before=tomllib.loads(MAIN)
     )
     assert back.text is not None and tomllib.loads(back.text) == tomllib.loads(MAIN)
+
+
+def test_the_shipped_drop_in_is_what_configure_writes(tmp_path: Path) -> None:
+    """hooks/crio/99-cdictk.toml, for nodes set up without running cdictk there, must not drift."""
+    from cdictk.cli.main import main
+    from cdictk.runtime.launchers import DEFAULT_DIR
+
+    shipped = Path(__file__).resolve().parents[2] / "hooks" / "crio" / "99-cdictk.toml"
+    written = tmp_path / "99-cdictk.toml"
+    args = ["runtime", "configure", "--runtime", "crio", "--config", str(tmp_path / "crio.conf")]
+    args += ["--drop-in-config", str(written), "--runtime-path", f"{DEFAULT_DIR}/cdictk-runtime"]
+    assert main(args) == 0
+    assert tomllib.loads(shipped.read_text()) == tomllib.loads(written.read_text())

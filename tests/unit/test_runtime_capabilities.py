@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.cdi.dump import to_data
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import Mount
 from cdictk.cli.main import main
@@ -251,12 +252,12 @@ def test_names_are_read_from_the_stem_before_so() -> None:
 
 
 def test_select_mounts_keeps_the_order_and_the_objects() -> None:
-    mounts = [Mount(host_path=p, container_path=p, options=list(RO)) for p, _ in DRIVER_FILES]
+    mounts = [to_data(Mount(host_path=p, container_path=p, options=list(RO))) for p, _ in DRIVER_FILES]
     kept = select_mounts(mounts, DEFAULT_CAPABILITIES)
-    assert kept == [m for m in mounts if keep_mount(m.container_path, DEFAULT_CAPABILITIES)]
+    assert kept == [m for m in mounts if keep_mount(m["containerPath"], DEFAULT_CAPABILITIES)]
     assert all(any(k is m for m in mounts) for k in kept)
-    assert [m.container_path for m in kept] == [
-        p for p, _ in DRIVER_FILES if p in {m.container_path for m in kept}
+    assert [m["containerPath"] for m in kept] == [
+        p for p, _ in DRIVER_FILES if p in {m["containerPath"] for m in kept}
     ]
     assert select_mounts([], ALL_CAPABILITIES) == []
     assert select_mounts(mounts, ALL_CAPABILITIES) == mounts
@@ -299,10 +300,11 @@ def test_every_mount_of_a_generated_spec_is_classified(
     assert by_capability["video"] >= {f"libnvcuvid.so.{V}", f"libvdpau_nvidia.so.{V}"}
     assert by_capability["display"] == {"nvidia_drv.so", f"libglxserver_nvidia.so.{V}"}
 
-    default = {m.container_path.rsplit("/", 1)[-1] for m in select_mounts(mounts, DEFAULT_CAPABILITIES)}
+    data = [to_data(mount) for mount in mounts]
+    default = {m["containerPath"].rsplit("/", 1)[-1] for m in select_mounts(data, DEFAULT_CAPABILITIES)}
     assert {f"libcuda.so.{V}", "nvidia-smi", f"libnvidia-gpucomp.so.{V}", "gsp_ga10x.bin"} <= default
     assert default.isdisjoint(
         {f"libGLX_nvidia.so.{V}", f"libnvcuvid.so.{V}", "nvidia_icd.json", "nvidia_drv.so", "nvoptix.bin"}
     )
-    assert select_mounts(mounts, ALL_CAPABILITIES) == mounts
-    assert select_mounts(mounts, frozenset()) == [m for m in mounts if m.container_path in ALWAYS_KEPT]
+    assert select_mounts(data, ALL_CAPABILITIES) == data
+    assert select_mounts(data, frozenset()) == [m for m in data if m["containerPath"] in ALWAYS_KEPT]

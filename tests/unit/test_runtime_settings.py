@@ -58,3 +58,42 @@ def test_bad_files_are_one_line(tmp_path: Path, text: str, message: str) -> None
     with pytest.raises(SettingsError, match=message) as info:
         load_settings(str(path))
     assert str(info.value).startswith(f"{path}: ") and "\n" not in str(info.value)
+
+
+def test_a_file_parsed_before_is_not_parsed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cdictk.runtime.settings as module
+    from cdictk.runtime.cache import Cache
+
+    cache = Cache(str(tmp_path / "cache"))
+    path = tmp_path / "config.toml"
+    path.write_text('[runtime]\nruntimes = ["crun"]\n')
+    other = tmp_path / "other.toml"
+    other.write_text('[runtime]\nruntimes = ["runc"]\n')
+    assert load_settings(str(path), cache).runtimes == ["crun"]
+    assert load_settings(str(other), cache).runtimes == ["runc"]
+    parsed: list[str] = []
+    real_parse = module._parse
+
+    def counting(text: str, where: str) -> dict[str, object]:
+        parsed.append(where)
+        return real_parse(text, where)
+
+    monkeypatch.setattr(module, "_parse", counting)
+    assert load_settings(str(path), cache).runtimes == ["crun"]  # two files, two entries
+    assert load_settings(str(other), cache).runtimes == ["runc"]
+    assert parsed == []
+    path.write_text('[runtime]\nruntimes = ["xrun"]\n')  # the same size: the text is the key
+    assert load_settings(str(path), cache).runtimes == ["xrun"]
+    assert parsed == [str(path)]
+
+
+def test_a_refused_file_is_refused_every_time(tmp_path: Path) -> None:
+    from cdictk.runtime.cache import Cache
+
+    cache = Cache(str(tmp_path / "cache"))
+    path = tmp_path / "config.toml"
+    path.write_text("[runtime]\nruntimes = []\n")
+    for _ in range(2):
+        with pytest.raises(SettingsError, match="at least one runtime"):
+            load_settings(str(path), cache)
+    assert not (tmp_path / "cache").exists()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.runtime.cache import Cache
 from cdictk.runtime.settings import Settings
 from cdictk.runtime.shim import ShimError, bundle_dir, find_runtime, prepare_bundle, subcommand
 
@@ -63,7 +64,7 @@ def test_a_container_without_requests_is_left_alone(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}})
     before = (bundle / "config.json").read_bytes()
     mtime = os.stat(bundle / "config.json").st_mtime_ns
-    prepare_bundle(str(bundle), settings(tmp_path / "no-specs"))
+    prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), Cache(None))
     assert (bundle / "config.json").read_bytes() == before
     assert os.stat(bundle / "config.json").st_mtime_ns == mtime
 
@@ -74,21 +75,21 @@ def test_a_container_without_requests_is_left_alone(tmp_path: Path) -> None:
         ({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0,,1"]}}, "empty item"),
         ({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=3"]}}, "nvidia.com/gpu=3"),
         ({"annotations": {"cdi.k8s.io/x": "bad"}}, 'annotation "cdi.k8s.io/x"'),
-        ([], "not a JSON object"),
+        ([], "must be a JSON object"),
     ],
 )
 def test_bad_requests_are_one_line_and_leave_the_config(tmp_path: Path, config: object, message: str) -> None:
     bundle = write_bundle(tmp_path, config)
     before = (bundle / "config.json").read_bytes()
     with pytest.raises(ShimError, match=message) as info:
-        prepare_bundle(str(bundle), settings(tmp_path / "no-specs"))
+        prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), Cache(None))
     assert "\n" not in str(info.value)
     assert (bundle / "config.json").read_bytes() == before
 
 
 def test_a_missing_config_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ShimError, match=r"config\.json") as info:
-        prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"))
+        prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"), Cache(None))
     assert "\n" not in str(info.value)
 
 
@@ -103,7 +104,7 @@ def test_a_node_without_driver_or_spec_is_one_line(tmp_path: Path) -> None:
     config.proc_root, config.sys_root = str(empty / "proc"), str(empty / "sys")
     before = (bundle / "config.json").read_bytes()
     with pytest.raises(ShimError) as info:
-        prepare_bundle(str(bundle), config)
+        prepare_bundle(str(bundle), config, Cache(None))
     assert "\n" not in str(info.value) and str(info.value)
     assert (bundle / "config.json").read_bytes() == before
 
@@ -113,7 +114,7 @@ def test_the_precreate_hook_prints_the_config_back_or_fails_in_one_line(tmp_path
     import sys
 
     config = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}, indent=3).encode()
-    env = {"CDICTK_CONFIG": str(tmp_path / "none.toml")}
+    env = {"CDICTK_CONFIG": str(tmp_path / "none.toml"), "CDICTK_CACHE_DIR": os.environ["CDICTK_CACHE_DIR"]}
     hook = [sys.executable, "-m", "cdictk.runtime.precreate"]
     result = subprocess.run(hook, input=config, capture_output=True, env=env, check=False)
     assert (result.returncode, result.stdout) == (0, config)  # byte for byte

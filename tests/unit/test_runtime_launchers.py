@@ -1,0 +1,81 @@
+"""The -I -S launchers for cdictk-runtime and cdictk-precreate, and the command that writes them."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cdictk.cli.main import main
+from cdictk.cli.runtime import default_runtime_path
+from cdictk.runtime import launchers
+from cdictk.runtime.launchers import LauncherError, install_launchers, launcher_text
+
+
+def test_a_launcher_runs_this_python_isolated_without_site() -> None:
+    text = launcher_text("cdictk.runtime.shim", "/usr/bin/python3", ["/opt/a", "/opt/b"])
+    lines = text.splitlines()
+    assert lines[0] == "#!/usr/bin/python3 -IS"  # one argument: the kernel passes the rest as one
+    assert "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.runtime.shim import main" in text
+
+
+@pytest.mark.parametrize("python", ["/opt/my python/bin/python3", "/" + "p" * 260])
+def test_an_interpreter_a_shebang_cannot_name_is_refused(python: str) -> None:
+    with pytest.raises(LauncherError, match="#! line"):
+        launcher_text("m", python, [])
+
+
+def test_installed_launchers_run(tmp_path: Path) -> None:
+    written = install_launchers(str(tmp_path / "bin"))
+    assert [os.path.basename(p) for p in written] == ["cdictk-runtime", "cdictk-precreate"]
+    for path in written:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
+    config = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}).encode()
+    env = {"CDICTK_CONFIG": str(tmp_path / "none.toml"), "PYTHONPATH": "/nonexistent", "PYTHONINSPECT": "1"}
+    result = subprocess.run([written[1]], input=config, capture_output=True, env=env, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (0, config, b"")  # PYTHON* ignored
+    (tmp_path / "none.toml").write_text('[runtime]\nruntimes = ["/nonexistent/runc"]\n')
+    shim = subprocess.run([written[0], "state", "x"], capture_output=True, env=env, check=False, text=True)
+    assert (shim.returncode, shim.stderr) == (
+        1,
+        "cdictk-runtime: error: no low-level runtime found (looked for /nonexistent/runc)\n",
+    )
+
+
+def test_install_again_replaces_them(tmp_path: Path) -> None:
+    install_launchers(str(tmp_path))
+    (tmp_path / "cdictk-runtime").write_text("stale")
+    install_launchers(str(tmp_path))
+    assert (tmp_path / "cdictk-runtime").read_text().startswith(f"#!{sys.executable} -IS\n")
+
+
+def test_the_command_writes_them_or_says_why_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["runtime", "install-launchers", "--dir", str(tmp_path / "l")]) == 0
+    assert f"wrote {tmp_path / 'l' / 'cdictk-runtime'}" in capsys.readouterr().err
+    assert main(["runtime", "install-launchers", "--dir", "relative"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "must be an absolute path" in err
+    (tmp_path / "file").write_text("")
+    assert main(["runtime", "install-launchers", "--dir", str(tmp_path / "file" / "l")]) == 1
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_configure_registers_the_launcher_once_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(launchers, "DEFAULT_DIR", str(tmp_path))
+    assert default_runtime_path() != str(tmp_path / "cdictk-runtime")
+    install_launchers(str(tmp_path))
+    assert default_runtime_path() == str(tmp_path / "cdictk-runtime")
+
+
+def test_the_shipped_podman_hook_names_the_launcher() -> None:
+    shipped = Path(__file__).resolve().parents[2] / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
+    hook = json.loads(shipped.read_text())
+    assert hook["hook"]["path"] == os.path.join(launchers.DEFAULT_DIR, "cdictk-precreate")
+    assert hook["stages"] == ["precreate"] and hook["hook"]["env"]

@@ -1,0 +1,174 @@
+"""The shim's spec index: the registry's devices as plain data, rebuilt whenever a spec file changes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import cdictk.cdi.registry
+from cdictk.cdi.apply import EditsSource, edits_for
+from cdictk.cdi.registry import load_registry
+from cdictk.runtime.cache import Cache
+from cdictk.runtime.launchers import install_launchers
+from cdictk.runtime.specindex import index_data, load_index, spec_key
+from tests.unit.test_registry import write_spec
+
+SPEC = """\
+cdiVersion: 0.7.0
+kind: vendor.com/gpu
+containerEdits:
+  env: [COMMON=1]
+  mounts: [{hostPath: /lib/x.so, containerPath: /lib/x.so, options: [ro]}]
+  hooks: [{hookName: createContainer, path: /bin/hook, args: [hook, --link, a::b], env: [A=1]}]
+devices:
+- name: "0"
+  containerEdits:
+    deviceNodes: [{path: /dev/null, permissions: rw, uid: 5}]
+    intelRdt: {closID: c}
+- name: "1"
+  containerEdits: {env: [ONE=1], additionalGids: [7]}
+"""
+
+
+def plain(sources: list[EditsSource]) -> list[tuple[object, str, str]]:
+    return [(source.edits, source.file, source.field) for source in sources]
+
+
+def dirs(tmp_path: Path) -> list[str]:
+    return [str(tmp_path / "etc"), str(tmp_path / "run")]
+
+
+@pytest.fixture
+def spec_dirs(tmp_path: Path) -> list[str]:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "a.yaml").write_text(SPEC)
+    write_spec(tmp_path / "run", "b.yaml", "x", "y", kind="other.com/net", env="NET=1")
+    return dirs(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "requested",
+    [
+        ["vendor.com/gpu=0"],
+        ["vendor.com/gpu=1", "other.com/net=x", "vendor.com/gpu=0", "vendor.com/gpu=1"],
+        [],
+    ],
+)
+def test_the_index_gives_what_the_registry_gives(
+    spec_dirs: list[str], tmp_path: Path, requested: list[str]
+) -> None:
+    registry = load_registry(spec_dirs)
+    expected = plain(edits_for(registry.resolve(requested)))
+    for _ in range(2):  # built, then read back from the cache
+        index = load_index(spec_dirs, Cache(str(tmp_path / "cache")))
+        sources = index.sources(requested)
+        assert sources is not None and plain(sources) == expected
+
+
+def test_a_cached_index_does_not_load_the_specs(
+    spec_dirs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cache = Cache(str(tmp_path / "cache"))
+    built = load_index(spec_dirs, cache)
+
+    def no_registry(*_: object, **__: object) -> None:
+        raise AssertionError("the registry was loaded")
+
+    monkeypatch.setattr(cdictk.cdi.registry, "load_registry", no_registry)
+    again = load_index(spec_dirs, cache)
+    assert (again.specs, again.devices) == (built.specs, built.devices)
+    assert again.has_kind("other.com/net") and not again.has_kind("other.com/ne")
+
+
+def test_any_change_to_the_spec_dirs_rebuilds_it(spec_dirs: list[str], tmp_path: Path) -> None:
+    cache = Cache(str(tmp_path / "cache"))
+    assert "vendor.com/gpu=1" in load_index(spec_dirs, cache).devices
+    spec = tmp_path / "etc" / "a.yaml"
+    stat = spec.stat()
+    spec.write_text(SPEC.replace('name: "1"', 'name: "2"'))  # the same size, the same mtime
+    os.utime(spec, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert sorted(load_index(spec_dirs, cache).devices)[-2:] == ["vendor.com/gpu=0", "vendor.com/gpu=2"]
+    write_spec(tmp_path / "run", "c.yaml", "3")  # a new file
+    assert "vendor.com/gpu=3" in load_index(spec_dirs, cache).devices
+    (tmp_path / "run" / "c.yaml").unlink()  # and gone again
+    assert "vendor.com/gpu=3" not in load_index(spec_dirs, cache).devices
+    (tmp_path / "run" / "b.yaml").unlink()
+    (tmp_path / "run").rmdir()
+    assert not load_index(spec_dirs, cache).has_kind("other.com/net")
+
+
+def test_a_name_the_index_lacks_is_left_to_the_registry(spec_dirs: list[str], tmp_path: Path) -> None:
+    index = load_index(spec_dirs, Cache(None))
+    assert index.sources(["vendor.com/gpu=0", "vendor.com/gpu=9"]) is None
+    assert index.sources(["vendor.com/gpu=00"]) is None
+
+
+def test_conflicting_and_broken_specs_hold_no_devices(tmp_path: Path) -> None:
+    write_spec(tmp_path / "etc", "a.yaml", "0", "1")
+    write_spec(tmp_path / "etc", "b.yaml", "1")
+    (tmp_path / "etc" / "c.yaml").write_text("cdiVersion: 0.6.0\nkind: bad\n")
+    index = load_index(dirs(tmp_path), Cache(str(tmp_path / "cache")))
+    assert sorted(index.devices) == ["vendor.com/gpu=0"]
+
+
+def test_a_spec_that_is_not_utf8_is_never_cached(spec_dirs: list[str], tmp_path: Path) -> None:
+    (tmp_path / "etc" / "z.yaml").write_bytes(b"\xff\xfe")
+    assert spec_key(spec_dirs) is None
+    load_index(spec_dirs, Cache(str(tmp_path / "cache")))
+    assert not (tmp_path / "cache").exists()
+
+
+def test_unreadable_entries_are_part_of_the_key(spec_dirs: list[str], tmp_path: Path) -> None:
+    before = spec_key(spec_dirs)
+    os.mkfifo(tmp_path / "etc" / "fifo.yaml")
+    with_fifo = spec_key(spec_dirs)  # and it did not block
+    assert with_fifo != before and ["not a regular file"] in [f[1] for f in with_fifo[2][2]]  # type: ignore[index]
+
+
+def test_the_index_is_copied_from_the_specs(spec_dirs: list[str]) -> None:
+    registry = load_registry(spec_dirs)
+    data = index_data(registry)
+    data["specs"][0][1]["env"].append("CHANGED=1")
+    assert registry.spec_files[0].spec.container_edits.env == ["COMMON=1"]
+
+
+def test_a_warm_create_imports_no_parser(tmp_path: Path) -> None:
+    """With the cache warm, a create that injects a device imports neither PyYAML nor the model,
+    tomllib, json, re, typing or dataclasses: the shim's whole budget is 30 ms."""
+    launcher = install_launchers(str(tmp_path / "launchers"))[0]
+    (tmp_path / "cdi").mkdir()
+    (tmp_path / "cdi" / "a.yaml").write_text(SPEC)
+    settings = tmp_path / "config.toml"
+    settings.write_text(f'[runtime]\nruntimes = ["/bin/true"]\nspec-dirs = ["{tmp_path / "cdi"}"]\n')
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    config = '{"process": {"env": []}, "annotations": {"cdi.k8s.io/x": "vendor.com/gpu=0"}}'
+    env = {
+        "CDICTK_CONFIG": str(settings),
+        "CDICTK_CACHE_DIR": str(tmp_path / "cache"),
+        "PATH": "/usr/bin:/bin",
+    }
+    command = [
+        sys.executable,
+        "-I",
+        "-S",
+        "-X",
+        "importtime",
+        launcher,
+        "create",
+        "--bundle",
+        str(bundle),
+        "c",
+    ]
+    for warm in (False, True):
+        (bundle / "config.json").write_text(config)
+        result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        assert result.returncode == 0, result.stderr
+        imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+        heavy = {"yaml", "cdictk.cdi.model", "tomllib", "json", "re", "typing", "dataclasses", "enum"}
+        assert bool(heavy & imported) is not warm, sorted(heavy & imported)
+        assert '"/dev/null"' in (bundle / "config.json").read_text()
