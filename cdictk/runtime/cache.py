@@ -89,8 +89,10 @@ class Cache:
             return
         try:
             data = fastjson.dumps({"key": key, "value": value})
+            if len(data) > MAX_ENTRY:  # load would refuse it: rewriting it every start helps no one
+                return
             os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        except (OSError, ValueError, UnicodeEncodeError):
+        except (OSError, ValueError):
             return
         if not _private(self.directory, os.lstat, stat.S_IFDIR):
             return

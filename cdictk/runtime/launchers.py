@@ -4,9 +4,12 @@ Engines run the runtime shim for every container command and podman runs the pre
 every container. pip's console scripts start Python with ``site`` (every ``.pth`` file of every
 installed package) and import :mod:`re` before our code runs: about 10 ms per start on a small
 machine, a third of the shim's budget. A launcher is a four-line script whose ``#!`` line runs this
-Python with ``-I -S`` and whose body puts back on ``sys.path`` only the directories this install
-needs (the package's own, and where its dependencies live, for the slow path that parses specs).
-``-I`` also keeps ``PYTHON*`` variables and the working directory off the import path.
+Python with ``-I -S`` and whose body puts back on ``sys.path`` what ``site`` would have added for that
+Python (asked of it with ``-I``: no working directory, no ``PYTHON*`` variables), after the standard
+library, and the package's own directory. On a distribution's Python that includes the distribution's
+package directory (Debian's ``/usr/lib/python3/dist-packages``, where an apt-installed PyYAML is),
+which the slow path that parses specs needs. ``-I`` also keeps ``PYTHON*`` variables and the working
+directory off the import path when the launcher runs.
 
 Written by ``cdictk runtime install-launchers``, atomically, mode 0755. The paths are this Python's:
 after moving or upgrading Python, install them again.
@@ -15,8 +18,8 @@ after moving or upgrading Python, install them again.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
-import sysconfig
 
 LAUNCHERS = {"cdictk-runtime": "cdictk.runtime.shim", "cdictk-precreate": "cdictk.runtime.precreate"}
 DEFAULT_DIR = "/usr/local/libexec/cdictk"
@@ -27,16 +30,50 @@ class LauncherError(Exception):
     """A launcher cannot be written: one line."""
 
 
-def import_paths() -> list[str]:
-    """Where this install's code and dependencies are: the package's parent, then site-packages."""
-    import cdictk  # noqa: PLC0415
+def import_paths(python: str) -> list[str]:
+    """Where ``python`` finds cdictk and its dependencies once ``site`` has run.
 
-    paths = [os.path.dirname(os.path.dirname(os.path.abspath(cdictk.__file__)))]
-    for name in ("purelib", "platlib"):
-        path = sysconfig.get_paths()[name]
-        if path not in paths:
+    The directory holding the ``cdictk`` package that ``python`` imports (this one's, if it imports
+    none; an editable install may reach it through an import hook rather than a path), then the
+    directories ``python -I`` has on ``sys.path`` that ``python -I -S`` lacks.
+    """
+    with_site, package = _ask(python, "-I")
+    without_site, _ = _ask(python, "-I", "-S")
+    if not package:
+        import cdictk  # noqa: PLC0415
+
+        package = os.path.dirname(os.path.dirname(os.path.abspath(cdictk.__file__)))
+    paths = [package]
+    for path in with_site:
+        if path not in without_site and path not in paths and os.path.isabs(path) and os.path.isdir(path):
             paths.append(path)
     return paths
+
+
+_ASK = """\
+import os, sys
+try:
+    import cdictk
+    package = os.path.dirname(os.path.dirname(os.path.abspath(cdictk.__file__)))
+except ImportError:
+    package = ""
+print("\\0".join([package, *sys.path]))
+"""
+
+
+def _ask(python: str, *flags: str) -> tuple[list[str], str]:
+    """``python``'s sys.path with ``flags``, and the directory holding the cdictk it imports ("": none)."""
+    try:
+        result = subprocess.run(
+            [python, *flags, "-c", _ASK], capture_output=True, text=True, timeout=60, check=False, cwd="/"
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LauncherError(f"{python}: cannot run it: {exc}") from None
+    if result.returncode != 0:
+        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        raise LauncherError(f"{python}: cannot run it: {last}")
+    package, *path = result.stdout.rstrip("\n").split("\0")
+    return path, package
 
 
 def launcher_text(module: str, python: str, paths: list[str]) -> str:
@@ -62,7 +99,7 @@ def install_launchers(directory: str, python: str | None = None) -> list[str]:
     python = python or sys.executable
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise LauncherError(f"{python}: not an absolute path to an executable Python")
-    paths = import_paths()
+    paths = import_paths(python)
     texts = {name: launcher_text(module, python, paths) for name, module in LAUNCHERS.items()}
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)

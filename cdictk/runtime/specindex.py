@@ -7,8 +7,12 @@ reads. Loading it again is one JSON read: the runtime shim skips PyYAML and the 
 container start once the spec dirs have been seen (:mod:`cdictk.runtime.cache`).
 
 The cache key is the text of every spec file (and what went wrong reading a directory or a file),
-so any edit, a new file or a removed one rebuilds the index. A name the index does not hold is not
-an error here: the caller asks the registry, whose message says why. Standard library only.
+so any edit, a new file or a removed one rebuilds the index, and the size and mtime of the code that
+builds it (the CDI core), so an upgrade does too. An index is only kept when no spec file changed
+while it was built (their inode, size, mtime and ctime before and after): a file rewritten under the
+loader, even with the same text in the end, would otherwise leave a torn read cached. A cached entry
+of the wrong shape is a miss. A name the index does not hold is not an error here: the caller asks
+the registry, whose message says why. Standard library only.
 """
 
 from __future__ import annotations
@@ -89,55 +93,119 @@ def load_index(dirs: Sequence[str], cache: Cache) -> SpecIndex:
     """The index of ``dirs``: from the cache when the spec files are what it was built from."""
     from cdictk.runtime.cache import entry_name  # noqa: PLC0415
 
-    key = spec_key(dirs)
+    key, stamp = _snapshot(dirs)
     name = entry_name(ENTRY, "\0".join(dirs))
-    data = cache.load(name, key) if key is not None else None
-    if data is None:
-        from cdictk.cdi.registry import load_registry  # noqa: PLC0415 - the slow path
+    if key is not None:
+        data = cache.load(name, key)
+        if _well_formed(data):
+            return SpecIndex(data)
+    from cdictk.cdi.registry import load_registry  # noqa: PLC0415 - the slow path
 
-        data = index_data(load_registry(dirs))
-        if key is not None and spec_key(dirs) == key:  # kept only if nothing changed while loading
-            cache.store(name, key, data)
+    data = index_data(load_registry(dirs))
+    if key is not None and _snapshot(dirs) == (key, stamp):  # nothing changed while loading
+        cache.store(name, key, data)
     return SpecIndex(data)
 
 
 def spec_key(dirs: Sequence[str]) -> list[Any] | None:
-    """What the registry's result depends on: each spec file's text; None when one is not UTF-8."""
-    key: list[Any] = [_FORMAT, __version__]
+    """What the registry's result depends on: the spec files' text; None when one is not UTF-8."""
+    return _snapshot(dirs)[0]
+
+
+def _snapshot(dirs: Sequence[str]) -> tuple[list[Any] | None, list[Any]]:
+    """The cache key (None: do not cache) and each spec file's inode, size, mtime and ctime."""
+    key: list[Any] | None = [_FORMAT, __version__, _code_stamp()]
+    stamp: list[Any] = []
     for directory in dirs:
         problems: list[Any] = []
         files: list[Any] = []
         for path in spec_paths(directory, problems):
-            text = _read(path)
-            if text is None:
-                return None
+            text, stat_of = _read(path)
+            stamp.append([path, stat_of])
             files.append([path, text])
-        key.append([directory, [str(problem) for problem in problems], files])
-    return key
+            if text is None:
+                key = None
+        if key is not None:
+            key.append([directory, [str(problem) for problem in problems], files])
+    return key, stamp
 
 
-def _read(path: str) -> str | list[Any] | None:
-    """The file's text, or what stops the loader from reading it; None: not UTF-8 (no caching)."""
+def _code_stamp() -> list[Any]:
+    """The name, size and mtime of each module of the CDI core, which decides what the index holds."""
+    import cdictk.cdi  # noqa: PLC0415 - imported already, by cdictk.cdi.apply
+
+    directory = os.path.dirname(os.path.abspath(cdictk.cdi.__file__))
+    found: list[Any] = [[__file__, *_size_mtime(__file__)]]
+    try:
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".py"):
+                    found.append([entry.name, *_size_mtime(entry.path)])
+    except OSError as exc:
+        found.append(["cannot list", exc.errno])
+    found.sort()
+    return found
+
+
+def _size_mtime(path: str) -> list[int]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [-1, -1]
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _well_formed(data: Any) -> bool:
+    """Whether a cached value has the index's shape, down to the numbers that point into it."""
+    if not isinstance(data, dict):
+        return False
+    specs, devices = data.get("specs"), data.get("devices")
+    if not isinstance(specs, list) or not isinstance(devices, dict):
+        return False
+    for spec in specs:
+        if not (
+            isinstance(spec, list)
+            and len(spec) == 2
+            and isinstance(spec[0], str)
+            and isinstance(spec[1], dict)
+        ):
+            return False
+    for entry in devices.values():
+        if not (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and type(entry[0]) is int
+            and 0 <= entry[0] < len(specs)
+            and type(entry[1]) is int
+            and isinstance(entry[2], dict)
+        ):
+            return False
+    return True
+
+
+def _read(path: str) -> tuple[str | list[Any] | None, list[int]]:
+    """The file's text (or what stops the loader from reading it; None: not UTF-8) and its stat."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
-        return ["cannot open", exc.errno]
+        return ["cannot open", exc.errno], []
     try:
         st = os.fstat(fd)
+        stamp = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         if not stat.S_ISREG(st.st_mode):
-            return ["not a regular file"]
+            return ["not a regular file"], stamp
         chunks: list[bytes] = []
         total = 0
         while chunk := os.read(fd, 1 << 20):
             chunks.append(chunk)
             total += len(chunk)
             if total > MAX_SPEC_BYTES:
-                return ["too large"]
+                return ["too large"], stamp
     except OSError as exc:
-        return ["cannot read", exc.errno]
+        return ["cannot read", exc.errno], []
     finally:
         os.close(fd)
     try:
-        return b"".join(chunks).decode("utf-8")
+        return b"".join(chunks).decode("utf-8"), stamp
     except UnicodeDecodeError:
-        return None
+        return None, stamp

@@ -79,3 +79,42 @@ def test_the_shipped_podman_hook_names_the_launcher() -> None:
     hook = json.loads(shipped.read_text())
     assert hook["hook"]["path"] == os.path.join(launchers.DEFAULT_DIR, "cdictk-precreate")
     assert hook["stages"] == ["precreate"] and hook["hook"]["env"]
+
+
+SPEC = """\
+cdiVersion: 0.5.0
+kind: vendor.com/gpu
+devices:
+- name: "0"
+  containerEdits: {deviceNodes: [{path: /dev/null}]}
+"""
+
+
+@pytest.mark.parametrize("python", [sys.executable, "/usr/bin/python3"])
+def test_a_launcher_parses_specs_with_the_packages_its_python_has(tmp_path: Path, python: str) -> None:
+    """The slow path (no cache: PyYAML and the model) works from the launcher, on a distribution's
+    Python too, whose apt-installed PyYAML lives where only site would look (dist-packages)."""
+    if not os.access(python, os.X_OK):
+        pytest.skip(f"{python} is not installed")
+    has_yaml = subprocess.run([python, "-c", "import yaml"], capture_output=True, check=False).returncode == 0
+    if not has_yaml:
+        pytest.skip(f"{python} has no PyYAML (tests/setup-host.sh installs python3-yaml)")
+    launcher = install_launchers(str(tmp_path / "l"), python)[0]
+    (tmp_path / "cdi").mkdir()
+    (tmp_path / "cdi" / "a.yaml").write_text(SPEC)
+    (tmp_path / "config.toml").write_text(
+        f'[runtime]\nruntimes = ["/bin/true"]\nspec-dirs = ["{tmp_path / "cdi"}"]\n'
+    )
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text('{"annotations": {"cdi.k8s.io/x": "vendor.com/gpu=0"}}')
+    env = {"CDICTK_CONFIG": str(tmp_path / "config.toml"), "CDICTK_CACHE_DIR": "", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run(
+        [launcher, "create", "--bundle", str(bundle), "c"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads((bundle / "config.json").read_text())["linux"]["devices"][0]["path"] == "/dev/null"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -126,7 +127,7 @@ def test_unreadable_entries_are_part_of_the_key(spec_dirs: list[str], tmp_path: 
     before = spec_key(spec_dirs)
     os.mkfifo(tmp_path / "etc" / "fifo.yaml")
     with_fifo = spec_key(spec_dirs)  # and it did not block
-    assert with_fifo != before and ["not a regular file"] in [f[1] for f in with_fifo[2][2]]  # type: ignore[index]
+    assert with_fifo != before and ["not a regular file"] in [f[1] for f in with_fifo[3][2]]  # type: ignore[index]
 
 
 def test_the_index_is_copied_from_the_specs(spec_dirs: list[str]) -> None:
@@ -172,3 +173,54 @@ def test_a_warm_create_imports_no_parser(tmp_path: Path) -> None:
         heavy = {"yaml", "cdictk.cdi.model", "tomllib", "json", "re", "typing", "dataclasses", "enum"}
         assert bool(heavy & imported) is not warm, sorted(heavy & imported)
         assert '"/dev/null"' in (bundle / "config.json").read_text()
+
+
+def test_an_entry_of_the_wrong_shape_is_a_miss(spec_dirs: list[str], tmp_path: Path) -> None:
+    cache = Cache(str(tmp_path / "cache"))
+    load_index(spec_dirs, cache)
+    (entry,) = (tmp_path / "cache").iterdir()
+    stored = json.loads(entry.read_text())
+    for broken in ({"specs": [], "devices": stored["value"]["devices"]}, {"specs": 1}, [1], None):
+        entry.write_text(json.dumps({"key": stored["key"], "value": broken}))
+        index = load_index(spec_dirs, cache)  # rebuilt from the spec files, and stored again
+        assert sorted(index.devices) == sorted(stored["value"]["devices"])
+        assert json.loads(entry.read_text()) == stored
+
+
+def test_an_index_built_while_a_spec_changed_is_not_kept(
+    spec_dirs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spec rewritten under the loader, even back to the same text, leaves no entry: it may be torn."""
+    spec = tmp_path / "etc" / "a.yaml"
+    real = cdictk.cdi.registry.load_registry
+
+    def rewriting(dirs: list[str]) -> object:
+        text = spec.read_text()
+        spec.write_text(text[: len(text) // 2])
+        registry = real(dirs)
+        spec.write_text(text)
+        return registry
+
+    monkeypatch.setattr(cdictk.cdi.registry, "load_registry", rewriting)
+    cache = Cache(str(tmp_path / "cache"))
+    load_index(spec_dirs, cache)
+    assert not (tmp_path / "cache").exists()
+    monkeypatch.setattr(cdictk.cdi.registry, "load_registry", real)
+    assert "vendor.com/gpu=1" in load_index(spec_dirs, cache).devices
+    assert len(list((tmp_path / "cache").iterdir())) == 1
+
+
+def test_a_change_to_the_cdi_core_rebuilds_it(
+    spec_dirs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import cdictk.cdi
+
+    core = tmp_path / "core"
+    core.mkdir()
+    for name in ("__init__.py", "rules.py"):
+        (core / name).write_text("")
+    monkeypatch.setattr(cdictk.cdi, "__file__", str(core / "__init__.py"))
+    before = spec_key(spec_dirs)
+    assert spec_key(spec_dirs) == before
+    (core / "rules.py").write_text("# an upgrade")
+    assert spec_key(spec_dirs) != before
