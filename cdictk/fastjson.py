@@ -100,20 +100,24 @@ def _scan_fast(text: str) -> Any:
 
 
 def dumps(value: Any) -> bytes:
-    """``value`` as compact UTF-8 JSON; a float that is not finite or a non-JSON type is a ValueError."""
+    """``value`` as compact JSON; a float that is not finite or a non-JSON type is a ValueError.
+
+    Strings are written with ``\\u`` escapes for everything outside ASCII, so that what was read
+    comes back exactly, a lone surrogate (``"\\ud800"``, valid JSON escapes but not UTF-8) included.
+    """
     try:
-        from _json import encode_basestring, make_encoder  # noqa: PLC0415
+        from _json import encode_basestring_ascii, make_encoder  # noqa: PLC0415
     except ImportError:  # PyPy
         import json  # noqa: PLC0415
 
         try:
-            return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+            return json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
         except TypeError as exc:
             raise ValueError(str(exc)) from None
     encode = make_encoder(
         {},  # markers: a container inside itself is a ValueError, not a recursion crash
         _unserializable,
-        encode_basestring,
+        encode_basestring_ascii,
         None,  # no indent: the C encoder writes compact JSON only
         ":",
         ",",

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from cdictk.cdi.apply import EditsSource
     from cdictk.cdi.model import Spec
     from cdictk.cdi.registry import Registry
@@ -24,8 +26,13 @@ class InjectError(Exception):
     """A request that cannot be met; the container must not start. One line, naming the request."""
 
 
-def apply_requests(config: object, settings: Settings, where: str, cache: Cache) -> bool:
-    """Apply the devices ``config`` asks for, in place; False (and ``config`` untouched) when none."""
+def apply_requests(
+    config: object, settings: Settings, where: str, cache: Cache, warn: Callable[[str], None]
+) -> bool:
+    """Apply the devices ``config`` asks for, in place; False (and ``config`` untouched) when none.
+
+    A request the policy ignores goes to ``warn``, one line each.
+    """
     from cdictk.runtime.requests import Policy, RequestError, requests_from_config  # noqa: PLC0415
 
     if not isinstance(config, dict):
@@ -40,7 +47,9 @@ def apply_requests(config: object, settings: Settings, where: str, cache: Cache)
         requests = requests_from_config(config, policy)
     except RequestError as exc:
         raise InjectError(str(exc)) from None
-    if not requests.devices:
+    for note in requests.notes:
+        warn(note)
+    if not requests.devices and not requests.driver_only:
         return False
     _inject(config, requests, settings, where, cache)
     return True
@@ -54,15 +63,22 @@ def _inject(
     from cdictk.runtime.selection import trim_edits  # noqa: PLC0415
     from cdictk.runtime.specindex import load_index  # noqa: PLC0415
 
-    devices = requests.devices
+    devices, kind = requests.devices, settings.default_kind
     try:
         index = load_index(settings.spec_dirs, cache)
         registry = None
-        wanted = any(device.startswith(settings.default_kind + "=") for device in devices)
-        if wanted and settings.generate_when_missing and not index.has_kind(settings.default_kind):
+        wanted = requests.driver_only or any(device.startswith(kind + "=") for device in devices)
+        if wanted and settings.generate_when_missing and not index.has_kind(kind):
             registry = _registry_with_node_spec(settings)
             index = _index_of(registry)
-        sources = index.sources(devices)
+        sources: list[EditsSource] | None
+        if requests.driver_only:
+            sources = index.driver_sources(kind)
+            if not sources:
+                dirs = ", ".join(settings.spec_dirs)
+                raise InjectError(f'NVIDIA_VISIBLE_DEVICES="none": no CDI spec of kind {kind} in {dirs}')
+        else:
+            sources = index.sources(devices)
         if sources is None:  # a name the index does not hold: the registry says why
             sources = _resolve(registry or _registry(settings), devices)
         # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the edits are this container's copies.

@@ -16,7 +16,21 @@ PROG = "cdictk-precreate"
 MAX_CONFIG = 16 << 20
 
 
-def main() -> int:
+USAGE = """\
+usage: cdictk-precreate < config.json > config.json
+
+podman's precreate OCI hook (hooks/oci-hooks.d/cdictk-precreate.json): reads a container's OCI config
+on stdin, applies the GPUs it asks for (cdi.k8s.io/* annotations, NVIDIA_VISIBLE_DEVICES,
+NVIDIA_DRIVER_CAPABILITIES) from the CDI spec dirs and prints the config; one that asks for nothing is
+printed back byte for byte. A request that cannot be met is one line on stderr, exit status 1.
+Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG), as for cdictk-runtime."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args or sys.stdin.isatty():  # podman passes no arguments and a pipe
+        print(USAGE, file=sys.stdout if args in (["--help"], ["-h"]) else sys.stderr)
+        return 0 if args in (["--help"], ["-h"]) else 2
     data = sys.stdin.buffer.read(MAX_CONFIG + 1)
     try:
         if len(data) > MAX_CONFIG:
@@ -39,9 +53,13 @@ def _apply(data: bytes) -> bytes | None:
     where = "<OCI config on stdin>"
     cache = Cache.from_environment()
     config = parse_config(data, where)
-    if not apply_requests(config, load_settings(cache=cache), where, cache):
+    if not apply_requests(config, load_settings(cache=cache), where, cache, _warn):
         return None
     return dump_config(config, compact=True)
+
+
+def _warn(line: str) -> None:
+    print(f"{PROG}: warning: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

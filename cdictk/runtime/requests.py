@@ -13,9 +13,15 @@ A container asks for devices in one of three ways, highest priority first, as NV
 The first source that asks for anything decides; the others are not read. Unqualified device ids
 (``0``, ``0:1``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``all``) become ``<default kind>=<id>``.
 
+``none`` asks for the driver without a GPU: the spec's common edits (driver files, control nodes)
+and no device, as NVIDIA's legacy mode gives it. ``void`` anywhere in a list makes the container ask
+for nothing, as with NVIDIA.
+
 Stricter than NVIDIA's on purpose: a device id that is not one of the known shapes (spaces, empty list
-items, paths, ``GPU-`` alone) is an error, never trimmed or skipped, and ``all`` / ``none`` must be the
-whole value. A request that cannot be read stops the container with one line naming it.
+items, paths, ``GPU-`` alone) is an error, never trimmed or skipped, even next to ``void``, and ``all``
+/ ``none`` must be the whole value. A request that cannot be read stops the container with one line
+naming it. A request the policy ignores (``NVIDIA_VISIBLE_DEVICES`` of an unprivileged container) is
+reported in ``notes``.
 
 Runs on every container start: standard library only, and not even :mod:`typing`, :mod:`re` or
 :mod:`os` at import (the checks are written with ``str`` methods).
@@ -46,6 +52,7 @@ _ALNUM = _LETTERS | _DIGITS
 _VENDOR_CHARS = _ALNUM | {"_", ".", "-"}
 _NAME_CHARS = _VENDOR_CHARS | {":"}
 _MAX_SHOWN = 200  # characters of a bad value repeated in a message
+_DRIVER_ONLY = "none"  # what _resolve gives for "none": not a qualified name, so it cannot clash
 
 
 class RequestError(Exception):
@@ -95,20 +102,35 @@ class Policy:
 class Requests:
     """What a config asks for. ``source`` is "" for a container that asks for no GPU at all."""
 
-    __slots__ = ("capabilities", "devices", "source")
+    __slots__ = ("capabilities", "devices", "driver_only", "notes", "source")
 
     devices: list[str]
     capabilities: frozenset[str]
     source: str
+    driver_only: bool
+    notes: list[str]
 
-    def __init__(self, devices: list[str], capabilities: frozenset[str], source: str) -> None:
+    def __init__(
+        self,
+        devices: list[str],
+        capabilities: frozenset[str],
+        source: str,
+        *,
+        driver_only: bool = False,
+        notes: list[str] | None = None,
+    ) -> None:
         self.devices = devices  # fully qualified CDI names, deduplicated, in request order
         self.capabilities = capabilities
         self.source = source  # "annotations" | "volume-mounts" | "NVIDIA_VISIBLE_DEVICES" | ""
+        self.driver_only = driver_only  # "none": the default kind's driver files, no device
+        self.notes = notes or []  # requests the policy ignored, one line each
 
     def __repr__(self) -> str:
         caps = ",".join(sorted(self.capabilities))
-        return f"Requests(devices={self.devices!r}, capabilities={caps!r}, source={self.source!r})"
+        return (
+            f"Requests(devices={self.devices!r}, capabilities={caps!r}, source={self.source!r}, "
+            f"driver_only={self.driver_only!r}, notes={self.notes!r})"
+        )
 
 
 def requests_from_config(config: Mapping[str, object], policy: Policy) -> Requests:
@@ -132,15 +154,26 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
             devices = _resolve(requests, policy.default_kind)
             source = SOURCE_VOLUME_MOUNTS if devices is not None else ""
             devices = devices or []
+    notes: list[str] = []
     if devices is None:
         value = env.get(VISIBLE_DEVICES)
         if value is not None and (policy.accept_env_unprivileged or _privileged(config)):
             devices = _from_env(value, policy.default_kind)
             source = SOURCE_ENV if devices is not None else ""
+        elif value and value != "void":
+            notes.append(
+                f"{VISIBLE_DEVICES}={_quote(value)} ignored: the container is unprivileged and "
+                "accept-env-unprivileged is false"
+            )
     capabilities, problem = _capabilities(env.get(DRIVER_CAPABILITIES))
     if problem and source:
         raise RequestError(problem)
-    return Requests(list(dict.fromkeys(devices or ())), capabilities, source)
+    driver_only = devices == [_DRIVER_ONLY]
+    if driver_only:
+        devices = []
+    return Requests(
+        list(dict.fromkeys(devices or ())), capabilities, source, driver_only=driver_only, notes=notes
+    )
 
 
 # --- the three request sources ---------------------------------------------------------------------
@@ -224,24 +257,27 @@ def _from_env(value: str, kind: str) -> list[str] | None:
     if not value:
         return None
     items = value.split(",")
-    if "void" in items:
-        return None
     if "" in items:
         raise RequestError(f"{VISIBLE_DEVICES}: {_quote(value)}: empty item in the device list")
     return _resolve([(VISIBLE_DEVICES, item) for item in items], kind)
 
 
 def _resolve(requests: list[tuple[str, str]], kind: str) -> list[str] | None:
-    """Qualified names for (label, request) pairs: ``void`` -> None, ``none`` -> [], ``all`` -> kind=all."""
-    if any(request == "void" for _, request in requests):
-        return None
+    """Qualified names for (label, request) pairs.
+
+    ``void`` anywhere -> None (once the other items are checked), ``none`` -> the driver-only marker,
+    ``all`` -> ``<kind>=all``.
+    """
+    void = any(request == "void" for _, request in requests)
     names: list[str] = []
     for label, request in requests:
+        if request == "void":
+            continue
         if request in ("all", "none"):
-            if len(requests) > 1:
+            if len(requests) > 1 and not void:
                 raise RequestError(f'{label}: "{request}" cannot be combined with other devices')
-            return [f"{kind}=all"] if request == "all" else []
-        if "=" in request:
+            names.append(f"{kind}=all" if request == "all" else _DRIVER_ONLY)
+        elif "=" in request:
             problem = qualified_name_problem(request)
             if problem:
                 raise RequestError(f"{label}: {_quote(request)}: {problem}")
@@ -250,7 +286,7 @@ def _resolve(requests: list[tuple[str, str]], kind: str) -> list[str] | None:
             names.append(f"{kind}={request}")
         else:
             raise RequestError(f"{label}: {_quote(request)}: not a valid device id")
-    return names
+    return None if void else names
 
 
 # --- the process: environment and privilege ---------------------------------------------------------

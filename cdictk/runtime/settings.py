@@ -124,6 +124,8 @@ def load_settings(path: str | None = None, cache: Cache | None = None) -> Settin
         raise SettingsError(f"{path}: {exc.strerror}") from None
     try:
         data = os.read(fd, MAX_CONFIG + 1)
+    except OSError as exc:  # a directory, an unreadable device
+        raise SettingsError(f"{path}: {exc.strerror}") from None
     finally:
         os.close(fd)
     if len(data) > MAX_CONFIG:
@@ -177,6 +179,11 @@ def _apply(settings: Settings, document: Mapping[str, object], path: str) -> Non
             setattr(settings, key.replace("-", "_"), value)
     if not settings.runtimes:
         raise SettingsError(f"{path}: runtime.runtimes must name at least one runtime")
+    from cdictk.runtime.requests import kind_problem  # noqa: PLC0415
+
+    problem = kind_problem(settings.default_kind)
+    if problem:
+        raise SettingsError(f"{path}: requests.default-kind: {problem}")
     for key in ("driver_root", "dev_root", "proc_root", "sys_root"):
         if not getattr(settings, key).startswith("/"):
             raise SettingsError(f"{path}: node.{key.replace('_', '-')} must be an absolute path")

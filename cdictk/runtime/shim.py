@@ -33,6 +33,17 @@ if TYPE_CHECKING:
     from cdictk.runtime.settings import Settings
 
 PROG = "cdictk-runtime"
+USAGE = """\
+usage: cdictk-runtime [RUNTIME OPTIONS] COMMAND [ARGS...]
+
+An OCI runtime in front of runc or crun. On `create` and `run` it applies the GPUs the bundle's
+config.json asks for (cdi.k8s.io/* annotations, NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES)
+from the CDI spec dirs, then execs the low-level runtime with the same arguments; every other command
+is exec'd at once. A request that cannot be met is one line on stderr, exit status 1.
+
+Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG; `cdictk config default` prints every key).
+Parse cache: /run/cdictk ($CDICTK_CACHE_DIR, empty: off). The low-level runtime's own help:
+`runc --help`. Register it with `cdictk runtime install-launchers` and `cdictk runtime configure`."""
 _CREATING = ("create", "run")
 # runc's and crun's global options that take a value: the subcommand is the first other word.
 _GLOBAL_VALUES = ("--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager")
@@ -47,6 +58,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from cdictk.runtime.settings import SettingsError, load_settings  # noqa: PLC0415
 
     args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--help"], ["-h"]):
+        print(USAGE)
+        return 0
     try:
         cache = Cache.from_environment()
         settings = load_settings(cache=cache)
@@ -93,7 +107,9 @@ def bundle_dir(args: Sequence[str]) -> str:
     """The bundle of a create/run: ``--bundle``/``-b`` (with ``=`` or a space), else the working dir."""
     for index, arg in enumerate(args):
         for flag in ("--bundle", "-b"):
-            if arg == flag and index + 1 < len(args):
+            if arg == flag:
+                if index + 1 >= len(args) or not args[index + 1]:
+                    raise ShimError(f"{flag} needs a directory")
                 return os.path.abspath(args[index + 1])
             if arg.startswith(flag + "="):
                 return os.path.abspath(arg[len(flag) + 1 :])
@@ -109,10 +125,14 @@ def prepare_bundle(bundle: str, settings: Settings, cache: Cache) -> None:
     path = os.path.join(bundle, "config.json")
     try:
         config = read_config(path)
-        if apply_requests(config, settings, path, cache):
+        if apply_requests(config, settings, path, cache, _warn):
             write_config(path, config, compact=True)
     except (InjectError, CdictkError) as exc:
         raise ShimError(str(exc)) from None
+
+
+def _warn(line: str) -> None:
+    print(f"{PROG}: warning: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -33,11 +33,11 @@ if TYPE_CHECKING:
     from cdictk.runtime.cache import Cache
 
 ENTRY = "spec-index"
-_FORMAT = 1
+_FORMAT = 2
 
 
 class SpecIndex:
-    """``specs``: [path, common edits] per spec file; ``devices``: name -> [spec, index in it, edits]."""
+    """``specs``: [path, common edits, kind] per spec file; ``devices``: name -> [spec, index, edits]."""
 
     __slots__ = ("devices", "specs")
 
@@ -48,6 +48,10 @@ class SpecIndex:
     def has_kind(self, kind: str) -> bool:
         prefix = kind + "="
         return any(name.startswith(prefix) for name in self.devices)
+
+    def driver_sources(self, kind: str) -> list[EditsSource]:
+        """The common edits of every spec of ``kind`` (``NVIDIA_VISIBLE_DEVICES=none``): no device."""
+        return [EditsSource(common, path, "containerEdits") for path, common, of in self.specs if of == kind]
 
     def sources(self, requested: Sequence[str]) -> list[EditsSource] | None:
         """The edit blocks for ``requested``, ordered as ``edits_for`` orders them; None if one is unknown.
@@ -65,7 +69,7 @@ class SpecIndex:
                 continue
             seen.add(name)
             number, index, edits = entry
-            path, common = self.specs[number]
+            path, common, _ = self.specs[number]
             if number not in seen_specs:
                 seen_specs.add(number)
                 sources.append(EditsSource(common, path, "containerEdits"))
@@ -81,7 +85,7 @@ def index_data(registry: Registry) -> dict[str, Any]:
     specs: list[list[Any]] = []
     for spec_file in registry.spec_files:
         numbers[id(spec_file)] = len(specs)
-        specs.append([spec_file.path, to_data(spec_file.spec.container_edits)])
+        specs.append([spec_file.path, to_data(spec_file.spec.container_edits), spec_file.spec.kind])
     devices = {
         name: [numbers[id(found.spec_file)], found.index, to_data(found.device.container_edits)]
         for name, found in registry.devices.items()
@@ -165,9 +169,10 @@ def _well_formed(data: Any) -> bool:
     for spec in specs:
         if not (
             isinstance(spec, list)
-            and len(spec) == 2
+            and len(spec) == 3
             and isinstance(spec[0], str)
             and isinstance(spec[1], dict)
+            and isinstance(spec[2], str)
         ):
             return False
     for entry in devices.values():

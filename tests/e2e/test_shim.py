@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -37,10 +38,10 @@ def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
     return directory
 
 
-def shim(runtime: Runtime, spec_dir: Path, *args: str, extra: str = "") -> subprocess.CompletedProcess[str]:
-    """The shim, through the launcher an engine runs (``#!python -IS``), with a private settings file
-    naming the runtime under test and ``spec_dir`` (+ ``extra``). Its parse cache is the test's own:
-    the first call of a test fills it, later ones use it."""
+def shim_command(runtime: Runtime, spec_dir: Path, extra: str = "") -> tuple[list[str], dict[str, str]]:
+    """The shim through the launcher an engine runs (``#!python -IS``), with its global options, and
+    an environment naming a private settings file (the runtime under test, ``spec_dir``, ``extra``).
+    Its parse cache is the test's own: the first call of a test fills it, later ones use it."""
     launcher = spec_dir.parent / "launchers" / "cdictk-runtime"
     if not launcher.exists():
         install_launchers(str(launcher.parent))
@@ -54,8 +55,14 @@ def shim(runtime: Runtime, spec_dir: Path, *args: str, extra: str = "") -> subpr
         "CDICTK_CONFIG": str(config),
         "CDICTK_CACHE_DIR": os.environ["CDICTK_CACHE_DIR"],
     }
+    return [str(launcher), "--root", str(runtime.state_dir)], env
+
+
+def shim(runtime: Runtime, spec_dir: Path, *args: str, extra: str = "") -> subprocess.CompletedProcess[str]:
+    """Runs the shim (see :func:`shim_command`) and captures its output."""
+    command, env = shim_command(runtime, spec_dir, extra)
     return subprocess.run(
-        [str(launcher), "--root", str(runtime.state_dir), *args],
+        [*command, *args],
         capture_output=True,
         text=True,
         env=env,
@@ -229,3 +236,60 @@ def test_a_changed_spec_is_seen_at_the_next_start(
     bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=0",))
     result = run(runtime, spec_dir, bundle)
     assert result.returncode == 1 and "unresolvable CDI device" in result.stderr, result.stderr
+
+
+def test_none_gives_the_driver_without_a_gpu(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    script = "exec 2>&1; cat /dev/nvidiactl; cat /dev/nvidia0; cat /mounted/file; echo end"
+    bundle = make_bundle(tmp_path / "bundle", rootfs, script)
+    config = json.loads((bundle / "config.json").read_text())
+    config["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=none")
+    (bundle / "config.json").write_text(json.dumps(config))
+    result = run(runtime, spec_dir, bundle)
+    assert result.returncode == 0, result.stderr
+    assert f"can't open '/dev/nvidiactl': {ENXIO}" in result.stdout  # the spec's common node, allowed
+    assert "can't open '/dev/nvidia0': No such file or directory" in result.stdout
+    assert "hello from the host" in result.stdout  # the spec's common mount (a file of no capability)
+
+
+def test_create_start_state_delete_as_an_engine_drives_it(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    """containerd and Docker call create, then start, state and delete; only create changes anything."""
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=0",))
+    name = f"cdictk-shim-{uuid.uuid4().hex[:12]}"
+    log = tmp_path / "container.log"
+    command, env = shim_command(runtime, spec_dir)
+    with open(log, "wb") as output:  # a file, not a pipe: the container keeps create's stdio open
+        created = subprocess.run(
+            [*command, "create", "--bundle", str(bundle), name],
+            stdout=output,
+            stderr=output,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            timeout=120,
+            check=False,
+        )
+    try:
+        assert created.returncode == 0, log.read_text()
+        direct = subprocess.run(
+            [runtime.binary, "--root", str(runtime.state_dir), "state", name],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        through = shim(runtime, spec_dir, "state", name)
+        assert (through.returncode, through.stdout) == (0, direct.stdout)
+        assert json.loads(through.stdout)["status"] == "created"
+        assert shim(runtime, spec_dir, "start", name).returncode == 0
+        for _ in range(200):
+            state = json.loads(shim(runtime, spec_dir, "state", name).stdout)
+            if state["status"] == "stopped":
+                break
+            time.sleep(0.05)
+        assert state["status"] == "stopped"
+        assert f"can't open '/dev/nvidia0': {ENXIO}" in log.read_text()
+    finally:
+        deleted = shim(runtime, spec_dir, "delete", "--force", name)
+    assert deleted.returncode == 0, deleted.stderr

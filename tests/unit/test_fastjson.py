@@ -12,7 +12,7 @@ from cdictk import fastjson
 def test_dumps_is_compact_and_reads_back() -> None:
     value = {"b": [1, 2.5, True, None, 'é"\\\n'], "a": {"nested": []}, "z": -0.0}
     data = fastjson.dumps(value)
-    assert data == json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+    assert data == json.dumps(value, separators=(",", ":")).encode()
     assert fastjson.loads(data) == value
     assert list(fastjson.loads(data)) == ["b", "a", "z"]  # the order is kept
 
@@ -40,3 +40,8 @@ def test_errors_are_one_short_reason() -> None:
         with pytest.raises(fastjson.JsonError) as caught:
             fastjson.loads(data)
         assert str(caught.value) == reason
+
+
+def test_a_lone_surrogate_read_is_written_back_the_same() -> None:
+    data = b'{"a":"\\ud800x\\u00e9"}'
+    assert fastjson.dumps(fastjson.loads(data)) == data

@@ -117,7 +117,8 @@ def test_unqualified_ids_take_the_policy_kind() -> None:
         ("NVIDIA_VISIBLE_DEVICES=",),
         ("NVIDIA_VISIBLE_DEVICES=void",),
         ("NVIDIA_VISIBLE_DEVICES=0,void",),
-        ("NVIDIA_VISIBLE_DEVICES=void,,bad id",),
+        ("NVIDIA_VISIBLE_DEVICES=void,all",),
+        ("NVIDIA_VISIBLE_DEVICES=none,void,GPU-0a",),
     ],
 )
 def test_not_a_gpu_container(env: tuple[str, ...]) -> None:
@@ -128,8 +129,21 @@ def test_not_a_gpu_container(env: tuple[str, ...]) -> None:
 
 def test_none_asks_for_the_driver_only() -> None:
     result = request(config("NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility"))
-    assert (result.devices, result.source) == ([], "NVIDIA_VISIBLE_DEVICES")
+    assert (result.devices, result.source, result.driver_only) == ([], "NVIDIA_VISIBLE_DEVICES", True)
     assert result.capabilities == {"utility"}
+    assert not request(config("NVIDIA_VISIBLE_DEVICES=0")).driver_only
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("void,,bad id", "empty item in the device list"),
+        ("void,bad id", '"bad id": not a valid device id'),
+        ("0,void,GPU-", '"GPU-": not a valid device id'),
+    ],
+)
+def test_void_does_not_hide_a_malformed_id(value: str, message: str) -> None:
+    assert message in error(config(f"NVIDIA_VISIBLE_DEVICES={value}"))
 
 
 def test_the_last_occurrence_wins() -> None:
@@ -239,6 +253,11 @@ def test_env_from_an_unprivileged_container_is_ignored_when_the_policy_refuses_i
     for value in ("0", "all", "none", "bad id"):
         result = request(config(f"NVIDIA_VISIBLE_DEVICES={value}", bounding=bounding), REFUSE)
         assert (result.devices, result.source) == ([], "")
+        assert result.notes == [
+            f'NVIDIA_VISIBLE_DEVICES="{value}" ignored: the container is unprivileged and '
+            "accept-env-unprivileged is false"
+        ]
+    assert request(config("NVIDIA_VISIBLE_DEVICES=void", bounding=bounding), REFUSE).notes == []
 
 
 def test_env_from_a_privileged_container_is_honoured_when_the_policy_refuses_unprivileged() -> None:
@@ -603,9 +622,9 @@ def test_bad_policies(kwargs: dict[str, Any], message: str) -> None:
 
 def test_requests_object() -> None:
     result = request(config("NVIDIA_VISIBLE_DEVICES=0", "NVIDIA_DRIVER_CAPABILITIES=utility,compute"))
-    assert (
-        repr(result)
-        == "Requests(devices=['nvidia.com/gpu=0'], capabilities='compute,utility', source='NVIDIA_VISIBLE_DEVICES')"
+    assert repr(result) == (
+        "Requests(devices=['nvidia.com/gpu=0'], capabilities='compute,utility', "
+        "source='NVIDIA_VISIBLE_DEVICES', driver_only=False, notes=[])"
     )
     assert not hasattr(result, "__dict__")
 

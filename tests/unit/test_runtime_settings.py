@@ -50,6 +50,7 @@ def test_values_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
         ('[runtime]\nruntimes = "runc"\n', "runtime.runtimes must be a list of non-empty strings"),
         ('[requests]\naccept-volume-mounts = "yes"\n', "requests.accept-volume-mounts must be bool"),
         ("[runtime\n", "Expected"),
+        ('[requests]\ndefault-kind = "bad"\n', 'requests.default-kind: invalid kind "bad"'),
     ],
 )
 def test_bad_files_are_one_line(tmp_path: Path, text: str, message: str) -> None:
@@ -97,3 +98,9 @@ def test_a_refused_file_is_refused_every_time(tmp_path: Path) -> None:
         with pytest.raises(SettingsError, match="at least one runtime"):
             load_settings(str(path), cache)
     assert not (tmp_path / "cache").exists()
+
+
+def test_a_directory_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="Is a directory") as info:
+        load_settings(str(tmp_path))
+    assert str(info.value) == f"{tmp_path}: Is a directory"

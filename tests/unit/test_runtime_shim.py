@@ -42,6 +42,9 @@ def test_bundle_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert bundle_dir(["create", "id"]) == str(tmp_path)
     assert bundle_dir(["create", "-b", "rel", "id"]) == str(tmp_path / "rel")
+    for args in (["create", "--bundle"], ["create", "-b", ""]):
+        with pytest.raises(ShimError, match="needs a directory"):
+            bundle_dir(args)
 
 
 def test_find_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -109,16 +112,26 @@ def test_a_node_without_driver_or_spec_is_one_line(tmp_path: Path) -> None:
     assert (bundle / "config.json").read_bytes() == before
 
 
-def test_the_precreate_hook_prints_the_config_back_or_fails_in_one_line(tmp_path: Path) -> None:
-    import subprocess
-    import sys
+def test_help_is_the_shims_own(capsys: pytest.CaptureFixture[str]) -> None:
+    from cdictk.runtime.shim import main
 
-    config = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}, indent=3).encode()
-    env = {"CDICTK_CONFIG": str(tmp_path / "none.toml"), "CDICTK_CACHE_DIR": os.environ["CDICTK_CACHE_DIR"]}
-    hook = [sys.executable, "-m", "cdictk.runtime.precreate"]
-    result = subprocess.run(hook, input=config, capture_output=True, env=env, check=False)
-    assert (result.returncode, result.stdout) == (0, config)  # byte for byte
-    bad = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=GPU-x y"]}}).encode()
-    result = subprocess.run(hook, input=bad, capture_output=True, env=env, check=False)
-    assert result.returncode == 1 and result.stdout == b""
-    assert result.stderr.decode().count("\n") == 1 and b"cdictk-precreate: error: " in result.stderr
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: cdictk-runtime") and "NVIDIA_VISIBLE_DEVICES" in out
+
+
+def test_a_warning_for_an_ignored_request_and_the_container_starts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"], "capabilities": {"bounding": []}}}
+    bundle = write_bundle(tmp_path, config)
+    before = (bundle / "config.json").read_bytes()
+    refusing = settings(tmp_path / "no-specs")
+    refusing.accept_env_unprivileged = False
+    prepare_bundle(str(bundle), refusing, Cache(None))
+    assert (bundle / "config.json").read_bytes() == before
+    err = capsys.readouterr().err
+    assert err == (
+        'cdictk-runtime: warning: NVIDIA_VISIBLE_DEVICES="0" ignored: the container is unprivileged and '
+        "accept-env-unprivileged is false\n"
+    )

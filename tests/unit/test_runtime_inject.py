@@ -1,0 +1,86 @@
+"""Requests met from the spec dirs: the index, the registry's errors, NVIDIA_VISIBLE_DEVICES=none."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdictk.runtime.cache import Cache
+from cdictk.runtime.inject import InjectError, apply_requests
+from cdictk.runtime.settings import Settings
+
+SPEC = """\
+cdiVersion: 0.5.0
+kind: nvidia.com/gpu
+containerEdits:
+  env: [DRIVER=1]
+  deviceNodes: [{path: /dev/zero}]
+  mounts: [{hostPath: /usr/bin/nvidia-smi, containerPath: /usr/bin/nvidia-smi, options: [ro]}]
+devices:
+- name: "0"
+  containerEdits: {deviceNodes: [{path: /dev/null}]}
+"""
+
+
+def settings(tmp_path: Path) -> Settings:
+    (tmp_path / "cdi").mkdir(exist_ok=True)
+    (tmp_path / "cdi" / "nvidia.yaml").write_text(SPEC)
+    result = Settings()
+    result.spec_dirs = [str(tmp_path / "cdi")]
+    result.generate_when_missing = False
+    return result
+
+
+def apply(tmp_path: Path, *env: str, cache: Cache | None = None) -> tuple[dict[str, Any], list[str]]:
+    config: dict[str, Any] = {"process": {"env": list(env)}}
+    warnings: list[str] = []
+    apply_requests(config, settings(tmp_path), "config.json", cache or Cache(None), warnings.append)
+    return config, warnings
+
+
+def nodes(config: dict[str, Any]) -> list[str]:
+    return [node["path"] for node in config.get("linux", {}).get("devices", [])]
+
+
+def test_a_device_and_the_spec_edits(tmp_path: Path) -> None:
+    for cache in (Cache(None), Cache(str(tmp_path / "c")), Cache(str(tmp_path / "c"))):  # off, cold, warm
+        config, warnings = apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=0", cache=cache)
+        assert nodes(config) == ["/dev/zero", "/dev/null"] and warnings == []
+        assert "DRIVER=1" in config["process"]["env"]
+
+
+def test_none_gives_the_driver_without_a_device(tmp_path: Path) -> None:
+    config, _ = apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=utility")
+    assert nodes(config) == ["/dev/zero"]
+    assert [m["destination"] for m in config["mounts"]] == ["/usr/bin/nvidia-smi"]
+    config, _ = apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=none", "NVIDIA_DRIVER_CAPABILITIES=compute")
+    assert "mounts" not in config  # nvidia-smi is a utility file
+
+
+def test_none_without_a_spec_of_the_kind_is_one_line(tmp_path: Path) -> None:
+    config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=none"]}}
+    empty = Settings()
+    empty.spec_dirs = [str(tmp_path / "nothing")]
+    empty.generate_when_missing = False
+    with pytest.raises(InjectError, match=r'"none": no CDI spec of kind nvidia\.com/gpu in '):
+        apply_requests(config, empty, "config.json", Cache(None), print)
+    assert config == {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=none"]}}
+
+
+def test_an_unknown_device_gets_the_registrys_message(tmp_path: Path) -> None:
+    cache = Cache(str(tmp_path / "c"))
+    apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=0", cache=cache)  # the index is cached now
+    with pytest.raises(InjectError) as info:
+        apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=0,3", cache=cache)
+    assert str(info.value) == f"nvidia.com/gpu=3: unresolvable CDI device (spec dirs: {tmp_path / 'cdi'})"
+
+
+def test_an_ignored_request_is_a_warning(tmp_path: Path) -> None:
+    config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"], "capabilities": {}}}
+    refusing = settings(tmp_path)
+    refusing.accept_env_unprivileged = False
+    warnings: list[str] = []
+    assert not apply_requests(config, refusing, "config.json", Cache(None), warnings.append)
+    assert len(warnings) == 1 and "ignored" in warnings[0]
