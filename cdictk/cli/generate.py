@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 import stat
 import sys
+from collections.abc import Callable
 
 import click
 
 from cdictk.errors import CdictkError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cdictk.node.roots import Roots
+    from cdictk.nvcdi.render import Rendered
 
 DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
 MAX_SPEC_BYTES = 64 << 20  # far above any generated spec; a bigger file is not ours
@@ -47,6 +53,14 @@ def _warn(message: str) -> None:
     "--proc-root", default="/proc", show_default=True, metavar="DIR", help="Where procfs is mounted."
 )
 @click.option("--sys-root", default="/sys", show_default=True, metavar="DIR", help="Where sysfs is mounted.")
+@click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Where this process sees the node's / (a DaemonSet mounting it at /host, with --driver-root "
+    "/host): host paths in the spec are written as the node sees them, without DIR.",
+)
 @click.option(
     "--mode",
     type=click.Choice(_MODES),
@@ -109,6 +123,22 @@ def _warn(message: str) -> None:
     is_flag=True,
     help="Write nothing; exit 1 if the spec at --output differs from a fresh generation (stale).",
 )
+@click.option(
+    "--watch",
+    "watching",
+    is_flag=True,
+    help="Keep running: look at the node every --interval seconds (driver, modules, GPUs, MIG instances, "
+    "device nodes) and write the spec again, only when its content changed, as soon as anything changes; "
+    "SIGTERM or SIGINT stop it. A failed generation keeps the spec there and is retried.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.1, 60),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --watch: how often to look at the node.",
+)
 def generate_command(  # click passes every option by keyword
     *,
     output: str,
@@ -117,6 +147,7 @@ def generate_command(  # click passes every option by keyword
     dev_root: str | None,
     proc_root: str,
     sys_root: str,
+    host_root: str,
     mode: str,
     strategies: tuple[str, ...],
     vendor: str,
@@ -129,6 +160,8 @@ def generate_command(  # click passes every option by keyword
     device_ids: tuple[str, ...],
     target_version: str | None,
     check: bool,
+    watching: bool,
+    interval: float,
 ) -> int:
     """Discover this node's NVIDIA GPUs, MIG devices and driver files and write a CDI spec for them.
 
@@ -142,14 +175,13 @@ def generate_command(  # click passes every option by keyword
     and nothing is written; so is an output directory that cannot be written, which leaves the old
     spec in place.
     """
-    from cdictk.cdi.dump import dump  # noqa: PLC0415
     from cdictk.cdi.names import vendor_or_class_problem  # noqa: PLC0415
-    from cdictk.cdi.rules import check_spec  # noqa: PLC0415
-    from cdictk.node.facts import Mode, discover  # noqa: PLC0415
+    from cdictk.node.facts import Mode  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
-    from cdictk.nvcdi.build import SpecOptions, build_spec  # noqa: PLC0415
+    from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
     from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
     from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
+    from cdictk.nvcdi.render import render  # noqa: PLC0415
 
     for what, value in (("--vendor", vendor), ("--class", cls)):
         problem = vendor_or_class_problem(what.lstrip("-"), value)
@@ -162,6 +194,8 @@ def generate_command(  # click passes every option by keyword
         )
     if check and output == "-":
         raise CdictkError("", "--check", "needs a file to compare with, not stdout")
+    if watching and (check or output == "-"):
+        raise CdictkError("", "--watch", "needs a file to write and cannot be combined with --check")
     if mode == "management" and device_ids:
         raise CdictkError("", "--device-id", "does not apply to --mode management (one 'all' device)")
     if ldconfig_path is not None and not os.path.isabs(ldconfig_path):
@@ -178,7 +212,6 @@ def generate_command(  # click passes every option by keyword
         proc=os.path.abspath(proc_root),
         sys=os.path.abspath(sys_root),
     )
-    facts = discover(roots, Mode(mode))
     options = SpecOptions(
         vendor=vendor,
         cls=cls,
@@ -190,17 +223,15 @@ def generate_command(  # click passes every option by keyword
         device_ids=device_ids,
         target_version=target_version,
     )
-    spec, warnings = build_spec(facts, options)
-    for message in facts.warnings + warnings:
+    host = os.path.abspath(host_root)
+    if watching:
+        return _watch(
+            lambda: render(roots, Mode(mode), options, fmt, output, host_root=host), roots, output, interval
+        )
+    rendered = render(roots, Mode(mode), options, fmt, output, host_root=host)
+    for message in rendered.warnings:
         _warn(message)
-    problems = check_spec(spec, output)
-    if problems:  # our own bug: never write a spec a runtime would refuse
-        raise CdictkError("", "", f"generated spec is invalid: {problems[0]}")
-    try:
-        data = dump(spec, fmt).encode()
-    except UnicodeEncodeError as exc:  # discovery leaves such names out; this is the last guard
-        raise CdictkError("", "", f"a discovered path is not valid UTF-8: {exc.object!r}") from None
-    summary = f"cdiVersion {spec.cdi_version}, {len(spec.devices)} devices, driver {facts.driver_version}"
+    data, summary = rendered.data, rendered.summary
 
     if output == "-":
         sys.stdout.buffer.write(data)
@@ -219,6 +250,36 @@ def generate_command(  # click passes every option by keyword
         return 0
     _write(output, data)
     print(f"wrote {output} ({summary})", file=sys.stderr)
+    return 0
+
+
+def _watch(produce: Callable[[], Rendered], roots: Roots, output: str, interval: float) -> int:
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
+    from cdictk.nvcdi.watch import WatchTiming, watch  # noqa: PLC0415
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    shown: list[str] = []
+
+    def regenerate() -> None:
+        rendered = produce()
+        if rendered.warnings != shown:  # once, not every time the node is looked at
+            shown[:] = rendered.warnings
+            for message in rendered.warnings:
+                _warn(message)
+        current, mode_ok = _read_current(output)
+        if current == rendered.data and mode_ok:
+            return
+        _write(output, rendered.data)
+        print(f"wrote {output} ({rendered.summary})", file=sys.stderr, flush=True)
+
+    print(f"watching the node every {interval:g} s for {output}", file=sys.stderr, flush=True)
+    watch(lambda: node_fingerprint(roots), regenerate, stop.wait, WatchTiming(interval), _warn)
+    print(f"stopped watching for {output}", file=sys.stderr)
     return 0
 
 

@@ -18,7 +18,7 @@ import shutil
 import socket
 import stat
 import subprocess
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.fakenode.nvml import FakeGpu, FakeMig, FakeNvmlConfig, build_fake_nvml
@@ -201,6 +201,14 @@ class FakeNode:
     def write_nvml_config(self, config: FakeNvmlConfig) -> None:
         Path(self.lib_dir, "fake-nvml.conf").write_text(config.render())
 
+    def reconfigure_mig(self, migs: tuple[FakeMig, ...]) -> None:
+        """What ``nvidia-smi mig -dci/-dgi/-cgi/-cci`` leaves behind: NVML's MIG devices, the driver's
+        capability files under /proc/driver/nvidia/capabilities and the caps' device nodes."""
+        self.preset = replace(self.preset, migs=migs)
+        self.write_nvml_config(self.nvml_config())
+        _mig_capabilities(self)
+        _mig_cap_nodes(self)
+
 
 def _write(path: str, text: str, mode: int = 0o644) -> None:
     os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -311,12 +319,35 @@ def _devices(node: FakeNode) -> None:
         _mknod(f"{dev}/dri/{render}", DRM_MAJOR, 128 + gpu.index, 0o660, RENDER_GID)
         _symlink(f"../{card}", f"{dev}/dri/by-path/pci-{sysfs_bus(gpu)}-card")
         _symlink(f"../{render}", f"{dev}/dri/by-path/pci-{sysfs_bus(gpu)}-render")
+    _mig_cap_nodes(node)
+    if len(node.preset.gpus) > 1:
+        _mknod(f"{dev}/nvidia-nvswitchctl", 234, 255)  # belongs to the NVSwitch driver: never in a spec
+
+
+def _mig_cap_nodes(node: FakeNode) -> None:
     for mig in node.preset.migs:
         gpu = node.preset.gpus[mig.gpu]
         for minor in (mig_cap_minor(gpu.minor, mig.gi), mig_cap_minor(gpu.minor, mig.gi, mig.ci)):
-            _mknod(f"{dev}/nvidia-caps/nvidia-cap{minor}", CAPS_MAJOR, minor, 0o444)
-    if len(node.preset.gpus) > 1:
-        _mknod(f"{dev}/nvidia-nvswitchctl", 234, 255)  # belongs to the NVSwitch driver: never in a spec
+            path = f"{node.root}/dev/nvidia-caps/nvidia-cap{minor}"
+            if not os.path.lexists(path):
+                _mknod(path, CAPS_MAJOR, minor, 0o444)
+
+
+def _mig_capabilities(node: FakeNode) -> None:
+    """/proc/driver/nvidia/capabilities as the driver shows it: a directory per existing GPU and
+    compute instance, each with an ``access`` file naming its nvidia-caps minor."""
+    top = f"{node.proc}/driver/nvidia/capabilities"
+    shutil.rmtree(top, ignore_errors=True)
+    for name, minor in (("config", 1), ("monitor", 2)):
+        _write(f"{top}/mig/{name}", f"DeviceFileMinor: {minor}\nDeviceFileMode: 256\nDeviceFileModify: 1\n")
+    for mig in node.preset.migs:
+        gpu = node.preset.gpus[mig.gpu]
+        gi_dir = f"{top}/gpu{gpu.minor}/mig/gi{mig.gi}"
+        for path, minor in (
+            (f"{gi_dir}/access", mig_cap_minor(gpu.minor, mig.gi)),
+            (f"{gi_dir}/ci{mig.ci}/access", mig_cap_minor(gpu.minor, mig.gi, mig.ci)),
+        ):
+            _write(path, f"DeviceFileMinor: {minor}\nDeviceFileMode: 292\nDeviceFileModify: 1\n")
 
 
 def _procfs(node: FakeNode) -> None:
@@ -356,6 +387,7 @@ def _procfs(node: FakeNode) -> None:
                 f"gpu{gpu.minor}/gi{gi}/ci{ci}/access {mig_cap_minor(gpu.minor, gi, ci)}" for ci in range(8)
             ]
     _write(f"{proc}/driver/nvidia-caps/mig-minors", "\n".join(lines) + "\n")
+    _mig_capabilities(node)
 
 
 def _sysfs(node: FakeNode) -> None:

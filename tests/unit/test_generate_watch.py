@@ -1,0 +1,105 @@
+"""``cdictk cdi generate --watch`` on the fake node: a MIG reconfiguration reaches the spec, nothing
+else rewrites it, and SIGTERM stops it."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cdictk.cli.main import main
+from tests.conftest import NodeFactory
+from tests.fakenode.node import _mig
+
+DEADLINE = 10.0  # seconds; the measured time (about half a second) is printed, not asserted
+
+
+def wait_for(condition: object, what: str) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < DEADLINE:
+        if condition():  # type: ignore[operator]
+            return time.monotonic() - start
+        time.sleep(0.02)
+    raise AssertionError(f"{what}: not within {DEADLINE} s")
+
+
+def test_a_mig_change_reaches_the_spec_and_nothing_else_rewrites_it(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("eight")
+    output = tmp_path / "cdi" / "nvidia.yaml"
+    command = [sys.executable, "-m", "cdictk", "cdi", "generate", "--watch", *node.cli_args()]
+    process = subprocess.Popen([*command, "--output", str(output)], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(output.exists, "the first spec")
+        first = output.read_text()
+        inode = output.stat().st_ino
+        assert "MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000002" in first
+        time.sleep(2.5)  # two looks at an unchanged node
+        assert output.stat().st_ino == inode
+
+        node.reconfigure_mig(node.preset.migs[:2])  # `nvidia-smi mig -dci -dgi` of the third
+        took = wait_for(lambda: output.read_text() != first, "the MIG change")
+        print(f"MIG reconfiguration in the spec after {took:.2f} s")
+        assert "MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000002" not in output.read_text()
+        node.reconfigure_mig((*node.preset.migs, _mig(2, 11, "1g.10gb", 1, 9856)))  # and a new one
+        wait_for(lambda: "MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000002" in output.read_text(), "a new MIG")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(DEADLINE)
+        err = process.stderr.read() if process.stderr else ""
+    assert code == 0, err
+    assert err.count("wrote ") == 3 and err.rstrip().endswith(f"stopped watching for {output}")
+
+
+def test_a_driver_that_goes_away_keeps_the_spec_until_it_is_back(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    output = tmp_path / "nvidia.yaml"
+    gpus = Path(node.proc, "driver/nvidia/gpus")
+    nvml = Path(node.lib_dir, "fake-nvml.conf")
+    command = [sys.executable, "-m", "cdictk", "cdi", "generate", "--watch", "--interval", "0.2"]
+    process = subprocess.Popen(
+        [*command, *node.cli_args(), "--output", str(output)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(output.exists, "the first spec")
+        spec = output.read_bytes()
+        gpus.rename(tmp_path / "gpus")  # the module is unloaded for an upgrade: no GPU anywhere
+        nvml.rename(tmp_path / "fake-nvml.conf")
+        time.sleep(1)
+        assert output.read_bytes() == spec
+        (tmp_path / "fake-nvml.conf").rename(nvml)  # back
+        (tmp_path / "gpus").rename(gpus)
+        time.sleep(1)
+        assert output.read_bytes() == spec
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(DEADLINE)
+        err = process.stderr.read() if process.stderr else ""
+    assert code == 0, err
+    assert "cannot generate the spec, keeping the one there" in err and "can be generated again" in err
+
+
+@pytest.mark.parametrize("extra", [["--output", "-"], ["--check"]])
+def test_watch_needs_a_file(extra: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["cdi", "generate", "--watch", *extra]) == 1
+    assert "--watch" in capsys.readouterr().err
+
+
+def test_host_root_writes_the_nodes_paths(make_node: NodeFactory, capsys: pytest.CaptureFixture[str]) -> None:
+    """A DaemonSet sees the node at /host: the spec must name /dev/nvidia0, not /host/dev/nvidia0."""
+    node = make_node("single")
+    assert main(["cdi", "generate", *node.cli_args(), "--output", "-"]) == 0
+    plain = capsys.readouterr().out
+    assert main(["cdi", "generate", *node.cli_args(), "--host-root", node.root, "--output", "-"]) == 0
+    stripped = capsys.readouterr().out
+    assert node.root in plain and node.root not in stripped
+    assert f"hostPath: {node.lib_dir}/libcuda.so.{node.version}" in plain
+    assert f"hostPath: {node.lib_dir[len(node.root) :]}/libcuda.so.{node.version}" in stripped
+    assert stripped.count("- path: /dev/nvidia0") == plain.count("- path: /dev/nvidia0")

@@ -1,0 +1,60 @@
+"""The node's fingerprint: equal while nothing the spec depends on changes, different when it does."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from cdictk.node.fingerprint import node_fingerprint
+from cdictk.node.roots import Roots
+from tests.conftest import NodeFactory
+from tests.fakenode.node import FakeNode, _mig
+
+
+def roots(node: FakeNode) -> Roots:
+    return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
+
+
+def test_stable_while_nothing_changes(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    first = node_fingerprint(roots(node))
+    modules = Path(node.proc, "modules")
+    modules.write_text(modules.read_text().replace("nvidia_uvm 1531904 0", "nvidia_uvm 1531904 7"))
+    os.utime(Path(node.proc, "driver/nvidia/version"))  # touched, not changed
+    assert node_fingerprint(roots(node)) == first  # a module's use count is no change
+
+
+def test_a_mig_reconfiguration_changes_it(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    first = node_fingerprint(roots(node))
+    node.reconfigure_mig(node.preset.migs[:1])  # two compute instances destroyed
+    second = node_fingerprint(roots(node))
+    assert second != first
+    node.reconfigure_mig((*node.preset.migs, _mig(1, 9, "1g.10gb", 1, 9856)))
+    assert node_fingerprint(roots(node)) not in (first, second)
+
+
+def test_driver_gpu_and_node_changes_change_it(make_node: NodeFactory) -> None:
+    node = make_node("single")
+    fingerprints = [node_fingerprint(roots(node))]
+    Path(node.root, "dev/nvidia-uvm-tools").unlink()
+    fingerprints.append(node_fingerprint(roots(node)))
+    modules = Path(node.proc, "modules")
+    modules.write_text(
+        "\n".join(line for line in modules.read_text().splitlines() if "nvidia_drm" not in line)
+    )
+    fingerprints.append(node_fingerprint(roots(node)))
+    version = Path(node.proc, "driver/nvidia/version")
+    version.write_text(version.read_text().replace(node.version, "590.1.2"))
+    fingerprints.append(node_fingerprint(roots(node)))
+    (gpu,) = Path(node.proc, "driver/nvidia/gpus").iterdir()
+    gpu.rename(gpu.with_name("0000:99:00.0"))
+    fingerprints.append(node_fingerprint(roots(node)))
+    os.utime(Path(node.root, "etc/ld.so.cache"), ns=(1, 1))
+    fingerprints.append(node_fingerprint(roots(node)))
+    assert len(set(fingerprints)) == len(fingerprints)
+
+
+def test_a_missing_driver_is_a_fingerprint_too(tmp_path: Path) -> None:
+    empty = Roots(driver=str(tmp_path), dev=str(tmp_path), proc=str(tmp_path / "proc"), sys=str(tmp_path))
+    assert node_fingerprint(empty) == node_fingerprint(empty)
