@@ -11,7 +11,9 @@ from cdictk import __version__
 from cdictk.cli.cdi import cdi_group
 from cdictk.cli.config import config_group
 from cdictk.cli.generate import generate_command
+from cdictk.cli.info import info_command
 from cdictk.cli.runtime import runtime_group
+from cdictk.cli.system import system_group
 from cdictk.errors import CdictkError
 
 
@@ -45,6 +47,8 @@ cdi_group.add_command(generate_command)
 cli.add_command(cdi_group)
 cli.add_command(runtime_group)
 cli.add_command(config_group)
+cli.add_command(info_command)
+cli.add_command(system_group)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,101 @@
+"""Everything ``cdictk info`` looks at, gathered once, printed as a table or as JSON."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from cdictk.info.checks import Finding, NodeReport, Status, check_node
+from cdictk.info.engines import check_engines
+from cdictk.info.specs import SpecState, check_specs
+from cdictk.node.roots import Roots
+
+
+@dataclass(slots=True)
+class InfoReport:
+    roots: Roots
+    node: NodeReport
+    specs: list[SpecState] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not any(finding.status is Status.FAIL for finding in self.findings)
+
+
+def gather(roots: Roots, spec_dirs: list[str], kind: str, host_root: str) -> InfoReport:
+    node = check_node(roots)
+    fresh = _fresh_spec(node, kind)
+    specs, spec_findings = check_specs(spec_dirs, kind, node.facts, fresh, host_root)
+    findings = [*node.findings, *spec_findings, *check_engines(host_root)]
+    return InfoReport(roots, node, specs, findings)
+
+
+def _fresh_spec(node: NodeReport, kind: str) -> bytes | None:
+    """What ``cdictk cdi generate`` writes now with its defaults; None without GPUs."""
+    if node.facts is None:
+        return None
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
+    from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
+    from cdictk.nvcdi.render import render_facts  # noqa: PLC0415
+
+    vendor, _, cls = kind.partition("/")
+    try:
+        options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
+        return render_facts(node.facts, options, "yaml", "<fresh>").data
+    except CdictkError:
+        return None
+
+
+def to_json(report: InfoReport) -> dict[str, Any]:
+    facts = report.node.facts
+    gpus = []
+    if facts is not None:
+        for gpu in facts.gpus:
+            gpus.append(
+                {
+                    "index": gpu.index,
+                    "minor": gpu.minor,
+                    "uuid": gpu.uuid,
+                    "bus_id": gpu.bus_id,
+                    "name": gpu.name,
+                    "mig_enabled": gpu.mig_enabled,
+                    "mig_devices": [
+                        {"index": f"{gpu.index}:{mig.index}", "uuid": mig.uuid, "profile": mig.profile}
+                        for mig in gpu.migs
+                    ],
+                }
+            )
+    return {
+        "ok": report.ok,
+        "roots": dataclasses.asdict(report.roots),
+        "driver_version": report.node.driver_version,
+        "modules": report.node.modules,
+        "device_nodes": {"expected": report.node.nodes_expected, "missing": report.node.nodes_missing},
+        "gpus": gpus,
+        "specs": [dataclasses.asdict(state) for state in report.specs],
+        "findings": [
+            {"check": f.check, "status": f.status.value.lower(), "detail": f.detail, "fix": f.fix}
+            for f in report.findings
+        ],
+    }
+
+
+def to_table(report: InfoReport) -> str:
+    width = max([len(f.check) for f in report.findings] + [5])
+    lines = [f"{'CHECK':<{width}}  {'STATUS':<6}  DETAIL"]
+    lines += [f"{f.check:<{width}}  {f.status.value:<6}  {f.detail}" for f in report.findings]
+    fixes = [f for f in report.findings if f.status is not Status.OK and f.fix]
+    if fixes:
+        lines.append("")
+        lines += [f"fix ({f.check}): {f.fix}" for f in fixes]
+    failed = sum(f.status is Status.FAIL for f in report.findings)
+    lines.append("")
+    lines.append(
+        "GPU containers should start."
+        if report.ok
+        else f"{failed} problem(s) would make GPU containers fail."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,158 @@
+"""``cdictk info`` on the fake node: healthy, then broken in the ways that stop GPU containers."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdictk.cli.main import main
+from cdictk.info.checks import Status
+from cdictk.info.engines import check_engines
+from tests.conftest import NodeFactory
+from tests.fakenode.node import FakeNode, _mig
+
+
+@pytest.fixture(autouse=True)
+def no_settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CDICTK_CONFIG", str(tmp_path / "no-cdictk-config.toml"))
+
+
+def generate(node: FakeNode, spec_dir: Path) -> Path:
+    output = spec_dir / "nvidia.yaml"
+    assert main(["cdi", "generate", *node.cli_args(), "--output", str(output)]) == 0
+    return output
+
+
+def info(node: FakeNode, spec_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any]]:
+    capsys.readouterr()
+    code = main(["info", "--json", *node.cli_args(), "--spec-dir", str(spec_dir)])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def finding(report: dict[str, Any], check: str) -> dict[str, Any]:
+    found = [f for f in report["findings"] if f["check"] == check or f["check"].startswith(check + " ")]
+    assert found, f"no {check} finding in {report['findings']}"
+    return found[0]  # type: ignore[no-any-return]
+
+
+def test_a_healthy_node(make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = make_node("eight")
+    generate(node, tmp_path / "cdi")
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 0 and report["ok"] is True
+    for check in ("driver", "modules", "device nodes", "gpus", "mig", "spec"):
+        assert finding(report, check)["status"] == "ok", finding(report, check)
+    assert report["driver_version"] == node.version
+    assert len(report["gpus"]) == 8 and len(report["gpus"][0]["mig_devices"]) == 3
+    assert report["specs"][0]["status"] == "current"
+    assert "/dev/nvidia-uvm" in report["device_nodes"]["expected"] and report["device_nodes"]["missing"] == []
+    assert main(["info", *node.cli_args(), "--spec-dir", str(tmp_path / "cdi")]) == 0
+    table = capsys.readouterr().out
+    assert table.startswith("CHECK") and table.rstrip().endswith("GPU containers should start.")
+
+
+def test_a_missing_node_is_a_failure_with_its_fix(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("single")
+    generate(node, tmp_path / "cdi")
+    Path(node.root, "dev/nvidia-uvm").unlink()
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 1 and report["ok"] is False
+    nodes = finding(report, "device nodes")
+    assert nodes["status"] == "fail" and "/dev/nvidia-uvm" in nodes["detail"]
+    assert nodes["fix"].startswith("cdictk system create-device-nodes")
+    assert report["device_nodes"]["missing"] == ["/dev/nvidia-uvm"]
+    spec = finding(report, "spec")  # the spec names the node too: stale
+    assert spec["status"] == "fail" and "/dev/nvidia-uvm" in spec["detail"]
+
+
+def test_a_mig_change_and_a_driver_upgrade_make_the_spec_stale(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("eight")
+    output = generate(node, tmp_path / "cdi")
+    node.reconfigure_mig((*node.preset.migs, _mig(3, 13, "1g.10gb", 1, 9856)))
+    code, report = info(node, tmp_path / "cdi", capsys)
+    spec = finding(report, "spec")
+    assert code == 1 and spec["status"] == "fail"
+    assert spec["detail"] == "stale: lacks devices the node has: MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000003"
+    assert spec["fix"] == f"cdictk cdi generate --output {output}"
+    generate(node, tmp_path / "cdi")
+    assert info(node, tmp_path / "cdi", capsys)[0] == 0
+    library = next(Path(node.lib_dir).glob(f"libcuda.so.{node.version}"))
+    library.unlink()  # the driver upgrade took the old library
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 1 and str(library) in finding(report, "spec")["detail"]
+
+
+def test_no_spec_an_invalid_spec_and_no_driver(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("single")
+    (tmp_path / "cdi").mkdir()
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 1 and finding(report, "specs")["status"] == "fail"
+    (tmp_path / "cdi" / "broken.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 1 and finding(report, "spec")["detail"].startswith("invalid: ")
+    modules = Path(node.proc, "modules")
+    modules.write_text("".join(line for line in modules.read_text().splitlines(True) if "uvm" not in line))
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert (
+        finding(report, "modules")["status"] == "fail"
+        and "nvidia_uvm" in finding(report, "modules")["detail"]
+    )
+    Path(node.proc, "driver/nvidia/version").unlink()
+    Path(node.lib_dir, "fake-nvml.conf").unlink()
+    for gpu in Path(node.proc, "driver/nvidia/gpus").iterdir():
+        for child in gpu.iterdir():
+            child.unlink()
+        gpu.rmdir()
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 1 and finding(report, "driver")["status"] == "fail"
+    assert finding(report, "gpus")["status"] == "fail" and report["gpus"] == []
+
+
+def test_a_settings_file_the_shim_cannot_read_fails(
+    make_node: NodeFactory,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    node = make_node("single")
+    generate(node, tmp_path / "cdi")
+    bad = tmp_path / "config.toml"
+    bad.write_text("[runtime\n")
+    monkeypatch.setenv("CDICTK_CONFIG", str(bad))
+    code, report = info(node, tmp_path / "cdi", capsys)
+    settings = finding(report, "cdictk settings")
+    assert code == 1 and settings["status"] == "fail" and settings["fix"].startswith("fix it")
+
+
+def test_engines_under_the_host_root(tmp_path: Path) -> None:
+    assert [f.check for f in check_engines(str(tmp_path))] == ["cdictk settings"]  # nothing installed
+    docker = tmp_path / "etc/docker/daemon.json"
+    docker.parent.mkdir(parents=True)
+    docker.write_text('{"features": {"cdi": true}}')
+    containerd = tmp_path / "etc/containerd/config.toml"
+    containerd.parent.mkdir(parents=True)
+    containerd.write_text('version = 2\nimports = ["/etc/containerd/conf.d/*.toml"]\n')
+    (containerd.parent / "conf.d").mkdir()
+    (containerd.parent / "conf.d/99-cdictk.toml").write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n'
+    )
+    found = {f.check: f for f in check_engines(str(tmp_path))}
+    assert found["docker"].status is Status.OK and "CDI on" in found["docker"].detail
+    assert found["containerd"].status is Status.OK and "CDI on" in found["containerd"].detail
+    docker.write_text("{")
+    assert {f.check: f for f in check_engines(str(tmp_path))}["docker"].status is Status.WARN
+    os.remove(containerd.parent / "conf.d/99-cdictk.toml")
+    off = {f.check: f for f in check_engines(str(tmp_path))}["containerd"]
+    assert (
+        off.status is Status.WARN and off.fix == "cdictk runtime configure --runtime containerd --enable-cdi"
+    )
