@@ -3,7 +3,7 @@
 # everything is already in place, so `make test` runs it every time.
 #  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc, and
 #    debootstrap; python3-yaml, so that a launcher made for Debian's own Python is tested with the
-#    PyYAML apt puts outside its site-packages;
+#    PyYAML apt puts outside its site-packages; systemd, whose systemd-analyze verifies deploy/'s units;
 #  - containerd 2.x and dockerd 28.x from Debian sid, unpacked (not installed) into a cache by
 #    tests/fetch-daemons.sh: bookworm's own have no CDI. CDICTK_DAEMONS_CACHE moves the cache; the
 #    tests read the same variable;
@@ -15,7 +15,7 @@
 #    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
 set -euo pipefail
 
-packages=(runc crun podman containerd busybox-static gcc patch debootstrap python3-yaml)
+packages=(runc crun podman containerd busybox-static gcc patch debootstrap python3-yaml systemd)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "setup-host: not root; skipping host setup (the end-to-end tests will be skipped)" >&2

@@ -1,0 +1,586 @@
+"""deploy/kubernetes: the DaemonSet manifest, its image recipe and its init container's script.
+
+Every document of the manifest is validated against the Kubernetes OpenAPI schemas that the
+kubernetes-validate package bundles (offline, strict: unknown fields are errors). Then what the schemas
+cannot know: the watcher's command line, the mounts behind its paths, that the init container's script,
+the Containerfile and the manifest agree on every path, and that the script does what it says (run
+with stand-ins for cdictk, chroot and nsenter).
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+KUBE = REPO / "deploy" / "kubernetes"
+MANIFEST = KUBE / "cdictk-daemonset.yaml"
+CONTAINERFILE = KUBE / "Containerfile"
+SCRIPT = KUBE / "cdictk-node-setup.sh"
+README = REPO / "deploy" / "README.md"
+OUTPUT = "/var/run/cdi/nvidia.yaml"
+NAMESPACE = "cdictk"
+# The oldest Kubernetes the manifest is checked against; the newest the package bundles is added.
+OLDEST_KUBERNETES = "1.30.0"
+
+
+def documents() -> list[dict[str, Any]]:
+    with MANIFEST.open(encoding="utf-8") as handle:
+        docs = [doc for doc in yaml.safe_load_all(handle) if doc is not None]
+    assert all(isinstance(doc, dict) for doc in docs)
+    return docs
+
+
+def the(kind: str, docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    found = [doc for doc in (documents() if docs is None else docs) if doc["kind"] == kind]
+    assert len(found) == 1, f"{len(found)} {kind} documents, expected one"
+    return found[0]
+
+
+def pod_spec(docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = the("DaemonSet", docs)["spec"]["template"]["spec"]
+    return spec
+
+
+def all_containers() -> list[dict[str, Any]]:
+    spec = pod_spec()
+    containers: list[dict[str, Any]] = spec.get("initContainers", []) + spec["containers"]
+    return containers
+
+
+def watcher() -> dict[str, Any]:
+    containers = pod_spec()["containers"]
+    assert len(containers) == 1
+    found: dict[str, Any] = containers[0]
+    return found
+
+
+def init() -> dict[str, Any]:
+    containers = pod_spec()["initContainers"]
+    assert len(containers) == 1
+    found: dict[str, Any] = containers[0]
+    return found
+
+
+def settings() -> dict[str, str]:
+    data: dict[str, str] = the("ConfigMap")["data"]
+    return data
+
+
+def expand(value: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(NAME) expansion in command and args (an unknown name is left as it is)."""
+    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), value)
+
+
+def environment(spec: dict[str, Any]) -> dict[str, str]:
+    """What a container's $(NAME) references can see: its envFrom ConfigMaps and its env."""
+    env: dict[str, str] = {}
+    for source in spec.get("envFrom", []):
+        assert source["configMapRef"]["name"] == the("ConfigMap")["metadata"]["name"]
+        env.update(settings())
+    env.update({item["name"]: item["value"] for item in spec.get("env", [])})
+    return env
+
+
+def argv(spec: dict[str, Any]) -> list[str]:
+    env = environment(spec)
+    return [expand(arg, env) for arg in spec.get("command", []) + spec.get("args", [])]
+
+
+def option(args: list[str], name: str) -> str:
+    assert args.count(name) == 1, f"{name} given {args.count(name)} times in {args}"
+    return args[args.index(name) + 1]
+
+
+def mount_at(spec: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The volumeMount at ``path`` in a container, and the pod volume it mounts."""
+    mounts = [m for m in spec.get("volumeMounts", []) if m["mountPath"] == path]
+    assert len(mounts) == 1, f"{spec['name']}: {len(mounts)} mounts at {path}"
+    volumes = [v for v in pod_spec()["volumes"] if v["name"] == mounts[0]["name"]]
+    assert len(volumes) == 1, mounts[0]["name"]
+    return mounts[0], volumes[0]
+
+
+def script_defaults() -> dict[str, str]:
+    """The ``: "${NAME:=default}"`` settings at the top of the init container's script."""
+    text = SCRIPT.read_text(encoding="utf-8")
+    return dict(re.findall(r'^: "\$\{([A-Z_]+):=([^}]*)\}"', text, flags=re.MULTILINE))
+
+
+def pyproject() -> dict[str, Any]:
+    with (REPO / "pyproject.toml").open("rb") as handle:
+        return tomllib.load(handle)
+
+
+# ---------------------------------------------------------------- schemas
+
+
+def kubernetes_validate() -> Any:
+    try:
+        return importlib.import_module("kubernetes_validate")
+    except ImportError:
+        if os.environ.get("CI"):
+            pytest.fail("kubernetes-validate is not installed; it is in the project's test extras")
+        pytest.skip("kubernetes-validate is not installed (pip install -e '.[test]')")
+
+
+def kubernetes_versions() -> list[str]:
+    try:
+        latest: str = importlib.import_module("kubernetes_validate").latest_version()
+    except ImportError:
+        return [OLDEST_KUBERNETES]
+    return sorted({OLDEST_KUBERNETES, latest})
+
+
+@pytest.mark.parametrize("version", kubernetes_versions())
+def test_every_document_is_valid_kubernetes(version: str) -> None:
+    validator = kubernetes_validate()
+    docs = documents()
+    assert {doc["kind"] for doc in docs} == {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"}
+    for doc in docs:
+        try:
+            validator.validate(doc, version, strict=True)
+        except validator.ValidationError as error:
+            where = ".".join(str(part) for part in error.path)
+            pytest.fail(f"{doc['kind']}/{doc['metadata']['name']}: {where}: {error.message}")
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda ds: ds["spec"]["template"]["spec"].update(nodeSelecter={"a": "b"}), "nodeSelecter"),
+        (lambda ds: ds["spec"]["template"]["spec"]["containers"][0].update(privileged=True), "privileged"),
+        (lambda ds: ds["spec"]["template"]["spec"]["containers"][0].update(args="cdi generate"), "args"),
+        (lambda ds: ds["spec"]["template"]["spec"]["volumes"][0]["hostPath"].update(path=1), "path"),
+    ],
+    ids=["unknown-field", "field-of-another-object", "string-for-a-list", "number-for-a-string"],
+)
+def test_the_validation_catches_mistakes(change: Any, said: str) -> None:
+    validator = kubernetes_validate()
+    daemonset = copy.deepcopy(the("DaemonSet"))
+    change(daemonset)
+    with pytest.raises(validator.ValidationError) as caught:
+        validator.validate(daemonset, OLDEST_KUBERNETES, strict=True)
+    assert said in str(caught.value.message) or said in [str(part) for part in caught.value.path]
+
+
+# ---------------------------------------------------------------- the manifest
+
+
+def test_everything_is_in_one_namespace_allowed_privileged_pods() -> None:
+    docs = documents()
+    namespace = the("Namespace", docs)
+    assert namespace["metadata"]["name"] == NAMESPACE
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"
+    for doc in docs:
+        if doc["kind"] != "Namespace":
+            assert doc["metadata"]["namespace"] == NAMESPACE, doc["kind"]
+    assert the("DaemonSet", docs)["metadata"]["name"] == "cdictk"
+    account = the("ServiceAccount", docs)
+    assert pod_spec(docs)["serviceAccountName"] == account["metadata"]["name"]
+    assert pod_spec(docs)["automountServiceAccountToken"] is False
+
+
+def test_the_pods_land_on_gpu_nodes() -> None:
+    spec = pod_spec()
+    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    tolerations = spec["tolerations"]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists"} in tolerations
+    daemonset = the("DaemonSet")
+    assert daemonset["spec"]["selector"]["matchLabels"].items() <= spec_labels().items()
+
+
+def spec_labels() -> dict[str, str]:
+    labels: dict[str, str] = the("DaemonSet")["spec"]["template"]["metadata"]["labels"]
+    return labels
+
+
+def test_the_watcher_writes_the_spec_on_the_node() -> None:
+    spec = watcher()
+    args = argv(spec)
+    assert args[:3] == ["cdi", "generate", "--watch"]  # after the image's entrypoint, cdictk
+    assert "command" not in spec
+    output = option(args, "--output")
+    assert output == OUTPUT
+    # the output directory is the node's /var/run/cdi, writable
+    mount, volume = mount_at(spec, os.path.dirname(output))
+    assert volume["hostPath"]["path"] == "/var/run/cdi"
+    assert not mount.get("readOnly", False)
+    # the node's / is where --host-root says, read-only, and the driver root lies inside it
+    host_root = option(args, "--host-root")
+    mount, volume = mount_at(spec, host_root)
+    assert volume["hostPath"]["path"] == "/"
+    assert mount["readOnly"] is True and mount["mountPropagation"] == "HostToContainer"
+    driver_root = option(args, "--driver-root")
+    assert driver_root == host_root + settings()["DRIVER_ROOT"]
+    assert os.path.normpath(driver_root) == host_root  # the default: the driver installed on the node
+    # device nodes: the node's /dev, mounted at /dev, which is already the node's path
+    assert option(args, "--dev-root") == "/"
+    assert mount_at(spec, "/dev")[1]["hostPath"]["path"] == "/dev"
+    # the hooks: the node's Python, a node path given as it is
+    hook = option(args, "--hook-path")
+    assert hook == settings()["HOOK_PYTHON"] and os.path.isabs(hook) and not hook.startswith(host_root + "/")
+    for arg in args:
+        assert "$(" not in arg, f"{arg}: a variable no ConfigMap key defines"
+
+
+def test_every_variable_a_container_uses_is_defined() -> None:
+    for spec in all_containers():
+        env = environment(spec)
+        for arg in spec.get("command", []) + spec.get("args", []):
+            for name in re.findall(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", arg):
+                assert name in env, (spec["name"], name)
+
+
+def test_readiness_checks_the_spec_the_watcher_writes() -> None:
+    probe = watcher()["readinessProbe"]["exec"]["command"]
+    assert probe == ["cdictk", "cdi", "validate", option(argv(watcher()), "--output")]
+    assert "livenessProbe" not in watcher()
+
+
+def test_volumes_and_mounts_match() -> None:
+    volumes = {volume["name"] for volume in pod_spec()["volumes"]}
+    mounted: set[str] = set()
+    for spec in all_containers():
+        names = [mount["name"] for mount in spec["volumeMounts"]]
+        paths = [mount["mountPath"] for mount in spec["volumeMounts"]]
+        assert len(set(paths)) == len(paths), spec["name"]
+        assert set(names) <= volumes, (spec["name"], set(names) - volumes)
+        mounted |= set(names)
+    assert mounted == volumes, volumes - mounted
+    for spec in all_containers():
+        assert mount_at(spec, "/tmp")[1].get("emptyDir") is not None  # the root file system is read-only
+
+
+def test_containers_are_privileged_read_only_and_bounded() -> None:
+    for spec in all_containers():
+        context = spec["securityContext"]
+        assert context["privileged"] is True, spec["name"]
+        assert context["readOnlyRootFilesystem"] is True, spec["name"]
+        assert spec["resources"]["requests"]["memory"] and spec["resources"]["requests"]["cpu"]
+        assert spec["resources"]["limits"]["memory"]
+    # hostPID is for `nsenter --target 1` when the init container restarts containerd
+    assert pod_spec()["hostPID"] is (settings()["CONTAINERD"] == "restart")
+    assert "hostNetwork" not in pod_spec()
+
+
+def test_the_image_is_the_documented_one() -> None:
+    images = {spec["image"] for spec in all_containers()}
+    assert len(images) == 1
+    image = images.pop()
+    version = pyproject()["project"]["version"]
+    assert image.rsplit(":", 1)[1] == version, "the image tag is the project's version"
+    build = f"podman build -f deploy/kubernetes/Containerfile -t {image} ."
+    for document in (README, CONTAINERFILE, MANIFEST):
+        assert build in document.read_text(encoding="utf-8"), document.name
+        assert f"podman push {image}" in document.read_text(encoding="utf-8"), document.name
+
+
+# ---------------------------------------------------------------- the init container and its script
+
+
+def test_init_container_runs_the_script_with_the_manifests_paths() -> None:
+    spec = init()
+    command = spec["command"]
+    assert command[0] == "/bin/sh"
+    defaults = script_defaults()
+    env = environment(spec)
+    # the ConfigMap's settings are the script's, with the same defaults
+    assert set(settings()) <= set(defaults)
+    for name, value in settings().items():
+        assert defaults[name] == value, name
+    assert not set(env) - set(settings()), "no test-only override reaches the pod"
+    # the node's / where the script looks for it (read-only), and the same as the watcher's
+    host_mount, host_volume = mount_at(spec, defaults["HOST_ROOT"])
+    assert host_volume["hostPath"]["path"] == "/" and host_mount["readOnly"] is True
+    assert defaults["HOST_ROOT"] == option(argv(watcher()), "--host-root")
+    # the node's copy of the package: the node path is the image's own prefix (the hook names it)
+    install_mount, install_volume = mount_at(spec, defaults["NODE_INSTALL_DIR"])
+    assert install_volume["hostPath"]["path"] == defaults["PREFIX"]
+    assert not install_mount.get("readOnly", False)
+    # containerd's directory at the same path as on the node: configure writes that path into imports
+    containerd_mount, containerd_volume = mount_at(spec, defaults["CONTAINERD_DIR"])
+    assert containerd_volume["hostPath"]["path"] == defaults["CONTAINERD_DIR"] == "/etc/containerd"
+    assert not containerd_mount.get("readOnly", False)
+    assert mount_at(spec, "/dev")[1]["hostPath"]["path"] == "/dev"
+    assert settings()["CONTAINERD"] in ("restart", "configure", "skip")
+
+
+def test_script_is_valid_posix_shell() -> None:
+    shell = shutil.which("dash") or "/bin/sh"
+    result = subprocess.run([shell, "-n", str(SCRIPT)], capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert SCRIPT.read_text(encoding="utf-8").startswith("#!/bin/sh\n")
+
+
+STUB_CDICTK = """#!/bin/sh
+echo "cdictk $*" >> "$STUB_LOG"
+case "$1 $2" in
+"system create-device-nodes") exit "${STUB_NODES_STATUS:-0}" ;;
+"runtime configure")
+    while [ $# -gt 0 ]; do
+        case $1 in --config) config=$2 ;; --drop-in-config) drop_in=$2 ;; esac
+        shift
+    done
+    if [ "$STUB_CONFIGURE" = change ]; then
+        mkdir -p "$(dirname "$drop_in")"
+        echo "imports = [\\"$drop_in\\"]  # $$" >> "$config"
+        echo "enable_cdi = true" > "$drop_in"
+    fi ;;
+esac
+"""
+STUB_CHROOT = """#!/bin/sh
+echo "chroot $*" >> "$STUB_LOG"
+shift
+exec "$@"
+"""
+STUB_NSENTER = """#!/bin/sh
+echo "nsenter $*" >> "$STUB_LOG"
+"""
+OLD_PYTHON = """#!/bin/sh
+# A Python older than 3.11: the version check exits 1.
+exit 1
+"""
+
+
+class Node:
+    """A node for the script: stand-in programs on PATH, its directories in a temporary tree."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp = tmp_path
+        self.bin = tmp_path / "bin"
+        self.bin.mkdir()
+        for name, text in (("cdictk", STUB_CDICTK), ("chroot", STUB_CHROOT), ("nsenter", STUB_NSENTER)):
+            (self.bin / name).write_text(text, encoding="utf-8")
+            (self.bin / name).chmod(0o755)
+        self.log = tmp_path / "log"
+        self.log.touch()
+        self.host = tmp_path / "host"
+        self.host.mkdir()
+        self.install = tmp_path / "node-opt-cdictk"
+        self.containerd = tmp_path / "etc-containerd"
+        # the package as installed in the image, under its prefix (there /opt/cdictk): this checkout's,
+        # links (cdi/schemas) made files as in a wheel
+        self.prefix = tmp_path / "prefix"
+        self.package = self.prefix / "lib" / "cdictk"
+        shutil.copytree(REPO / "cdictk", self.package, ignore=shutil.ignore_patterns("__pycache__"))
+        self.copy = self.install / "lib" / "cdictk"
+
+    def run(self, **settings: str) -> subprocess.CompletedProcess[str]:
+        env = {
+            "PATH": f"{self.bin}:{os.environ['PATH']}",
+            "STUB_LOG": str(self.log),
+            "STUB_CONFIGURE": "same",
+            "HOST_ROOT": str(self.host),
+            "NODE_INSTALL_DIR": str(self.install),
+            "PREFIX": str(self.prefix),
+            "CDICTK_PACKAGE": str(self.package),
+            "CONTAINERD_DIR": str(self.containerd),
+            "HOOK_PYTHON": sys.executable,
+            **settings,
+        }
+        self.log.write_text("", encoding="utf-8")
+        return subprocess.run(
+            ["/bin/sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120, check=False
+        )
+
+    def calls(self) -> list[str]:
+        return self.log.read_text(encoding="utf-8").splitlines()
+
+    def called(self, program: str) -> list[list[str]]:
+        return [shlex.split(line)[1:] for line in self.calls() if line.split()[0] == program]
+
+
+def same_tree(left: Path, right: Path) -> bool:
+    result = subprocess.run(
+        ["diff", "-r", "-q", "-x", "__pycache__", str(left), str(right)], capture_output=True, check=False
+    )
+    return result.returncode == 0
+
+
+def test_script_prepares_the_node_and_restarts_containerd_once(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    first = node.run(STUB_CONFIGURE="change")
+    assert first.returncode == 0, first.stderr
+    cdictk = node.called("cdictk")
+    # 1. device nodes, with the node's driver root and /dev
+    assert cdictk[0][:4] == ["system", "create-device-nodes", "--control-devices", "--load-kernel-modules"]
+    assert option(cdictk[0], "--driver-root") == f"{node.host}/"
+    assert option(cdictk[0], "--dev-root") == "/"
+    # 2. the package on the node, and the node's Python ran its hook entry point from there
+    assert same_tree(node.package, node.copy)
+    chroots = node.called("chroot")
+    assert chroots and all(call[:2] == [str(node.host), sys.executable] for call in chroots)
+    assert [str(node.package / "hooks" / "__main__.py"), "--help"] == chroots[-1][-2:]
+    # 3. containerd: configured, then restarted in the node's mount namespace
+    configure = cdictk[1]
+    assert configure[:4] == ["runtime", "configure", "--runtime", "containerd"]
+    assert option(configure, "--config") == f"{node.containerd}/config.toml"
+    assert option(configure, "--drop-in-config") == f"{node.containerd}/conf.d/99-cdictk.toml"
+    assert "--enable-cdi" in configure
+    assert option(configure, "--runtime-path") == "/usr/local/bin/cdictk-runtime"
+    assert node.called("nsenter") == [
+        ["--target", "1", "--mount", "--", "systemctl", "restart", "containerd"]
+    ]
+
+    # again, nothing changed: no restart, and the package on the node is left as it is
+    inode = node.copy.stat().st_ino
+    second = node.run(STUB_CONFIGURE="same")
+    assert second.returncode == 0, second.stderr
+    assert node.called("nsenter") == []
+    assert "unchanged" in second.stderr
+    assert node.copy.stat().st_ino == inode
+    assert len(node.called("cdictk")) == 2
+
+
+def test_script_replaces_a_stale_copy(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    node.copy.mkdir(parents=True)
+    (node.copy / "stale.py").write_text("old = True\n", encoding="utf-8")
+    result = node.run()
+    assert result.returncode == 0, result.stderr
+    assert same_tree(node.package, node.copy)
+    assert not (node.copy / "stale.py").exists()
+    assert sorted(path.name for path in node.copy.parent.iterdir()) == ["cdictk"]  # no .new or .old left
+
+
+@pytest.mark.parametrize(("mode", "configures"), [("configure", True), ("skip", False)])
+def test_script_leaves_the_restart_to_you_or_containerd_alone(
+    tmp_path: Path, mode: str, configures: bool
+) -> None:
+    node = Node(tmp_path)
+    result = node.run(CONTAINERD=mode, STUB_CONFIGURE="change")
+    assert result.returncode == 0, result.stderr
+    assert node.called("nsenter") == []
+    assert any(call[:2] == ["runtime", "configure"] for call in node.called("cdictk")) is configures
+    if configures:
+        assert "restart containerd on this node" in result.stderr
+
+
+def test_script_goes_on_without_device_nodes(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    result = node.run(STUB_NODES_STATUS="1")
+    assert result.returncode == 0, result.stderr
+    assert "warning: device nodes incomplete" in result.stderr
+    assert any(call[:2] == ["runtime", "configure"] for call in node.called("cdictk"))
+
+
+def test_script_stops_when_the_nodes_python_cannot_run_the_hooks(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    old = tmp_path / "python3.9"
+    old.write_text(OLD_PYTHON, encoding="utf-8")
+    old.chmod(0o755)
+    result = node.run(HOOK_PYTHON=str(old))
+    assert result.returncode == 1
+    assert f"error: {old} on the node cannot run cdictk's hooks" in result.stderr
+    assert "HOOK_PYTHON" in result.stderr
+    assert not any(call[:2] == ["runtime", "configure"] for call in node.called("cdictk"))
+
+
+def test_script_refuses_an_unknown_containerd_mode(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    result = node.run(CONTAINERD="reload")
+    assert result.returncode == 1
+    assert "CONTAINERD=reload" in result.stderr
+    assert node.calls() == []
+
+
+# ---------------------------------------------------------------- the Containerfile
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of the Containerfile, continuation lines joined."""
+    joined = re.sub(r"\\\n", " ", CONTAINERFILE.read_text(encoding="utf-8"))
+    found = []
+    for raw in joined.splitlines():
+        line = raw.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            found.append((word.upper(), rest.strip()))
+    return found
+
+
+def stages() -> list[list[tuple[str, str]]]:
+    result: list[list[tuple[str, str]]] = []
+    for word, rest in instructions():
+        if word == "FROM":
+            result.append([])
+        assert result, "an instruction before FROM"
+        result[-1].append((word, rest))
+    return result
+
+
+def test_base_image_has_a_python_the_project_accepts() -> None:
+    minimum = re.fullmatch(r">=(\d+)\.(\d+)", pyproject()["project"]["requires-python"])
+    assert minimum
+    for stage in stages():
+        base = stage[0][1].split()[0]
+        match = re.fullmatch(r"python:(\d+)\.(\d+)-slim-\w+", base)
+        assert match, base
+        assert (int(match[1]), int(match[2])) >= (int(minimum[1]), int(minimum[2]))
+
+
+def test_the_wheel_stage_copies_all_the_wheel_is_built_from(tmp_path: Path) -> None:
+    """Stage the build stage's COPYs as the builder would, then check pyproject finds everything."""
+    first = stages()[0]
+    workdir = Path(next(rest for word, rest in first if word == "WORKDIR"))
+    stage = tmp_path / "src"
+    stage.mkdir()
+    for word, rest in first:
+        if word != "COPY":
+            continue
+        *sources, dest = shlex.split(rest)
+        assert not any(source.startswith("--") for source in sources), rest
+        target = stage / (workdir / dest).relative_to(workdir)
+        for source in sources:
+            path = REPO / source
+            assert path.exists(), f"COPY {source}: not in the build context"
+            into = target / path.name if dest.endswith("/") or len(sources) > 1 else target
+            if path.is_dir():
+                shutil.copytree(path, into, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                into.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, into)
+    project = pyproject()
+    assert (stage / "pyproject.toml").is_file()
+    assert (stage / project["project"]["readme"]).is_file()
+    setuptools = project["tool"]["setuptools"]
+    for package in setuptools["packages"]:
+        assert (stage / package.replace(".", "/") / "__init__.py").is_file(), package
+    for package, patterns in setuptools["package-data"].items():
+        for pattern in patterns:
+            assert list((stage / package.replace(".", "/")).glob(pattern)), f"{package}: {pattern}"
+    for path in stage.rglob("*"):  # links (cdictk/cdi/schemas) resolve inside what was copied
+        if path.is_symlink():
+            assert path.resolve().is_relative_to(stage.resolve()), path
+
+
+def test_the_image_runs_cdictk_from_the_prefix_the_script_expects() -> None:
+    final = stages()[-1]
+    runs = " ".join(rest for word, rest in final if word == "RUN")
+    venv = re.search(r"python -m venv (\S+)", runs)
+    assert venv and venv[1] == script_defaults()["PREFIX"]
+    entrypoint = json.loads(next(rest for word, rest in final if word == "ENTRYPOINT"))
+    assert len(entrypoint) == 1
+    assert os.path.dirname(entrypoint[0]) == f"{venv[1]}/bin"
+    assert os.path.basename(entrypoint[0]) in pyproject()["project"]["scripts"]
+    env = " ".join(rest for word, rest in final if word == "ENV")
+    assert f"PATH={venv[1]}/bin:" in env  # the probe and the script call cdictk and python by name
+    # the script is where the init container runs it
+    copies = [shlex.split(rest) for word, rest in final if word == "COPY" and not rest.startswith("--")]
+    installed = {dest: source for *sources, dest in copies for source in sources}
+    script_path = init()["command"][1]
+    assert installed[script_path] == str(SCRIPT.relative_to(REPO))
