@@ -258,12 +258,19 @@ def _watch(produce: Callable[[], Rendered], roots: Roots, output: str, interval:
     import threading  # noqa: PLC0415
 
     from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
-    from cdictk.nvcdi.watch import WatchTiming, watch  # noqa: PLC0415
+    from cdictk.nvcdi.watch import FatalWatchError, WatchTiming, watch  # noqa: PLC0415
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     shown: list[str] = []
+    written: list[tuple[int, ...] | None] = [None]  # the output as we last wrote or checked it
+
+    def fingerprint() -> object:
+        # The output is part of it: a spec deleted, replaced or chmod'ed by someone else is put back.
+        # Its own stamp, not a flag: two changes by others in a row must differ from each other too.
+        stamp = _output_stamp(output)
+        return node_fingerprint(roots), "ours" if stamp == written[0] else stamp
 
     def regenerate() -> None:
         rendered = produce()
@@ -271,16 +278,27 @@ def _watch(produce: Callable[[], Rendered], roots: Roots, output: str, interval:
             shown[:] = rendered.warnings
             for message in rendered.warnings:
                 _warn(message)
-        current, mode_ok = _read_current(output)
-        if current == rendered.data and mode_ok:
-            return
-        _write(output, rendered.data)
-        print(f"wrote {output} ({rendered.summary})", file=sys.stderr, flush=True)
+        try:
+            current, mode_ok = _read_current(output)
+        except CdictkError as exc:  # a link, a directory, a FIFO: waiting will not change it
+            raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from None
+        if current != rendered.data or not mode_ok:
+            _write(output, rendered.data)
+            print(f"wrote {output} ({rendered.summary})", file=sys.stderr, flush=True)
+        written[0] = _output_stamp(output)
 
     print(f"watching the node every {interval:g} s for {output}", file=sys.stderr, flush=True)
-    watch(lambda: node_fingerprint(roots), regenerate, stop.wait, WatchTiming(interval), _warn)
+    watch(fingerprint, regenerate, stop.wait, WatchTiming(interval), _warn)
     print(f"stopped watching for {output}", file=sys.stderr)
     return 0
+
+
+def _output_stamp(path: str) -> tuple[int, ...] | None:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
 
 
 def _read_current(path: str) -> tuple[bytes | None, bool]:

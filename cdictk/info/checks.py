@@ -15,6 +15,18 @@ from cdictk.node.roots import Roots
 CREATE_NODES = "cdictk system create-device-nodes --control-devices --load-kernel-modules"
 
 
+def create_nodes_command(roots: Roots) -> str:
+    """:data:`CREATE_NODES` with the roots info was given (create-device-nodes takes no sys root)."""
+    flags = ""
+    if roots.driver != "/":
+        flags += f" --driver-root {roots.driver}"
+    if roots.dev != roots.driver:
+        flags += f" --dev-root {roots.dev}"
+    if roots.proc != "/proc":
+        flags += f" --proc-root {roots.proc}"
+    return CREATE_NODES + flags
+
+
 class Status(Enum):
     OK = "ok"
     WARN = "warn"  # worth knowing; GPU containers still start
@@ -52,10 +64,10 @@ def check_node(roots: Roots) -> NodeReport:
                 "driver",
                 Status.FAIL,
                 f"no {roots.in_proc('driver/nvidia/version')}: the NVIDIA kernel module is not loaded",
-                "load it: modprobe nvidia (or " + CREATE_NODES + ")",
+                "load it: " + create_nodes_command(roots),
             )
         )
-    report.findings.append(_modules_finding(modules))
+    report.findings.append(_modules_finding(modules, create_nodes_command(roots)))
     _check_nodes(roots, report)
     try:
         report.facts = discover(roots, Mode.AUTO)
@@ -87,7 +99,7 @@ def check_node(roots: Roots) -> NodeReport:
     return report
 
 
-def _modules_finding(modules: set[str] | None) -> Finding:
+def _modules_finding(modules: set[str] | None, fix: str) -> Finding:
     if modules is None:
         return Finding("modules", Status.WARN, "cannot read /proc/modules")
     missing = [name for name in ("nvidia", "nvidia_uvm") if name not in modules]
@@ -95,7 +107,7 @@ def _modules_finding(modules: set[str] | None) -> Finding:
     if missing:
         why = "CUDA needs nvidia_uvm" if missing == ["nvidia_uvm"] else "no NVIDIA driver"
         return Finding(
-            "modules", Status.FAIL, f"loaded: {loaded}; missing: {', '.join(missing)} ({why})", CREATE_NODES
+            "modules", Status.FAIL, f"loaded: {loaded}; missing: {', '.join(missing)} ({why})", fix
         )
     return Finding("modules", Status.OK, loaded)
 
@@ -130,7 +142,12 @@ def _check_nodes(roots: Roots, report: NodeReport) -> None:
         return  # the driver finding already says why
     if wrong:
         report.findings.append(
-            Finding("device nodes", Status.FAIL, "; ".join(wrong), f"remove them, then {CREATE_NODES}")
+            Finding(
+                "device nodes",
+                Status.FAIL,
+                "; ".join(wrong),
+                f"remove them, then {create_nodes_command(roots)}",
+            )
         )
     elif report.nodes_missing:
         present = len(expected) - len(report.nodes_missing)
@@ -139,7 +156,7 @@ def _check_nodes(roots: Roots, report: NodeReport) -> None:
                 "device nodes",
                 Status.FAIL,
                 f"missing {', '.join(report.nodes_missing)} ({present} of {len(expected)} present)",
-                CREATE_NODES,
+                create_nodes_command(roots),
             )
         )
     else:

@@ -34,8 +34,34 @@ def check_engines(host_root: str) -> list[Finding]:
         finding = check(host_root)
         if finding is not None:
             findings.append(finding)
+    missing = _missing_programs(host_root, _shim_paths(host_root))
+    if missing is not None:
+        findings.append(missing)
     findings.append(_settings(host_root))
     return findings
+
+
+def _shim_paths(host_root: str) -> list[str]:
+    """Every path an engine config registers for cdictk-runtime."""
+    paths: list[str] = []
+    for main, drop_ins, key in (
+        ("/etc/containerd/config.toml", "/etc/containerd/conf.d/*.toml", "BinaryName"),
+        ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d/*", "runtime_path"),
+    ):
+        files, _ = _toml_files(host_root, main, drop_ins)
+        for _, data in files:
+            paths += [str(v) for k, v in _walk(data) if k == key and str(v).endswith(SHIM)]
+    text = _read(join(host_root, "/etc/docker/daemon.json"))
+    try:
+        data = json.loads(text) if text and text.strip() else {}
+    except json.JSONDecodeError:
+        data = {}
+    runtimes = data.get("runtimes") if isinstance(data, dict) else None
+    if isinstance(runtimes, dict):
+        for entry in runtimes.values():
+            if isinstance(entry, dict) and str(entry.get("path", "")).endswith(SHIM):
+                paths.append(str(entry["path"]))
+    return paths
 
 
 def _read(path: str) -> str | None:
@@ -77,6 +103,19 @@ def _toml_files(host_root: str, main: str, drop_ins: str) -> tuple[list[tuple[st
 
 def _registered(shim: bool) -> str:
     return "registered" if shim else "not registered"
+
+
+def _missing_programs(host_root: str, paths: list[str]) -> Finding | None:
+    """A registered cdictk-runtime whose program is not there: containers of that runtime fail."""
+    missing = sorted({path for path in paths if not os.access(join(host_root, path), os.X_OK)})
+    if not missing:
+        return None
+    return Finding(
+        "cdictk-runtime",
+        Status.WARN,
+        f"registered as {', '.join(missing)}, which is missing: containers of that runtime cannot start",
+        "cdictk runtime install-launchers, then cdictk runtime configure again",
+    )
 
 
 def _containerd(host_root: str) -> Finding | None:

@@ -8,7 +8,7 @@ from typing import Any
 
 from cdictk.info.checks import Finding, NodeReport, Status, check_node
 from cdictk.info.engines import check_engines
-from cdictk.info.specs import SpecState, check_specs
+from cdictk.info.specs import SpecCheck, SpecState, check_specs
 from cdictk.node.roots import Roots
 
 
@@ -26,13 +26,32 @@ class InfoReport:
 
 def gather(roots: Roots, spec_dirs: list[str], kind: str, host_root: str) -> InfoReport:
     node = check_node(roots)
-    fresh = _fresh_spec(node, kind)
-    specs, spec_findings = check_specs(spec_dirs, kind, node.facts, fresh, host_root)
+    fresh = _fresh_spec(node, kind, host_root)
+    check = SpecCheck(
+        kind, node.facts, fresh, host_root, "cdictk cdi generate" + root_flags(roots, host_root)
+    )
+    specs, spec_findings = check_specs(spec_dirs, check)
     findings = [*node.findings, *spec_findings, *check_engines(host_root)]
     return InfoReport(roots, node, specs, findings)
 
 
-def _fresh_spec(node: NodeReport, kind: str) -> bytes | None:
+def root_flags(roots: Roots, host_root: str = "/") -> str:
+    """The root options info was given, for the commands it suggests (empty when all are defaults)."""
+    flags = []
+    if roots.driver != "/":
+        flags.append(f"--driver-root {roots.driver}")
+    if roots.dev != roots.driver:
+        flags.append(f"--dev-root {roots.dev}")
+    if roots.proc != "/proc":
+        flags.append(f"--proc-root {roots.proc}")
+    if roots.sys != "/sys":
+        flags.append(f"--sys-root {roots.sys}")
+    if host_root != "/":
+        flags.append(f"--host-root {host_root}")
+    return "".join(" " + flag for flag in flags)
+
+
+def _fresh_spec(node: NodeReport, kind: str, host_root: str) -> bytes | None:
     """What ``cdictk cdi generate`` writes now with its defaults; None without GPUs."""
     if node.facts is None:
         return None
@@ -44,7 +63,7 @@ def _fresh_spec(node: NodeReport, kind: str) -> bytes | None:
     vendor, _, cls = kind.partition("/")
     try:
         options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-        return render_facts(node.facts, options, "yaml", "<fresh>").data
+        return render_facts(node.facts, options, "yaml", "<fresh>", host_root=host_root).data
     except CdictkError:
         return None
 

@@ -1,101 +1,127 @@
 """The CDI specs on a node, and whether each one still matches it.
 
-A spec is *stale* when a container given one of its devices would fail or get the wrong thing: a
-device node or a mounted file it names is gone from the host (a driver upgrade removes the old
-libraries; a GPU or MIG instance removed takes its nodes), or it lacks a GPU or MIG device the node
-has now (named by UUID, as ``cdictk cdi generate`` and NVIDIA's tools name them). A spec that is not
-stale but differs from what ``cdictk cdi generate`` would write now (other options, an older cdictk)
-is reported as such, without failing. This is NVIDIA's #885 and #1828: stale specs after driver
-upgrades and MIG reconfiguration.
+A spec of the GPU kind is *stale* when a container given one of its devices would fail or get the
+wrong thing (NVIDIA's #885 and #1828, stale specs after driver upgrades and MIG reconfiguration):
+
+- a device node or a mounted file it names is gone from the host (a driver upgrade removes the old
+  libraries; a removed GPU takes its node). A node the spec describes fully (type and major) is not
+  needed on the host: the runtime creates it, as with a MIG capability node not made yet;
+- a device node's numbers differ from the host's (the ``nvidia-uvm`` major is given out when the
+  module loads, and can change with a reload);
+- its devices named by UUID (as ``cdictk cdi generate`` and NVIDIA's tools name them) are not the
+  node's GPUs and MIG devices: one is missing, or it names one that no longer exists.
+
+Two files defining the same device (the runtimes drop it) fail as well. A spec that is not stale but
+differs from what ``cdictk cdi generate`` writes now (other options, an older cdictk) is reported
+without failing. Specs of other kinds are only checked for being readable, and a problem there is a
+warning whose fix never writes over them.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass
 
-from cdictk.cdi.load import load_spec
+from cdictk.cdi.load import read_document
 from cdictk.cdi.model import ContainerEdits, Spec
-from cdictk.cdi.specdirs import spec_paths
-from cdictk.errors import CdictkError, Problem
+from cdictk.cdi.registry import load_registry
+from cdictk.errors import CdictkError
 from cdictk.info.checks import Finding, Status
 from cdictk.node.facts import NodeFacts
 from cdictk.node.roots import join
 
-GENERATE = "cdictk cdi generate --output {path}"
-MAX_SHOWN = 3  # missing paths named in a finding
+MAX_SHOWN = 3  # paths or names shown in a finding
 
 
 @dataclass(frozen=True, slots=True)
 class SpecState:
     path: str
-    kind: str  # "" when the file cannot be loaded
+    kind: str  # "" when the file cannot be read
     devices: int
     status: str  # "current", "differs", "stale", "invalid"
     reason: str
 
 
-def check_specs(
-    dirs: list[str], kind: str, facts: NodeFacts | None, fresh: bytes | None, host_root: str = "/"
-) -> tuple[list[SpecState], list[Finding]]:
-    """Every spec in ``dirs``; a FAIL when one of ``kind`` is stale or invalid, or none exists.
+@dataclass(frozen=True, slots=True)
+class SpecCheck:
+    """What the checks need besides the spec: the node, a fresh generation, how to regenerate."""
 
-    ``fresh`` is what ``cdictk cdi generate`` writes for this node with its defaults (None: unknown).
-    The specs' host paths are looked up under ``host_root`` (a container that mounts the host at /host).
-    """
+    kind: str
+    facts: NodeFacts | None
+    fresh: bytes | None  # what ``cdictk cdi generate`` writes now with its defaults; None: unknown
+    host_root: str = "/"  # where the specs' host paths are looked up
+    generate: str = "cdictk cdi generate"  # the command, with the roots info was given
+
+    def regenerate(self, path: str) -> str:
+        return f"{self.generate} --output {path}"
+
+
+def check_specs(dirs: list[str], check: SpecCheck) -> tuple[list[SpecState], list[Finding]]:
+    """Every spec in ``dirs``; a FAIL when one of the kind is stale, invalid or in conflict, or none is."""
+    registry = load_registry(dirs)
     states: list[SpecState] = []
     findings: list[Finding] = []
-    problems: list[Problem] = []
-    for directory in dirs:
-        for path in spec_paths(directory, problems):
-            state = _check(path, kind, facts, fresh, host_root)
-            states.append(state)
-            if state.kind != kind and state.status != "invalid":
-                continue
-            label = f"spec {path}"
-            fix = GENERATE.format(path=path)
-            if state.status in ("stale", "invalid"):
-                findings.append(Finding(label, Status.FAIL, f"{state.status}: {state.reason}", fix))
-            elif state.status == "differs":
-                findings.append(Finding(label, Status.OK, f"{state.devices} devices; {state.reason}"))
-            else:
-                findings.append(Finding(label, Status.OK, f"{state.devices} devices, {state.reason}"))
-    findings += [Finding(f"spec dir {p.file}", Status.WARN, p.reason) for p in problems]
-    if not any(state.kind == kind for state in states):
-        findings.append(
-            Finding(
-                "specs",
-                Status.FAIL,
-                f"no CDI spec of kind {kind} in {', '.join(dirs)}: CDI runtimes cannot give GPUs",
-                GENERATE.format(path="/var/run/cdi/nvidia.yaml"),
+    loaded = {spec_file.path for spec_file in registry.spec_files}
+    unusable = [p for p in registry.problems if p.file not in loaded and not p.field.startswith("devices[")]
+    for path in sorted({p.file for p in unusable}):
+        kind = _declared_kind(path)
+        reason = next(str(p) for p in unusable if p.file == path)
+        states.append(SpecState(path, kind, 0, "invalid", reason))
+        label = f"spec {path}"
+        if kind == check.kind:
+            findings.append(Finding(label, Status.FAIL, f"invalid: {reason}", check.regenerate(path)))
+        else:
+            detail = f"invalid, not a {check.kind} spec: {reason}"
+            findings.append(
+                Finding(label, Status.WARN, detail, f"fix or remove it (cdictk cdi validate {path})")
             )
-        )
+    for spec_file in registry.spec_files:
+        state = _check(spec_file.path, spec_file.spec, check)
+        states.append(state)
+        if state.kind != check.kind:
+            continue
+        label = f"spec {state.path}"
+        if state.status == "stale":
+            fix = check.regenerate(state.path)
+            findings.append(Finding(label, Status.FAIL, f"stale: {state.reason}", fix))
+        else:
+            findings.append(Finding(label, Status.OK, f"{state.devices} devices, {state.reason}"))
+    ours = f'"{check.kind}='
+    conflicts = [p for p in registry.problems if "conflicting device" in p.reason and ours in p.reason]
+    if conflicts:
+        files = ", ".join(sorted({p.file for p in conflicts}))
+        detail = f"{len(conflicts)} device definitions in more than one file ({files}): runtimes drop them"
+        findings.append(Finding("specs", Status.FAIL, detail, f"keep one of {files} and remove the others"))
+    if not any(state.kind == check.kind and state.status != "invalid" for state in states):
+        target = os.path.join(dirs[-1], "nvidia.yaml") if dirs else "/var/run/cdi/nvidia.yaml"
+        detail = f"no usable {check.kind} spec in {', '.join(dirs)}: CDI runtimes cannot give GPUs"
+        findings.append(Finding("specs", Status.FAIL, detail, check.regenerate(target)))
     return states, findings
 
 
-def _check(path: str, kind: str, facts: NodeFacts | None, fresh: bytes | None, host_root: str) -> SpecState:
+def _declared_kind(path: str) -> str:
+    """The kind an unusable file says it is, if it parses that far."""
     try:
-        spec = load_spec(path)
-    except CdictkError as exc:
-        return SpecState(path, "", 0, "invalid", str(exc))
+        document = read_document(path)
+    except CdictkError:
+        return ""
+    kind = document.get("kind") if isinstance(document, dict) else None
+    return kind if isinstance(kind, str) else ""
+
+
+def _check(path: str, spec: Spec, check: SpecCheck) -> SpecState:
     count = len(spec.devices)
-    if spec.kind != kind:
+    if spec.kind != check.kind:
         return SpecState(path, spec.kind, count, "current", "another kind")
-    missing = _missing_host_paths(spec, host_root)
-    if missing:
-        shown = ", ".join(missing[:MAX_SHOWN]) + (
-            f" and {len(missing) - MAX_SHOWN} more" if len(missing) > MAX_SHOWN else ""
-        )
-        return SpecState(path, spec.kind, count, "stale", f"names host paths that are gone: {shown}")
-    if facts is not None:
-        lacking = _missing_uuids(spec, facts)
-        if lacking:
-            return SpecState(
-                path, spec.kind, count, "stale", f"lacks devices the node has: {', '.join(lacking)}"
-            )
+    reasons = _node_problems(spec, check.host_root)
+    if check.facts is not None:
+        reasons += _device_set_problems(spec, check.facts)
+    if reasons:
+        return SpecState(path, spec.kind, count, "stale", "; ".join(reasons))
     try:
         with open(path, "rb") as handle:
-            same = fresh is not None and handle.read() == fresh
+            same = check.fresh is not None and handle.read() == check.fresh
     except OSError:
         same = False
     if same:
@@ -107,22 +133,62 @@ def _edits(spec: Spec) -> list[ContainerEdits]:
     return [spec.container_edits, *(device.container_edits for device in spec.devices)]
 
 
-def _missing_host_paths(spec: Spec, host_root: str) -> list[str]:
-    missing: list[str] = []
+def _shown(items: list[str]) -> str:
+    more = f" and {len(items) - MAX_SHOWN} more" if len(items) > MAX_SHOWN else ""
+    return ", ".join(items[:MAX_SHOWN]) + more
+
+
+def _node_problems(spec: Spec, host_root: str) -> list[str]:
+    gone: list[str] = []
+    renumbered: list[str] = []
     for edits in _edits(spec):
-        paths = [node.host_path or node.path for node in edits.device_nodes]
-        paths += [mount.host_path for mount in edits.mounts]
-        for path in paths:
-            if path.startswith("/") and not os.path.lexists(join(host_root, path)) and path not in missing:
-                missing.append(path)
-    return missing
+        for node in edits.device_nodes:
+            host_path = node.host_path or node.path
+            described = node.type != "" and (node.major != 0 or node.type == "p")
+            try:
+                st = os.lstat(join(host_root, host_path))
+            except OSError:
+                if not described and host_path not in gone:
+                    gone.append(host_path)
+                continue
+            if (
+                stat.S_ISCHR(st.st_mode)
+                and node.major
+                and (node.major, node.minor)
+                != (
+                    os.major(st.st_rdev),
+                    os.minor(st.st_rdev),
+                )
+            ):
+                numbers = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+                found = f"{host_path} is {numbers}, not {node.major}:{node.minor}"
+                if found not in renumbered:
+                    renumbered.append(found)
+        for mount in edits.mounts:
+            path = mount.host_path
+            if path.startswith("/") and not os.path.lexists(join(host_root, path)) and path not in gone:
+                gone.append(path)
+    problems = []
+    if gone:
+        problems.append(f"names host paths that are gone: {_shown(gone)}")
+    if renumbered:
+        problems.append(f"device numbers changed: {_shown(renumbered)}")
+    return problems
 
 
-def _missing_uuids(spec: Spec, facts: NodeFacts) -> list[str]:
-    """The node's GPU and MIG UUIDs the spec has no device for, when it names devices by UUID."""
+def _device_set_problems(spec: Spec, facts: NodeFacts) -> list[str]:
+    """Against the node's GPUs and MIG devices, when the spec names devices by UUID."""
     names = {device.name for device in spec.devices}
-    if not any(name.startswith(("GPU-", "MIG-")) for name in names):
+    named = {name for name in names if name.startswith(("GPU-", "MIG-"))}
+    if not named:
         return []  # named another way: nothing to compare
     node = [gpu.uuid for gpu in facts.gpus if not gpu.mig_enabled]
     node += [mig.uuid for gpu in facts.gpus for mig in gpu.migs]
-    return [uuid for uuid in node if uuid not in names]
+    problems = []
+    lacking = [uuid for uuid in node if uuid not in names]
+    if lacking:
+        problems.append(f"lacks devices the node has: {_shown(lacking)}")
+    extra = sorted(named - set(node))
+    if extra:
+        problems.append(f"names devices the node no longer has: {_shown(extra)}")
+    return problems

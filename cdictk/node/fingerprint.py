@@ -9,7 +9,8 @@ millisecond, so it can run every second. It changes when the spec may have to ch
 - MIG: ``/proc/driver/nvidia/capabilities``, where the driver shows a directory per GPU instance and
   compute instance that exists (``gpu0/mig/gi2/ci0/access``), so creating or destroying one changes
   the listing. NVIDIA's refresh units watch only the module files and miss this;
-- the device nodes: ``/dev/nvidia*``, ``/dev/nvidia-caps/*`` and ``/dev/dri/*``, with their numbers.
+- the device nodes: ``/dev/nvidia*``, ``/dev/nvidia-caps/*`` and ``/dev/dri/*``, with their numbers
+  and modes.
 """
 
 from __future__ import annotations
@@ -65,8 +66,9 @@ def _listing(top: str, depth: int) -> tuple[str, ...]:
     return tuple(sorted(found[:MAX_ENTRIES]))
 
 
-def _device_nodes(roots: Roots) -> list[tuple[str, int]]:
-    nodes: list[tuple[str, int]] = []
+def _device_nodes(roots: Roots) -> list[tuple[str, int, int]]:
+    """(name, device number, mode): a chmod changes the fileMode the spec carries."""
+    nodes: list[tuple[str, int, int]] = []
     for sub in _DEV_DIRS:
         directory = roots.in_dev("/dev/" + sub if sub else "/dev")
         try:
@@ -74,10 +76,10 @@ def _device_nodes(roots: Roots) -> list[tuple[str, int]]:
                 for entry in entries:
                     if sub or entry.name.startswith("nvidia"):
                         try:
-                            rdev = entry.stat(follow_symlinks=False).st_rdev
+                            st = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue
-                        nodes.append((f"{sub}/{entry.name}" if sub else entry.name, rdev))
+                        nodes.append((f"{sub}/{entry.name}" if sub else entry.name, st.st_rdev, st.st_mode))
         except OSError:
             continue
     return sorted(nodes)

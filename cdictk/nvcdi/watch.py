@@ -6,9 +6,10 @@ whatever it says, the spec is generated again and written only when its bytes ch
 default one-second interval a new GPU, a removed one, a MIG reconfiguration or a driver upgrade is in
 the spec within two seconds.
 
-A generation that fails (the driver is being upgraded and its module is out, NVML is not answering)
-keeps the spec that is there and is tried again at the next change, or after a back-off of up to
-30 seconds; only the caller decides what is fatal.
+A generation or write that fails (the driver is being upgraded and its module is out, NVML is not
+answering, the output's file system is read-only for a while) keeps the spec that is there and is
+tried again at the next change, or after a back-off of up to 30 seconds. What cannot get better by
+waiting (an output that is not a regular file) is a :class:`FatalWatchError`, which ends the watch.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ from dataclasses import dataclass
 from cdictk.errors import CdictkError
 
 MAX_BACKOFF = 30.0
+
+
+class FatalWatchError(CdictkError):
+    """A problem waiting cannot fix: the watch ends with it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +43,7 @@ def watch(
     """Run until ``wait(seconds)`` returns True (a stop was asked for).
 
     ``regenerate`` writes the spec when it changed; a CdictkError from it is logged and retried,
-    anything else propagates.
+    a :class:`FatalWatchError` or anything else propagates.
     """
     last: object = None
     last_run = float("-inf")
@@ -52,14 +57,16 @@ def watch(
             last, last_run = current, now
             try:
                 regenerate()
+            except FatalWatchError:
+                raise
             except CdictkError as exc:
                 backoff = min(max(backoff * 2, timing.interval), MAX_BACKOFF)
                 if not failed:
-                    log(f"cannot generate the spec, keeping the one there: {exc}")
+                    log(f"spec not updated, the one there stays; trying again: {exc}")
                 failed = True
             else:
                 if failed:
-                    log("the spec can be generated again")
+                    log("the spec is updated again")
                 failed, backoff = False, 0.0
         if wait(timing.interval):
             return

@@ -19,7 +19,7 @@ set -eu
 : "${NODE_INSTALL_DIR:=/host-opt-cdictk}" # the node's /opt/cdictk (read-write)
 : "${PREFIX:=/opt/cdictk}"               # this image's virtual environment, the same path on the node
 : "${CONTAINERD_DIR:=/etc/containerd}"   # the node's, at the same path: its imports name the drop-in
-: "${RUNTIME_PATH:=/usr/local/bin/cdictk-runtime}" # where pip puts cdictk-runtime on a node
+: "${RUNTIME_PATH:=$PREFIX/libexec/cdictk-runtime}" # written below, on the node
 
 say() { echo "cdictk-node-setup: $*" >&2; }
 
@@ -63,6 +63,26 @@ if ! chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -S -c 'import sys; sys.exit(sys.versi
     say "error: $HOOK_PYTHON on the node cannot run cdictk's hooks ($entry): they need Python 3.11" \
         "or newer; install one, or name another in HOOK_PYTHON (the cdictk ConfigMap)"
     exit 1
+fi
+
+# cdictk-runtime on the node, for the RuntimeClass route (NVIDIA_VISIBLE_DEVICES): a launcher that runs
+# the node's Python isolated and without site, on the copied package and then the node Python's own
+# package directories (asked of it), where the PyYAML it needs to parse a spec it has not cached is.
+site=${package%/cdictk}
+paths=$(chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -c 'import sys; print([p for p in sys.path if p.startswith("/")])')
+mkdir -p "$NODE_INSTALL_DIR/libexec"
+launcher=$NODE_INSTALL_DIR/libexec/cdictk-runtime
+{
+    echo "#!$HOOK_PYTHON -IS"
+    echo "# Written by cdictk-node-setup (the cdictk DaemonSet): cdictk-runtime with the node's Python."
+    echo "import sys; sys.path += ['$site'] + $paths"
+    echo "from cdictk.runtime.shim import main; sys.exit(main())"
+} >"$launcher.new"
+chmod 0755 "$launcher.new"
+mv -f "$launcher.new" "$launcher"
+if ! chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -S -c "import sys; sys.path += ['$site'] + $paths; import yaml"; then
+    say "warning: the node's $HOOK_PYTHON has no PyYAML: cdictk-runtime there (the cdictk RuntimeClass," \
+        "for NVIDIA_VISIBLE_DEVICES) cannot read a spec it has not cached; install python3-yaml"
 fi
 
 # 3. containerd.

@@ -83,7 +83,7 @@ def test_a_driver_that_goes_away_keeps_the_spec_until_it_is_back(
         code = process.wait(DEADLINE)
         err = process.stderr.read() if process.stderr else ""
     assert code == 0, err
-    assert "cannot generate the spec, keeping the one there" in err and "can be generated again" in err
+    assert "spec not updated, the one there stays" in err and "the spec is updated again" in err
 
 
 @pytest.mark.parametrize("extra", [["--output", "-"], ["--check"]])
@@ -103,3 +103,47 @@ def test_host_root_writes_the_nodes_paths(make_node: NodeFactory, capsys: pytest
     assert f"hostPath: {node.lib_dir}/libcuda.so.{node.version}" in plain
     assert f"hostPath: {node.lib_dir[len(node.root) :]}/libcuda.so.{node.version}" in stripped
     assert stripped.count("- path: /dev/nvidia0") == plain.count("- path: /dev/nvidia0")
+
+
+def test_a_spec_deleted_or_changed_under_the_watch_is_put_back(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    node = make_node("single")
+    output = tmp_path / "nvidia.yaml"
+    command = [sys.executable, "-m", "cdictk", "cdi", "generate", "--watch", "--interval", "0.2"]
+    process = subprocess.Popen(
+        [*command, *node.cli_args(), "--output", str(output)], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(output.exists, "the first spec")
+        spec = output.read_bytes()
+        output.unlink()
+        wait_for(output.exists, "the spec back after a delete")
+        output.write_text("garbage")
+        wait_for(lambda: output.read_bytes() == spec, "the spec back after an overwrite")
+        output.chmod(0o600)
+        wait_for(lambda: output.stat().st_mode & 0o777 == 0o644, "the spec's mode back")
+    finally:
+        process.send_signal(signal.SIGTERM)
+        code = process.wait(DEADLINE)
+        err = process.stderr.read() if process.stderr else ""
+    assert code == 0, err
+
+
+def test_an_output_that_is_not_a_file_ends_the_watch(make_node: NodeFactory, tmp_path: Path) -> None:
+    node = make_node("single")
+    (tmp_path / "elsewhere").write_text("")
+    (tmp_path / "nvidia.yaml").symlink_to(tmp_path / "elsewhere")
+    command = [sys.executable, "-m", "cdictk", "cdi", "generate", "--watch", *node.cli_args()]
+    result = subprocess.run(
+        [*command, "--output", str(tmp_path / "nvidia.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert (
+        result.stderr.splitlines()[-1].startswith("cdictk: error: ") and "not a regular file" in result.stderr
+    )
+    assert (tmp_path / "elsewhere").read_text() == ""

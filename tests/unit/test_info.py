@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,13 @@ def finding(report: dict[str, Any], check: str) -> dict[str, Any]:
     return found[0]  # type: ignore[no-any-return]
 
 
+def run_fix(command: str) -> int:
+    """Runs a fix ``cdictk info`` printed, as an operator would paste it."""
+    words = shlex.split(command)
+    assert words[0] == "cdictk"
+    return main(words[1:])
+
+
 def test_a_healthy_node(make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     node = make_node("eight")
     generate(node, tmp_path / "cdi")
@@ -65,10 +73,47 @@ def test_a_missing_node_is_a_failure_with_its_fix(
     assert code == 1 and report["ok"] is False
     nodes = finding(report, "device nodes")
     assert nodes["status"] == "fail" and "/dev/nvidia-uvm" in nodes["detail"]
-    assert nodes["fix"].startswith("cdictk system create-device-nodes")
     assert report["device_nodes"]["missing"] == ["/dev/nvidia-uvm"]
-    spec = finding(report, "spec")  # the spec names the node too: stale
-    assert spec["status"] == "fail" and "/dev/nvidia-uvm" in spec["detail"]
+    # The spec describes the node fully (type, numbers): the runtime makes it, so the spec is fine.
+    assert finding(report, "spec")["status"] == "ok"
+    assert run_fix(nodes["fix"]) == 0  # the printed command, with the roots info was given
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 0 and finding(report, "device nodes")["status"] == "ok"
+
+
+def test_renumbered_nodes_and_removed_mig_devices_make_the_spec_stale(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("eight")
+    generate(node, tmp_path / "cdi")
+    node.reconfigure_mig(node.preset.migs[:1])  # two instances destroyed
+    code, report = info(node, tmp_path / "cdi", capsys)
+    spec = finding(report, "spec")
+    assert code == 1 and "names devices the node no longer has: MIG-" in spec["detail"]
+    assert run_fix(spec["fix"]) == 0
+    assert info(node, tmp_path / "cdi", capsys)[0] == 0
+    uvm = Path(node.root, "dev/nvidia-uvm")
+    uvm.unlink()
+    os.mknod(uvm, 0o20666, os.makedev(511, 0))  # the module came back with another major
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 1 and "device numbers changed: " in finding(report, "spec")["detail"]
+
+
+def test_another_vendors_spec_is_never_overwritten_and_conflicts_fail(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("single")
+    output = generate(node, tmp_path / "cdi")
+    nic = tmp_path / "cdi" / "nic.yaml"
+    nic.write_text("cdiVersion: 0.5.0\nkind: example.com/nic\ndevices: []\n")
+    code, report = info(node, tmp_path / "cdi", capsys)
+    other = finding(report, f"spec {nic}")
+    assert code == 0 and other["status"] == "warn" and "cdictk cdi generate" not in other["fix"]
+    nic.unlink()
+    (tmp_path / "cdi" / "copy.yaml").write_bytes(output.read_bytes())
+    code, report = info(node, tmp_path / "cdi", capsys)
+    conflict = finding(report, "specs")
+    assert code == 1 and "more than one file" in conflict["detail"]
 
 
 def test_a_mig_change_and_a_driver_upgrade_make_the_spec_stale(
@@ -81,8 +126,8 @@ def test_a_mig_change_and_a_driver_upgrade_make_the_spec_stale(
     spec = finding(report, "spec")
     assert code == 1 and spec["status"] == "fail"
     assert spec["detail"] == "stale: lacks devices the node has: MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000003"
-    assert spec["fix"] == f"cdictk cdi generate --output {output}"
-    generate(node, tmp_path / "cdi")
+    assert spec["fix"] == f"cdictk cdi generate {' '.join(node.cli_args())} --output {output}"
+    assert run_fix(spec["fix"]) == 0
     assert info(node, tmp_path / "cdi", capsys)[0] == 0
     library = next(Path(node.lib_dir).glob(f"libcuda.so.{node.version}"))
     library.unlink()  # the driver upgrade took the old library
@@ -97,6 +142,9 @@ def test_no_spec_an_invalid_spec_and_no_driver(
     (tmp_path / "cdi").mkdir()
     code, report = info(node, tmp_path / "cdi", capsys)
     assert code == 1 and finding(report, "specs")["status"] == "fail"
+    assert run_fix(finding(report, "specs")["fix"]) == 0  # writes into the spec dir info looked at
+    assert info(node, tmp_path / "cdi", capsys)[0] == 0
+    (tmp_path / "cdi" / "nvidia.yaml").unlink()
     (tmp_path / "cdi" / "broken.yaml").write_text("cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices: []\n")
     code, report = info(node, tmp_path / "cdi", capsys)
     assert code == 1 and finding(report, "spec")["detail"].startswith("invalid: ")
@@ -156,3 +204,34 @@ def test_engines_under_the_host_root(tmp_path: Path) -> None:
     assert (
         off.status is Status.WARN and off.fix == "cdictk runtime configure --runtime containerd --enable-cdi"
     )
+
+
+def test_a_mig_cap_node_not_made_yet_is_no_failure(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The generator describes such a node from procfs and the runtime creates it."""
+    node = make_node("eight")
+    cap = sorted(Path(node.root, "dev/nvidia-caps").glob("nvidia-cap2*"))[0]
+    cap.unlink()
+    generate(node, tmp_path / "cdi")
+    code, report = info(node, tmp_path / "cdi", capsys)
+    assert code == 0, finding(report, "spec")
+    assert finding(report, "spec")["detail"].endswith("as cdictk cdi generate writes it now")
+
+
+def test_a_registered_runtime_whose_program_is_missing_is_a_warning(tmp_path: Path) -> None:
+    drop_in = tmp_path / "etc/containerd/conf.d/99-cdictk.toml"
+    drop_in.parent.mkdir(parents=True)
+    (tmp_path / "etc/containerd/config.toml").write_text("version = 2\n")
+    drop_in.write_text(
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.cdictk.options]\n'
+        'BinaryName = "/opt/cdictk/libexec/cdictk-runtime"\n'
+    )
+    found = {f.check: f for f in check_engines(str(tmp_path))}
+    assert found["cdictk-runtime"].status is Status.WARN
+    assert "/opt/cdictk/libexec/cdictk-runtime, which is missing" in found["cdictk-runtime"].detail
+    program = tmp_path / "opt/cdictk/libexec/cdictk-runtime"
+    program.parent.mkdir(parents=True)
+    program.write_text("#!/bin/sh\n")
+    program.chmod(0o755)
+    assert "cdictk-runtime" not in {f.check for f in check_engines(str(tmp_path))}

@@ -53,8 +53,8 @@ def test_a_failure_is_logged_once_retried_and_its_recovery_said() -> None:
     script.run(WatchTiming(interval=1.0, full_every=1e9))
     assert script.generated == [0, 1, 2, 4]  # c failed; unchanged c waits for the back-off
     assert script.logged == [
-        "cannot generate the spec, keeping the one there: no driver at tick 0",
-        "the spec can be generated again",
+        "spec not updated, the one there stays; trying again: no driver at tick 0",
+        "the spec is updated again",
     ]
 
 
@@ -63,3 +63,15 @@ def test_the_back_off_is_capped() -> None:
     script = Script(["a"] * 3, failures={0, 1, 2})
     script.run(WatchTiming(interval=0.0, full_every=1e9))  # a zero back-off retries every tick
     assert script.generated == [0, 1, 2] and len(script.logged) == 1
+
+
+def test_a_fatal_error_ends_the_watch() -> None:
+    import pytest
+
+    from cdictk.nvcdi.watch import FatalWatchError
+
+    def regenerate() -> None:
+        raise FatalWatchError("/run/cdi/nvidia.yaml", "", "not a regular file")
+
+    with pytest.raises(FatalWatchError):
+        watch(lambda: 1, regenerate, lambda _: False, WatchTiming(), print)
