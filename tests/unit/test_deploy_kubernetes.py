@@ -589,3 +589,13 @@ def test_the_image_runs_cdictk_from_the_prefix_the_script_expects() -> None:
     installed = {dest: source for *sources, dest in copies for source in sources}
     script_path = init()["command"][1]
     assert installed[script_path] == str(SCRIPT.relative_to(REPO))
+
+
+@pytest.mark.parametrize("version", kubernetes_versions())
+def test_the_example_gpu_pod_is_valid_kubernetes(version: str) -> None:
+    validator = kubernetes_validate()
+    path = REPO / "deploy" / "kubernetes" / "examples" / "gpu-pod.yaml"
+    (pod,) = list(yaml.safe_load_all(path.read_text(encoding="utf-8")))
+    validator.validate(pod, version, strict=True)
+    (container,) = pod["spec"]["containers"]
+    assert container["resources"]["limits"] == {"nvidia.com/gpu": 1}
