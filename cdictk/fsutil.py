@@ -17,8 +17,8 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_mode: 
     """Replace ``path`` with ``data`` atomically.
 
     The new file keeps the mode and owner of the file it replaces (with ``keep_mode=False`` it gets
-    ``mode`` all the same); a new file gets ``mode`` (default 0o644). A symlink at ``path`` is refused
-    rather than replaced by a regular file or followed.
+    ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A symlink at
+    ``path`` is refused rather than replaced by a regular file or followed.
     """
     directory = os.path.dirname(path) or "."
     try:
@@ -47,7 +47,9 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_mode: 
             while view:
                 written = os.write(fd, view)
                 view = view[written:]
-            if old is not None and os.geteuid() == 0:
+            # The old owner only with the old mode: a file written with a mode of its own (a CDI spec,
+            # whose hooks run as root) must not go to whoever planted the file it replaces.
+            if old is not None and keep_mode and os.geteuid() == 0:
                 os.fchown(fd, old.st_uid, old.st_gid)
             os.fchmod(fd, final_mode)
             os.fsync(fd)

@@ -57,6 +57,8 @@ def _listing(top: str, depth: int) -> tuple[str, ...]:
         try:
             with os.scandir(os.path.join(top, relative) if relative else top) as entries:
                 for entry in entries:
+                    if len(found) >= MAX_ENTRIES:
+                        break
                     path = f"{relative}/{entry.name}" if relative else entry.name
                     found.append(path)
                     if left > 1 and entry.is_dir(follow_symlinks=False):
@@ -74,6 +76,8 @@ def _device_nodes(roots: Roots) -> list[tuple[str, int, int]]:
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
+                    if len(nodes) >= MAX_ENTRIES:
+                        break
                     if sub or entry.name.startswith("nvidia"):
                         try:
                             st = entry.stat(follow_symlinks=False)

@@ -223,6 +223,9 @@ def _mknod(roots: Roots, node: WantedNode) -> bool:
     fd = open_parent(roots, node.path, create=True)
     if fd is None:  # only without create
         raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT))
+    # The umask cleared for the mknod alone: the node is born 0666, so no chmod follows that could
+    # miss (fchmodat without following links is refused on many kernels) or meet a swapped-in link.
+    mask = os.umask(0)
     try:
         try:
             os.mknod(name, stat.S_IFCHR | NODE_MODE, os.makedev(node.major, node.minor), dir_fd=fd)
@@ -233,22 +236,10 @@ def _mknod(roots: Roots, node: WantedNode) -> bool:
                 return False
             reason = f"{describe(info)} appeared where {node.numbers} was being made; left alone"
             raise CdictkError(roots.in_dev(node.path), "", reason) from None
-        _chmod(name, fd, node)
     finally:
+        os.umask(mask)
         os.close(fd)
     return True
-
-
-def _chmod(name: str, fd: int, node: WantedNode) -> None:
-    """Undo the umask that mknod applied, without following a link that replaced the node meanwhile."""
-    try:
-        os.chmod(name, NODE_MODE, dir_fd=fd, follow_symlinks=False)
-    except NotImplementedError:
-        # fchmodat(AT_SYMLINK_NOFOLLOW) needs Linux 6.6 or glibc with /proc mounted; failing both,
-        # check the name is still our device just before a plain chmod.
-        if not _is_node(os.stat(name, dir_fd=fd, follow_symlinks=False), node):
-            raise OSError(errno.EEXIST, "replaced while being created") from None
-        os.chmod(name, NODE_MODE, dir_fd=fd)
 
 
 def create_control_nodes(roots: Roots, say: Callable[[str], None], *, dry_run: bool = False) -> list[Problem]:

@@ -18,7 +18,7 @@ from cdictk.node.roots import Roots
 MAX_PROC_BYTES = 1 << 20
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
 
-_MIG_LINE = re.compile(r"gpu(\d+)/gi(\d+)(?:/ci(\d+))?/access\s+(\d+)")
+_MIG_LINE = re.compile(r"gpu([0-9]{1,4})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access\s+([0-9]{1,7})")
 _VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")
 
 
@@ -47,6 +47,15 @@ def read_text(path: str) -> str | None:
     return b"".join(chunks).decode("utf-8", "replace")
 
 
+MAX_MAJOR = 4095  # the kernel's device numbers: 12-bit majors, 20-bit minors
+MAX_MINOR = (1 << 20) - 1
+
+
+def _small_number(text: str, limit: int) -> bool:
+    """ASCII digits only (``isdigit`` takes "²") and within ``limit``: os.makedev must accept it."""
+    return 0 < len(text) <= 7 and text.isascii() and text.isdigit() and int(text) <= limit
+
+
 def parse_devices(text: str) -> dict[str, int]:
     """Character device majors by name, from the first section of /proc/devices."""
     majors: dict[str, int] = {}
@@ -58,7 +67,7 @@ def parse_devices(text: str) -> dict[str, int]:
         if line.startswith("Block devices"):
             break
         fields = line.split()
-        if in_char and len(fields) == 2 and fields[0].isdigit():
+        if in_char and len(fields) == 2 and _small_number(fields[0], MAX_MAJOR):
             majors.setdefault(fields[1], int(fields[0]))
     return majors
 
@@ -108,7 +117,7 @@ def parse_gpu_information(text: str) -> ProcGpu | None:
             values[key.strip()] = value.strip()
     minor = values.get("Device Minor", "")
     bus = values.get("Bus Location", "")
-    if not minor.isdigit() or not bus:
+    if not _small_number(minor, MAX_MINOR) or not bus:
         return None
     return ProcGpu(values.get("Model", ""), values.get("GPU UUID", ""), bus.lower(), int(minor))
 
@@ -155,7 +164,7 @@ def parse_mig_minors(text: str, gpus: set[int] | None = None) -> MigMinors:
                 access[(int(gpu), int(gi), None if ci is None else int(ci))] = int(minor)
         elif line.startswith(("config ", "monitor ")):
             name, _, value = line.partition(" ")
-            if value.strip().isdigit():
+            if _small_number(value.strip(), MAX_MINOR):
                 if name == "config":
                     config = int(value)
                 else:

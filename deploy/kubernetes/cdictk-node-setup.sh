@@ -41,6 +41,10 @@ fi
 # would fail its hook once and be restarted by the kubelet).
 package=${CDICTK_PACKAGE:-$(python -c 'import os, cdictk; print(os.path.dirname(cdictk.__file__))')}
 case $package in
+*/../* | */..) 
+    say "error: cdictk's package path $package has a '..' in it"
+    exit 1
+    ;;
 "$PREFIX"/*) ;;
 *)
     say "error: cdictk is at $package, outside $PREFIX"
@@ -67,20 +71,34 @@ fi
 
 # cdictk-runtime on the node, for the RuntimeClass route (NVIDIA_VISIBLE_DEVICES): a launcher that runs
 # the node's Python isolated and without site, on the copied package and then the node Python's own
-# package directories (asked of it), where the PyYAML it needs to parse a spec it has not cached is.
+# package directories, where the PyYAML it needs to parse a spec it has not cached is. The directories
+# go to a file beside it, one per line, never into its source: whatever the node's Python prints
+# (a .pth file may print too) can only be a wrong path, not code.
 site=${package%/cdictk}
-paths=$(chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -c 'import sys; print([p for p in sys.path if p.startswith("/")])')
 mkdir -p "$NODE_INSTALL_DIR/libexec"
 launcher=$NODE_INSTALL_DIR/libexec/cdictk-runtime
 {
+    echo "$site"
+    chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -c 'import sys; print("\n".join(p for p in sys.path if p.startswith("/")))'
+} >"$launcher.path.new"
+{
     echo "#!$HOOK_PYTHON -IS"
     echo "# Written by cdictk-node-setup (the cdictk DaemonSet): cdictk-runtime with the node's Python."
-    echo "import sys; sys.path += ['$site'] + $paths"
+    echo "import sys"
+    echo "with open(__file__ + '.path') as paths: sys.path += [p for p in paths.read().splitlines() if p[:1] == '/']"
     echo "from cdictk.runtime.shim import main; sys.exit(main())"
 } >"$launcher.new"
+chmod 0644 "$launcher.path.new"
 chmod 0755 "$launcher.new"
+mv -f "$launcher.path.new" "$launcher.path"
 mv -f "$launcher.new" "$launcher"
-if ! chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -S -c "import sys; sys.path += ['$site'] + $paths; import yaml"; then
+node_launcher=${launcher#"$NODE_INSTALL_DIR"}
+if ! chroot "$HOST_ROOT" "$PREFIX$node_launcher" --help >/dev/null; then
+    say "error: the node's cdictk-runtime ($PREFIX$node_launcher) does not start"
+    exit 1
+fi
+if ! chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -S -c \
+    "import sys; sys.path += open('$PREFIX$node_launcher.path').read().splitlines(); import yaml"; then
     say "warning: the node's $HOOK_PYTHON has no PyYAML: cdictk-runtime there (the cdictk RuntimeClass," \
         "for NVIDIA_VISIBLE_DEVICES) cannot read a spec it has not cached; install python3-yaml"
 fi

@@ -378,6 +378,10 @@ class Node:
         self.package = self.prefix / "lib" / "cdictk"
         shutil.copytree(REPO / "cdictk", self.package, ignore=shutil.ignore_patterns("__pycache__"))
         self.copy = self.install / "lib" / "cdictk"
+        # The node sees its /opt/cdictk at the image's prefix: the launcher the script writes there is
+        # what the stand-in chroot (which changes no root) finds under the prefix.
+        (self.install / "libexec").mkdir(parents=True)
+        (self.prefix / "libexec").symlink_to(self.install / "libexec")
 
     def run(self, **settings: str) -> subprocess.CompletedProcess[str]:
         env = {
@@ -401,7 +405,15 @@ class Node:
         return self.log.read_text(encoding="utf-8").splitlines()
 
     def called(self, program: str) -> list[list[str]]:
-        return [shlex.split(line)[1:] for line in self.calls() if line.split()[0] == program]
+        return [_words(line)[1:] for line in self.calls() if line.split()[0] == program]
+
+
+def _words(line: str) -> list[str]:
+    """A logged command line; the stand-ins log "$*", so Python code given with -c may not re-split."""
+    try:
+        return shlex.split(line)
+    except ValueError:
+        return line.split()
 
 
 def same_tree(left: Path, right: Path) -> bool:
@@ -423,7 +435,8 @@ def test_script_prepares_the_node_and_restarts_containerd_once(tmp_path: Path) -
     # 2. the package on the node, and the node's Python ran its hook entry point from there
     assert same_tree(node.package, node.copy)
     chroots = node.called("chroot")
-    assert chroots and all(call[:2] == [str(node.host), sys.executable] for call in chroots)
+    runs = {sys.executable, f"{node.prefix}/libexec/cdictk-runtime"}  # the node's Python, or its launcher
+    assert chroots and all(call[0] == str(node.host) and call[1] in runs for call in chroots)
     assert [str(node.package / "hooks" / "__main__.py"), "--help"] in [call[-2:] for call in chroots]
     # 3. containerd: configured, then restarted in the node's mount namespace
     configure = cdictk[1]
@@ -432,9 +445,14 @@ def test_script_prepares_the_node_and_restarts_containerd_once(tmp_path: Path) -
     assert option(configure, "--drop-in-config") == f"{node.containerd}/conf.d/99-cdictk.toml"
     assert "--enable-cdi" in configure
     assert option(configure, "--runtime-path") == f"{node.prefix}/libexec/cdictk-runtime"
-    # the node's cdictk-runtime: the node's Python, isolated, on the copied package
+    # the node's cdictk-runtime: the node's Python, isolated, on the copied package; the paths it adds
+    # are in a file beside it, never in its source
     launcher = node.install / "libexec" / "cdictk-runtime"
     assert launcher.read_text().startswith(f"#!{sys.executable} -IS\n")
+    assert str(node.package.parent) not in launcher.read_text()
+    assert (node.install / "libexec" / "cdictk-runtime.path").read_text().splitlines()[0] == str(
+        node.package.parent
+    )
     usage = subprocess.run([str(launcher), "--help"], capture_output=True, text=True, check=False)
     assert usage.returncode == 0 and usage.stdout.startswith("usage: cdictk-runtime")
     assert node.called("nsenter") == [

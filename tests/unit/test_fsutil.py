@@ -70,3 +70,17 @@ def test_keep_mode_false_sets_the_given_mode(tmp_path: Path) -> None:
     os.chmod(path, 0o600)
     atomic_write(str(path), b"new", mode=0o644, keep_mode=False)
     assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o644
+
+
+def test_a_file_written_with_its_own_mode_belongs_to_the_writer(tmp_path: Path) -> None:
+    """A spec (hooks run as root) must not go to whoever planted the file it replaces."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the old file another owner")
+    path = tmp_path / "nvidia.yaml"
+    path.write_text("planted")
+    os.chown(path, 65534, 65534)
+    atomic_write(str(path), b"spec", mode=0o644, keep_mode=False)
+    assert (path.stat().st_uid, path.stat().st_gid) == (0, 0)
+    os.chown(path, 65534, 65534)
+    atomic_write(str(path), b"config", keep_mode=True)  # an edited config keeps its owner
+    assert path.stat().st_uid == 65534

@@ -76,3 +76,12 @@ def test_mig_minors_for_some_gpus_only() -> None:
     minors = procfs.parse_mig_minors(text, {3})
     assert minors.access == {(3, 1, None): 417, (3, 1, 0): 418} and minors.config == 1
     assert procfs.parse_mig_minors("gpu0/gix/access 5\ngpu0/gi1/cix/access 6\ngpu0/gi1 7\n").access == {}
+
+
+def test_numbers_the_kernel_cannot_have_are_ignored() -> None:
+    from cdictk.node.procfs import parse_devices, parse_mig_minors
+
+    text = "Character devices:\n\u00b2 odd\n99999999999 huge\n4096 toolarge\n195 nvidia-frontend\n"
+    assert parse_devices(text) == {"nvidia-frontend": 195}
+    minors = parse_mig_minors("gpu0/gi1/access 99999999999\ngpu0/gi2/access 12\nconfig \u00b2\n")
+    assert minors.access == {(0, 2, None): 12} and minors.config is None
