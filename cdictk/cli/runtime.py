@@ -167,10 +167,12 @@ def configure_command(  # click passes every option by keyword
         remove=remove, dry_run=dry_run, follow_symlinks=follow_symlinks,
     )  # fmt: skip
     changed = configure(request, lambda line: print(line, file=sys.stderr))
-    if not dry_run and (changed or restart_how == "none"):
+    if not dry_run and changed:
         from cdictk.runtime.configure.restart import restart  # noqa: PLC0415
 
         print(restart(engine, restart_how, socket_path), file=sys.stderr)
+    elif not dry_run:
+        print(f"nothing changed: {engine} needs no restart", file=sys.stderr)
     return 0
 
 

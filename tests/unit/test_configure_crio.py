@@ -3,6 +3,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.runtime.configure.crio import HEADER, configure
 
@@ -102,3 +104,17 @@ def test_the_shipped_drop_in_is_what_configure_writes(tmp_path: Path) -> None:
     args += ["--drop-in-config", str(written), "--runtime-path", f"{DEFAULT_DIR}/cdictk-runtime"]
     assert main(args) == 0
     assert tomllib.loads(shipped.read_text()) == tomllib.loads(written.read_text())
+
+
+def test_a_second_run_changes_nothing_and_asks_for_no_restart(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cdictk.cli.main import main
+
+    args = ["runtime", "configure", "--runtime", "crio", "--config", str(tmp_path / "crio.conf")]
+    args += ["--drop-in-config", str(tmp_path / "99-cdictk.toml"), "--runtime-path", "/usr/bin/true"]
+    assert main(args) == 0
+    assert "restart crio" in capsys.readouterr().err
+    assert main(args) == 0
+    err = capsys.readouterr().err
+    assert "restart crio" not in err and "nothing changed: crio needs no restart" in err
