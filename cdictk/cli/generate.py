@@ -204,14 +204,7 @@ def generate_command(  # click passes every option by keyword
     if output != "-" and not output.endswith((".yaml", ".json")):
         _warn(f"{output}: CDI runtimes only load .yaml and .json files from their spec directories")
 
-    # Absolute: the spec's host paths must not depend on the directory generate ran in.
-    driver_root = os.path.abspath(driver_root)
-    roots = Roots(
-        driver=driver_root,
-        dev=os.path.abspath(dev_root) if dev_root else driver_root,
-        proc=os.path.abspath(proc_root),
-        sys=os.path.abspath(sys_root),
-    )
+    roots = Roots.from_options(driver_root, dev_root, proc_root, sys_root)
     options = SpecOptions(
         vendor=vendor,
         cls=cls,

@@ -64,13 +64,7 @@ def info_command(  # click passes every option by keyword
     if problem:
         raise CdictkError("", "--kind", problem)
 
-    driver = os.path.abspath(driver_root)
-    roots = Roots(
-        driver=driver,
-        dev=os.path.abspath(dev_root) if dev_root else driver,
-        proc=os.path.abspath(proc_root),
-        sys=os.path.abspath(sys_root),
-    )
+    roots = Roots.from_options(driver_root, dev_root, proc_root, sys_root)
     host = os.path.abspath(host_root)
     dirs = list(spec_dirs) or [join(host, "/etc/cdi"), join(host, "/var/run/cdi")]
     report = gather(roots, dirs, kind, host)

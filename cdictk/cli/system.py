@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -72,10 +71,7 @@ def _root_options(command: F) -> F:
 def _roots(driver_root: str, dev_root: str | None, proc_root: str) -> Roots:
     from cdictk.node.roots import Roots  # noqa: PLC0415
 
-    driver = os.path.abspath(driver_root)
-    return Roots(
-        driver=driver, dev=os.path.abspath(dev_root) if dev_root else driver, proc=os.path.abspath(proc_root)
-    )
+    return Roots.from_options(driver_root, dev_root, proc_root)
 
 
 def _load_modules(roots: Roots, modprobe: str | None, *, dry_run: bool) -> None:

@@ -23,6 +23,17 @@ class Roots:
     proc: str = "/proc"
     sys: str = "/sys"
 
+    @classmethod
+    def from_options(
+        cls, driver: str = "/", dev: str | None = None, proc: str = "/proc", sys: str = "/sys"
+    ) -> Roots:
+        """The roots a command line gives: absolute (a spec's host paths must not depend on the working
+        directory), the dev root defaulting to the driver root."""
+        driver = os.path.abspath(driver)
+        return cls(
+            driver, os.path.abspath(dev) if dev else driver, os.path.abspath(proc), os.path.abspath(sys)
+        )
+
     def in_driver(self, path: str) -> str:
         """The host path of ``path`` (absolute, inside the driver root)."""
         return join(self.driver, path)
