@@ -30,38 +30,20 @@ MAX_BYTES = 4 << 20
 
 def check_engines(host_root: str) -> list[Finding]:
     findings: list[Finding] = []
+    registered: list[str] = []  # every path an engine config gives cdictk-runtime, each file read once
     for check in (_containerd, _crio, _docker):
-        finding = check(host_root)
+        finding = check(host_root, registered)
         if finding is not None:
             findings.append(finding)
-    missing = _missing_programs(host_root, _shim_paths(host_root))
+    missing = _missing_programs(host_root, registered)
     if missing is not None:
         findings.append(missing)
     findings.append(_settings(host_root))
     return findings
 
 
-def _shim_paths(host_root: str) -> list[str]:
-    """Every path an engine config registers for cdictk-runtime."""
-    paths: list[str] = []
-    for main, drop_ins, key in (
-        ("/etc/containerd/config.toml", "/etc/containerd/conf.d/*.toml", "BinaryName"),
-        ("/etc/crio/crio.conf", "/etc/crio/crio.conf.d/*", "runtime_path"),
-    ):
-        files, _ = _toml_files(host_root, main, drop_ins)
-        for _, data in files:
-            paths += [str(v) for k, v in _walk(data) if k == key and str(v).endswith(SHIM)]
-    text = _read(join(host_root, "/etc/docker/daemon.json"))
-    try:
-        data = json.loads(text) if text and text.strip() else {}
-    except json.JSONDecodeError:
-        data = {}
-    runtimes = data.get("runtimes") if isinstance(data, dict) else None
-    if isinstance(runtimes, dict):
-        for entry in runtimes.values():
-            if isinstance(entry, dict) and str(entry.get("path", "")).endswith(SHIM):
-                paths.append(str(entry["path"]))
-    return paths
+def _shims(pairs: list[tuple[str, Any]], key: str) -> list[str]:
+    return [str(value) for name, value in pairs if name == key and str(value).endswith(SHIM)]
 
 
 def _read(path: str) -> str | None:
@@ -118,13 +100,15 @@ def _missing_programs(host_root: str, paths: list[str]) -> Finding | None:
     )
 
 
-def _containerd(host_root: str) -> Finding | None:
+def _containerd(host_root: str, registered: list[str]) -> Finding | None:
     files, broken = _toml_files(host_root, "/etc/containerd/config.toml", "/etc/containerd/conf.d/*.toml")
     if not files and not broken:
         return None
     pairs = [pair for _, data in files for pair in _walk(data)]
     cdi = any(key == "enable_cdi" and value is True for key, value in pairs)
-    shim = any(key == "BinaryName" and str(value).endswith(SHIM) for key, value in pairs)
+    found = _shims(pairs, "BinaryName")
+    registered += found
+    shim = bool(found)
     versions = [data["version"] for _, data in files if isinstance(data.get("version"), int)]
     version = max(versions, default=1)
     on = "on" if cdi or version >= 3 else "off"
@@ -141,20 +125,19 @@ def _containerd(host_root: str) -> Finding | None:
     return Finding("containerd", Status.OK, detail)
 
 
-def _crio(host_root: str) -> Finding | None:
+def _crio(host_root: str, registered: list[str]) -> Finding | None:
     files, broken = _toml_files(host_root, "/etc/crio/crio.conf", "/etc/crio/crio.conf.d/*")
     if not files and not broken:
         return None
-    shim = any(
-        key == "runtime_path" and str(value).endswith(SHIM) for _, d in files for key, value in _walk(d)
-    )
-    detail = f"CDI on, {SHIM} {'registered' if shim else 'not registered'}"
+    found = _shims([pair for _, data in files for pair in _walk(data)], "runtime_path")
+    registered += found
+    detail = f"CDI on, {SHIM} {_registered(bool(found))}"
     if broken:
         return Finding("cri-o", Status.WARN, f"{detail}; cannot parse {broken[0]}")
     return Finding("cri-o", Status.OK, detail)
 
 
-def _docker(host_root: str) -> Finding | None:
+def _docker(host_root: str, registered: list[str]) -> Finding | None:
     path = join(host_root, "/etc/docker/daemon.json")
     text = _read(path)
     if text is None:
@@ -168,9 +151,10 @@ def _docker(host_root: str) -> Finding | None:
     features = data.get("features")
     cdi = isinstance(features, dict) and features.get("cdi") is True
     runtimes = data.get("runtimes")
-    shim = isinstance(runtimes, dict) and any(
-        isinstance(entry, dict) and str(entry.get("path", "")).endswith(SHIM) for entry in runtimes.values()
-    )
+    entries = list(runtimes.values()) if isinstance(runtimes, dict) else []
+    found = _shims([("path", entry.get("path")) for entry in entries if isinstance(entry, dict)], "path")
+    registered += found
+    shim = bool(found)
     detail = f"CDI {'on' if cdi else 'off'}, {SHIM} {_registered(shim)}"
     if not cdi and not shim:
         return Finding(

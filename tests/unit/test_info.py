@@ -235,3 +235,9 @@ def test_a_registered_runtime_whose_program_is_missing_is_a_warning(tmp_path: Pa
     program.write_text("#!/bin/sh\n")
     program.chmod(0o755)
     assert "cdictk-runtime" not in {f.check for f in check_engines(str(tmp_path))}
+    docker = tmp_path / "etc/docker/daemon.json"
+    docker.parent.mkdir(parents=True)
+    docker.write_text('{"runtimes": {"cdictk": {"path": "/usr/local/bin/cdictk-runtime"}}}')
+    found = {f.check: f for f in check_engines(str(tmp_path))}
+    assert "/usr/local/bin/cdictk-runtime, which is missing" in found["cdictk-runtime"].detail
+    assert "cdictk-runtime registered" in found["docker"].detail
