@@ -45,6 +45,11 @@
 #define FAKE_KEY_SIZE 16
 #define FAKE_CONFIG_NAME "fake-nvml.conf"
 #define FAKE_DEFAULT_PCI_ID 0x233010DEu /* H100 SXM5 80GB */
+/* What an H100 reports: compute capability 9.0 and, like every data-center
+ * GPU since Ampere (and the T4 on current drivers), "Product Brand: NVIDIA". */
+#define FAKE_DEFAULT_ARCH_MAJOR 9
+#define FAKE_DEFAULT_ARCH_MINOR 0
+#define NVML_BRAND_NVIDIA 14
 
 typedef int nvmlReturn_t;
 
@@ -87,6 +92,8 @@ struct fake_device {
     unsigned int domain, bus, dev, pci_id;
     enum fake_mig_mode mig_mode;
     unsigned int max_mig;
+    int arch_major, arch_minor; /* nvmlDeviceGetCudaComputeCapability */
+    int brand;                  /* nvmlBrandType_t, any value: NVML adds brands */
     /* MIG only */
     unsigned int gi, ci, gi_slices, ci_slices, sms;
     unsigned long long memory_mb;
@@ -362,11 +369,33 @@ static int fake_record_init(struct fake_line *l, struct fake_state *st)
     return fake_check_all_seen(l);
 }
 
+/* "9.0": a compute capability, two decimal numbers below 100. */
+static int fake_parse_arch(const char *s, int *major, int *minor)
+{
+    int n[2] = {0, 0};
+
+    for (int i = 0; i < 2; i++) {
+        int digits = 0;
+
+        for (; *s >= '0' && *s <= '9'; s++, digits++) {
+            if (digits == 2)
+                return -1;
+            n[i] = n[i] * 10 + (*s - '0');
+        }
+        if (digits == 0 || *s != (i == 0 ? '.' : '\0'))
+            return -1;
+        s++;
+    }
+    *major = n[0];
+    *minor = n[1];
+    return 0;
+}
+
 static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
 {
-    unsigned int index;
+    unsigned int index, brand;
     struct fake_device *d;
-    const char *mig, *bus;
+    const char *mig, *bus, *arch;
 
     if (fake_uint(l, "index", 1, 0, FAKE_MAX_GPUS - 1, &index) != 0)
         return -1;
@@ -378,8 +407,16 @@ static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
         fake_str(l, "uuid", d->uuid, sizeof d->uuid) != 0 ||
         fake_str(l, "name", d->name, sizeof d->name) != 0 ||
         fake_uint(l, "maxmig", 0, FAKE_MAX_MIGS, FAKE_MAX_MIGS, &d->max_mig) != 0 ||
-        fake_uint(l, "pciid", 0, FAKE_DEFAULT_PCI_ID, UINT_MAX, &d->pci_id) != 0)
+        fake_uint(l, "pciid", 0, FAKE_DEFAULT_PCI_ID, UINT_MAX, &d->pci_id) != 0 ||
+        fake_uint(l, "brand", 0, NVML_BRAND_NVIDIA, INT_MAX, &brand) != 0)
         return -1;
+    d->brand = (int)brand;
+
+    arch = fake_get(l, "arch");
+    d->arch_major = FAKE_DEFAULT_ARCH_MAJOR;
+    d->arch_minor = FAKE_DEFAULT_ARCH_MINOR;
+    if (arch != NULL && fake_parse_arch(arch, &d->arch_major, &d->arch_minor) != 0)
+        return fake_bad(l, "bad compute capability (want major.minor)", arch);
 
     bus = fake_get(l, "bus");
     if (bus == NULL)
@@ -482,7 +519,7 @@ static int fake_read_line(FILE *f, char *buf, size_t size)
  *   driver version=580.95.05 cuda=13000
  *   init error=9
  *   gpu index=0 minor=0 uuid=GPU-... bus=00000000:18:00.0 name="..." [mig=disabled|enabled|unsupported]
- *       [maxmig=7] [pciid=0x233010DE]
+ *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14]
  *   mig gpu=0 index=0 gi=2 ci=0 uuid=MIG-... name="..." gislices=3 cislices=3 memmb=40192 [sms=14]
  * Returns an NVML code: DRIVER_NOT_LOADED when there is no file (like a host
  * without the kernel module), UNKNOWN when it is malformed.
@@ -904,5 +941,36 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
     attributes->gpuInstanceSliceCount = d->gi_slices;
     attributes->computeInstanceSliceCount = d->ci_slices;
     attributes->memorySizeMB = d->memory_mb;
+    return NVML_SUCCESS;
+}
+
+/* MIG device handles are refused (NOT_SUPPORTED) for both of these, as for
+ * the PCI info: code that asks the parent GPU works on every driver. */
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, major, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (minor == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->is_mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *major = d->arch_major;
+    *minor = d->arch_minor;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, type, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (d->is_mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *type = d->brand;
     return NVML_SUCCESS;
 }

@@ -17,6 +17,14 @@ from dataclasses import dataclass
 
 CONFIG_NAME = "fake-nvml.conf"
 MIG_MODES = ("disabled", "enabled", "unsupported")
+# nvmlBrandType_t values from nvml.h (a few of them; any number may be configured).
+NVML_BRAND_UNKNOWN = 0
+NVML_BRAND_QUADRO = 1
+NVML_BRAND_TESLA = 2
+NVML_BRAND_GEFORCE = 5
+NVML_BRAND_NVIDIA_RTX = 13
+NVML_BRAND_NVIDIA = 14  # what an H100 reports ("Product Brand: NVIDIA")
+NVML_BRAND_GEFORCE_RTX = 15
 
 _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_nvml.c")
 # The version becomes part of a file name and of the gcc command line.
@@ -34,6 +42,8 @@ class FakeGpu:
     name: str
     mig: str = "disabled"  # one of MIG_MODES
     max_mig: int = 7
+    arch: str = "9.0"  # CUDA compute capability, major.minor (an H100's)
+    brand: int = NVML_BRAND_NVIDIA  # an nvmlBrandType_t value
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,7 @@ class FakeNvmlConfig:
             lines.append(
                 f"gpu index={gpu.index} minor={gpu.minor} uuid={_value(gpu.uuid)} bus={_value(gpu.bus_id)}"
                 f" name={_value(gpu.name)} mig={gpu.mig} maxmig={gpu.max_mig}"
+                f" arch={_value(gpu.arch)} brand={gpu.brand}"
             )
         for mig in self.migs:
             lines.append(
