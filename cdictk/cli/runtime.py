@@ -1,4 +1,4 @@
-"""``cdictk runtime configure`` and ``cdictk runtime install-launchers``."""
+"""``cdictk runtime configure``, ``install-launchers`` and ``install-legacy-hook``."""
 
 from __future__ import annotations
 
@@ -183,10 +183,10 @@ def configure_command(  # click passes every option by keyword
     default="/usr/local/libexec/cdictk",
     show_default=True,
     metavar="DIR",
-    help="Where to write cdictk-runtime and cdictk-precreate.",
+    help="Where to write cdictk-runtime, cdictk-precreate and cdictk-prestart.",
 )
 def install_launchers_command(*, directory: str) -> int:
-    """Write fast launchers for cdictk-runtime and cdictk-precreate.
+    """Write fast launchers for cdictk-runtime, cdictk-precreate and cdictk-prestart.
 
     Each is a short script that runs this Python with -I -S: no site-packages .pth files and no PYTHON*
     variables, about 10 ms less per container command than pip's console scripts. `cdictk runtime
@@ -202,4 +202,32 @@ def install_launchers_command(*, directory: str) -> int:
         raise CdictkError("", "", str(exc)) from None
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+@runtime_group.command("install-legacy-hook")
+@click.option(
+    "--dir",
+    "directory",
+    default="/usr/local/bin",
+    show_default=True,
+    metavar="DIR",
+    help="Where to write it: a directory on the Docker daemon's PATH.",
+)
+@click.option("--force", is_flag=True, help="Replace an nvidia-container-runtime-hook that is not cdictk's.")
+def install_legacy_hook_command(*, directory: str, force: bool) -> int:
+    """Install the prestart hook as nvidia-container-runtime-hook, for `docker run --gpus`.
+
+    Docker (before its own CDI support) looks this name up on its PATH when it starts and runs it as
+    a prestart hook of every container started with --gpus; it is `cdictk hook prestart` through a
+    fast launcher. Opt-in: it takes over from NVIDIA's hook of that name, which is kept unless
+    --force. Restart dockerd afterwards (it looks the hook up once, at start).
+    """
+    from cdictk.runtime.launchers import LauncherError, install_legacy_hook  # noqa: PLC0415
+
+    try:
+        path = install_legacy_hook(directory, force=force)
+    except LauncherError as exc:
+        raise CdictkError("", "", str(exc)) from None
+    print(f"wrote {path}; restart dockerd so that it finds it", file=sys.stderr)
     return 0

@@ -213,9 +213,13 @@ HOOKS: dict[str, HookSpec] = {
 }
 
 
+PRESTART_SUMMARY = "the legacy prestart hook: give a created container the GPUs its config.json asks for"
+
+
 def usage() -> str:
     lines = [f"usage: {PROG} [--debug] [--quiet] HOOK [OPTIONS]  (OCI state JSON on stdin)", "", "hooks:"]
     lines += [f"  {name:34} {spec.summary}" for name, spec in HOOKS.items()]
+    lines.append(f"  {'prestart':34} {PRESTART_SUMMARY}")
     return "\n".join(lines)
 
 
@@ -250,6 +254,16 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
         return 2
     if name == "noop":  # what benchmarks and tests time: the entry point alone
         return 0
+    if name == "prestart":  # the legacy hook works on a created container, not on a rootfs path
+        from cdictk.prestart.main import run  # noqa: PLC0415
+
+        if args in (["-h"], ["--help"]):
+            print(f"usage: {PROG} [--debug] prestart  (OCI state JSON on stdin)\n\n{PRESTART_SUMMARY}")
+            return 0
+        if args:
+            print(f"{PROG} prestart: unexpected argument {args[0]!r}", file=sys.stderr)
+            return 2
+        return run(stdin if stdin is not None else sys.stdin.buffer, debug=debug)
     spec = HOOKS.get(name)
     if spec is None:
         if not quiet:

@@ -82,10 +82,15 @@ class Rootfs:
     def _scope(self, path: str) -> tuple[Rootfs, str]:
         """The root a container path is created from: the ``/dev`` mount for paths under it."""
         parts = _components(path)
-        if len(parts) < 2 or parts[0] != "dev" or self._is_dev:
+        if not parts or parts[0] != "dev" or self._is_dev:
             return self, path
         if self._dev_root is None:
-            fd = self.open("/dev", _PATH_FLAGS | os.O_DIRECTORY)
+            try:
+                fd = self.open("/dev", _PATH_FLAGS | os.O_DIRECTORY)
+            except FileNotFoundError:
+                if len(parts) == 1:  # "/dev" itself, missing: made in the rootfs like any directory
+                    return self, path
+                raise
             self._dev_root = Rootfs(f"{self.path}/dev", use_openat2=self._openat2, _dev_fd=fd)
         return self._dev_root, "/" + "/".join(parts[1:])
 

@@ -50,20 +50,26 @@ def read_state(stream: BinaryIO) -> dict[str, Any]:
 
 def container_state(state: dict[str, Any]) -> ContainerState:
     """Where the container's rootfs is, from the state and, if needed, the bundle's config.json."""
-    bundle = state.get("bundle")
-    if not isinstance(bundle, str) or not bundle.startswith("/"):
-        raise HookError(f"OCI state: bundle must be an absolute path, not {bundle!r}")
-    _check_path_string(bundle, "OCI state: bundle")
-    ident = state.get("id", "")
-    if not isinstance(ident, str):
-        raise HookError("OCI state: id must be a string")
+    ident, bundle = id_and_bundle(state)
     root = state.get("root")
     if root is not None:
         if not isinstance(root, str):
             raise HookError("OCI state: root must be a string")
     else:
         root = _root_from_config(bundle)
-    return ContainerState(id=ident, bundle=bundle, rootfs=_checked_rootfs(root, bundle))
+    return ContainerState(id=ident, bundle=bundle, rootfs=checked_rootfs(root, bundle))
+
+
+def id_and_bundle(state: dict[str, Any]) -> tuple[str, str]:
+    """The state's container id ("" when absent) and bundle directory, checked."""
+    bundle = state.get("bundle")
+    if not isinstance(bundle, str) or not bundle.startswith("/"):
+        raise HookError(f"OCI state: bundle must be an absolute path, not {bundle!r}")
+    check_path_string(bundle, "OCI state: bundle")
+    ident = state.get("id", "")
+    if not isinstance(ident, str):
+        raise HookError("OCI state: id must be a string")
+    return ident, bundle
 
 
 def _root_from_config(bundle: str) -> str:
@@ -80,7 +86,7 @@ def _root_from_config(bundle: str) -> str:
     return root_path
 
 
-def _check_path_string(path: str, what: str) -> None:
+def check_path_string(path: str, what: str) -> None:
     if "\0" in path:
         raise HookError(f"{what}: NUL in the path")
     try:
@@ -89,8 +95,8 @@ def _check_path_string(path: str, what: str) -> None:
         raise HookError(f"{what}: {path!r} is not a valid file name") from None
 
 
-def _checked_rootfs(root: str, bundle: str) -> str:
-    _check_path_string(root, "container rootfs")
+def checked_rootfs(root: str, bundle: str) -> str:
+    check_path_string(root, "container rootfs")
     if root.strip() in ("", "/"):
         raise HookError(f"container rootfs {root!r} refused: a hook never works on the host's root")
     # normpath keeps a leading "//" (POSIX leaves it implementation-defined); Linux reads it as "/".

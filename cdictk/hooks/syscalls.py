@@ -54,6 +54,7 @@ FSCONFIG_CMD_CREATE = 6
 MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
 
 PROC_SUPER_MAGIC = 0x9FA0
 TMPFS_MAGIC = 0x01021994
@@ -107,6 +108,11 @@ def openat2(dirfd: int, path: str, flags: int, mode: int, resolve: int) -> int:
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(ctypes.c_int(flags)))
+
+
+def setns(fd: int, nstype: int) -> None:
+    """setns(2) (``os.setns`` is Python 3.12+). Joining a mount namespace needs a single-threaded caller."""
+    _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(nstype)))
 
 
 def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:

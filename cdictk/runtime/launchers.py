@@ -1,4 +1,4 @@
-"""Launchers for ``cdictk-runtime`` and ``cdictk-precreate`` that start Python isolated and without site.
+"""Launchers for cdictk-runtime, cdictk-precreate and the prestart hook: Python isolated, without site.
 
 Engines run the runtime shim for every container command and podman runs the precreate hook for
 every container. pip's console scripts start Python with ``site`` (every ``.pth`` file of every
@@ -21,8 +21,17 @@ import os
 import subprocess
 import sys
 
-LAUNCHERS = {"cdictk-runtime": "cdictk.runtime.shim", "cdictk-precreate": "cdictk.runtime.precreate"}
+LAUNCHERS = {
+    "cdictk-runtime": "cdictk.runtime.shim",
+    "cdictk-precreate": "cdictk.runtime.precreate",
+    "cdictk-prestart": "cdictk.prestart.main",
+}
 DEFAULT_DIR = "/usr/local/libexec/cdictk"
+# Docker's --gpus looks this name up on the daemon's PATH: installing it is opt-in, since it takes
+# over from NVIDIA's hook of the same name.
+LEGACY_HOOK = "nvidia-container-runtime-hook"
+LEGACY_HOOK_DIR = "/usr/local/bin"
+_MARK = "# Written by `cdictk runtime install-"
 _SHEBANG_MAX = 255  # Linux reads 256 bytes of a #! line (BINPRM_BUF_SIZE), newline included
 
 
@@ -83,7 +92,7 @@ def launcher_text(module: str, python: str, paths: list[str]) -> str:
         raise LauncherError(f"{python}: the kernel cannot run this interpreter path from a #! line")
     return (
         f"{shebang}\n"
-        "# Written by `cdictk runtime install-launchers`; why: cdictk/runtime/launchers.py\n"
+        f"{_MARK}launchers`; why: cdictk/runtime/launchers.py\n"
         f"import sys; sys.path += {paths!r}\n"
         f"from {module} import main; sys.exit(main())\n"
     )
@@ -91,6 +100,31 @@ def launcher_text(module: str, python: str, paths: list[str]) -> str:
 
 def install_launchers(directory: str, python: str | None = None) -> list[str]:
     """Write every launcher into ``directory`` (made if missing); their paths."""
+    return _install(directory, LAUNCHERS, python)
+
+
+def install_legacy_hook(
+    directory: str = LEGACY_HOOK_DIR, python: str | None = None, *, force: bool = False
+) -> str:
+    """Write the prestart hook's launcher as ``nvidia-container-runtime-hook`` in ``directory``; its path.
+
+    A file of that name that some other package installed (NVIDIA's hook) is kept unless ``force``.
+    """
+    path = os.path.join(directory, LEGACY_HOOK)
+    if not force and os.path.lexists(path) and not _ours(path):
+        raise LauncherError(f"{path}: exists and is not cdictk's (NVIDIA's hook?); --force replaces it")
+    return _install(directory, {LEGACY_HOOK: LAUNCHERS["cdictk-prestart"]}, python)[0]
+
+
+def _ours(path: str) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return _MARK.encode() in file.read(4096)
+    except OSError:
+        return False
+
+
+def _install(directory: str, launchers: dict[str, str], python: str | None) -> list[str]:
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.fsutil import atomic_write  # noqa: PLC0415
 
@@ -100,7 +134,7 @@ def install_launchers(directory: str, python: str | None = None) -> list[str]:
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise LauncherError(f"{python}: not an absolute path to an executable Python")
     paths = import_paths(python)
-    texts = {name: launcher_text(module, python, paths) for name, module in LAUNCHERS.items()}
+    texts = {name: launcher_text(module, python, paths) for name, module in launchers.items()}
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
     except OSError as exc:

@@ -141,7 +141,7 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
     """
     if not isinstance(config, dict):
         raise RequestError("config: not a JSON object")
-    env = _environment(config)
+    env = environment(config)
     devices: list[str] | None = None
     source = ""
     if policy.annotation_prefixes:
@@ -301,8 +301,8 @@ def _process(config: Mapping[str, object]) -> dict[str, object]:
     return process
 
 
-def _environment(config: Mapping[str, object]) -> dict[str, str]:
-    """The NVIDIA_* variables of ``process.env``; a later entry replaces an earlier one."""
+def environment(config: Mapping[str, object], prefixes: tuple[str, ...] = ("NVIDIA_",)) -> dict[str, str]:
+    """The ``process.env`` variables whose names start with one of ``prefixes``; the last one wins."""
     env = _process(config).get("env")
     if env is None:
         return {}
@@ -312,7 +312,7 @@ def _environment(config: Mapping[str, object]) -> dict[str, str]:
     for index, entry in enumerate(env):
         if not isinstance(entry, str):
             raise RequestError(f"process.env[{index}]: not a string")
-        if entry.startswith("NVIDIA_"):
+        if entry.startswith(prefixes):
             name, sep, value = entry.partition("=")
             if sep:
                 found[name] = value

@@ -607,8 +607,13 @@ def dockerd_daemon(
     *,
     dockerd: Path | None = None,
     containerd_dir: Path | None = None,
+    env: dict[str, str] | None = None,
+    path_dirs: Sequence[Path] = (),
 ) -> Iterator[Dockerd]:
     """dockerd (sid's 28.x by default) with ``daemon_json`` merged into a private config.
+
+    ``env`` is added to its environment and ``path_dirs`` go first on its PATH: dockerd looks up
+    ``nvidia-container-runtime-hook`` there, and gives that hook its own environment.
 
     dockerd would start a containerd of its own with NRI on and /opt/containerd as its opt dir; it gets
     one from ``containerd_daemon`` instead (sid's 2.x by default), so nothing lands outside the roots.
@@ -636,14 +641,15 @@ def dockerd_daemon(
         config_path = root / "daemon.json"
         config_path.write_text(json.dumps(config, indent=2))
         log = root / "dockerd.log"
-        env = _dockerd_env(binary, containerd.env)
+        daemon_env = _dockerd_env(binary, {**containerd.env, **(env or {})})
+        daemon_env["PATH"] = ":".join([*map(str, path_dirs), daemon_env["PATH"]])
         with open(log, "wb") as out:
             process = subprocess.Popen(
                 [str(binary), "--config-file", str(config_path)],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                env=env,
+                env=daemon_env,
             )
         docker = Dockerd(root, config_path, sock, log, containerd)
         try:

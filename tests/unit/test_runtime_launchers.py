@@ -32,7 +32,7 @@ def test_an_interpreter_a_shebang_cannot_name_is_refused(python: str) -> None:
 
 def test_installed_launchers_run(tmp_path: Path) -> None:
     written = install_launchers(str(tmp_path / "bin"))
-    assert [os.path.basename(p) for p in written] == ["cdictk-runtime", "cdictk-precreate"]
+    assert [os.path.basename(p) for p in written] == ["cdictk-runtime", "cdictk-precreate", "cdictk-prestart"]
     for path in written:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
     config = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}).encode()

@@ -1,0 +1,233 @@
+"""``cdictk hook prestart``: give a container that runc has already created the GPUs it asks for.
+
+Docker's ``--gpus`` (before Docker's own CDI support) and setups without a runtime wrapper add a
+*prestart* hook to the container's config: Docker looks up ``nvidia-container-runtime-hook`` on its
+PATH and runs it with the argument ``prestart`` (``cdictk runtime install-legacy-hook`` provides that
+name). runc has read ``config.json`` by then, so the hook does the whole job itself:
+
+1. it reads the OCI state (stdin) and the bundle's ``config.json``, and asks the runtime shim's
+   question of a copy of the config (``NVIDIA_VISIBLE_DEVICES``, volume-mount requests,
+   ``cdi.k8s.io/*`` annotations, ``NVIDIA_DRIVER_CAPABILITIES``, the CDI spec dirs and settings):
+   the difference is the work (:mod:`cdictk.prestart.plan`). A container that asks for nothing is
+   left alone;
+2. it checks the image's ``NVIDIA_REQUIRE_*`` against the driver (unless ``NVIDIA_DISABLE_REQUIRE``);
+3. it pins the container's process (pidfd), clones the driver files read-only in the host's mount
+   namespace, adds the device cgroup rules (v1 ``devices.allow``, or a v2 device program that keeps
+   runc's rules) and runs the spec's host-side hooks;
+4. it joins the container's mount namespace and, inside the rootfs, makes the device nodes, attaches
+   the driver files and runs the spec's ``createContainer`` hooks (SONAME links, the sandboxed
+   ldconfig), as runc would have.
+
+Every check comes before the first change. Any failure is one line and exit status 1: runc then
+stops the container, so nothing half-done ever runs.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+from cdictk.hooks.hookerror import HookError
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any, BinaryIO
+
+    from cdictk.prestart.container import Container
+    from cdictk.prestart.plan import Plan
+
+PROG = "cdictk hook prestart"
+LEGACY_NAME = "nvidia-container-runtime-hook"
+USAGE = f"""\
+usage: {LEGACY_NAME} [--debug] prestart|poststart|poststop   (OCI state JSON on stdin)
+
+The legacy prestart hook: gives a container created by runc the GPUs its config.json asks for
+(NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_*), from the CDI spec dirs:
+device nodes, read-only driver files, links, ld cache and device cgroup rules.
+poststart and poststop do nothing. Same as `cdictk hook prestart`.
+Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG)."""
+_GPU_NODE_PREFIX = "/dev/nvidia"
+_NVML = "libnvidia-ml.so"
+
+
+def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> int:
+    """The ``nvidia-container-runtime-hook`` command line: ``[--debug] prestart|poststart|poststop``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = False
+    while args and args[0] in ("--debug", "-debug", "-d"):
+        debug = True
+        args.pop(0)
+    if args in (["--help"], ["-h"], ["-help"]):
+        print(USAGE)
+        return 0
+    if args in (["poststart"], ["poststop"]):
+        return 0
+    if args != ["prestart"]:
+        print(USAGE, file=sys.stderr)
+        return 2
+    return run(stdin if stdin is not None else sys.stdin.buffer, debug=debug)
+
+
+def run(stdin: BinaryIO, *, debug: bool = False) -> int:
+    """Read the state from ``stdin`` and prepare the container; the exit status."""
+    os.chdir("/")  # runc runs prestart hooks in the bundle: nothing is resolved from there
+    os.umask(0o022)
+
+    def log(line: str) -> None:
+        if debug:
+            print(f"{PROG}: {line}", file=sys.stderr)
+
+    from cdictk.hooks.ocistate import MAX_STATE  # noqa: PLC0415
+
+    try:
+        prepare(stdin.read(MAX_STATE + 1), log)
+    except Exception as exc:  # every error ends here as one line, and the container does not start
+        print(f"{PROG}: {_describe(exc)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def prepare(state_bytes: bytes, log: Callable[[str], None]) -> None:
+    """Everything the hook does, for the state JSON ``state_bytes``."""
+    from cdictk import fastjson  # noqa: PLC0415
+    from cdictk.hooks.ocistate import id_and_bundle, read_state  # noqa: PLC0415
+    from cdictk.ociconfig import MAX_CONFIG_BYTES, parse_config  # noqa: PLC0415
+    from cdictk.prestart.plan import plan_of  # noqa: PLC0415
+    from cdictk.runtime.cache import Cache  # noqa: PLC0415
+    from cdictk.runtime.inject import apply_requests  # noqa: PLC0415
+    from cdictk.runtime.settings import load_settings  # noqa: PLC0415
+    from cdictk.strictjson import read_capped  # noqa: PLC0415
+
+    state = read_state(io.BytesIO(state_bytes))
+    _, bundle = id_and_bundle(state)
+    path = os.path.join(bundle, "config.json")
+    data = read_capped(path, MAX_CONFIG_BYTES)
+    config = parse_config(data, path)
+    edited = fastjson.loads(data)  # a second parse is a cheaper deep copy than copy.deepcopy
+    cache = Cache.from_environment()
+    settings = load_settings(cache=cache)
+
+    def warn(line: str) -> None:
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
+
+    if not apply_requests(edited, settings, path, cache, warn):
+        log("the container asks for no GPU: left alone")
+        return
+    plan = plan_of(config, edited)
+    check_requirements(config, plan, edited)
+    for what in plan.ignored:
+        log(f"not applicable to a created container, ignored: {what}")
+    if not plan:
+        log("the container has its devices already")
+        return
+    from cdictk.prestart.container import container_of  # noqa: PLC0415
+
+    with container_of(state, config) as container:
+        _apply(container, plan, state_bytes, log)
+
+
+def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[str], None]) -> None:
+    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk.hooks.inroot import Rootfs  # noqa: PLC0415
+    from cdictk.prestart.bindmounts import attach_all, clone_sources, close_all  # noqa: PLC0415
+    from cdictk.prestart.container import alive  # noqa: PLC0415
+    from cdictk.prestart.nodes import make_nodes  # noqa: PLC0415
+    from cdictk.prestart.spechooks import run_hooks  # noqa: PLC0415
+
+    clones = clone_sources(plan.mounts)
+    try:
+        if plan.rules:
+            from cdictk.prestart.devcgroup import DeviceRule, allow_devices  # noqa: PLC0415
+
+            rules = [
+                DeviceRule(
+                    r.get("type", ""), r.get("major", -1), r.get("minor", -1), r.get("access") or "rwm"
+                )
+                for r in plan.rules
+            ]
+            for line in allow_devices(container.pid, rules):
+                log(line)
+        if not alive(container.pidfd):  # the rules went by pid: it must still be the pinned process
+            raise HookError(f"container process {container.pid} exited while the hook ran")
+        run_hooks(plan.host_hooks, state_bytes)
+        # From here on this process lives in the container's mount namespace, as runc's hooks do.
+        syscalls.setns(container.mnt_ns, syscalls.CLONE_NEWNS)
+        try:
+            rootfs = Rootfs(container.rootfs)
+        except OSError as exc:
+            raise HookError(f"container rootfs {container.rootfs}: {exc.strerror}") from None
+        with rootfs:
+            here, host = os.fstat(rootfs.fd), os.stat("/")
+            if (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
+                raise HookError(f"container rootfs {container.rootfs} is the host's root: refused")
+            made = make_nodes(rootfs, plan.nodes)
+            log(f"device nodes made: {', '.join(made) or 'none'}")
+            attach_all(rootfs, clones)
+            log(f"driver files mounted read-only: {len(clones)}")
+        run_hooks(plan.container_hooks, state_bytes)
+    finally:
+        close_all(clones)
+
+
+def check_requirements(config: dict[str, Any], plan: Plan, edited: dict[str, Any]) -> None:
+    """``NVIDIA_REQUIRE_*`` of the image against the driver and the GPUs the container gets."""
+    from cdictk.prestart.require import check, needed_keys, requirements  # noqa: PLC0415
+    from cdictk.runtime.requests import environment  # noqa: PLC0415
+
+    wanted = requirements(environment(config, ("NVIDIA_", "CUDA_VERSION")))
+    if not wanted:
+        return
+    from cdictk.prestart.driverfacts import driver_facts  # noqa: PLC0415
+
+    minors = [
+        node["minor"]
+        for node in edited.get("linux", {}).get("devices", [])
+        if node in plan.nodes and _is_gpu_node(node.get("path", ""))
+    ]
+    check(wanted, driver_facts(_nvml_library(edited), minors, needed_keys(wanted)))
+
+
+def _is_gpu_node(path: str) -> bool:
+    return path.startswith(_GPU_NODE_PREFIX) and path[len(_GPU_NODE_PREFIX) :].isdigit()
+
+
+def _nvml_library(edited: dict[str, Any]) -> str:
+    """The host's NVML the spec mounts (the driver's own, under any driver root), else the soname."""
+    for mount in edited.get("mounts", []):
+        source = mount.get("source", "")
+        if isinstance(source, str) and os.path.basename(source).startswith(_NVML + "."):
+            return source
+    return _NVML + ".1"
+
+
+def _describe(exc: BaseException) -> str:
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.prestart.devcgroup import CgroupError  # noqa: PLC0415
+    from cdictk.prestart.driverfacts import NvmlError  # noqa: PLC0415
+    from cdictk.prestart.plan import PlanError  # noqa: PLC0415
+    from cdictk.prestart.require import RequirementError  # noqa: PLC0415
+    from cdictk.runtime.inject import InjectError  # noqa: PLC0415
+    from cdictk.runtime.settings import SettingsError  # noqa: PLC0415
+
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return f"{where}{exc.strerror or exc}"
+    known = (
+        HookError,
+        CdictkError,
+        SettingsError,
+        InjectError,
+        PlanError,
+        RequirementError,
+        NvmlError,
+        CgroupError,
+    )
+    if isinstance(exc, known):
+        return str(exc)
+    return f"internal error: {type(exc).__name__}: {exc}"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
