@@ -4,7 +4,7 @@ PYTHON ?= python3
 PIP ?= pip
 SOURCES = cdictk tests bench
 
-.PHONY: install test unit lint format bench bench-hooks bench-shim demo
+.PHONY: install test unit lint format bench bench-hooks bench-shim bench-prestart demo
 
 install:
 	$(PIP) install .
@@ -51,3 +51,8 @@ bench-hooks: .deps-stamp
 # most 30 ms over runc). Needs root; ROUNDS=N for more or fewer rounds.
 bench-shim: .deps-stamp
 	$(PYTHON) -m bench.shim --rounds $(ROUNDS)
+
+# A container start through the legacy prestart hook against the same start through the shim, and
+# against runc with the spec injected beforehand (aim: at most 1.5 times the shim). Needs root.
+bench-prestart: .deps-stamp
+	$(PYTHON) -m bench.prestart --rounds $(ROUNDS)

@@ -1,0 +1,1 @@
+"""Benchmarks: each prints figures and ratios (see README, Benchmarks)."""
