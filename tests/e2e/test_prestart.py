@@ -175,6 +175,26 @@ def test_an_unknown_device_stops_the_container_with_one_line(
     assert not (debian_rootfs / LIBCUDA.lstrip("/")).exists()
 
 
+def test_a_container_the_shim_prepared_is_left_alone(
+    runtime: Runtime, debian_rootfs: Path, bundles: Bundles
+) -> None:
+    """Shim and hook both configured: the spec's NVIDIA_VISIBLE_DEVICES=void tells the hook it is done."""
+    bundle = bundles.make(debian_rootfs, script=f"grep -c ' {LIBCUDA} ' /proc/self/mountinfo; echo end")
+    injected = cdictk(
+        "cdi",
+        "inject",
+        "--spec-dir",
+        str(bundles.node.spec_dir),
+        "-d",
+        "nvidia.com/gpu=0",
+        str(bundle / "config.json"),
+    )
+    assert injected.returncode == 0, injected.stderr
+    _, result = runtime.run(bundle)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.stdout.splitlines() == ["1", "end"]  # mounted once, by runc
+
+
 REQUIREMENTS = [
     (("NVIDIA_REQUIRE_CUDA=cuda>=99.0",), False),
     (("NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_DISABLE_REQUIRE=true"), True),
@@ -196,6 +216,41 @@ def test_requirements(
     else:
         assert_hook_failed(runtime, result, "requirement")
         assert not (debian_rootfs / LIBCUDA.lstrip("/")).exists()
+
+
+@pytest.fixture(scope="module")
+def eight(tmp_path_factory: pytest.TempPathFactory, stub_cache: str, node: Node) -> Node:
+    """The fake eight-GPU node (GPU 0 in MIG mode, persistenced's socket, the MPS pipe directory)."""
+    fake = build_node(str(tmp_path_factory.mktemp("prestart-eight") / "node"), "eight", stub_cache)
+    spec_dir = tmp_path_factory.mktemp("prestart-eight-cdi")
+    result = cdictk("cdi", "generate", *fake.cli_args(), "--output", str(spec_dir / "nvidia.yaml"))
+    assert result.returncode == 0, result.stderr
+    return Node(fake, spec_dir, node.hook)
+
+
+def test_a_mig_device_its_caps_and_the_ipc_sockets(
+    runtime: Runtime, debian_rootfs: Path, eight: Node, tmp_path: Path
+) -> None:
+    settings = tmp_path / "eight.toml"
+    settings.write_text(f"[runtime]\nspec-dirs = [{json.dumps(str(eight.spec_dir))}]\n")
+    script = (
+        "ls -l /dev/nvidia-caps /run/nvidia-persistenced/socket; cat /dev/nvidia0; cat /dev/nvidia1; "
+        "grep -E ' /(run/nvidia-persistenced/socket|tmp/nvidia-mps) ' /proc/self/mountinfo; echo end"
+    )
+    env = ("NVIDIA_VISIBLE_DEVICES=0:0", "NVIDIA_REQUIRE_ARCH=arch>=9.0,brand=nvidia")
+    bundle = Bundles(eight, settings, tmp_path).make(debian_rootfs, env=env, script=script)
+    _, result = runtime.run(bundle)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr + out
+    lines = out.splitlines()
+    assert sum(line.startswith("cr--r--r--") and "nvidia-cap" in line for line in lines) == 2, out
+    assert any(line.startswith("s") and "/run/nvidia-persistenced/socket" in line for line in lines), out
+    assert f"'/dev/nvidia0': {ENXIO}" in out or f"/dev/nvidia0: {ENXIO}" in out, out  # the MIG's GPU
+    assert f"/dev/nvidia1: {EPERM}" in out, out
+    mounts = [
+        line for line in lines if " /run/nvidia-persistenced/socket " in line or " /tmp/nvidia-mps " in line
+    ]
+    assert len(mounts) == 2 and all(" ro," in line for line in mounts), out
 
 
 # Escapes: an image that points its library directory, /etc or a device path at the host.
