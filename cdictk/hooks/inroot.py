@@ -170,7 +170,11 @@ class Rootfs:
         created (inside the rootfs, like everything else), so an image whose ``/etc/ld.so.conf.d`` is a
         dangling link still gets its drop-in, in the rootfs. No mount point is crossed.
         """
-        scope, path = self._scope(path)
+        try:
+            scope, path = self._scope(path)
+        except FileNotFoundError:  # a path under a /dev the image lacks (and no runtime mounted)
+            os.close(self.mkdirs("/dev", mode))
+            scope, path = self._scope(path)
         if scope is not self:
             return scope.mkdirs(path, mode)
         for _ in range(MAX_LINKS + 1):

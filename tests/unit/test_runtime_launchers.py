@@ -118,3 +118,71 @@ def test_a_launcher_parses_specs_with_the_packages_its_python_has(tmp_path: Path
     )
     assert result.returncode == 0, result.stderr
     assert json.loads((bundle / "config.json").read_text())["linux"]["devices"][0]["path"] == "/dev/null"
+
+
+# The legacy hook: `docker run --gpus` runs nvidia-container-runtime-hook from dockerd's PATH.
+
+FOREIGN = '#!/bin/sh\n# NVIDIA\'s hook\nexec /usr/bin/nvidia-container-toolkit "$@"\n'
+
+
+def test_the_legacy_hook_is_an_executable_launcher_of_the_prestart_hook(tmp_path: Path) -> None:
+    path = launchers.install_legacy_hook(str(tmp_path / "bin"))
+    assert path == str(tmp_path / "bin" / "nvidia-container-runtime-hook")
+    assert os.listdir(tmp_path / "bin") == ["nvidia-container-runtime-hook"]  # nothing else
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
+    text = Path(path).read_text()
+    assert text.startswith(f"#!{sys.executable} -IS\n") and "from cdictk.prestart.main import main" in text
+    result = subprocess.run([path, "--help"], capture_output=True, text=True, env={}, check=False)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith(
+        "usage: nvidia-container-runtime-hook [--debug] prestart|poststart|poststop"
+    )
+    poststop = subprocess.run([path, "poststop"], capture_output=True, text=True, env={}, check=False)
+    assert (poststop.returncode, poststop.stdout, poststop.stderr) == (0, "", "")
+
+
+def test_the_legacy_hook_keeps_a_foreign_file_unless_forced(tmp_path: Path) -> None:
+    foreign = tmp_path / "nvidia-container-runtime-hook"
+    foreign.write_text(FOREIGN)
+    with pytest.raises(LauncherError, match="exists and is not cdictk's") as info:
+        launchers.install_legacy_hook(str(tmp_path))
+    assert "\n" not in str(info.value)
+    assert foreign.read_text() == FOREIGN
+    assert launchers.install_legacy_hook(str(tmp_path), force=True) == str(foreign)
+    assert "from cdictk.prestart.main import main" in foreign.read_text()
+
+
+def test_a_foreign_symlink_is_kept_too(tmp_path: Path) -> None:
+    target = tmp_path / "nvidia-container-toolkit"
+    target.write_text(FOREIGN)
+    link = tmp_path / "bin" / "nvidia-container-runtime-hook"
+    link.parent.mkdir()
+    link.symlink_to(target)
+    with pytest.raises(LauncherError, match="not cdictk's"):
+        launchers.install_legacy_hook(str(link.parent))
+    assert link.is_symlink() and target.read_text() == FOREIGN
+
+
+def test_the_legacy_hook_replaces_its_own_copy_without_force(tmp_path: Path) -> None:
+    first = launchers.install_legacy_hook(str(tmp_path))
+    old = Path(first).read_text().replace(f"#!{sys.executable} -IS", "#!/opt/old/bin/python3 -IS")
+    Path(first).write_text(old)  # an earlier install, by a Python since moved
+    again = launchers.install_legacy_hook(str(tmp_path))
+    assert again == first and Path(again).read_text().startswith(f"#!{sys.executable} -IS\n")
+
+
+def test_the_install_legacy_hook_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    directory = tmp_path / "bin"
+    assert main(["runtime", "install-legacy-hook", "--dir", str(directory)]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"wrote {directory / 'nvidia-container-runtime-hook'}") and err.count("\n") == 1
+    (directory / "nvidia-container-runtime-hook").write_text(FOREIGN)
+    assert main(["runtime", "install-legacy-hook", "--dir", str(directory)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not cdictk's" in err and "--force" in err
+    assert (directory / "nvidia-container-runtime-hook").read_text() == FOREIGN
+    assert main(["runtime", "install-legacy-hook", "--dir", str(directory), "--force"]) == 0
+    assert capsys.readouterr().err.startswith("wrote ")
+    assert "cdictk.prestart.main" in (directory / "nvidia-container-runtime-hook").read_text()
+    assert main(["runtime", "install-legacy-hook", "--dir", "relative"]) == 1
+    assert "must be an absolute path" in capsys.readouterr().err

@@ -1,0 +1,367 @@
+"""``nvidia-container-runtime-hook`` / ``cdictk hook prestart``: the command line, and every way a state
+or config is turned down before the hook touches a container.
+
+No container is made here: where the hook gets as far as pinning a process, the state names a pid
+that is gone, and the answer shows how far it got. Runs that load the fake node's NVML (requirements)
+happen in a subprocess, so that no driver library is loaded into the test process.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdictk.hooks import entry
+from cdictk.prestart.main import LEGACY_NAME, PROG, main
+from tests.conftest import require_node_tools
+from tests.fakenode.node import FakeNode, build_node
+
+REPO = str(Path(__file__).resolve().parents[2])
+PREFIX = f"{PROG}: "
+
+
+class Unreadable(io.RawIOBase):
+    """A stdin that must not be read."""
+
+    def read(self, size: int = -1) -> bytes:
+        raise AssertionError("stdin was read")
+
+    def readinto(self, buffer: Any) -> int:
+        raise AssertionError("stdin was read")
+
+
+@pytest.fixture(autouse=True)
+def keep_cwd_and_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The hook moves to / and sets its umask: give the test process its own back."""
+    monkeypatch.chdir(tmp_path)
+    umask = os.umask(0o022)
+    yield
+    os.umask(umask)
+
+
+def one_error_line(err: str) -> str:
+    assert err.startswith(PREFIX), err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    return err[len(PREFIX) : -1]
+
+
+def gone_pid() -> int:
+    process = subprocess.Popen(["true"])
+    process.wait(timeout=10)
+    return process.pid
+
+
+# ---- the command line ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [["--help"], ["-h"], ["--debug", "--help"]])
+def test_help_is_usage_on_stdout(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args, Unreadable()) == 0  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: {LEGACY_NAME} [--debug] prestart|poststart|poststop") and err == ""
+
+
+@pytest.mark.parametrize("args", [["poststart"], ["poststop"], ["--debug", "poststop"]])
+def test_poststart_and_poststop_do_nothing(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args, Unreadable()) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr() == ("", "")
+
+
+@pytest.mark.parametrize("args", [[], ["create"], ["prestart", "extra"], ["--verbose", "prestart"]])
+def test_anything_else_is_usage_on_stderr(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(args, Unreadable()) == 2  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(f"usage: {LEGACY_NAME}")
+
+
+def test_the_hooks_entry_point_dispatches_prestart(capsys: pytest.CaptureFixture[str]) -> None:
+    assert entry.main(["prestart", "--help"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(f"usage: {entry.PROG} [--debug] prestart") and err == ""
+    assert entry.main(["prestart", "extra"]) == 2
+    assert capsys.readouterr().err == f"{entry.PROG} prestart: unexpected argument 'extra'\n"
+    assert entry.main(["--help"]) == 0
+    assert "  prestart " in capsys.readouterr().out  # listed among the hooks
+
+
+def test_the_hooks_entry_point_reads_the_state(capsys: pytest.CaptureFixture[str]) -> None:
+    assert entry.main(["prestart"], io.BytesIO(b"")) == 1
+    assert "OCI state on stdin: empty" in one_error_line(capsys.readouterr().err)
+
+
+def run_module(
+    *args: str, stdin: bytes = b"", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        input=stdin.decode(),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PATH": "/usr/bin:/bin", "CDICTK_CACHE_DIR": os.environ["CDICTK_CACHE_DIR"], **(env or {})},
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("module", "usage"),
+    [
+        (["cdictk.hooks", "prestart"], "usage: cdictk hook [--debug] prestart"),
+        (["cdictk", "hook", "prestart"], "usage: cdictk hook [--debug] prestart"),
+        (["cdictk.prestart.main"], f"usage: {LEGACY_NAME}"),
+    ],
+)
+def test_every_way_in_has_help(module: list[str], usage: str) -> None:
+    result = run_module(*module, "--help")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout.startswith(usage), result.stdout
+
+
+# ---- states and configs turned down ----------------------------------------------------------------------
+
+
+def prestart(stdin: bytes, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    code = main([*args, "prestart"], io.BytesIO(stdin))
+    out, err = capsys.readouterr()
+    assert out == ""
+    return code, err
+
+
+@pytest.mark.parametrize(
+    ("stdin", "words"),
+    [
+        (b"", "OCI state on stdin: empty"),
+        (b"  \n", "OCI state on stdin: empty"),
+        (b'{"pid": 1', "OCI state on stdin"),
+        (b"[1, 2]", "not a JSON object"),
+        (b'{"pid": 5, "bundle": "relative"}', "bundle must be an absolute path"),
+    ],
+)
+def test_a_bad_state_is_one_line(stdin: bytes, words: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = prestart(stdin, capsys)
+    assert code == 1
+    assert words in one_error_line(err)
+
+
+def test_a_huge_state_is_refused_unread(capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = prestart(b" " * (2 << 20), capsys)
+    assert code == 1 and "larger than" in one_error_line(err)
+
+
+def test_a_bundle_without_config_json_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = {"ociVersion": "1.0.2", "id": "c", "pid": gone_pid(), "bundle": str(tmp_path)}
+    code, err = prestart(json.dumps(state).encode(), capsys)
+    assert code == 1
+    line = one_error_line(err)
+    assert str(tmp_path / "config.json") in line and "No such file" in line
+
+
+def test_a_malformed_config_json_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "config.json").write_text('{"process": {"env": ["A=1"]}')
+    state = {"ociVersion": "1.0.2", "id": "c", "pid": gone_pid(), "bundle": str(tmp_path)}
+    code, err = prestart(json.dumps(state).encode(), capsys)
+    assert code == 1 and str(tmp_path / "config.json") in one_error_line(err)
+
+
+@dataclass
+class Bundle:
+    path: Path
+    state: bytes
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.json"
+
+
+def make_bundle(base: Path, env: list[str], pid: int | None = None, **extra: Any) -> Bundle:
+    path = base / "bundle"
+    path.mkdir()
+    config = {
+        "ociVersion": "1.0.2",
+        "root": {"path": "rootfs"},
+        "process": {"env": ["PATH=/bin", *env]},
+        **extra,
+    }
+    (path / "config.json").write_text(json.dumps(config))
+    (path / "rootfs").mkdir()
+    state = {"ociVersion": "1.0.2", "id": "c1", "pid": pid or gone_pid(), "bundle": str(path)}
+    return Bundle(path, json.dumps(state).encode())
+
+
+def settings_file(base: Path, spec_dir: Path, generate: bool = True) -> Path:
+    path = base / "config.toml"
+    path.write_text(
+        f"[runtime]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n"
+        f"[node]\ngenerate-when-missing = {'true' if generate else 'false'}\n"
+    )
+    return path
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_container_that_asks_for_no_gpu_is_left_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], debug: bool
+) -> None:
+    (tmp_path / "cdi").mkdir()
+    monkeypatch.setenv("CDICTK_CONFIG", str(settings_file(tmp_path, tmp_path / "cdi")))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=void"])
+    before = bundle.config.read_bytes()
+    # The pid is gone: had the hook tried to pin it, it would have failed.
+    code, err = prestart(bundle.state, capsys, *(["--debug"] if debug else []))
+    assert code == 0
+    assert err == (f"{PREFIX}the container asks for no GPU: left alone\n" if debug else "")
+    assert bundle.config.read_bytes() == before
+    assert os.listdir(bundle.path / "rootfs") == []
+
+
+def test_bad_settings_are_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "bad.toml").write_text("[runtime]\nspec-dir = []\n")
+    monkeypatch.setenv("CDICTK_CONFIG", str(tmp_path / "bad.toml"))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    code, err = prestart(bundle.state, capsys)
+    assert code == 1 and "spec-dir" in one_error_line(err)
+
+
+def test_a_device_no_spec_has_is_refused_when_not_generated(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "cdi").mkdir()
+    monkeypatch.setenv("CDICTK_CONFIG", str(settings_file(tmp_path, tmp_path / "cdi", generate=False)))
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=7"])
+    code, err = prestart(bundle.state, capsys)
+    assert code == 1 and "nvidia.com/gpu=7" in one_error_line(err)
+
+
+# ---- with the fake node's spec ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    node: FakeNode
+    spec_dir: Path
+
+
+@pytest.fixture(scope="module")
+def node(tmp_path_factory: pytest.TempPathFactory, stub_cache: str) -> Node:
+    require_node_tools()
+    fake = build_node(str(tmp_path_factory.mktemp("prestart-main-node") / "node"), "single", stub_cache)
+    spec_dir = tmp_path_factory.mktemp("prestart-main-cdi")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cdictk",
+            "cdi",
+            "generate",
+            *fake.cli_args(),
+            "--output",
+            str(spec_dir / "nvidia.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return Node(fake, spec_dir)
+
+
+def run_hook(tmp_path: Path, node: Node, bundle: Bundle, *args: str) -> subprocess.CompletedProcess[str]:
+    """The hook as its launcher runs it: a process of its own, the settings naming the node's spec."""
+    settings = settings_file(tmp_path, node.spec_dir, generate=False)
+    return run_module(
+        "cdictk.prestart.main", *args, "prestart", stdin=bundle.state, env={"CDICTK_CONFIG": str(settings)}
+    )
+
+
+def test_a_gpu_the_spec_lacks_is_one_line_naming_it(tmp_path: Path, node: Node) -> None:
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=7"])
+    before = bundle.config.read_bytes()
+    result = run_hook(tmp_path, node, bundle)
+    assert result.returncode == 1
+    assert "nvidia.com/gpu=7" in one_error_line(result.stderr)
+    assert bundle.config.read_bytes() == before and result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        ["NVIDIA_REQUIRE_CUDA=cuda>=99.0"],
+        ["NVIDIA_REQUIRE_DRIVER=driver>=999"],
+        ["CUDA_VERSION=99.1.0"],
+    ],
+)
+def test_an_unmet_requirement_is_one_line_before_anything_is_done(
+    tmp_path: Path, node: Node, env: list[str]
+) -> None:
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", *env])
+    result = run_hook(tmp_path, node, bundle)
+    assert result.returncode == 1, result.stderr
+    assert one_error_line(result.stderr).startswith("requirement")
+    assert os.listdir(bundle.path / "rootfs") == []
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        [],
+        ["NVIDIA_REQUIRE_CUDA=cuda>=12.0 brand=tesla,driver>=470,driver<471"],
+        ["NVIDIA_REQUIRE_CUDA=cuda>=99.0", "NVIDIA_DISABLE_REQUIRE=true"],
+    ],
+)
+def test_a_container_that_gets_gpus_is_pinned_next(tmp_path: Path, node: Node, env: list[str]) -> None:
+    """With every check passed, the hook goes on to the process: here one that is gone."""
+    pid = gone_pid()
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", *env], pid=pid)
+    result = run_hook(tmp_path, node, bundle)
+    assert result.returncode == 1
+    assert one_error_line(result.stderr) == f"container process {pid}: No such process"
+    assert os.listdir(bundle.path / "rootfs") == []
+
+
+def test_debug_tells_what_is_ignored(tmp_path: Path, node: Node) -> None:
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    result = run_hook(tmp_path, node, bundle, "--debug")
+    assert result.returncode == 1
+    lines = result.stderr.splitlines()
+    assert len(lines) >= 2 and all(line.startswith(PREFIX) for line in lines), result.stderr
+    assert any("not applicable to a created container, ignored: env " in line for line in lines)
+    assert lines[-1].endswith("No such process")
+    quiet = run_hook(tmp_path, node, bundle)
+    assert quiet.stderr.count("\n") == 1
+
+
+def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: Node) -> None:
+    """A config the shim (or the engine's CDI) edited: nothing to do, the process is never looked at."""
+    from cdictk.runtime.cache import Cache
+    from cdictk.runtime.inject import apply_requests
+    from cdictk.runtime.settings import load_settings
+
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
+    config = json.loads(bundle.config.read_text())
+    settings = load_settings(str(settings_file(tmp_path, node.spec_dir, generate=False)))
+    assert apply_requests(config, settings, str(bundle.config), Cache.from_environment(), print)
+    assert config["linux"]["devices"] and config["mounts"]  # the shim's work
+    bundle.config.write_text(json.dumps(config))
+    before = bundle.config.read_bytes()
+    result = run_hook(tmp_path, node, bundle, "--debug")
+    assert result.returncode == 0, result.stderr
+    # The shim turned the request off (NVIDIA_VISIBLE_DEVICES=void, as NVIDIA's runtime does).
+    assert result.stderr.splitlines()[-1] == f"{PREFIX}the container asks for no GPU: left alone"
+    assert bundle.config.read_bytes() == before
+    # An engine's CDI support edits without touching the request: the same edits, nothing to add.
+    config["process"]["env"] = ["PATH=/bin", "NVIDIA_VISIBLE_DEVICES=0"]
+    bundle.config.write_text(json.dumps(config))
+    result = run_hook(tmp_path, node, bundle, "--debug")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1] == f"{PREFIX}the container has its devices already"
