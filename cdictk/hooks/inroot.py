@@ -113,7 +113,7 @@ class Rootfs:
         ``same_mount`` compares mount ids (from /proc/self/fdinfo) of every descriptor the walk opens
         with the root's: device numbers alone cannot tell a bind mount of the rootfs's own filesystem.
         """
-        root_mount = _mount_id(self.fd) if same_mount else None
+        root_mount = mount_id(self.fd) if same_mount else None
         stack = [os.dup(self.fd)]
         try:
             parts = _components(path)
@@ -146,12 +146,12 @@ class Rootfs:
                 if last:
                     # O_NOFOLLOW: if the entry became a symlink since the stat, fail rather than follow it.
                     fd = os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=stack[-1])
-                    if root_mount is not None and _mount_id(fd) != root_mount:
+                    if root_mount is not None and mount_id(fd) != root_mount:
                         os.close(fd)
                         raise OSError(errno.EXDEV, _CROSSES, path)
                     return fd
                 stack.append(os.open(name, _PATH_FLAGS | os.O_NOFOLLOW | os.O_DIRECTORY, dir_fd=stack[-1]))
-                if root_mount is not None and _mount_id(stack[-1]) != root_mount:
+                if root_mount is not None and mount_id(stack[-1]) != root_mount:
                     raise OSError(errno.EXDEV, _CROSSES, path)
             # The path named the root itself ("/", "", "a/..").
             if flags & os.O_CREAT and flags & os.O_EXCL:
@@ -393,7 +393,7 @@ def _replace_link(dir_fd: int, target: str, name: str) -> bool:
     return True
 
 
-def _mount_id(fd: int) -> int | None:
+def mount_id(fd: int) -> int | None:
     """The id of the mount ``fd`` is on (``mnt_id`` in /proc/self/fdinfo, Linux 3.15); None if unknown."""
     try:
         info = os.open(f"/proc/self/fdinfo/{fd}", os.O_RDONLY | os.O_CLOEXEC)

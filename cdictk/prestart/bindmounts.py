@@ -21,6 +21,7 @@ import os
 import stat
 
 from cdictk.hooks.hookerror import HookError
+from cdictk.hooks.inroot import mount_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -154,6 +155,9 @@ def _target(dir_fd: int, name: str, clone: Clone, where: str) -> int:
         problem = "the image has a symlink there; it is not followed"
     elif stat.S_ISDIR(mode) != clone.directory:
         problem = f"the image has a {'directory' if stat.S_ISDIR(mode) else 'file'} there"
+    elif mount_id(fd) != mount_id(dir_fd):
+        # A volume mounted exactly there: stacking on it could propagate to wherever it is shared.
+        problem = "something is mounted there already (a volume?)"
     if problem:
         os.close(fd)
         raise HookError(f"{where}: {problem}")

@@ -4,7 +4,14 @@ runc runs prestart hooks in the host's namespaces once the container's process e
 before it execs the container's program), its mount namespace holds the rootfs mounted at
 ``root.path`` (not yet pivoted to), and its cgroup has runc's device rules. The OCI state gives the
 process id; the process is pinned with a pidfd, its mount namespace opened through ``/proc/<pid>``,
-and the pin checked again afterwards, so a pid reused meanwhile is caught rather than joined.
+and the pin checked again afterwards.
+
+Joining a mount namespace whose root is the image's would hand the image everything the hook then
+resolves by path (the rootfs, a spec hook's program): so the state must say the container is being
+created, and the process's root must still be the host's, as it is for a container runc or crun is
+creating and for no started container. (A pid reused meanwhile cannot be pinned: runc and crun do
+not reap their container's process while a hook runs, so a killed one stays a zombie, whose
+namespaces are gone.)
 """
 
 from __future__ import annotations
@@ -17,6 +24,11 @@ from cdictk.hooks.hookerror import HookError
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+
+# "creating" is what runc and crun pass to prestart hooks; "created" what some runtimes passed before
+# runtime-spec 1.0.2 named the stage.
+_CREATING = ("creating", "created")
 
 
 class Container:
@@ -36,6 +48,7 @@ class Container:
             self.mnt_ns = _open_namespace(proc_root, pid, "mnt")
             try:
                 _refuse_shared_namespaces(proc_root, pid)
+                _require_host_root(proc_root, pid)
                 if not alive(self.pidfd):
                     raise HookError(f"container process {pid} exited while the hook ran")
             except BaseException:
@@ -61,6 +74,9 @@ def container_of(state: dict[str, Any], config: dict[str, Any], proc_root: str =
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:
         raise HookError(f"OCI state: pid must be the container's process id, not {pid!r}")
     ident, bundle = id_and_bundle(state)
+    status = state.get("status")
+    if status not in _CREATING:
+        raise HookError(f"OCI state: status {status!r}: the prestart hook runs while a container is created")
     root = state.get("root")
     if root is None:
         root = (config.get("root") or {}).get("path") if isinstance(config.get("root"), dict) else None
@@ -74,6 +90,19 @@ def alive(pidfd: int) -> bool:
     poller = select.poll()
     poller.register(pidfd, select.POLLIN)
     return not poller.poll(0)
+
+
+def _require_host_root(proc_root: str, pid: int) -> None:
+    """The process has not pivoted into its rootfs yet: its root is ours."""
+    try:
+        theirs = os.stat(f"{proc_root}/{pid}/root")
+        ours = os.stat("/")
+    except OSError as exc:
+        raise HookError(f"{proc_root}/{pid}/root: {exc.strerror}") from None
+    if (theirs.st_dev, theirs.st_ino) != (ours.st_dev, ours.st_ino):
+        raise HookError(
+            f"container process {pid} has left the host's root already: not a container being created"
+        )
 
 
 def _open_namespace(proc_root: str, pid: int, name: str) -> int:

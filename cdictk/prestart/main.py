@@ -116,7 +116,7 @@ def prepare(state_bytes: bytes, log: Callable[[str], None]) -> None:
         log("the container asks for no GPU: left alone")
         return
     plan = plan_of(config, edited)
-    check_requirements(config, plan, edited)
+    check_requirements(config, plan)
     for what in plan.ignored:
         log(f"not applicable to a created container, ignored: {what}")
     if not plan:
@@ -153,7 +153,13 @@ def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[
             raise HookError(f"container process {container.pid} exited while the hook ran")
         run_hooks(plan.host_hooks, state_bytes)
         # From here on this process lives in the container's mount namespace, as runc's hooks do.
+        # Whatever it imports from now on is looked up there: import it all first.
+        _import_what_joining_needs(bool(plan.container_hooks))
+        host_root = os.stat("/")
         syscalls.setns(container.mnt_ns, syscalls.CLONE_NEWNS)
+        root = os.stat("/")
+        if (root.st_dev, root.st_ino) != (host_root.st_dev, host_root.st_ino):  # it has pivoted meanwhile
+            raise HookError(f"container process {container.pid}: its root is no longer the host's")
         try:
             rootfs = Rootfs(container.rootfs)
         except OSError as exc:
@@ -171,7 +177,20 @@ def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[
         close_all(clones)
 
 
-def check_requirements(config: dict[str, Any], plan: Plan, edited: dict[str, Any]) -> None:
+def _import_what_joining_needs(spec_hooks: bool) -> None:
+    """The modules the rest of the hook and its error path use, imported in the host's namespace."""
+    import cdictk.errors  # noqa: PLC0415
+    import cdictk.prestart.devcgroup  # noqa: PLC0415
+    import cdictk.prestart.driverfacts  # noqa: PLC0415
+    import cdictk.prestart.require  # noqa: PLC0415
+    import cdictk.runtime.inject  # noqa: PLC0415
+    import cdictk.runtime.settings  # noqa: F401, PLC0415
+
+    if spec_hooks:
+        import subprocess  # noqa: F401, PLC0415
+
+
+def check_requirements(config: dict[str, Any], plan: Plan) -> None:
     """``NVIDIA_REQUIRE_*`` of the image against the driver and the GPUs the container gets."""
     from cdictk.prestart.require import check, needed_keys, requirements  # noqa: PLC0415
     from cdictk.runtime.requests import environment  # noqa: PLC0415
@@ -179,25 +198,31 @@ def check_requirements(config: dict[str, Any], plan: Plan, edited: dict[str, Any
     wanted = requirements(environment(config, ("NVIDIA_", "CUDA_VERSION")))
     if not wanted:
         return
-    from cdictk.prestart.driverfacts import driver_facts  # noqa: PLC0415
+    from cdictk.prestart.driverfacts import driver_facts_apart  # noqa: PLC0415
 
-    minors = [
-        node["minor"]
-        for node in edited.get("linux", {}).get("devices", [])
-        if node in plan.nodes and _is_gpu_node(node.get("path", ""))
-    ]
-    check(wanted, driver_facts(_nvml_library(edited), minors, needed_keys(wanted)))
+    minors = [node["minor"] for node in plan.nodes if _is_gpu_node(node.get("path", ""))]
+    check(wanted, driver_facts_apart(_nvml_library(plan), minors, needed_keys(wanted)))
 
 
 def _is_gpu_node(path: str) -> bool:
     return path.startswith(_GPU_NODE_PREFIX) and path[len(_GPU_NODE_PREFIX) :].isdigit()
 
 
-def _nvml_library(edited: dict[str, Any]) -> str:
-    """The host's NVML the spec mounts (the driver's own, under any driver root), else the soname."""
-    for mount in edited.get("mounts", []):
+def _nvml_library(plan: Plan) -> str:
+    """The NVML the spec mounts (the driver's own, under any driver root), else the loader's soname.
+
+    Only the spec's mounts count, never one config.json had already (a user's volume): the library is
+    loaded as root. It must be root's and writable by nobody else.
+    """
+    for mount in plan.mounts:
         source = mount.get("source", "")
         if isinstance(source, str) and os.path.basename(source).startswith(_NVML + "."):
+            try:
+                st = os.stat(source)
+            except OSError as exc:
+                raise HookError(f"{source}: {exc.strerror}") from None
+            if st.st_uid != 0 or st.st_mode & 0o022:
+                raise HookError(f"{source}: not owned by root, or writable by others: not loaded")
             return source
     return _NVML + ".1"
 

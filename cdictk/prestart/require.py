@@ -58,6 +58,10 @@ _BRAND_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01
 _TRUE = frozenset({"1", "t", "T", "TRUE", "true", "True"})  # Go's strconv.ParseBool
 _MAX_SHOWN = 200  # characters of a value repeated in a message
 _MAX_DIGITS = 18
+# An image sets these: bound the work it can make a root hook do. Real NVIDIA_REQUIRE_CUDA values of
+# CUDA 12 images are about 2 KiB with some 30 alternatives.
+MAX_REQUIREMENT = 16 << 10
+MAX_REQUIREMENTS = 64
 
 
 class RequirementError(Exception):
@@ -129,10 +133,13 @@ def requirements(env: Mapping[str, str]) -> list[str]:
     if env.get(DISABLE_REQUIRE, "") in _TRUE:
         return []
     found: list[str] = []
-    for name in sorted(env):
-        if not name.startswith(REQUIRE_PREFIX) or name.startswith(JETPACK_PREFIX):
-            continue
+    names = [name for name in env if name.startswith(REQUIRE_PREFIX) and not name.startswith(JETPACK_PREFIX)]
+    if len(names) > MAX_REQUIREMENTS:
+        raise RequirementError(f"more than {MAX_REQUIREMENTS} {REQUIRE_PREFIX}* variables")
+    for name in sorted(names):
         value = env[name]
+        if len(value) > MAX_REQUIREMENT:
+            raise RequirementError(f"{name}: longer than {MAX_REQUIREMENT} characters")
         if _parse(value, name):
             found.append(value)
     legacy = env.get(CUDA_VERSION, "")

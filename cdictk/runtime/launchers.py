@@ -111,9 +111,39 @@ def install_legacy_hook(
     A file of that name that some other package installed (NVIDIA's hook) is kept unless ``force``.
     """
     path = os.path.join(directory, LEGACY_HOOK)
+    if os.path.islink(path):
+        raise LauncherError(f"{path}: is a symlink; remove it first (never written through)")
     if not force and os.path.lexists(path) and not _ours(path):
         raise LauncherError(f"{path}: exists and is not cdictk's (NVIDIA's hook?); --force replaces it")
     return _install(directory, {LEGACY_HOOK: LAUNCHERS["cdictk-prestart"]}, python)[0]
+
+
+def _require_private(directory: str) -> None:
+    """Engines run the launchers as root: nobody else may be able to swap them.
+
+    The directory and every directory above it must belong to root (or to whoever installs) and be
+    writable by nobody else; an ancestor may be world-writable only with the sticky bit (``/tmp``),
+    which keeps others from renaming what is in it.
+    """
+    import stat  # noqa: PLC0415
+
+    owners = {0, os.geteuid()}
+    path = os.path.abspath(directory)
+    first = True
+    while True:
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise LauncherError(f"{path}: {exc.strerror}") from None
+        writable = st.st_mode & 0o022
+        if st.st_uid not in owners or (writable and (first or not st.st_mode & stat.S_ISVTX)):
+            raise LauncherError(
+                f"{path}: owned by uid {st.st_uid} or writable by others (mode "
+                f"{stat.S_IMODE(st.st_mode):04o}): someone other than root could replace a launcher there"
+            )
+        if path == "/":
+            return
+        path, first = os.path.dirname(path), False
 
 
 def _ours(path: str) -> bool:
@@ -139,6 +169,7 @@ def _install(directory: str, launchers: dict[str, str], python: str | None) -> l
         os.makedirs(directory, mode=0o755, exist_ok=True)
     except OSError as exc:
         raise LauncherError(f"{directory}: {exc.strerror}") from None
+    _require_private(directory)
     written = []
     for name, text in texts.items():
         path = os.path.join(directory, name)

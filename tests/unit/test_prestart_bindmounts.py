@@ -230,6 +230,35 @@ def test_a_symlink_at_the_target_is_refused_and_nothing_mounted(tmp_path: Path) 
     assert (rootfs / LIB.lstrip("/")).is_symlink()
 
 
+def test_a_volume_mounted_at_the_target_is_refused_not_stacked(tmp_path: Path) -> None:
+    """Stacking on a volume could propagate the driver file to wherever the volume is shared."""
+    host, rootfs, volume = tmp_path / "host", tmp_path / "rootfs", tmp_path / "volume"
+    (rootfs / LIB.lstrip("/")).parent.mkdir(parents=True)
+    (rootfs / LIB.lstrip("/")).write_text("image")
+    volume.write_text("user's volume")
+
+    def scenario() -> dict[str, Any]:
+        from cdictk.hooks import syscalls
+
+        host_tmpfs(host)
+        (host / "lib").write_text("driver")
+        syscalls.mount(str(volume), str(rootfs / LIB.lstrip("/")), None, syscalls.MS_BIND)
+        before = mountinfo()
+        error = attach(rootfs, [bind(host / "lib", LIB, "ro", "bind")])
+        return {
+            "error": error,
+            "mounted": mountinfo() != before,
+            "seen": (rootfs / LIB.lstrip("/")).read_text(),
+        }
+
+    found = in_private_mount_namespace(scenario)
+    assert found == {
+        "error": f"mount {LIB}: something is mounted there already (a volume?)",
+        "mounted": False,
+        "seen": "user's volume",
+    }
+
+
 def test_an_image_link_on_the_way_keeps_the_mount_in_the_rootfs(tmp_path: Path) -> None:
     host, rootfs = tmp_path / "host", tmp_path / "rootfs"
     outside = tmp_path / "outside"

@@ -81,10 +81,14 @@ def open_fds() -> set[str]:
     return set(os.listdir("/proc/self/fd"))
 
 
-def fake_proc(base: Path, pid: int, *, same_mnt: bool = False, same_user: bool = True) -> str:
-    """A /proc whose ``pid/ns/*`` are (hard links to) ``self/ns/*`` where ``same_*`` says so."""
+def fake_proc(
+    base: Path, pid: int, *, same_mnt: bool = False, same_user: bool = True, root: str = "/"
+) -> str:
+    """A /proc whose ``pid/ns/*`` are (hard links to) ``self/ns/*`` where ``same_*`` says so, and whose
+    ``pid/root`` points at ``root`` (the host's, for a container being created)."""
     (base / "self" / "ns").mkdir(parents=True)
     (base / str(pid) / "ns").mkdir(parents=True)
+    (base / str(pid) / "root").symlink_to(root)
     for name, same in (("mnt", same_mnt), ("user", same_user)):
         (base / "self" / "ns" / name).write_text(name)
         theirs = base / str(pid) / "ns" / name
@@ -233,3 +237,18 @@ def test_a_process_that_exits_before_the_check_is_refused(tmp_path: Path) -> Non
             Container(id="c", pid=process.pid, rootfs="/r", proc_root=proc)
     finally:
         stop(process)
+
+
+def test_a_process_whose_root_is_not_the_hosts_is_refused(tmp_path: Path) -> None:
+    """Pivoted already (started, or another runtime's stage): its namespace's / would be the image's."""
+    image_root = tmp_path / "image"
+    image_root.mkdir()
+    proc = fake_proc(tmp_path / "proc", os.getpid(), root=str(image_root))
+    with pytest.raises(HookError, match="has left the host's root already"):
+        Container(id="c", pid=os.getpid(), rootfs="/r", proc_root=proc)
+
+
+@pytest.mark.parametrize("status", ["running", "stopped", "", None])
+def test_a_state_of_a_started_or_stopped_container_is_refused(status: str | None) -> None:
+    with pytest.raises(HookError, match=r"status .*: the prestart hook runs while a container is created"):
+        container_of(state(pid=os.getpid(), status=status), {"root": {"path": "rootfs"}})

@@ -14,7 +14,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from cdictk.prestart.driverfacts import BRANDS, NvmlError, driver_facts
+from cdictk.prestart.driverfacts import BRANDS, NvmlError, driver_facts, driver_facts_apart
 from cdictk.prestart.require import Facts, GpuFacts, RequirementError, check, needed_keys, requirements
 from tests.conftest import NodeFactory
 from tests.fakenode.nvml import (
@@ -292,3 +292,29 @@ def test_fake_config_without_arch_and_brand_still_reads(lib: str) -> None:
     )
     Path(os.path.dirname(lib), "fake-nvml.conf").write_text(text)
     assert driver_facts(lib, [2], ALL_KEYS) == Facts("12.8", VERSION, [GpuFacts("9.0", "nvidia", 2)])
+
+
+# driver_facts_apart: the same facts, asked in a child so that NVML never enters the hook's process.
+
+
+def test_the_child_gives_the_same_facts_and_errors(lib: str) -> None:
+    apart = driver_facts_apart(lib, [0, 3, 5, 6], ALL_KEYS)
+    assert driver_facts_apart(lib, [], []) == Facts()
+    with pytest.raises(NvmlError, match=r"^NVML lists no GPU for /dev/nvidia7$"):
+        driver_facts_apart(lib, [7], ["arch"])
+    assert os.path.dirname(lib) not in Path("/proc/self/maps").read_text(), "NVML was loaded in this process"
+    assert apart == driver_facts(lib, [0, 3, 5, 6], ALL_KEYS)
+
+
+def test_a_child_that_dies_or_hangs_is_an_error(tmp_path: Path) -> None:
+    crash = tmp_path / "crash.c"
+    crash.write_text("int nvmlInit_v2(void) { __builtin_trap(); }\n")
+    hang = tmp_path / "hang.c"
+    hang.write_text("#include <unistd.h>\nint nvmlInit_v2(void) { for (;;) pause(); }\n")
+    for source in (crash, hang):
+        out = source.with_suffix(".so")
+        subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(out), str(source)], check=True)
+    with pytest.raises(NvmlError, match="without an answer"):
+        driver_facts_apart(str(tmp_path / "crash.so"), [], ["cuda"])
+    with pytest.raises(NvmlError, match=r"no answer within 0\.5 s"):
+        driver_facts_apart(str(tmp_path / "hang.so"), [], ["cuda"], timeout=0.5)

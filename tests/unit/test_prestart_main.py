@@ -194,7 +194,13 @@ def make_bundle(base: Path, env: list[str], pid: int | None = None, **extra: Any
     }
     (path / "config.json").write_text(json.dumps(config))
     (path / "rootfs").mkdir()
-    state = {"ociVersion": "1.0.2", "id": "c1", "pid": pid or gone_pid(), "bundle": str(path)}
+    state = {
+        "ociVersion": "1.0.2",
+        "id": "c1",
+        "status": "creating",
+        "pid": pid or gone_pid(),
+        "bundle": str(path),
+    }
     return Bundle(path, json.dumps(state).encode())
 
 
@@ -365,3 +371,22 @@ def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: N
     result = run_hook(tmp_path, node, bundle, "--debug")
     assert result.returncode == 0, result.stderr
     assert result.stderr.splitlines()[-1] == f"{PREFIX}the container has its devices already"
+
+
+def test_nvml_is_only_loaded_from_the_specs_mounts_and_only_if_roots(tmp_path: Path) -> None:
+    from cdictk.hooks.hookerror import HookError
+    from cdictk.prestart.main import _nvml_library
+    from cdictk.prestart.plan import Plan
+
+    plan = Plan()
+    assert _nvml_library(plan) == "libnvidia-ml.so.1"  # the spec mounts none: the loader's
+    lib = tmp_path / "libnvidia-ml.so.580.95.05"
+    lib.write_text("")
+    lib.chmod(0o644)
+    plan.mounts = [{"destination": "/usr/lib/libnvidia-ml.so.1", "source": str(lib), "type": "bind"}]
+    assert _nvml_library(plan) == str(lib)
+    for mode, owner in ((0o664, 0), (0o644, 1234)):
+        lib.chmod(mode)
+        os.chown(lib, owner, 0)
+        with pytest.raises(HookError, match="not owned by root, or writable by others: not loaded"):
+            _nvml_library(plan)

@@ -437,3 +437,15 @@ def test_the_module_imports_nothing_heavy() -> None:
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "cdictk.prestart.require" in imported
     assert not {"typing", "re", "dataclasses", "enum", "json", "ctypes"} & imported
+
+
+def test_the_image_cannot_make_the_hook_parse_without_end() -> None:
+    """An image sets these; a root hook reads them before the container starts: their size is bounded."""
+    real = " ".join(["brand=tesla,driver>=470,driver<471"] * 60)  # longer than any CUDA image's
+    assert requirements({"NVIDIA_REQUIRE_CUDA": f"cuda>=12.4 {real}"})
+    with pytest.raises(RequirementError, match=r"^NVIDIA_REQUIRE_CUDA: longer than 16384 characters$"):
+        requirements({"NVIDIA_REQUIRE_CUDA": "cuda>=1.0 " * 2000})
+    many = {f"NVIDIA_REQUIRE_{i}": "cuda>=1.0" for i in range(65)}
+    with pytest.raises(RequirementError, match=r"^more than 64 NVIDIA_REQUIRE_\* variables$"):
+        requirements(many)
+    assert len(requirements(dict(list(many.items())[:64]))) == 64

@@ -158,9 +158,36 @@ def test_a_foreign_symlink_is_kept_too(tmp_path: Path) -> None:
     link = tmp_path / "bin" / "nvidia-container-runtime-hook"
     link.parent.mkdir()
     link.symlink_to(target)
-    with pytest.raises(LauncherError, match="not cdictk's"):
-        launchers.install_legacy_hook(str(link.parent))
+    for force in (False, True):
+        with pytest.raises(LauncherError, match="is a symlink; remove it first"):
+            launchers.install_legacy_hook(str(link.parent), force=force)
     assert link.is_symlink() and target.read_text() == FOREIGN
+
+
+@pytest.mark.parametrize(("mode", "owner"), [(0o777, 0), (0o775, 0), (0o1777, 0), (0o755, 1234)])
+def test_a_directory_others_could_write_to_is_refused(tmp_path: Path, mode: int, owner: int) -> None:
+    """dockerd runs the hook as root: whoever can write its directory could swap it."""
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    os.chown(directory, owner, 0)
+    directory.chmod(mode)
+    with pytest.raises(LauncherError, match=r"writable by others .*could replace a launcher"):
+        launchers.install_legacy_hook(str(directory))
+    with pytest.raises(LauncherError, match="could replace a launcher"):
+        launchers.install_launchers(str(directory))
+    assert os.listdir(directory) == []
+
+
+def test_an_ancestor_others_could_write_to_is_refused_unless_sticky(tmp_path: Path) -> None:
+    parent = tmp_path / "shared"
+    parent.mkdir()
+    parent.chmod(0o777)
+    with pytest.raises(LauncherError, match=f"{parent}: owned by uid 0 or writable by others"):
+        launchers.install_legacy_hook(str(parent / "bin"))
+    parent.chmod(0o1777)  # like /tmp: others cannot rename what root made in it
+    assert launchers.install_legacy_hook(str(parent / "bin")) == str(
+        parent / "bin" / "nvidia-container-runtime-hook"
+    )
 
 
 def test_the_legacy_hook_replaces_its_own_copy_without_force(tmp_path: Path) -> None:
