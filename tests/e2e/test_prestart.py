@@ -369,3 +369,29 @@ def test_docker_run_gpus(docker_with_hook: Dockerd) -> None:
 def test_docker_run_gpus_with_an_unmet_requirement_fails(docker_with_hook: Dockerd) -> None:
     with pytest.raises(DockerError, match="cdictk hook prestart: requirement"):
         docker_with_hook.run(IMAGE, ["true"], env=["NVIDIA_REQUIRE_CUDA=cuda>=99.0"], host_config=gpus("0"))
+
+
+def test_the_hook_at_a_later_stage_refuses_a_started_container(runtime: Runtime, hostile: Hostile) -> None:
+    """Listed as a poststart hook, it would join a container that has pivoted into its image, where
+    the spec hook's program path is the image's: the image plants one there, which must never run."""
+    spec = (hostile.bundles.node.spec_dir / "nvidia.yaml").read_text()
+    program = next(
+        line.split("path:", 1)[1].strip()
+        for line in spec.splitlines()
+        if "path: /" in line and "python" in line
+    )
+    planted = hostile.rootfs / program.lstrip("/")
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.write_text("#!/bin/sh\ntouch /OWNED\n")
+    planted.chmod(0o755)
+    (hostile.rootfs / str(hostile.rootfs).lstrip("/")).mkdir(parents=True)  # its own rootfs path, too
+
+    def at_poststart(config: dict[str, Any]) -> None:
+        config["hooks"] = {"poststart": config["hooks"]["prestart"]}
+
+    _, result = runtime.run(
+        hostile.bundles.make(hostile.rootfs, script="sleep 1; echo end", edit=at_poststart)
+    )
+    assert not (hostile.rootfs / "OWNED").exists()
+    if runtime.name == "runc":
+        assert "not a container being created" in result.stderr, result.stderr
