@@ -293,18 +293,25 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
 
 
 def run_on_container(spec: HookSpec, options: Options, stdin: BinaryIO) -> None:
-    from cdictk.hooks.inroot import Rootfs  # noqa: PLC0415
     from cdictk.hooks.ocistate import container_state, read_state  # noqa: PLC0415
 
     container = container_state(read_state(stdin))
-    try:
-        rootfs = Rootfs(container.rootfs)
-    except OSError as exc:
-        raise HookError(f"container rootfs {container.rootfs}: {exc.strerror}") from None
-    with rootfs:
-        # The path was checked as a string; a link to "/" on the way is caught here, on the inode.
-        here, host = os.fstat(rootfs.fd), os.stat("/")
-        if (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
-            raise HookError(f"container rootfs {container.rootfs} is the host's root: refused")
+    with open_rootfs(container.rootfs) as rootfs:
         options.log(f"container {container.id or '?'}: rootfs {container.rootfs}")
         spec.run(options, rootfs)
+
+
+def open_rootfs(path: str) -> Rootfs:
+    """The container's rootfs, opened; never the host's own root."""
+    from cdictk.hooks.inroot import Rootfs  # noqa: PLC0415
+
+    try:
+        rootfs = Rootfs(path)
+    except OSError as exc:
+        raise HookError(f"container rootfs {path}: {exc.strerror}") from None
+    # The path was checked as a string; a link to "/" on the way is caught here, on the inode.
+    here, host = os.fstat(rootfs.fd), os.stat("/")
+    if (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
+        rootfs.__exit__()
+        raise HookError(f"container rootfs {path} is the host's root: refused")
+    return rootfs

@@ -130,7 +130,7 @@ def prepare(state_bytes: bytes, log: Callable[[str], None]) -> None:
 
 def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[str], None]) -> None:
     from cdictk.hooks import syscalls  # noqa: PLC0415
-    from cdictk.hooks.inroot import Rootfs  # noqa: PLC0415
+    from cdictk.hooks.entry import open_rootfs  # noqa: PLC0415
     from cdictk.prestart.bindmounts import attach_all, clone_sources, close_all  # noqa: PLC0415
     from cdictk.prestart.container import alive  # noqa: PLC0415
     from cdictk.prestart.nodes import make_nodes  # noqa: PLC0415
@@ -160,14 +160,7 @@ def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[
         root = os.stat("/")
         if (root.st_dev, root.st_ino) != (host_root.st_dev, host_root.st_ino):  # it has pivoted meanwhile
             raise HookError(f"container process {container.pid}: its root is no longer the host's")
-        try:
-            rootfs = Rootfs(container.rootfs)
-        except OSError as exc:
-            raise HookError(f"container rootfs {container.rootfs}: {exc.strerror}") from None
-        with rootfs:
-            here, host = os.fstat(rootfs.fd), os.stat("/")
-            if (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
-                raise HookError(f"container rootfs {container.rootfs} is the host's root: refused")
+        with open_rootfs(container.rootfs) as rootfs:
             made = make_nodes(rootfs, plan.nodes)
             log(f"device nodes made: {', '.join(made) or 'none'}")
             attach_all(rootfs, clones)
