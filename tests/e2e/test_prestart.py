@@ -364,6 +364,13 @@ def test_docker_run_gpus(docker_with_hook: Dockerd) -> None:
     assert f"'/dev/nvidia0': {ENXIO}" in every.stdout, every.stdout
     plain = docker.run(IMAGE, ["sh", "-c", "ls /dev; echo end"])
     assert plain.returncode == 0 and "nvidia0" not in plain.stdout, plain.stdout
+    # --gpus 'device=0,"capabilities=utility"': Docker sets NVIDIA_DRIVER_CAPABILITIES=utility.
+    utility = docker.run(
+        IMAGE, ["sh", "-c", DOCKER_INSIDE], host_config=gpus("0", capabilities=("gpu", "utility"))
+    )
+    assert utility.returncode == 0, utility.stdout + utility.stderr
+    assert "fake" in utility.stdout.splitlines()  # nvidia-smi: utility
+    assert f" {LIBCUDA} " not in utility.stdout  # libcuda: compute, not asked for
 
 
 def test_docker_run_gpus_with_an_unmet_requirement_fails(docker_with_hook: Dockerd) -> None:
