@@ -78,6 +78,7 @@ def measure(rounds: int, scratch: Path) -> int:
             capture_output=True,
             text=True,
             check=False,
+            cwd="/",  # the installed cdictk writes the spec: its hook entry point is the prestart hook's own
         )
     )
     launchers = Path(install_launchers(str(scratch / "launchers"))[0]).parent

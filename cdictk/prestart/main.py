@@ -165,22 +165,24 @@ def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[
             log(f"device nodes made: {', '.join(made) or 'none'}")
             attach_all(rootfs, clones)
             log(f"driver files mounted read-only: {len(clones)}")
-        run_hooks(plan.container_hooks, state_bytes)
+            run_hooks(plan.container_hooks, state_bytes, rootfs)
     finally:
         close_all(clones)
 
 
 def _import_what_joining_needs(spec_hooks: bool) -> None:
     """The modules the rest of the hook and its error path use, imported in the host's namespace."""
-    import cdictk.errors  # noqa: PLC0415
-    import cdictk.prestart.devcgroup  # noqa: PLC0415
-    import cdictk.prestart.driverfacts  # noqa: PLC0415
-    import cdictk.prestart.require  # noqa: PLC0415
-    import cdictk.runtime.inject  # noqa: PLC0415
-    import cdictk.runtime.settings  # noqa: F401, PLC0415
+    from importlib import import_module  # noqa: PLC0415
 
-    if spec_hooks:
-        import subprocess  # noqa: F401, PLC0415
+    names = ["cdictk.errors", "cdictk.runtime.inject", "cdictk.runtime.settings"]
+    names += [f"cdictk.prestart.{name}" for name in ("devcgroup", "driverfacts", "require")]
+    if spec_hooks:  # cdictk's own steps run in this process (spechooks), others in a child
+        names += ["subprocess"]
+        names += [
+            f"cdictk.hooks.{name}" for name in ("chmod", "cudacompat", "devicenodes", "ldcache", "symlinks")
+        ]
+    for name in names:
+        import_module(name)
 
 
 def check_requirements(config: dict[str, Any], plan: Plan) -> None:

@@ -131,3 +131,57 @@ def test_no_hooks_run_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(subprocess, "run", refuse)
     run_hooks([], STATE)
+
+
+# cdictk's own hook entry point runs in process, on the rootfs the prestart hook has open.
+
+
+def own_hook(*args: str) -> dict[str, Any]:
+    import sys
+
+    import cdictk.hooks
+
+    entry = os.path.join(os.path.dirname(os.path.abspath(cdictk.hooks.__file__)), "__main__.py")
+    return {"path": sys.executable, "args": [sys.executable, "-I", "-S", entry, *args], "env": ["LC_ALL=C"]}
+
+
+def test_cdictks_own_hook_runs_in_process_on_the_open_rootfs(tmp_path: Path) -> None:
+    from cdictk.hooks.inroot import Rootfs
+
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "usr" / "lib").mkdir(parents=True)
+    marker = tmp_path / "ran-as-a-program"
+    hooks = [own_hook("create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so")]
+    hooks[0]["path"] = str(script(tmp_path, "python3", f"touch {marker}\n"))  # it must not be started
+    with Rootfs(str(rootfs)) as root:
+        run_hooks(hooks, b"{}", root)  # the state is not read: the rootfs is open already
+    assert os.readlink(rootfs / "usr" / "lib" / "libcuda.so") == "libcuda.so.1"
+    assert not marker.exists()
+
+
+def test_its_failure_is_the_prestart_hooks_one_line(tmp_path: Path) -> None:
+    from cdictk.hooks.inroot import Rootfs
+
+    with Rootfs(str(tmp_path)) as root, pytest.raises(HookError, match="link"):
+        run_hooks([own_hook("create-symlinks", "--link", "no-separator")], b"{}", root)
+
+
+@pytest.mark.parametrize(
+    ("program", "args"),
+    [
+        ("python3", ("--debug", "create-symlinks")),  # a global option first: not parsed here
+        ("python3", ("no-such-hook",)),
+        ("nvidia-cdi-hook", ("create-symlinks",)),  # not an interpreter running our entry point
+    ],
+)
+def test_what_is_not_plainly_cdictks_hook_runs_as_a_program(
+    tmp_path: Path, program: str, args: tuple[str, ...]
+) -> None:
+    from cdictk.hooks.inroot import Rootfs
+
+    marker = tmp_path / "ran"
+    hook = own_hook(*args)
+    hook["path"] = str(script(tmp_path, program, f"touch {marker}\n"))
+    with Rootfs(str(tmp_path)) as root:
+        run_hooks([hook], b"{}", root)
+    assert marker.exists()
