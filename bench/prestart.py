@@ -12,7 +12,9 @@ exit; the delete after it is untimed), each on a fresh copy of the rootfs:
   ``runc run``;
 - the prestart hook: ``runc run`` of the same bundle with the ``cdictk-prestart`` launcher as its
   prestart hook, as ``docker run --gpus`` sets it up; the hook does the shim's work in the created
-  container (nodes, read-only mounts, cgroup rules) and runs the spec's hook itself.
+  container (nodes, read-only mounts, cgroup rules) and runs the spec's hook itself;
+- the same with ``NVIDIA_REQUIRE_CUDA`` in the image's environment, as every CUDA image has: the
+  hook asks NVML (the fake node's, in a child process) for the driver's CUDA version.
 
 Aim: the prestart path at most 1.5 times the shim path. Both run through the launchers that
 ``cdictk runtime install-launchers`` writes (``#!python -IS``) for this Python, with a warm parse cache;
@@ -45,6 +47,9 @@ RUNC = "runc"
 INJECTED = "runc run, spec injected beforehand"
 SHIM = "shim run (cdictk-runtime injects, execs runc)"
 PRESTART = "runc run with the prestart hook"
+REQUIRING = "prestart hook, image has NVIDIA_REQUIRE_CUDA"
+# A CUDA 12 image's value, shortened: NVML is asked in a child process whatever the length.
+REQUIRE_CUDA = "NVIDIA_REQUIRE_CUDA=cuda>=12.4 brand=tesla,driver>=470,driver<471 brand=nvidia,driver>=535"
 
 
 def main() -> int:
@@ -95,10 +100,12 @@ def measure(rounds: int, scratch: Path) -> int:
     build_rootfs(base)
     state = scratch / "runc-state"
 
-    def config_for(rootfs: Path, hook: bool) -> dict[str, Any]:
+    def config_for(rootfs: Path, hook: bool, requiring: bool) -> dict[str, Any]:
         config = oci_config(rootfs, ["true"])
         config["root"]["readonly"] = False
         config["process"]["env"].append("NVIDIA_VISIBLE_DEVICES=0")
+        if requiring:
+            config["process"]["env"].append(REQUIRE_CUDA)
         if hook:
             hook_env = [f"{key}={value}" for key, value in env.items()]
             launcher = str(launchers / "cdictk-prestart")
@@ -112,7 +119,9 @@ def measure(rounds: int, scratch: Path) -> int:
         shutil.copytree(base, rootfs, symlinks=True)
         bundle = round_dir / "bundle"
         bundle.mkdir()
-        (bundle / "config.json").write_text(json.dumps(config_for(rootfs, name == PRESTART)))
+        (bundle / "config.json").write_text(
+            json.dumps(config_for(rootfs, name in (PRESTART, REQUIRING), name == REQUIRING))
+        )
         program = [str(launchers / "cdictk-runtime")] if name == SHIM else [runc]
         if name == INJECTED:
             inject = [sys.executable, "-m", "cdictk", "cdi", "inject", "--spec-dir", str(spec_dir)]
@@ -136,7 +145,7 @@ def measure(rounds: int, scratch: Path) -> int:
             raise BenchError(f"{name}: exited {result.returncode}: {log.read_text(errors='replace').strip()}")
         return elapsed
 
-    names = (INJECTED, SHIM, PRESTART)
+    names = (INJECTED, SHIM, PRESTART, REQUIRING)
     samples: dict[str, list[float]] = {name: [] for name in names}
     for round_number in range(rounds + 1):  # round 0 warms the parse cache and the page cache
         for name in names:
@@ -154,6 +163,7 @@ def measure(rounds: int, scratch: Path) -> int:
     ratio = prestart / shim
     verdict = "within" if ratio <= AIM_RATIO else "OVER"
     print(f"prestart / shim: {ratio:.2f}x (aim <= {AIM_RATIO}x: {verdict})")
+    print(f"with NVIDIA_REQUIRE_CUDA: {statistics.median(samples[REQUIRING]) / shim:.2f}x the shim")
     print(
         f"added over runc with the spec injected: shim {shim - floor:+.1f} ms, "
         f"prestart {prestart - floor:+.1f} ms"

@@ -214,14 +214,21 @@ def install_launchers_command(*, directory: str) -> int:
     metavar="DIR",
     help="Where to write it: a directory on the Docker daemon's PATH.",
 )
-@click.option("--force", is_flag=True, help="Replace an nvidia-container-runtime-hook that is not cdictk's.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Replace an nvidia-container-runtime-hook that is not cdictk's; it is moved aside to "
+    "nvidia-container-runtime-hook.cdictk-orig (a rename undoes the install).",
+)
 def install_legacy_hook_command(*, directory: str, force: bool) -> int:
     """Install the prestart hook as nvidia-container-runtime-hook, for `docker run --gpus`.
 
     Docker (before its own CDI support) looks this name up on its PATH when it starts and runs it as
     a prestart hook of every container started with --gpus; it is `cdictk hook prestart` through a
     fast launcher. Opt-in: it takes over from NVIDIA's hook of that name, which is kept unless
-    --force. Restart dockerd afterwards (it looks the hook up once, at start).
+    --force. The directory, and this Python and its import paths, must be root's and writable by
+    nobody else: dockerd runs the hook as root. Restart dockerd afterwards (it looks the hook up once,
+    at start). To undo: remove the file (or rename the .cdictk-orig back) and restart dockerd.
     """
     from cdictk.runtime.launchers import LauncherError, install_legacy_hook  # noqa: PLC0415
 

@@ -255,15 +255,9 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
     if name == "noop":  # what benchmarks and tests time: the entry point alone
         return 0
     if name == "prestart":  # the legacy hook works on a created container, not on a rootfs path
-        from cdictk.prestart.main import run  # noqa: PLC0415
+        from cdictk.prestart.main import main as prestart  # noqa: PLC0415
 
-        if args in (["-h"], ["--help"]):
-            print(f"usage: {PROG} [--debug] prestart  (OCI state JSON on stdin)\n\n{PRESTART_SUMMARY}")
-            return 0
-        if args:
-            print(f"{PROG} prestart: unexpected argument {args[0]!r}", file=sys.stderr)
-            return 2
-        return run(stdin if stdin is not None else sys.stdin.buffer, debug=debug)
+        return prestart([*(["--debug"] if debug else []), "prestart", *args], stdin)
     spec = HOOKS.get(name)
     if spec is None:
         if not quiet:

@@ -119,6 +119,13 @@ def _refuse_shared_namespaces(proc_root: str, pid: int) -> None:
     A container in its own user namespace is refused: its root cannot make device nodes, and the
     driver files would need an idmapped mount.
     """
+    try:
+        with open(f"{proc_root}/self/uid_map", "rb") as file:
+            uid_map = file.read(4096).split()
+    except OSError as exc:
+        raise HookError(f"{proc_root}/self/uid_map: {exc.strerror}") from None
+    if uid_map != [b"0", b"0", b"4294967295"]:  # not the host's user namespace: a rootless engine
+        raise HookError("a rootless engine cannot give GPUs through this hook (no mknod, no cgroup); use CDI")
     for name in ("mnt", "user"):
         try:
             theirs = os.stat(f"{proc_root}/{pid}/ns/{name}")

@@ -18,6 +18,7 @@ import os
 import stat
 
 from cdictk.hooks import syscalls
+from cdictk.hooks.hookerror import HookError
 from cdictk.prestart import bpf
 
 TYPE_CHECKING = False
@@ -36,7 +37,7 @@ _ACCESS_BITS = {"r": bpf.BPF_DEVCG_ACC_READ, "w": bpf.BPF_DEVCG_ACC_WRITE, "m": 
 _TYPES = {"c": bpf.BPF_DEVCG_DEV_CHAR, "b": bpf.BPF_DEVCG_DEV_BLOCK}
 
 
-class CgroupError(Exception):
+class CgroupError(HookError):
     """The container's device cgroup cannot be given the rules; it must not start without them."""
 
 

@@ -23,6 +23,7 @@ import select
 import signal
 import time
 
+from cdictk.hooks.hookerror import HookError
 from cdictk.prestart.require import KEYS, Facts, GpuFacts
 
 TYPE_CHECKING = False
@@ -56,7 +57,7 @@ BRANDS = {
 UNKNOWN_BRAND = "unknown"
 
 
-class NvmlError(Exception):
+class NvmlError(HookError):
     """NVML could not be loaded or answered with an error: one line naming the function."""
 
     def __init__(self, message: str, function: str = "", code: int | None = None) -> None:

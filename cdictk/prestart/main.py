@@ -32,37 +32,58 @@ from cdictk.hooks.hookerror import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from typing import Any, BinaryIO
 
     from cdictk.prestart.container import Container
+    from cdictk.prestart.log import Log
     from cdictk.prestart.plan import Plan
 
 PROG = "cdictk hook prestart"
 LEGACY_NAME = "nvidia-container-runtime-hook"
 USAGE = f"""\
-usage: {LEGACY_NAME} [--debug] prestart|poststart|poststop   (OCI state JSON on stdin)
+usage: {LEGACY_NAME} [--debug] [--config FILE] prestart|poststart|poststop   (OCI state on stdin)
+       {LEGACY_NAME} --version
+       cdictk hook [--debug] prestart
 
 The legacy prestart hook: gives a container created by runc the GPUs its config.json asks for
 (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_*), from the CDI spec dirs:
 device nodes, read-only driver files, links, ld cache and device cgroup rules.
-poststart and poststop do nothing. Same as `cdictk hook prestart`.
-Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG)."""
+poststart and poststop do nothing. Same as `cdictk hook prestart`. Any failure is one line on
+stderr and exit status 1: the container does not start.
+
+Settings: /etc/cdictk/config.toml (--config, or $CDICTK_CONFIG; cdictk's, not NVIDIA's config.toml).
+Docker runs it with its own environment and no options: CDICTK_HOOK_LOG=FILE there appends every
+line (debug ones included) to FILE, CDICTK_DEBUG=1 prints the debug lines too."""
 _GPU_NODE_PREFIX = "/dev/nvidia"
 _NVML = "libnvidia-ml.so"
 
 
 def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> int:
-    """The ``nvidia-container-runtime-hook`` command line: ``[--debug] prestart|poststart|poststop``."""
+    """The ``nvidia-container-runtime-hook`` command line: ``[OPTIONS] prestart|poststart|poststop``."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = False
-    while args and args[0] in ("--debug", "-debug", "-d"):
-        debug = True
-        args.pop(0)
-    if args in (["--help"], ["-h"], ["-help"]):
-        print(USAGE)
-        return 0
+    while args and args[0].startswith("-"):
+        option, has_value, value = args.pop(0).lstrip("-").partition("=")
+        if option in ("h", "help"):
+            print(USAGE)
+            return 0
+        if option == "version":
+            from cdictk import __version__  # noqa: PLC0415
+
+            print(f"cdictk {__version__} (cdictk hook prestart)")
+            return 0
+        if option in ("d", "debug") and value in ("", "true", "1"):
+            debug = True
+        elif option == "config" and (has_value or args):
+            os.environ["CDICTK_CONFIG"] = value if has_value else args.pop(0)
+        else:
+            print(USAGE, file=sys.stderr)
+            return 2
     if args in (["poststart"], ["poststop"]):
+        return 0
+    if args == ["prestart", "--help"]:
+        print(USAGE)
         return 0
     if args != ["prestart"]:
         print(USAGE, file=sys.stderr)
@@ -72,24 +93,23 @@ def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> in
 
 def run(stdin: BinaryIO, *, debug: bool = False) -> int:
     """Read the state from ``stdin`` and prepare the container; the exit status."""
+    from cdictk.hooks.ocistate import MAX_STATE  # noqa: PLC0415
+    from cdictk.prestart.log import Log  # noqa: PLC0415
+
     os.chdir("/")  # runc runs prestart hooks in the bundle: nothing is resolved from there
     os.umask(0o022)
-
-    def log(line: str) -> None:
-        if debug:
-            print(f"{PROG}: {line}", file=sys.stderr)
-
-    from cdictk.hooks.ocistate import MAX_STATE  # noqa: PLC0415
-
+    log = Log(PROG, debug=debug)
     try:
         prepare(stdin.read(MAX_STATE + 1), log)
     except Exception as exc:  # every error ends here as one line, and the container does not start
-        print(f"{PROG}: {_describe(exc)}", file=sys.stderr)
+        log.error(_describe(exc))
         return 1
+    finally:
+        log.close()
     return 0
 
 
-def prepare(state_bytes: bytes, log: Callable[[str], None]) -> None:
+def prepare(state_bytes: bytes, log: Log) -> None:
     """Everything the hook does, for the state JSON ``state_bytes``."""
     from cdictk import fastjson  # noqa: PLC0415
     from cdictk.hooks.ocistate import id_and_bundle, read_state  # noqa: PLC0415
@@ -101,7 +121,7 @@ def prepare(state_bytes: bytes, log: Callable[[str], None]) -> None:
     from cdictk.strictjson import read_capped  # noqa: PLC0415
 
     state = read_state(io.BytesIO(state_bytes))
-    _, bundle = id_and_bundle(state)
+    log.tag, bundle = id_and_bundle(state)
     path = os.path.join(bundle, "config.json")
     data = read_capped(path, MAX_CONFIG_BYTES)
     config = parse_config(data, path)
@@ -109,18 +129,16 @@ def prepare(state_bytes: bytes, log: Callable[[str], None]) -> None:
     cache = Cache.from_environment()
     settings = load_settings(cache=cache)
 
-    def warn(line: str) -> None:
-        print(f"{PROG}: warning: {line}", file=sys.stderr)
-
-    if not apply_requests(edited, settings, path, cache, warn):
-        log("the container asks for no GPU: left alone")
+    if not apply_requests(edited, settings, path, cache, log.warn):
+        log.debug("the container asks for no GPU: left alone")
         return
+    _refuse_mig_management(config)
     plan = plan_of(config, edited)
     check_requirements(config, plan)
     for what in plan.ignored:
-        log(f"not applicable to a created container, ignored: {what}")
+        log.debug(f"not applicable to a created container, ignored: {what}")
     if not plan:
-        log("the container has its devices already")
+        log.debug("the container has its devices already")
         return
     from cdictk.prestart.container import container_of  # noqa: PLC0415
 
@@ -128,7 +146,7 @@ def prepare(state_bytes: bytes, log: Callable[[str], None]) -> None:
         _apply(container, plan, state_bytes, log)
 
 
-def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[str], None]) -> None:
+def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Log) -> None:
     from cdictk.hooks import syscalls  # noqa: PLC0415
     from cdictk.hooks.entry import open_rootfs  # noqa: PLC0415
     from cdictk.prestart.bindmounts import attach_all, clone_sources, close_all  # noqa: PLC0415
@@ -148,7 +166,7 @@ def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[
                 for r in plan.rules
             ]
             for line in allow_devices(container.pid, rules):
-                log(line)
+                log.debug(line)
         if not alive(container.pidfd):  # the rules went by pid: it must still be the pinned process
             raise HookError(f"container process {container.pid} exited while the hook ran")
         run_hooks(plan.host_hooks, state_bytes)
@@ -162,9 +180,9 @@ def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Callable[[
             raise HookError(f"container process {container.pid}: its root is no longer the host's")
         with open_rootfs(container.rootfs) as rootfs:
             made = make_nodes(rootfs, plan.nodes)
-            log(f"device nodes made: {', '.join(made) or 'none'}")
+            log.debug(f"device nodes made: {', '.join(made) or 'none'}")
             attach_all(rootfs, clones)
-            log(f"driver files mounted read-only: {len(clones)}")
+            log.debug(f"driver files mounted read-only: {len(clones)}")
             run_hooks(plan.container_hooks, state_bytes, rootfs)
     finally:
         close_all(clones)
@@ -183,6 +201,17 @@ def _import_what_joining_needs(spec_hooks: bool) -> None:
         ]
     for name in names:
         import_module(name)
+
+
+def _refuse_mig_management(config: dict[str, Any]) -> None:
+    """NVIDIA's hook gives privileged containers MIG's config and monitor capabilities; this one does
+    not, and says so rather than start a container that expected them."""
+    from cdictk.runtime.requests import environment  # noqa: PLC0415
+
+    env = environment(config)
+    for name in ("NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"):
+        if env.get(name):
+            raise HookError(f"{name}: MIG management from a container is not supported by cdictk")
 
 
 def check_requirements(config: dict[str, Any], plan: Plan) -> None:
@@ -223,30 +252,19 @@ def _nvml_library(plan: Plan) -> str:
 
 
 def _describe(exc: BaseException) -> str:
+    """``exc`` as one line: control characters (a file name, a value from the image) are escaped."""
     from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.prestart.devcgroup import CgroupError  # noqa: PLC0415
-    from cdictk.prestart.driverfacts import NvmlError  # noqa: PLC0415
-    from cdictk.prestart.plan import PlanError  # noqa: PLC0415
-    from cdictk.prestart.require import RequirementError  # noqa: PLC0415
     from cdictk.runtime.inject import InjectError  # noqa: PLC0415
     from cdictk.runtime.settings import SettingsError  # noqa: PLC0415
 
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
-        return f"{where}{exc.strerror or exc}"
-    known = (
-        HookError,
-        CdictkError,
-        SettingsError,
-        InjectError,
-        PlanError,
-        RequirementError,
-        NvmlError,
-        CgroupError,
-    )
-    if isinstance(exc, known):
-        return str(exc)
-    return f"internal error: {type(exc).__name__}: {exc}"
+        text = f"{where}{exc.strerror or exc}"
+    elif isinstance(exc, (HookError, CdictkError, SettingsError, InjectError)):
+        text = str(exc)
+    else:
+        text = f"internal error: {type(exc).__name__}: {exc}"
+    return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,8 @@ prepared gets nothing twice.
 
 from __future__ import annotations
 
+from cdictk.hooks.hookerror import HookError
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
@@ -21,7 +23,7 @@ HOST_STAGES = ("prestart", "createRuntime")
 CONTAINER_STAGES = ("createContainer",)
 
 
-class PlanError(Exception):
+class PlanError(HookError):
     """The edits ask for something a prestart hook cannot do: one line."""
 
 

@@ -39,6 +39,8 @@ Runs on every container start: standard library only, and not even :mod:`typing`
 
 from __future__ import annotations
 
+from cdictk.hooks.hookerror import HookError
+
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
@@ -64,7 +66,7 @@ MAX_REQUIREMENT = 16 << 10
 MAX_REQUIREMENTS = 64
 
 
-class RequirementError(Exception):
+class RequirementError(HookError):
     """A requirement that cannot be read, or that the driver or a GPU does not meet: one line."""
 
 

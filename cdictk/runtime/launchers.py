@@ -85,14 +85,14 @@ def _ask(python: str, *flags: str) -> tuple[list[str], str]:
     return path, package
 
 
-def launcher_text(module: str, python: str, paths: list[str]) -> str:
+def launcher_text(module: str, python: str, paths: list[str], command: str = "launchers") -> str:
     """The launcher's text: ``#!python -IS``, then ``module``'s ``main()`` with ``paths`` importable."""
     shebang = f"#!{python} -IS"
     if len(shebang) > _SHEBANG_MAX or any(c in python for c in " \t\n"):
         raise LauncherError(f"{python}: the kernel cannot run this interpreter path from a #! line")
     return (
         f"{shebang}\n"
-        f"{_MARK}launchers`; why: cdictk/runtime/launchers.py\n"
+        f"{_MARK}{command}`; why: cdictk/runtime/launchers.py\n"
         f"import sys; sys.path += {paths!r}\n"
         f"from {module} import main; sys.exit(main())\n"
     )
@@ -100,7 +100,7 @@ def launcher_text(module: str, python: str, paths: list[str]) -> str:
 
 def install_launchers(directory: str, python: str | None = None) -> list[str]:
     """Write every launcher into ``directory`` (made if missing); their paths."""
-    return _install(directory, LAUNCHERS, python)
+    return _install(directory, LAUNCHERS, python, "launchers")
 
 
 def install_legacy_hook(
@@ -108,42 +108,59 @@ def install_legacy_hook(
 ) -> str:
     """Write the prestart hook's launcher as ``nvidia-container-runtime-hook`` in ``directory``; its path.
 
-    A file of that name that some other package installed (NVIDIA's hook) is kept unless ``force``.
+    A file of that name that some other package installed (NVIDIA's hook) is kept unless ``force``,
+    which moves it aside to ``<name>.cdictk-orig`` (once: an older backup is kept).
     """
     path = os.path.join(directory, LEGACY_HOOK)
     if os.path.islink(path):
         raise LauncherError(f"{path}: is a symlink; remove it first (never written through)")
-    if not force and os.path.lexists(path) and not _ours(path):
-        raise LauncherError(f"{path}: exists and is not cdictk's (NVIDIA's hook?); --force replaces it")
-    return _install(directory, {LEGACY_HOOK: LAUNCHERS["cdictk-prestart"]}, python)[0]
+    foreign = os.path.lexists(path) and not _ours(path)
+    if foreign and not force:
+        raise LauncherError(f"{path}: exists and is not cdictk's (NVIDIA's hook?); --force moves it aside")
+    written = _install(directory, {LEGACY_HOOK: LAUNCHERS["cdictk-prestart"]}, python, "legacy-hook", foreign)
+    return written[0]
 
 
-def _require_private(directory: str) -> None:
+def _require_private(path: str, *, itself: bool = True) -> None:
     """Engines run the launchers as root: nobody else may be able to swap them.
 
-    The directory and every directory above it must belong to root (or to whoever installs) and be
-    writable by nobody else; an ancestor may be world-writable only with the sticky bit (``/tmp``),
-    which keeps others from renaming what is in it.
+    ``path`` (unless not ``itself``) and every directory above it must belong to root (or to whoever
+    installs) and be writable by nobody else; a directory above may be world-writable only with the
+    sticky bit (``/tmp``), which keeps others from renaming what is in it.
     """
     import stat  # noqa: PLC0415
 
     owners = {0, os.geteuid()}
-    path = os.path.abspath(directory)
-    first = True
+    path = os.path.abspath(path)
     while True:
         try:
             st = os.stat(path)
         except OSError as exc:
             raise LauncherError(f"{path}: {exc.strerror}") from None
-        writable = st.st_mode & 0o022
-        if st.st_uid not in owners or (writable and (first or not st.st_mode & stat.S_ISVTX)):
+        why = ""
+        if st.st_uid not in owners:
+            why = f"owned by uid {st.st_uid}, not root"
+        elif st.st_mode & 0o022 and (itself or not st.st_mode & stat.S_ISVTX):
+            why = f"writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
+        if why:
             raise LauncherError(
-                f"{path}: owned by uid {st.st_uid} or writable by others (mode "
-                f"{stat.S_IMODE(st.st_mode):04o}): someone other than root could replace a launcher there"
+                f"{path}: {why}: someone other than root could replace what engines run as root"
             )
         if path == "/":
             return
-        path, first = os.path.dirname(path), False
+        path, itself = os.path.dirname(path), False
+
+
+def _require_trusted(path: str) -> None:
+    """The interpreter a launcher names, or a directory it imports from: root's, writable by nobody else."""
+    import stat  # noqa: PLC0415
+
+    st = os.stat(path)
+    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        raise LauncherError(
+            f"{path}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: a launcher that "
+            "root runs must not run or import what others can change"
+        )
 
 
 def _ours(path: str) -> bool:
@@ -154,7 +171,9 @@ def _ours(path: str) -> bool:
         return False
 
 
-def _install(directory: str, launchers: dict[str, str], python: str | None) -> list[str]:
+def _install(
+    directory: str, launchers: dict[str, str], python: str | None, command: str, backup: bool = False
+) -> list[str]:
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.fsutil import atomic_write  # noqa: PLC0415
 
@@ -164,7 +183,13 @@ def _install(directory: str, launchers: dict[str, str], python: str | None) -> l
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise LauncherError(f"{python}: not an absolute path to an executable Python")
     paths = import_paths(python)
-    texts = {name: launcher_text(module, python, paths) for name, module in launchers.items()}
+    for trusted in (python, *paths):
+        _require_trusted(trusted)
+    texts = {name: launcher_text(module, python, paths, command) for name, module in launchers.items()}
+    existing = directory
+    while not os.path.exists(existing):  # check before making anything, and once made
+        existing = os.path.dirname(existing)
+    _require_private(existing, itself=existing == directory)
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
     except OSError as exc:
@@ -173,6 +198,8 @@ def _install(directory: str, launchers: dict[str, str], python: str | None) -> l
     written = []
     for name, text in texts.items():
         path = os.path.join(directory, name)
+        if backup and not os.path.lexists(path + ".cdictk-orig"):
+            os.rename(path, path + ".cdictk-orig")
         try:
             atomic_write(path, text.encode(), mode=0o755, keep_mode=False)
         except CdictkError as exc:

@@ -39,6 +39,7 @@ INSIDE = (
     f"grep ' {LIBCUDA} ' /proc/self/mountinfo; "
     "ldconfig -p | grep 'libcuda.so.1 '; "
     f"touch {LIBCUDA}; "
+    f"grep '/firmware/nvidia/{V}/gsp_ga10x.bin ' /proc/self/mountinfo; "
     "/usr/bin/nvidia-smi; echo end"
 )
 
@@ -146,8 +147,10 @@ def test_prestart_gives_the_container_gpu0(runtime: Runtime, debian_rootfs: Path
     assert f"can't open '/dev/nvidia0': {ENXIO}" in out or f"/dev/nvidia0: {ENXIO}" in out, out
     assert f"/dev/nvidiactl: {ENXIO}" in out, out
     assert f"/dev/nvidia1: {EPERM}" in out, out
-    mountinfo = next(line for line in lines if f" {LIBCUDA} " in line)
-    assert " ro," in mountinfo, mountinfo
+    # A library, and the firmware: /lib/firmware, through Debian's /lib -> usr/lib, in the rootfs.
+    for path in (f" {LIBCUDA} ", f" /usr/lib/firmware/nvidia/{V}/gsp_ga10x.bin "):
+        mountinfo = next(line for line in lines if path in line)
+        assert " ro," in mountinfo, mountinfo
     assert any("libcuda.so.1 " in line and "=>" in line for line in lines), out
     assert f"touch: cannot touch '{LIBCUDA}': Read-only file system" in out
     assert "fake" in lines  # the node's nvidia-smi ran from its read-only mount

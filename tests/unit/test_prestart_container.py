@@ -82,13 +82,20 @@ def open_fds() -> set[str]:
 
 
 def fake_proc(
-    base: Path, pid: int, *, same_mnt: bool = False, same_user: bool = True, root: str = "/"
+    base: Path,
+    pid: int,
+    *,
+    same_mnt: bool = False,
+    same_user: bool = True,
+    root: str = "/",
+    uid_map: str = "         0          0 4294967295\n",
 ) -> str:
     """A /proc whose ``pid/ns/*`` are (hard links to) ``self/ns/*`` where ``same_*`` says so, and whose
     ``pid/root`` points at ``root`` (the host's, for a container being created)."""
     (base / "self" / "ns").mkdir(parents=True)
     (base / str(pid) / "ns").mkdir(parents=True)
     (base / str(pid) / "root").symlink_to(root)
+    (base / "self" / "uid_map").write_text(uid_map)
     for name, same in (("mnt", same_mnt), ("user", same_user)):
         (base / "self" / "ns" / name).write_text(name)
         theirs = base / str(pid) / "ns" / name
@@ -252,3 +259,10 @@ def test_a_process_whose_root_is_not_the_hosts_is_refused(tmp_path: Path) -> Non
 def test_a_state_of_a_started_or_stopped_container_is_refused(status: str | None) -> None:
     with pytest.raises(HookError, match=r"status .*: the prestart hook runs while a container is created"):
         container_of(state(pid=os.getpid(), status=status), {"root": {"path": "rootfs"}})
+
+
+def test_a_rootless_engine_is_told_to_use_cdi(tmp_path: Path) -> None:
+    """The hook itself in a user namespace (rootless Docker): mknod and cgroup writes would fail."""
+    proc = fake_proc(tmp_path, os.getpid(), uid_map="         0       1000          1\n")
+    with pytest.raises(HookError, match=r"^a rootless engine cannot give GPUs through this hook .*use CDI$"):
+        Container(id="c", pid=os.getpid(), rootfs="/r", proc_root=proc)

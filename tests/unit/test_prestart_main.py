@@ -67,7 +67,8 @@ def gone_pid() -> int:
 def test_help_is_usage_on_stdout(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args, Unreadable()) == 0  # type: ignore[arg-type]
     out, err = capsys.readouterr()
-    assert out.startswith(f"usage: {LEGACY_NAME} [--debug] prestart|poststart|poststop") and err == ""
+    assert out.startswith(f"usage: {LEGACY_NAME} [--debug] [--config FILE] prestart|poststart|poststop")
+    assert err == ""
 
 
 @pytest.mark.parametrize("args", [["poststart"], ["poststop"], ["--debug", "poststop"]])
@@ -76,19 +77,35 @@ def test_poststart_and_poststop_do_nothing(args: list[str], capsys: pytest.Captu
     assert capsys.readouterr() == ("", "")
 
 
-@pytest.mark.parametrize("args", [[], ["create"], ["prestart", "extra"], ["--verbose", "prestart"]])
+@pytest.mark.parametrize(
+    "args", [[], ["create"], ["prestart", "extra"], ["--verbose", "prestart"], ["--config"], ["-debug=maybe"]]
+)
 def test_anything_else_is_usage_on_stderr(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args, Unreadable()) == 2  # type: ignore[arg-type]
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"usage: {LEGACY_NAME}")
 
 
+def test_nvidias_version_and_config_options(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """-version answers; -config names the settings file (cdictk's), as $CDICTK_CONFIG does."""
+    from cdictk import __version__
+
+    assert main(["-version"], Unreadable()) == 0  # type: ignore[arg-type]
+    assert capsys.readouterr().out == f"cdictk {__version__} (cdictk hook prestart)\n"
+    monkeypatch.delenv("CDICTK_CONFIG", raising=False)
+    for args in (["-config", "/etc/x.toml", "poststop"], ["--config=/etc/x.toml", "-debug=true", "poststop"]):
+        assert main(args, Unreadable()) == 0  # type: ignore[arg-type]
+        assert os.environ.pop("CDICTK_CONFIG") == "/etc/x.toml"
+
+
 def test_the_hooks_entry_point_dispatches_prestart(capsys: pytest.CaptureFixture[str]) -> None:
     assert entry.main(["prestart", "--help"]) == 0
     out, err = capsys.readouterr()
-    assert out.startswith(f"usage: {entry.PROG} [--debug] prestart") and err == ""
+    assert out.startswith(f"usage: {LEGACY_NAME} ") and "cdictk hook [--debug] prestart" in out and err == ""
     assert entry.main(["prestart", "extra"]) == 2
-    assert capsys.readouterr().err == f"{entry.PROG} prestart: unexpected argument 'extra'\n"
+    assert capsys.readouterr().err.startswith(f"usage: {LEGACY_NAME} ")
     assert entry.main(["--help"]) == 0
     assert "  prestart " in capsys.readouterr().out  # listed among the hooks
 
@@ -116,15 +133,15 @@ def run_module(
 @pytest.mark.parametrize(
     ("module", "usage"),
     [
-        (["cdictk.hooks", "prestart"], "usage: cdictk hook [--debug] prestart"),
-        (["cdictk", "hook", "prestart"], "usage: cdictk hook [--debug] prestart"),
-        (["cdictk.prestart.main"], f"usage: {LEGACY_NAME}"),
+        (["cdictk.hooks", "prestart"], "cdictk hook [--debug] prestart"),
+        (["cdictk", "hook", "prestart"], "cdictk hook [--debug] prestart"),
+        (["cdictk.prestart.main"], "CDICTK_HOOK_LOG=FILE"),
     ],
 )
 def test_every_way_in_has_help(module: list[str], usage: str) -> None:
     result = run_module(*module, "--help")
     assert (result.returncode, result.stderr) == (0, "")
-    assert result.stdout.startswith(usage), result.stdout
+    assert result.stdout.startswith(f"usage: {LEGACY_NAME}") and usage in result.stdout, result.stdout
 
 
 # ---- states and configs turned down ----------------------------------------------------------------------
@@ -390,3 +407,46 @@ def test_nvml_is_only_loaded_from_the_specs_mounts_and_only_if_roots(tmp_path: P
         os.chown(lib, owner, 0)
         with pytest.raises(HookError, match="not owned by root, or writable by others: not loaded"):
             _nvml_library(plan)
+
+
+@pytest.mark.parametrize("name", ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"])
+def test_mig_management_requests_are_refused_not_ignored(tmp_path: Path, node: Node, name: str) -> None:
+    bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", f"{name}=all"])
+    result = run_hook(tmp_path, node, bundle)
+    assert result.returncode == 1
+    assert (
+        one_error_line(result.stderr) == f"{name}: MIG management from a container is not supported by cdictk"
+    )
+
+
+# The other two ways to ask, as the shim reads them: cdi.k8s.io annotations and volume-mount requests.
+
+VOLUME_REQUEST = {"destination": "/var/run/nvidia-container-devices/0", "source": "/dev/null", "type": "bind"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "accept_mounts", "outcome"),
+    [
+        ({"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"}}, False, "pinned"),
+        ({"annotations": {"cdi.k8s.io/gpu": "nvidia.com/gpu=9"}}, False, "nvidia.com/gpu=9"),
+        ({"mounts": [VOLUME_REQUEST]}, True, "pinned"),
+        ({"mounts": [VOLUME_REQUEST]}, False, "left alone"),
+    ],
+)
+def test_annotations_and_volume_mount_requests(
+    tmp_path: Path, node: Node, extra: dict[str, Any], accept_mounts: bool, outcome: str
+) -> None:
+    pid = gone_pid()
+    bundle = make_bundle(tmp_path, [], pid=pid, **extra)
+    settings = settings_file(tmp_path, node.spec_dir, generate=False)
+    with settings.open("a") as file:
+        file.write(f"[requests]\naccept-volume-mounts = {str(accept_mounts).lower()}\n")
+    result = run_module(
+        "cdictk.prestart.main", "prestart", stdin=bundle.state, env={"CDICTK_CONFIG": str(settings)}
+    )
+    if outcome == "left alone":
+        assert (result.returncode, result.stderr) == (0, "")
+    elif outcome == "pinned":
+        assert one_error_line(result.stderr) == f"container process {pid}: No such process"
+    else:
+        assert result.returncode == 1 and outcome in one_error_line(result.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -135,8 +136,9 @@ def test_the_legacy_hook_is_an_executable_launcher_of_the_prestart_hook(tmp_path
     result = subprocess.run([path, "--help"], capture_output=True, text=True, env={}, check=False)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.startswith(
-        "usage: nvidia-container-runtime-hook [--debug] prestart|poststart|poststop"
+        "usage: nvidia-container-runtime-hook [--debug] [--config FILE] prestart|"
     )
+    assert "# Written by `cdictk runtime install-legacy-hook`" in text
     poststop = subprocess.run([path, "poststop"], capture_output=True, text=True, env={}, check=False)
     assert (poststop.returncode, poststop.stdout, poststop.stderr) == (0, "", "")
 
@@ -150,6 +152,11 @@ def test_the_legacy_hook_keeps_a_foreign_file_unless_forced(tmp_path: Path) -> N
     assert foreign.read_text() == FOREIGN
     assert launchers.install_legacy_hook(str(tmp_path), force=True) == str(foreign)
     assert "from cdictk.prestart.main import main" in foreign.read_text()
+    backup = tmp_path / "nvidia-container-runtime-hook.cdictk-orig"
+    assert backup.read_text() == FOREIGN  # moved aside, to undo with a rename
+    foreign.write_text("#!/bin/sh\n# a later NVIDIA package\n")
+    launchers.install_legacy_hook(str(tmp_path), force=True)
+    assert backup.read_text() == FOREIGN  # the first backup is kept
 
 
 def test_a_foreign_symlink_is_kept_too(tmp_path: Path) -> None:
@@ -171,9 +178,12 @@ def test_a_directory_others_could_write_to_is_refused(tmp_path: Path, mode: int,
     directory.mkdir()
     os.chown(directory, owner, 0)
     directory.chmod(mode)
-    with pytest.raises(LauncherError, match=r"writable by others .*could replace a launcher"):
+    with pytest.raises(
+        LauncherError,
+        match=r"(writable by others \(mode \d+\)|not root): someone other than root could replace",
+    ):
         launchers.install_legacy_hook(str(directory))
-    with pytest.raises(LauncherError, match="could replace a launcher"):
+    with pytest.raises(LauncherError, match="could replace what engines run as root"):
         launchers.install_launchers(str(directory))
     assert os.listdir(directory) == []
 
@@ -182,7 +192,7 @@ def test_an_ancestor_others_could_write_to_is_refused_unless_sticky(tmp_path: Pa
     parent = tmp_path / "shared"
     parent.mkdir()
     parent.chmod(0o777)
-    with pytest.raises(LauncherError, match=f"{parent}: owned by uid 0 or writable by others"):
+    with pytest.raises(LauncherError, match=f"{parent}: writable by others"):
         launchers.install_legacy_hook(str(parent / "bin"))
     parent.chmod(0o1777)  # like /tmp: others cannot rename what root made in it
     assert launchers.install_legacy_hook(str(parent / "bin")) == str(
@@ -213,3 +223,25 @@ def test_the_install_legacy_hook_command(tmp_path: Path, capsys: pytest.CaptureF
     assert "cdictk.prestart.main" in (directory / "nvidia-container-runtime-hook").read_text()
     assert main(["runtime", "install-legacy-hook", "--dir", "relative"]) == 1
     assert "must be an absolute path" in capsys.readouterr().err
+
+
+def test_nothing_is_made_under_a_directory_others_could_write_to(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    with pytest.raises(LauncherError, match="writable by others"):
+        launchers.install_legacy_hook(str(shared / "sub" / "bin"))
+    assert os.listdir(shared) == []
+
+
+def test_an_interpreter_or_import_path_others_could_change_is_refused(tmp_path: Path) -> None:
+    """Root runs the launcher: a Python or a site-packages someone else can write would be theirs."""
+    python = tmp_path / "python3"
+    python.symlink_to(sys.executable)
+    assert launchers.install_launchers(str(tmp_path / "ok"), python=str(python))  # a symlink to root's
+    writable = tmp_path / "venv-python3"
+    shutil.copy(sys.executable, writable)
+    writable.chmod(0o777)
+    with pytest.raises(LauncherError, match="must not run or import what others can change"):
+        launchers.install_legacy_hook(str(tmp_path / "bin"), python=str(writable))
+    assert not (tmp_path / "bin").exists()

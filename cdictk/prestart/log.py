@@ -1,0 +1,64 @@
+"""Where the prestart hook's messages go: stderr, and a log file when the node names one.
+
+runc shows a prestart hook's stderr only when the hook fails, and Docker runs the hook with no
+arguments but ``prestart``: a warning (a request the policy ignored) or a debug line would never be
+seen. dockerd gives the hook its own environment, so ``CDICTK_HOOK_LOG=FILE`` there (a systemd
+drop-in's ``Environment=``) appends every line, debug lines included, to FILE, and ``CDICTK_DEBUG=1``
+turns the debug lines on for stderr too, as ``--debug`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+LOG_FILE = "CDICTK_HOOK_LOG"
+DEBUG = "CDICTK_DEBUG"
+
+
+class Log:
+    """One line per message, prefixed with ``prog``; the file, if any, gets the time and every line."""
+
+    __slots__ = ("debug_on", "fd", "prog", "tag")
+
+    def __init__(self, prog: str, *, debug: bool = False) -> None:
+        self.prog = prog
+        self.debug_on = debug or os.environ.get(DEBUG, "") not in ("", "0", "false")
+        self.tag = ""  # the container, once known
+        self.fd = -1
+        path = os.environ.get(LOG_FILE, "")
+        if path.startswith("/"):
+            try:  # never through a symlink, never a FIFO that would block the start
+                self.fd = os.open(
+                    path,
+                    os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                    0o600,
+                )
+            except OSError as exc:
+                print(f"{prog}: warning: {LOG_FILE}={path}: {exc.strerror}", file=sys.stderr)
+
+    def debug(self, line: str) -> None:
+        self._emit(line, to_stderr=self.debug_on)
+
+    def warn(self, line: str) -> None:
+        self._emit(f"warning: {line}", to_stderr=True)
+
+    def error(self, line: str) -> None:
+        self._emit(line, to_stderr=True)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def _emit(self, line: str, *, to_stderr: bool) -> None:
+        if to_stderr:
+            print(f"{self.prog}: {line}", file=sys.stderr)
+        if self.fd >= 0:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            tag = f" [{self.tag}]" if self.tag else ""
+            try:  # noqa: SIM105 - contextlib costs imports on every container start
+                os.write(self.fd, f"{stamp} {self.prog}{tag}: {line}\n".encode(errors="replace"))
+            except OSError:
+                pass  # a full disk must not stop containers

@@ -1,0 +1,72 @@
+"""The prestart hook's messages: stderr, and the node's log file (CDICTK_HOOK_LOG), since runc shows a
+hook's stderr only when it fails and Docker passes no --debug."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from cdictk.prestart.log import Log
+
+
+def test_without_a_log_file_warnings_and_errors_go_to_stderr_debug_only_when_asked(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CDICTK_HOOK_LOG", raising=False)
+    monkeypatch.delenv("CDICTK_DEBUG", raising=False)
+    log = Log("p")
+    log.debug("hidden")
+    log.warn("w")
+    log.error("e")
+    assert capsys.readouterr().err == "p: warning: w\np: e\n"
+    for debug_env in ("1", "true"):
+        monkeypatch.setenv("CDICTK_DEBUG", debug_env)
+        Log("p").debug("shown")
+        assert capsys.readouterr().err == "p: shown\n"
+    monkeypatch.setenv("CDICTK_DEBUG", "0")
+    Log("p", debug=True).debug("shown by --debug")
+    assert capsys.readouterr().err == "p: shown by --debug\n"
+
+
+def test_the_log_file_gets_every_line_with_time_and_container(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "hook.log"
+    monkeypatch.setenv("CDICTK_HOOK_LOG", str(path))
+    monkeypatch.delenv("CDICTK_DEBUG", raising=False)
+    for message in ("first", "second"):
+        log = Log("p")
+        log.tag = "c1"
+        log.debug(f"{message} debug")
+        log.warn(f"{message} warning")
+        log.close()
+    lines = path.read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == [
+        "p [c1]: first debug",
+        "p [c1]: warning: first warning",
+        "p [c1]: second debug",
+        "p [c1]: warning: second warning",
+    ]
+    assert lines[0][:4].isdigit() and "T" in lines[0].split(" ")[0]
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert capsys.readouterr().err == "p: warning: first warning\np: warning: second warning\n"
+
+
+def test_a_log_file_that_is_a_symlink_or_relative_is_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "elsewhere"
+    link = tmp_path / "hook.log"
+    link.symlink_to(target)
+    monkeypatch.setenv("CDICTK_HOOK_LOG", str(link))
+    Log("p").error("e")
+    assert not target.exists()
+    err = capsys.readouterr().err
+    assert err.startswith(f"p: warning: CDICTK_HOOK_LOG={link}: ") and err.endswith("p: e\n")
+    monkeypatch.setenv("CDICTK_HOOK_LOG", "relative.log")
+    Log("p").error("e")
+    assert capsys.readouterr().err == "p: e\n"
+    assert not Path("relative.log").exists()
