@@ -21,6 +21,7 @@ import ctypes
 import os
 import select
 import signal
+import sys
 import time
 
 from cdictk.hooks.hookerror import HookError
@@ -114,7 +115,11 @@ def driver_facts_apart(
     if pid == 0:  # the child: answer on the pipe, then leave without Python's cleanup
         try:
             os.close(read_end)
-            # Whatever NVML (or a crash) prints must not add lines to the hook's one-line error.
+            # Whatever NVML (or a crash) prints must not add lines to the hook's one-line error,
+            # not even Python's crash report when a caller (pytest) turned it on.
+            faulthandler = sys.modules.get("faulthandler")
+            if faulthandler is not None:
+                faulthandler.disable()
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)

@@ -154,6 +154,7 @@ def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Log) -> No
     from cdictk.prestart.nodes import make_nodes  # noqa: PLC0415
     from cdictk.prestart.spechooks import run_hooks  # noqa: PLC0415
 
+    log.debug(f"container {container.id or '?'}: process {container.pid}, rootfs {container.rootfs}")
     clones = clone_sources(plan.mounts)
     try:
         if plan.rules:
