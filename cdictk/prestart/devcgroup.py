@@ -106,7 +106,9 @@ def allow_devices(pid: int, rules: Sequence[DeviceRule], *, proc_root: str = "/p
     v1_path, v2_path = parse_cgroup_file(_read(f"{proc_root}/{pid}/cgroup", _CGROUP_FILE_LIMIT))
     mounts: list[Mount] | None = None
     done: list[str] = []
-    if v1_path is not None:
+    # The root v1 devices cgroup allows every device and cannot be restricted: a process there (a
+    # runtime that uses cgroup v2 only, on a host that still mounts v1 hierarchies) has nothing to add.
+    if v1_path is not None and v1_path != "/":
         mounts = parse_mountinfo(_read(f"{proc_root}/self/mountinfo", _MOUNTINFO_LIMIT))
         candidates = [m for m in mounts if m.fstype == "cgroup" and "devices" in m.super_options.split(",")]
         if not candidates:

@@ -405,3 +405,33 @@ def test_the_hook_at_a_later_stage_refuses_a_started_container(runtime: Runtime,
     assert not (hostile.rootfs / "OWNED").exists()
     if runtime.name == "runc":
         assert "not a container being created" in result.stderr, result.stderr
+
+
+def test_cgroup_v2_runcs_own_device_program_gets_the_gpu(
+    debian_rootfs: Path, bundles: Bundles, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """runc on the unified hierarchy: this host mounts cgroup v1 controllers, so runc runs in a mount
+    namespace of its own where /sys/fs/cgroup is cgroup2 only, and attaches its device program there.
+    The hook, run by that runc, must extend runc's real program: nvidia0 allowed, nvidia1 still not."""
+    runc = shutil.which("runc")
+    assert runc is not None
+    wrapper = tmp_path_factory.mktemp("runc-v2") / "runc"
+    wrapper.write_text(
+        "#!/bin/sh\nexec unshare -m sh -c "
+        '\'mount --make-rprivate / && mount -t cgroup2 none /sys/fs/cgroup && exec "$0" "$@"\' '
+        f'{runc} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    log = bundles.tmp_path / "hook.log"
+
+    def with_log(config: dict[str, Any]) -> None:
+        config["hooks"]["prestart"][0]["env"] += [f"CDICTK_HOOK_LOG={log}", "CDICTK_DEBUG=1"]
+
+    script = "cat /dev/nvidia0; cat /dev/nvidia1; grep '^0::' /proc/self/cgroup; echo end"
+    bundle = bundles.make(debian_rootfs, script=script, edit=with_log)
+    _, result = Runtime("runc", str(wrapper), tmp_path_factory.mktemp("runc-v2-state")).run(bundle)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr + out
+    assert f"/dev/nvidia0: {ENXIO}" in out and f"/dev/nvidia1: {EPERM}" in out, out
+    assert "0::/" in out  # the container's cgroup is on the unified hierarchy
+    assert "cgroup v2 " in log.read_text() and " replaced by " in log.read_text(), log.read_text()

@@ -227,6 +227,14 @@ def test_v1_other_hierarchies_and_v2_without_mount_are_left_alone(tmp_path: Path
     assert allow_devices(4242, [GPU0], proc_root=proc) == [f"cgroup v1 {hierarchy}/docker/abc: 1 rule"]
 
 
+def test_v1_root_devices_cgroup_has_nothing_to_add(tmp_path: Path, hierarchy: Path) -> None:
+    """A runtime on cgroup v2 alone leaves its container in the v1 root, which allows every device:
+    nothing is written there, even when the v1 mount is not reachable from here."""
+    proc = fake_proc(tmp_path, "5:devices:/\n0::/v2test\n", [])
+    assert allow_devices(4242, [GPU0], proc_root=proc) == []
+    assert allowed(hierarchy) == ""
+
+
 def test_v1_cgroup_outside_the_mount_root_is_refused(tmp_path: Path, hierarchy: Path) -> None:
     proc = fake_proc(tmp_path, "5:devices:/docker/abc\n", [("/kubepods", hierarchy, "cgroup", "rw,devices")])
     with pytest.raises(
