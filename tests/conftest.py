@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,3 +54,19 @@ def make_node(tmp_path: Path, stub_cache: str) -> NodeFactory:
         return build_node(str(tmp_path / f"node{count}"), preset, stub_cache)
 
     return make
+
+
+def node_with_spec(
+    tmp_path_factory: pytest.TempPathFactory, stub_cache: str, name: str, preset: str = "single"
+) -> tuple[FakeNode, Path]:
+    """A fake node and a spec dir holding ``nvidia.yaml`` as ``cdictk cdi generate`` writes it for the node,
+    for module-scoped fixtures (``name`` names their directories)."""
+    require_node_tools()
+    node = build_node(str(tmp_path_factory.mktemp(f"{name}-node") / "node"), preset, stub_cache)
+    spec_dir = tmp_path_factory.mktemp(f"{name}-cdi")
+    generate = [sys.executable, "-m", "cdictk", "cdi", "generate", *node.cli_args()]
+    result = subprocess.run(
+        [*generate, "--output", str(spec_dir / "nvidia.yaml")], capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    return node, spec_dir

@@ -29,10 +29,10 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import require_node_tools
+from tests.conftest import node_with_spec
 from tests.e2e.conftest import DEBIAN_ROOTFS, Runtime
 from tests.e2e.test_runtimes import cdictk, make_bundle
-from tests.fakenode.node import LIB_DIR, FakeNode, build_node
+from tests.fakenode.node import LIB_DIR, FakeNode
 
 V = "580.95.05"
 HOOK_ENV = ["LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
@@ -48,12 +48,7 @@ class Generated:
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory, stub_cache: str) -> Generated:
     """The fake "single" node (as ``make_node`` builds it) and its spec, shared by the module's tests."""
-    require_node_tools()
-    node = build_node(str(tmp_path_factory.mktemp("hooks-node") / "node"), "single", stub_cache)
-    spec_dir = tmp_path_factory.mktemp("hooks-cdi")
-    result = cdictk("cdi", "generate", *node.cli_args(), "--output", str(spec_dir / "nvidia.yaml"))
-    assert result.returncode == 0, result.stderr
-    return Generated(node, spec_dir)
+    return Generated(*node_with_spec(tmp_path_factory, stub_cache, "hooks"))
 
 
 # The bundle

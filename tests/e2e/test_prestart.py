@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from cdictk.runtime.launchers import install_launchers, install_legacy_hook
-from tests.conftest import require_node_tools
+from tests.conftest import node_with_spec
 from tests.e2e.conftest import ENXIO, EPERM, IMAGE, Runtime, oci_config
 from tests.e2e.daemons import (
     Dockerd,
@@ -30,7 +30,7 @@ from tests.e2e.daemons import (
     image_tar_fixture,  # noqa: F401  (pytest finds the image_tar fixture through this import)
 )
 from tests.e2e.test_runtimes import cdictk
-from tests.fakenode.node import LIB_DIR, FakeNode, build_node
+from tests.fakenode.node import LIB_DIR, FakeNode
 
 V = "580.95.05"
 LIBCUDA = f"{LIB_DIR}/libcuda.so.{V}"
@@ -53,11 +53,7 @@ class Node:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, stub_cache: str) -> Node:
-    require_node_tools()
-    fake = build_node(str(tmp_path_factory.mktemp("prestart-node") / "node"), "single", stub_cache)
-    spec_dir = tmp_path_factory.mktemp("prestart-cdi")
-    result = cdictk("cdi", "generate", *fake.cli_args(), "--output", str(spec_dir / "nvidia.yaml"))
-    assert result.returncode == 0, result.stderr
+    fake, spec_dir = node_with_spec(tmp_path_factory, stub_cache, "prestart")
     launchers = tmp_path_factory.mktemp("prestart-launchers")
     install_launchers(str(launchers))
     return Node(fake, spec_dir, launchers / "cdictk-prestart")
@@ -224,10 +220,7 @@ def test_requirements(
 @pytest.fixture(scope="module")
 def eight(tmp_path_factory: pytest.TempPathFactory, stub_cache: str, node: Node) -> Node:
     """The fake eight-GPU node (GPU 0 in MIG mode, persistenced's socket, the MPS pipe directory)."""
-    fake = build_node(str(tmp_path_factory.mktemp("prestart-eight") / "node"), "eight", stub_cache)
-    spec_dir = tmp_path_factory.mktemp("prestart-eight-cdi")
-    result = cdictk("cdi", "generate", *fake.cli_args(), "--output", str(spec_dir / "nvidia.yaml"))
-    assert result.returncode == 0, result.stderr
+    fake, spec_dir = node_with_spec(tmp_path_factory, stub_cache, "prestart-eight", "eight")
     return Node(fake, spec_dir, node.hook)
 
 

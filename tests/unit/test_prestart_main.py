@@ -22,8 +22,8 @@ import pytest
 
 from cdictk.hooks import entry
 from cdictk.prestart.main import LEGACY_NAME, PROG, main
-from tests.conftest import require_node_tools
-from tests.fakenode.node import FakeNode, build_node
+from tests.conftest import node_with_spec
+from tests.fakenode.node import FakeNode
 
 REPO = str(Path(__file__).resolve().parents[2])
 PREFIX = f"{PROG}: "
@@ -277,26 +277,7 @@ class Node:
 
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, stub_cache: str) -> Node:
-    require_node_tools()
-    fake = build_node(str(tmp_path_factory.mktemp("prestart-main-node") / "node"), "single", stub_cache)
-    spec_dir = tmp_path_factory.mktemp("prestart-main-cdi")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cdictk",
-            "cdi",
-            "generate",
-            *fake.cli_args(),
-            "--output",
-            str(spec_dir / "nvidia.yaml"),
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    return Node(fake, spec_dir)
+    return Node(*node_with_spec(tmp_path_factory, stub_cache, "prestart-main"))
 
 
 def run_hook(tmp_path: Path, node: Node, bundle: Bundle, *args: str) -> subprocess.CompletedProcess[str]:
