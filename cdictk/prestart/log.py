@@ -24,7 +24,7 @@ class Log:
 
     def __init__(self, prog: str, *, debug: bool = False) -> None:
         self.prog = prog
-        self.debug_on = debug or os.environ.get(DEBUG, "") not in ("", "0", "false")
+        self.debug_on = debug or os.environ.get(DEBUG, "").lower() in ("1", "true", "yes")
         self.tag = ""  # the container, once known
         self.fd = -1
         path = os.environ.get(LOG_FILE, "")

@@ -73,16 +73,20 @@ def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> in
 
             print(f"cdictk {__version__} (cdictk hook prestart)")
             return 0
-        if option in ("d", "debug") and value in ("", "true", "1"):
-            debug = True
+        if option in ("d", "debug") and value in ("", "true", "1", "false", "0"):
+            debug = value in ("", "true", "1")  # Go's flag package accepts -debug=false too
         elif option == "config" and (has_value or args):
-            os.environ["CDICTK_CONFIG"] = value if has_value else args.pop(0)
+            path = value if has_value else args.pop(0)
+            if not os.path.isfile(path):  # named on purpose: never fall back to the defaults
+                print(f"{PROG}: --config {path!r}: no such file", file=sys.stderr)
+                return 2
+            os.environ["CDICTK_CONFIG"] = path
         else:
             print(USAGE, file=sys.stderr)
             return 2
     if args in (["poststart"], ["poststop"]):
         return 0
-    if args == ["prestart", "--help"]:
+    if args in (["prestart", "--help"], ["prestart", "-h"]):
         print(USAGE)
         return 0
     if args != ["prestart"]:
@@ -193,10 +197,9 @@ def _import_what_joining_needs(spec_hooks: bool) -> None:
     """The modules the rest of the hook and its error path use, imported in the host's namespace."""
     from importlib import import_module  # noqa: PLC0415
 
-    names = ["cdictk.errors", "cdictk.runtime.inject", "cdictk.runtime.settings"]
-    names += [f"cdictk.prestart.{name}" for name in ("devcgroup", "driverfacts", "require")]
+    names = ["cdictk.errors", "cdictk.runtime.inject", "cdictk.runtime.settings"]  # _describe's
     if spec_hooks:  # cdictk's own steps run in this process (spechooks), others in a child
-        names += ["subprocess"]
+        names += ["signal", "socket", "subprocess"]
         names += [
             f"cdictk.hooks.{name}" for name in ("chmod", "cudacompat", "devicenodes", "ldcache", "symlinks")
         ]

@@ -9,8 +9,8 @@ container's), ``/`` as working directory, and its timeout (60 s when the spec se
 A hook that runs this very cdictk's hook entry point isolated (``python -I ... cdictk/hooks/__main__.py
 NAME ...``, what ``cdictk cdi generate`` writes) is run in this process instead, on the rootfs it has
 open already: the same code with the same arguments, without a second interpreter start (about a
-fifth of the hook's time). The spec's ``env`` and ``timeout`` are then moot: the code is ours, runs
-isolated already, and bounds its own children (the sandboxed ldconfig has its own deadline).
+fifth of the hook's time). The spec's ``env`` is then moot (the code is ours and runs isolated
+already); its ``timeout`` still holds.
 """
 
 from __future__ import annotations
@@ -40,14 +40,24 @@ def run_hooks(hooks: list[dict[str, Any]], state: bytes, rootfs: Rootfs | None =
 
 
 def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
-    """Run ``hook`` here if it is this cdictk's own hook entry point, run isolated; False if not."""
+    """Run ``hook`` here if it is exactly what ``cdictk cdi generate`` writes for this cdictk's own
+    entry point (``PYTHON -I -S ENTRY NAME ...``, argv[0] the interpreter's absolute path); False if not.
+
+    Within the spec's timeout (60 s by default), as a program would be: SIGALRM ends a step that hangs.
+    """
+    import signal  # noqa: PLC0415
+
     from cdictk.hooks.entry import HOOKS, parse_options  # noqa: PLC0415
 
-    args = hook.get("args") or []
-    interpreter = os.path.basename(str(hook.get("path", "")))
-    if not interpreter.startswith(("python", "pypy")):
+    path, args = hook.get("path"), hook.get("args") or []
+    if not isinstance(path, str) or not path.startswith("/") or len(args) < 5:
         return False
-    if len(args) < 5 or args[3] != _entry_file() or "-I" not in args[1:3]:
+    if not os.path.basename(path).startswith(("python", "pypy")) or args[:4] != [
+        path,
+        "-I",
+        "-S",
+        _entry_file(),
+    ]:
         return False
     spec = HOOKS.get(args[4])
     if spec is None:
@@ -55,7 +65,18 @@ def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
     options = parse_options(spec, args[5:])
     if options is None:  # --help: nothing to do in a container
         return True
-    spec.run(options, rootfs)
+    timeout = hook.get("timeout") or DEFAULT_TIMEOUT
+
+    def expired(signum: int, frame: object) -> None:
+        raise HookError(f"{args[4]}: no answer within {timeout} s")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(int(timeout))
+    try:
+        spec.run(options, rootfs)
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
     return True
 
 

@@ -109,58 +109,84 @@ def install_legacy_hook(
     """Write the prestart hook's launcher as ``nvidia-container-runtime-hook`` in ``directory``; its path.
 
     A file of that name that some other package installed (NVIDIA's hook) is kept unless ``force``,
-    which moves it aside to ``<name>.cdictk-orig`` (once: an older backup is kept).
+    which keeps it as ``<name>.cdictk-orig`` (a hard link made before the name is replaced, so the
+    name never goes missing); a different file there already is never overwritten.
     """
     path = os.path.join(directory, LEGACY_HOOK)
     if os.path.islink(path):
         raise LauncherError(f"{path}: is a symlink; remove it first (never written through)")
     foreign = os.path.lexists(path) and not _ours(path)
     if foreign and not force:
-        raise LauncherError(f"{path}: exists and is not cdictk's (NVIDIA's hook?); --force moves it aside")
+        raise LauncherError(f"{path}: exists and is not cdictk's (NVIDIA's hook?); --force keeps it aside")
     written = _install(directory, {LEGACY_HOOK: LAUNCHERS["cdictk-prestart"]}, python, "legacy-hook", foreign)
     return written[0]
 
 
-def _require_private(path: str, *, itself: bool = True) -> None:
-    """Engines run the launchers as root: nobody else may be able to swap them.
+def _require_root_controlled(path: str, *, itself: bool = True, directory: bool = True) -> None:
+    """Engines run the launchers as root: nobody else may be able to change what they run.
 
-    ``path`` (unless not ``itself``) and every directory above it must belong to root (or to whoever
-    installs) and be writable by nobody else; a directory above may be world-writable only with the
-    sticky bit (``/tmp``), which keeps others from renaming what is in it.
+    Checked twice: along ``path`` as written (every symlink on it must be root's too, since its owner
+    could point it elsewhere later) and along where it leads. Each directory must belong to root (or to
+    whoever installs) and be writable by nobody else; one above ``path`` may be world-writable only
+    with the sticky bit (``/tmp``), which keeps others from renaming what is in it. A file (not
+    ``directory``) must not be writable by others either.
     """
+    absolute = os.path.abspath(path)
+    _require_chain(absolute, itself=itself, directory=directory)
+    real = os.path.realpath(absolute)
+    if real != absolute:
+        _require_chain(real, itself=itself, directory=directory)
+
+
+def _require_chain(path: str, *, itself: bool, directory: bool) -> None:
     import stat  # noqa: PLC0415
 
     owners = {0, os.geteuid()}
-    path = os.path.abspath(path)
+    first = True
     while True:
         try:
-            st = os.stat(path)
+            st = os.lstat(path)
         except OSError as exc:
             raise LauncherError(f"{path}: {exc.strerror}") from None
         why = ""
         if st.st_uid not in owners:
             why = f"owned by uid {st.st_uid}, not root"
-        elif st.st_mode & 0o022 and (itself or not st.st_mode & stat.S_ISVTX):
+        elif stat.S_ISLNK(st.st_mode):
+            pass  # a root-owned link: where it leads is the other chain's to check
+        elif st.st_mode & 0o022 and (
+            (first and (itself or not directory))
+            or not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)
+        ):
             why = f"writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
         if why:
             raise LauncherError(
-                f"{path}: {why}: someone other than root could replace what engines run as root"
+                f"{path}: {why}: someone other than root could change what engines run as root"
             )
         if path == "/":
             return
-        path, itself = os.path.dirname(path), False
+        path, first = os.path.dirname(path), False
 
 
-def _require_trusted(path: str) -> None:
-    """The interpreter a launcher names, or a directory it imports from: root's, writable by nobody else."""
-    import stat  # noqa: PLC0415
+def _keep_aside(path: str) -> None:
+    """A second name for ``path`` (``.cdictk-orig``), made before ``path`` is replaced."""
+    aside = path + ".cdictk-orig"
+    try:
+        os.link(path, aside, follow_symlinks=False)
+    except FileExistsError:
+        if not _same_content(path, aside):
+            raise LauncherError(
+                f"{aside}: holds another file already; move it away first (it is never overwritten)"
+            ) from None
+    except OSError as exc:
+        raise LauncherError(f"{path}: cannot keep it aside as {aside}: {exc.strerror}") from None
 
-    st = os.stat(path)
-    if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-        raise LauncherError(
-            f"{path}: owned by uid {st.st_uid} with mode {stat.S_IMODE(st.st_mode):04o}: a launcher that "
-            "root runs must not run or import what others can change"
-        )
+
+def _same_content(one: str, other: str) -> bool:
+    try:
+        with open(one, "rb") as first, open(other, "rb") as second:
+            return first.read() == second.read()
+    except OSError:
+        return False
 
 
 def _ours(path: str) -> bool:
@@ -183,23 +209,24 @@ def _install(
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise LauncherError(f"{python}: not an absolute path to an executable Python")
     paths = import_paths(python)
-    for trusted in (python, *paths):
-        _require_trusted(trusted)
+    _require_root_controlled(python, directory=False)
+    for trusted in paths:
+        _require_root_controlled(trusted)
     texts = {name: launcher_text(module, python, paths, command) for name, module in launchers.items()}
     existing = directory
     while not os.path.exists(existing):  # check before making anything, and once made
         existing = os.path.dirname(existing)
-    _require_private(existing, itself=existing == directory)
+    _require_root_controlled(existing, itself=existing == directory)
     try:
         os.makedirs(directory, mode=0o755, exist_ok=True)
     except OSError as exc:
         raise LauncherError(f"{directory}: {exc.strerror}") from None
-    _require_private(directory)
+    _require_root_controlled(directory)
     written = []
     for name, text in texts.items():
         path = os.path.join(directory, name)
-        if backup and not os.path.lexists(path + ".cdictk-orig"):
-            os.rename(path, path + ".cdictk-orig")
+        if backup:
+            _keep_aside(path)
         try:
             atomic_write(path, text.encode(), mode=0o755, keep_mode=False)
         except CdictkError as exc:

@@ -26,7 +26,10 @@ def test_without_a_log_file_warnings_and_errors_go_to_stderr_debug_only_when_ask
         monkeypatch.setenv("CDICTK_DEBUG", debug_env)
         Log("p").debug("shown")
         assert capsys.readouterr().err == "p: shown\n"
-    monkeypatch.setenv("CDICTK_DEBUG", "0")
+    for off in ("0", "false", "no", "False"):
+        monkeypatch.setenv("CDICTK_DEBUG", off)
+        Log("p").debug("hidden")
+        assert capsys.readouterr().err == ""
     Log("p", debug=True).debug("shown by --debug")
     assert capsys.readouterr().err == "p: shown by --debug\n"
 

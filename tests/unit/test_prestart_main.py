@@ -95,9 +95,19 @@ def test_nvidias_version_and_config_options(
     assert main(["-version"], Unreadable()) == 0  # type: ignore[arg-type]
     assert capsys.readouterr().out == f"cdictk {__version__} (cdictk hook prestart)\n"
     monkeypatch.delenv("CDICTK_CONFIG", raising=False)
-    for args in (["-config", "/etc/x.toml", "poststop"], ["--config=/etc/x.toml", "-debug=true", "poststop"]):
+    settings = Path(os.environ["CDICTK_CACHE_DIR"]) / "x.toml"
+    settings.write_text("")
+    for args in (
+        ["-config", str(settings), "poststop"],
+        [f"--config={settings}", "-debug=false", "poststop"],
+    ):
         assert main(args, Unreadable()) == 0  # type: ignore[arg-type]
-        assert os.environ.pop("CDICTK_CONFIG") == "/etc/x.toml"
+        assert os.environ.pop("CDICTK_CONFIG") == str(settings)
+    capsys.readouterr()
+    for missing in (["--config", "/nonexistent.toml", "prestart"], ["--config=", "prestart"]):
+        assert main(missing, Unreadable()) == 2  # type: ignore[arg-type]
+        assert capsys.readouterr().err.endswith(": no such file\n")
+    assert "CDICTK_CONFIG" not in os.environ
 
 
 def test_the_hooks_entry_point_dispatches_prestart(capsys: pytest.CaptureFixture[str]) -> None:

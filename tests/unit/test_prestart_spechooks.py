@@ -136,13 +136,15 @@ def test_no_hooks_run_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
 # cdictk's own hook entry point runs in process, on the rootfs the prestart hook has open.
 
 
-def own_hook(*args: str) -> dict[str, Any]:
+def own_hook(*args: str, python: str | None = None) -> dict[str, Any]:
+    """A hook as ``cdictk cdi generate`` writes it for this cdictk: PYTHON -I -S ENTRY NAME ARGS."""
     import sys
 
     import cdictk.hooks
 
     entry = os.path.join(os.path.dirname(os.path.abspath(cdictk.hooks.__file__)), "__main__.py")
-    return {"path": sys.executable, "args": [sys.executable, "-I", "-S", entry, *args], "env": ["LC_ALL=C"]}
+    python = python or sys.executable
+    return {"path": python, "args": [python, "-I", "-S", entry, *args], "env": ["LC_ALL=C"]}
 
 
 def test_cdictks_own_hook_runs_in_process_on_the_open_rootfs(tmp_path: Path) -> None:
@@ -151,8 +153,8 @@ def test_cdictks_own_hook_runs_in_process_on_the_open_rootfs(tmp_path: Path) -> 
     rootfs = tmp_path / "rootfs"
     (rootfs / "usr" / "lib").mkdir(parents=True)
     marker = tmp_path / "ran-as-a-program"
-    hooks = [own_hook("create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so")]
-    hooks[0]["path"] = str(script(tmp_path, "python3", f"touch {marker}\n"))  # it must not be started
+    python = script(tmp_path, "python3", f"touch {marker}\n")  # it must not be started
+    hooks = [own_hook("create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so", python=str(python))]
     with Rootfs(str(rootfs)) as root:
         run_hooks(hooks, b"{}", root)  # the state is not read: the rootfs is open already
     assert os.readlink(rootfs / "usr" / "lib" / "libcuda.so") == "libcuda.so.1"
@@ -166,22 +168,41 @@ def test_its_failure_is_the_prestart_hooks_one_line(tmp_path: Path) -> None:
         run_hooks([own_hook("create-symlinks", "--link", "no-separator")], b"{}", root)
 
 
+def test_a_step_that_hangs_ends_at_the_hooks_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from cdictk.hooks import entry
+    from cdictk.hooks.inroot import Rootfs
+
+    monkeypatch.setattr(entry.HOOKS["create-symlinks"], "run", lambda options, rootfs: time.sleep(30))
+    hook = own_hook("create-symlinks")
+    hook["timeout"] = 1
+    started = time.monotonic()
+    with (
+        Rootfs(str(tmp_path)) as root,
+        pytest.raises(HookError, match=r"^create-symlinks: no answer within 1 s$"),
+    ):
+        run_hooks([hook], b"{}", root)
+    assert time.monotonic() - started < 10
+
+
 @pytest.mark.parametrize(
-    ("program", "args"),
+    ("program", "change"),
     [
-        ("python3", ("--debug", "create-symlinks")),  # a global option first: not parsed here
-        ("python3", ("no-such-hook",)),
-        ("nvidia-cdi-hook", ("create-symlinks",)),  # not an interpreter running our entry point
+        ("python3", lambda hook: hook["args"].insert(1, "--debug")),  # not the generator's shape
+        ("python3", lambda hook: hook["args"].__setitem__(4, "no-such-hook")),
+        ("python3", lambda hook: hook["args"].__setitem__(1, "-c")),  # -c -S: not isolated
+        ("python3", lambda hook: hook["args"].__setitem__(0, "python3")),  # argv[0] is not the path
+        ("nvidia-cdi-hook", lambda hook: None),  # not an interpreter running our entry point
     ],
 )
-def test_what_is_not_plainly_cdictks_hook_runs_as_a_program(
-    tmp_path: Path, program: str, args: tuple[str, ...]
+def test_what_is_not_exactly_cdictks_hook_runs_as_a_program(
+    tmp_path: Path, program: str, change: Any
 ) -> None:
     from cdictk.hooks.inroot import Rootfs
 
     marker = tmp_path / "ran"
-    hook = own_hook(*args)
-    hook["path"] = str(script(tmp_path, program, f"touch {marker}\n"))
+    path = str(script(tmp_path, program, f"touch {marker}\n"))
+    hook = own_hook("create-symlinks", python=path)
+    change(hook)
     with Rootfs(str(tmp_path)) as root:
         run_hooks([hook], b"{}", root)
     assert marker.exists()

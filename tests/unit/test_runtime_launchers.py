@@ -153,10 +153,12 @@ def test_the_legacy_hook_keeps_a_foreign_file_unless_forced(tmp_path: Path) -> N
     assert launchers.install_legacy_hook(str(tmp_path), force=True) == str(foreign)
     assert "from cdictk.prestart.main import main" in foreign.read_text()
     backup = tmp_path / "nvidia-container-runtime-hook.cdictk-orig"
-    assert backup.read_text() == FOREIGN  # moved aside, to undo with a rename
-    foreign.write_text("#!/bin/sh\n# a later NVIDIA package\n")
-    launchers.install_legacy_hook(str(tmp_path), force=True)
-    assert backup.read_text() == FOREIGN  # the first backup is kept
+    assert backup.read_text() == FOREIGN  # kept aside, to undo with a rename
+    later = "#!/bin/sh\n# a later NVIDIA package\n"
+    foreign.write_text(later)
+    with pytest.raises(LauncherError, match="holds another file already; move it away first"):
+        launchers.install_legacy_hook(str(tmp_path), force=True)
+    assert (foreign.read_text(), backup.read_text()) == (later, FOREIGN)  # neither is lost
 
 
 def test_a_foreign_symlink_is_kept_too(tmp_path: Path) -> None:
@@ -180,10 +182,10 @@ def test_a_directory_others_could_write_to_is_refused(tmp_path: Path, mode: int,
     directory.chmod(mode)
     with pytest.raises(
         LauncherError,
-        match=r"(writable by others \(mode \d+\)|not root): someone other than root could replace",
+        match=r"(writable by others \(mode \d+\)|not root): someone other than root could change",
     ):
         launchers.install_legacy_hook(str(directory))
-    with pytest.raises(LauncherError, match="could replace what engines run as root"):
+    with pytest.raises(LauncherError, match="could change what engines run as root"):
         launchers.install_launchers(str(directory))
     assert os.listdir(directory) == []
 
@@ -242,6 +244,33 @@ def test_an_interpreter_or_import_path_others_could_change_is_refused(tmp_path: 
     writable = tmp_path / "venv-python3"
     shutil.copy(sys.executable, writable)
     writable.chmod(0o777)
-    with pytest.raises(LauncherError, match="must not run or import what others can change"):
+    with pytest.raises(LauncherError, match=r"writable by others .*could change what engines run as root"):
         launchers.install_legacy_hook(str(tmp_path / "bin"), python=str(writable))
+    assert not (tmp_path / "bin").exists()
+
+
+def test_links_on_the_way_that_others_control_are_refused(tmp_path: Path) -> None:
+    """A root-owned bin reached through a link, or a link someone else owns: both could be swapped."""
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    os.chown(home, 1234, 1234)  # someone's home: they can rename bin and put their own there
+    via = tmp_path / "opt-hooks"
+    via.symlink_to(home / "bin")
+    with pytest.raises(LauncherError, match=f"{home}: owned by uid 1234, not root"):
+        launchers.install_legacy_hook(str(via))
+    mine = tmp_path / "their-link"
+    mine.symlink_to(tmp_path)
+    os.chown(mine, 1234, 1234, follow_symlinks=False)
+    with pytest.raises(LauncherError, match=f"{mine}: owned by uid 1234, not root"):
+        launchers.install_legacy_hook(str(mine / "bin"))
+    assert not (tmp_path / "bin").exists()
+
+
+def test_an_interpreter_reached_through_someone_elses_directory_is_refused(tmp_path: Path) -> None:
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").symlink_to(sys.executable)
+    os.chown(tmp_path / "venv", 1234, 1234)
+    with pytest.raises(LauncherError, match="owned by uid 1234, not root"):
+        launchers.install_legacy_hook(str(tmp_path / "bin"), python=str(venv / "python"))
     assert not (tmp_path / "bin").exists()
