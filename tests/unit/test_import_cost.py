@@ -51,7 +51,7 @@ def test_generate_imports_nvml_and_elf_readers_only_when_it_scans() -> None:
     assert result.stdout.strip() == ""
 
 
-LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse", "subprocess"}
+LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse", "subprocess", "ctypes"}
 
 
 @pytest.mark.parametrize(
@@ -61,6 +61,10 @@ LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse
         "cdictk.runtime.requests",
         "cdictk.runtime.capabilities",
         "cdictk.runtime.settings",
+        "cdictk.prestart.main",
+        "cdictk.prestart.plan",
+        "cdictk.prestart.require",
+        "cdictk.prestart.log",
     ],
 )
 def test_container_start_modules_import_only_light_standard_modules(module: str) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
 
@@ -423,20 +421,6 @@ def test_facts_compare_and_print() -> None:
     )
     with pytest.raises(AttributeError):
         Facts().extra = 1  # type: ignore[attr-defined]
-
-
-def test_the_module_imports_nothing_heavy() -> None:
-    """It runs on every container start: not even typing or re."""
-    code = f"import sys; sys.path.append({REPO!r}); import cdictk.prestart.require"
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", "-X", "importtime", "-c", code],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
-    assert "cdictk.prestart.require" in imported
-    assert not {"typing", "re", "dataclasses", "enum", "json", "ctypes"} & imported
 
 
 def test_the_image_cannot_make_the_hook_parse_without_end() -> None:
