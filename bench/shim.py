@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import BUSYBOX, oci_config
+from tests.e2e.conftest import build_busybox_rootfs, busybox_problem, oci_config
 from tests.fakenode.node import build_node
 
 AIM_MS = 30.0
@@ -75,20 +75,10 @@ class BenchError(Exception):
 
 def build_rootfs(root: Path) -> None:
     """A busybox rootfs, as tests/e2e/conftest.py's ``rootfs`` fixture builds it."""
-    out = subprocess.run(["file", "-L", BUSYBOX], capture_output=True, text=True, check=False).stdout
-    if not os.path.exists(BUSYBOX) or "dynamically linked" in out:
-        raise BenchError(f"{BUSYBOX} is missing or dynamically linked; install busybox-static")
-    for sub in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "root", "run"):
-        (root / sub).mkdir(parents=True, exist_ok=True)
-    shutil.copy2(BUSYBOX, root / "bin" / "busybox")
-    applets = subprocess.run([BUSYBOX, "--list-full"], capture_output=True, text=True, check=True).stdout
-    for applet in applets.split():
-        link = root / applet
-        if applet != "bin/busybox" and not link.exists():
-            link.parent.mkdir(parents=True, exist_ok=True)
-            link.symlink_to("/bin/busybox")
-    (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
-    (root / "etc" / "group").write_text("root:x:0:\n")
+    problem = busybox_problem()
+    if problem is not None:
+        raise BenchError(problem)
+    build_busybox_rootfs(root)
 
 
 def python_script(path: str) -> str | None:

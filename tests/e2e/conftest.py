@@ -26,6 +26,8 @@ import pytest
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdictk.cdi.version import minimum_version
+from cdictk.hooks.hookerror import HookError
+from cdictk.hooks.hostbinary import check_static_elf
 
 HERE = Path(__file__).resolve().parent
 BUSYBOX = "/bin/busybox"
@@ -75,44 +77,46 @@ def fake_gpu_host(tmp_path_factory: pytest.TempPathFactory) -> FakeGpuHost:
     return FakeGpuHost(root, nodes["nvidia0"], nodes["nvidia1"], nodes["nvidiactl"], host_file, hook_log)
 
 
-@pytest.fixture(scope="session")
-def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A busybox rootfs: the static binary and one symlink per applet."""
-    require_root()
-    if not os.path.exists(BUSYBOX):
-        pytest.skip("busybox-static is not installed (tests/setup-host.sh installs it)")
-    out = subprocess.run(["file", "-L", BUSYBOX], capture_output=True, text=True, check=False).stdout
-    if "dynamically linked" in out:
-        pytest.skip(f"{BUSYBOX} is dynamically linked; install busybox-static")
-    root = tmp_path_factory.mktemp("rootfs")
-    for sub in (
-        "bin",
-        "sbin",
-        "usr/bin",
-        "usr/sbin",
-        "etc",
-        "dev",
-        "proc",
-        "sys",
-        "tmp",
-        "root",
-        "run",
-        "mounted",
-    ):
+def busybox_problem() -> str | None:
+    """Why ``BUSYBOX`` cannot make a rootfs (missing, or dynamically linked), or None."""
+    try:
+        fd = os.open(BUSYBOX, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as error:
+        return f"{BUSYBOX}: {error.strerror}; install busybox-static (tests/setup-host.sh does)"
+    try:
+        check_static_elf(fd, BUSYBOX)
+    except HookError as error:
+        return f"{error}; install busybox-static"
+    finally:
+        os.close(fd)
+    return None
+
+
+def build_busybox_rootfs(root: Path) -> None:
+    """The static busybox and one link per applet under ``root``, with root's passwd and group."""
+    for sub in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "dev", "proc", "sys", "tmp", "root", "run"):
         (root / sub).mkdir(parents=True, exist_ok=True)
     shutil.copy2(BUSYBOX, root / "bin" / "busybox")
-    applets = subprocess.run(
-        [BUSYBOX, "--list-full"], capture_output=True, text=True, check=True
-    ).stdout.split()
-    for applet in applets:
-        if applet == "bin/busybox":
-            continue
+    applets = subprocess.run([BUSYBOX, "--list-full"], capture_output=True, text=True, check=True).stdout
+    for applet in applets.split():
         link = root / applet
-        link.parent.mkdir(parents=True, exist_ok=True)
-        if not link.exists():
+        if applet != "bin/busybox" and not link.exists():
+            link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to("/bin/busybox")
     (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
     (root / "etc" / "group").write_text("root:x:0:\n")
+
+
+@pytest.fixture(scope="session")
+def rootfs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A busybox rootfs, with a ``/mounted/file`` for mount tests."""
+    require_root()
+    problem = busybox_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    root = tmp_path_factory.mktemp("rootfs")
+    build_busybox_rootfs(root)
+    (root / "mounted").mkdir()
     (root / "mounted" / "file").touch()
     return root
 
