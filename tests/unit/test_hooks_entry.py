@@ -156,18 +156,38 @@ def evil_environment(tmp_path: Path) -> tuple[dict[str, str], list[Path]]:
     return env, markers
 
 
-def test_image_environment_cannot_run_code_in_the_hook(tmp_path: Path) -> None:
+def interpreters() -> list[str]:
+    """This Python and, in a virtual environment, the one it was made from: a venv turns user
+    site-packages off and its base does not, and a spec's ``--hook-path`` may name either."""
+    return sorted({sys.executable, getattr(sys, "_base_executable", sys.executable)})
+
+
+def user_site_enabled(python: str) -> bool:
+    check = "import site, sys; sys.stdout.write(str(site.ENABLE_USER_SITE))"
+    result = subprocess.run([python, "-c", check], capture_output=True, text=True, check=True)
+    return result.stdout == "True"
+
+
+def test_the_image_environment_attack_is_real() -> None:
+    """The control for the next test, in whatever install runs the tests (venv, system, editable)."""
+    assert any(user_site_enabled(python) for python in interpreters())
+
+
+@pytest.mark.parametrize("python", interpreters())
+def test_image_environment_cannot_run_code_in_the_hook(tmp_path: Path, python: str) -> None:
     env, markers = evil_environment(tmp_path)
-    control = subprocess.run(
-        [sys.executable, "-c", "pass"], env={**env, "PYTHONHOME": sys.base_prefix}, check=False
-    )
-    assert control.returncode == 0 and markers[0].exists() and markers[1].exists()  # the attack is real
+    # Without -I -S, the same interpreter runs the image's code: PYTHONPATH's sitecustomize always,
+    # the user site's .pth where that interpreter has user site-packages on.
+    control = subprocess.run([python, "-c", "pass"], env={**env, "PYTHONHOME": sys.base_prefix}, check=False)
+    assert control.returncode == 0
+    assert markers[0].exists()
+    assert markers[1].exists() == user_site_enabled(python)
     for marker in markers:
         marker.unlink(missing_ok=True)
 
     rootfs = tmp_path / "rootfs"
     rootfs.mkdir()
-    hook = hook_program().hook("create-symlinks", ["--link", "a::/b"])
+    hook = hook_program(python).hook("create-symlinks", ["--link", "a::/b"])
     result = subprocess.run(
         hook.args,
         executable=hook.path,
