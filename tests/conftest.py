@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -12,16 +10,16 @@ from pathlib import Path
 import pytest
 
 from tests.fakenode.node import FakeNode, Preset, build_node
+from tests.fakenode.tools import MissingTool, node_tools
 
 NodeFactory = Callable[..., FakeNode]
 
 
 def require_node_tools() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("a fake GPU node needs root: its device nodes are made with mknod (run: sudo make test)")
-    for tool in ("gcc", "ldconfig"):
-        if shutil.which(tool) is None and not os.path.exists(f"/sbin/{tool}"):
-            pytest.skip(f"{tool} is not installed (tests/setup-host.sh installs it)")
+    try:
+        node_tools()
+    except MissingTool as missing:
+        pytest.skip(f"a fake GPU node {missing}; ./quickstart test, as root, installs what it needs")
 
 
 @pytest.fixture(autouse=True)

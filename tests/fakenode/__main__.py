@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
 import tempfile
 
 from tests.fakenode.node import PRESETS, build_node
+from tests.fakenode.tools import MissingTool, node_tools
+
+# What `python -m cdictk` imports, by import name: the demo runs it in this interpreter.
+CDICTK_IMPORTS = ("cdictk", "click", "yaml", "jsonschema", "elftools", "pynvml", "tomlkit")
 
 
 def main() -> int:
@@ -16,21 +21,45 @@ def main() -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build a fake GPU node under ROOT and print generate's flags")
     build.add_argument("root")
-    demo = commands.add_parser(
+    show = commands.add_parser(
         "demo", help="build a node in a temp dir, generate, validate and print its spec"
     )
-    for command in (build, demo):
+    for command in (build, show):
         command.add_argument("--preset", choices=sorted(PRESETS), default="eight")
     args = parser.parse_args()
-    if os.geteuid() != 0:
-        print("fakenode: needs root (device nodes are made with mknod)", file=sys.stderr)
+    try:
+        node_tools()
+    except MissingTool as lacking:
+        print(f"fakenode: {lacking}", file=sys.stderr)
         return 1
     if args.command == "build":
         node = build_node(args.root, args.preset, os.path.join(args.root, ".stub-cache"))
         print(" ".join(node.cli_args()))
         return 0
+    missing = [module for module in CDICTK_IMPORTS if importlib.util.find_spec(module) is None]
+    if missing:
+        print(
+            f"fakenode: cdictk's dependencies ({', '.join(missing)}) are not installed for {sys.executable}: "
+            "run ./quickstart demo, which installs them in a virtual environment",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        demo(args.preset)
+    except subprocess.CalledProcessError as failed:
+        # cdictk has printed its own one-line error; say which step it was.
+        print(
+            f"fakenode: {' '.join(map(str, failed.cmd[2:5]))} failed (exit {failed.returncode})",
+            file=sys.stderr,
+        )
+        return 1
+    return 0
+
+
+def demo(preset: str) -> None:
+    """Build a node in a temp dir, then generate, validate, list and print its spec."""
     with tempfile.TemporaryDirectory(prefix="cdictk-demo-") as scratch:
-        node = build_node(os.path.join(scratch, "node"), args.preset, os.path.join(scratch, "cache"))
+        node = build_node(os.path.join(scratch, "node"), preset, os.path.join(scratch, "cache"))
         spec = os.path.join(scratch, "cdi", "nvidia.yaml")
         cdictk = [sys.executable, "-m", "cdictk"]
         print(f"$ cdictk cdi generate {' '.join(node.cli_args())} --output {spec}", flush=True)
@@ -42,7 +71,6 @@ def main() -> int:
         print(f"$ cat {spec}", flush=True)
         with open(spec, encoding="utf-8") as handle:
             sys.stdout.write(handle.read())
-    return 0
 
 
 if __name__ == "__main__":

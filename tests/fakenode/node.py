@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tests.fakenode.nvml import FakeGpu, FakeMig, FakeNvmlConfig, build_fake_nvml
+from tests.fakenode.tools import NodeTools, node_tools
 
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
 UVM_MAJOR = 238
@@ -221,7 +222,7 @@ def _symlink(target: str, link: str) -> None:
     os.symlink(target, link)
 
 
-def _stub(soname: str, out: str, cache_dir: str) -> None:
+def _stub(soname: str, out: str, cache_dir: str, gcc: str) -> None:
     """A real shared object with ``soname``, compiled once per SONAME into ``cache_dir``."""
     key = hashlib.sha256(soname.encode()).hexdigest()[:16]
     cached = os.path.join(cache_dir, f"stub-{key}.so")
@@ -230,7 +231,7 @@ def _stub(soname: str, out: str, cache_dir: str) -> None:
         symbol = "".join(c if c.isalnum() else "_" for c in soname)
         Path(source).write_text(f"int cdictk_fake_{symbol}(void) {{ return 0; }}\n")
         subprocess.run(
-            ["gcc", "-shared", "-fPIC", "-O0", f"-Wl,-soname,{soname}", "-o", cached + ".tmp", source],
+            [gcc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{soname}", "-o", cached + ".tmp", source],
             check=True,
         )
         os.replace(cached + ".tmp", cached)
@@ -248,11 +249,15 @@ def _mknod(path: str, major: int, minor: int, mode: int = 0o666, gid: int = 0) -
 
 
 def build_node(root: str, preset: Preset | str, cache_dir: str) -> FakeNode:
-    """Build the fake node ``preset`` under ``root`` (an empty or missing directory). Needs root."""
+    """Build the fake node ``preset`` under ``root`` (an empty or missing directory).
+
+    Needs root, gcc, the C headers and ldconfig: ``MissingTool`` says which is missing.
+    """
+    tools = node_tools()
     preset = PRESETS[preset] if isinstance(preset, str) else preset
     os.makedirs(cache_dir, exist_ok=True)
     node = FakeNode(root, preset)
-    _libraries(node, cache_dir)
+    _libraries(node, cache_dir, tools)
     _driver_files(node)
     _devices(node)
     _procfs(node)
@@ -261,13 +266,14 @@ def build_node(root: str, preset: Preset | str, cache_dir: str) -> FakeNode:
     return node
 
 
-def _libraries(node: FakeNode, cache_dir: str) -> None:
+def _libraries(node: FakeNode, cache_dir: str, tools: NodeTools) -> None:
     version = node.version
     for library in LIBRARIES:
         _stub(
             library.soname.format(v=version),
             os.path.join(node.lib_dir, library.file.format(v=version)),
             cache_dir,
+            tools.gcc,
         )
         for link, target in library.links:
             _symlink(target.format(v=version), os.path.join(node.lib_dir, link.format(v=version)))
@@ -276,17 +282,18 @@ def _libraries(node: FakeNode, cache_dir: str) -> None:
     _symlink("libnvidia-ml.so.1", os.path.join(node.lib_dir, "libnvidia-ml.so"))
     _symlink("../libnvidia-allocator.so.1", os.path.join(node.lib_dir, "gbm/nvidia-drm_gbm.so"))
     xorg = os.path.join(node.lib_dir, "nvidia/xorg")
-    _stub("nvidia_drv.so", os.path.join(xorg, "nvidia_drv.so"), cache_dir)
+    _stub("nvidia_drv.so", os.path.join(xorg, "nvidia_drv.so"), cache_dir, tools.gcc)
     _stub(
         f"libglxserver_nvidia.so.{version}",
         os.path.join(xorg, f"libglxserver_nvidia.so.{version}"),
         cache_dir,
+        tools.gcc,
     )
     _symlink(f"libglxserver_nvidia.so.{version}", os.path.join(xorg, "libglxserver_nvidia.so"))
     _write(node.root + "/etc/ld.so.conf", f"{LIB_DIR}\n")
     os.makedirs(node.root + "/var/cache/ldconfig", exist_ok=True)
     # -X: the links above are the host's links as the driver installer left them; do not add others.
-    subprocess.run(["ldconfig", "-X", "-r", node.root], check=True)
+    subprocess.run([tools.ldconfig, "-X", "-r", node.root], check=True)
 
 
 def _driver_files(node: FakeNode) -> None:
