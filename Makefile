@@ -1,33 +1,53 @@
-# cdictk developer targets. `make test` is the README's test command: as root on Debian 12 it first
-# installs what the end-to-end tests drive (runc, crun, podman, ...) and the project with its test extras.
-PYTHON ?= python3
-PIP ?= pip
+# cdictk developer targets. `./quickstart TARGET` (the README's commands) first installs what is missing
+# and creates the virtual environment, then runs `make TARGET`; on a machine already set up, `make TARGET`
+# alone does the same. Every target runs in that virtual environment: the active one, else .venv.
+VENV ?= $(or $(VIRTUAL_ENV),$(CURDIR)/.venv)
+PYTHON ?= $(VENV)/bin/python
+# The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
+export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench
 
-.PHONY: install test unit lint format bench bench-hooks bench-shim bench-prestart demo
+.PHONY: setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart demo
 
-install:
-	$(PIP) install .
+# The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
+$(VENV)/bin/python:
+	./quickstart setup
+
+# cdictk, editable, in the venv; again only when its metadata changed. The stamps live in the venv, so
+# another venv gets its own install.
+$(VENV)/.cdictk-installed: pyproject.toml | $(VENV)/bin/python
+	$(PYTHON) -m pip install -q -e .
+	touch $@
+
+# The same with the test extras (pytest, ruff, mypy, ...), for the test, lint and bench targets.
+$(VENV)/.cdictk-test-installed: pyproject.toml | $(VENV)/bin/python
+	$(PYTHON) -m pip install -q -e '.[test]'
+	touch $@ $(VENV)/.cdictk-installed
+
+setup: $(VENV)/.cdictk-test-installed
 
 # The main job on a machine without a GPU: build a fake eight-GPU node (gcc stubs, mknod nodes, a fake
 # NVML; needs root), then generate, validate and print its spec. PRESET=single for a one-GPU node.
 PRESET ?= eight
-demo:
+demo: $(VENV)/.cdictk-installed
 	$(PYTHON) -m tests.fakenode demo --preset $(PRESET)
 
-# Reinstall the project (editable, with test extras) only when its metadata changed.
-.deps-stamp: pyproject.toml
-	$(PIP) install -q -e '.[test]'
-	touch $@
-
-test: .deps-stamp
+# The README's test command: host setup for the end-to-end tests (root; tests/setup-host.sh), then
+# every test but the slow ones.
+test: $(VENV)/.cdictk-test-installed
 	./tests/setup-host.sh
 	$(PYTHON) -m pytest
 
-unit: .deps-stamp
+# The slow tests (marked `slow`): the README's quick start run on a pristine Debian 12 copy, which
+# downloads from Debian's mirror and PyPI (a few minutes; root). CI runs them.
+test-slow: $(VENV)/.cdictk-test-installed
+	./tests/setup-host.sh
+	$(PYTHON) -m pytest -m slow
+
+unit: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m pytest tests/unit
 
-lint: .deps-stamp
+lint: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m ruff check $(SOURCES)
 	$(PYTHON) -m ruff format --check $(SOURCES)
 	$(PYTHON) -m mypy
@@ -36,23 +56,23 @@ format:
 	$(PYTHON) -m ruff format $(SOURCES)
 	$(PYTHON) -m ruff check --fix $(SOURCES)
 
-bench: .deps-stamp
+bench: $(VENV)/.cdictk-test-installed
 	$(PYTHON) bench/cdi_core.py
 	$(PYTHON) -m bench.generate
 
 # Container start with and without the generated spec's hooks (runc, crun), and the hook entry point's
 # import time over a bare interpreter. Needs root; ROUNDS=N for more or fewer rounds.
 ROUNDS ?= 30
-bench-hooks: .deps-stamp
+bench-hooks: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.hooks --rounds $(ROUNDS)
 
 # cdictk-runtime's create (it injects the device) against runc's create of the injected bundle, with
 # NVIDIA_VISIBLE_DEVICES=0 and =void, a pass-through command, and where the shim's time goes (aim: at
 # most 30 ms over runc). Needs root; ROUNDS=N for more or fewer rounds.
-bench-shim: .deps-stamp
+bench-shim: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.shim --rounds $(ROUNDS)
 
 # A container start through the legacy prestart hook against the same start through the shim, and
 # against runc with the spec injected beforehand (aim: at most 1.5 times the shim). Needs root.
-bench-prestart: .deps-stamp
+bench-prestart: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.prestart --rounds $(ROUNDS)
