@@ -1,0 +1,60 @@
+"""The README stays short and true: its quick start is what CI runs, and every link resolves."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.readme import PROJECT, README, Link, anchors, broken, links, quick_start_commands, slug
+
+DOCS = sorted(
+    path
+    for path in PROJECT.rglob("*.md")
+    if not {".git", ".venv", ".pytest_cache", "node_modules"} & set(path.relative_to(PROJECT).parts)
+)
+
+
+def test_readme_is_short() -> None:
+    """A node operator reads it: reference material lives in docs/."""
+    assert README.stat().st_size < 15 * 1024
+
+
+def test_quick_start_is_two_commands_and_ci_runs_the_second() -> None:
+    commands = quick_start_commands(README.read_text(encoding="utf-8"))
+    assert commands == ["./quickstart demo", "./quickstart test"]
+    ci = (PROJECT / ".ci" / "run").read_text().splitlines()
+    assert commands[1] in ci
+
+
+def test_the_docs_are_all_found() -> None:
+    names = {str(path.relative_to(PROJECT)) for path in DOCS}
+    assert {"README.md", "deploy/README.md", "docs/commands.md", "docs/development.md"} <= names
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda path: str(path.relative_to(PROJECT)))
+def test_every_link_resolves(path: Path) -> None:
+    problems = [problem for link in links(path) if (problem := broken(link)) is not None]
+    assert problems == []
+
+
+def test_a_broken_link_is_reported(tmp_path: Path) -> None:
+    page = PROJECT / "docs" / "commands.md"
+    assert broken(Link(page, 1, "hooks.md#cdictk-hook-name-options")) is None
+    assert broken(Link(page, 1, "https://example.com/nowhere")) is None
+    assert "no heading #nowhere" in str(broken(Link(page, 7, "hooks.md#nowhere")))
+    assert "no such file" in str(broken(Link(page, 7, "missing.md")))
+    assert "outside the project" in str(broken(Link(page, 7, "../../../etc/hostname")))
+
+
+def test_slugs_follow_github() -> None:
+    assert slug("`cdictk hook NAME [OPTIONS]`") == "cdictk-hook-name-options"
+    assert (
+        slug("`cdictk hook prestart`: the legacy hook for `docker run --gpus`")
+        == "cdictk-hook-prestart-the-legacy-hook-for-docker-run---gpus"
+    )
+    assert (
+        slug("`cdictk cdi generate [--output FILE|-] [options]`")
+        == "cdictk-cdi-generate---output-file--options"
+    )
+    assert anchors("# A\n```sh\n# not a heading\n```\n## A\n") == {"a", "a-1"}
