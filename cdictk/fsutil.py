@@ -13,12 +13,15 @@ import stat
 from cdictk.errors import CdictkError
 
 
-def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_mode: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically.
+def atomic_write(
+    path: str, data: bytes, *, mode: int | None = None, keep_mode: bool = True
+) -> os.stat_result:
+    """Replace ``path`` with ``data`` atomically; return the new file's status as written.
 
     The new file keeps the mode and owner of the file it replaces (with ``keep_mode=False`` it gets
     ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A symlink at
-    ``path`` is refused rather than replaced by a regular file or followed.
+    ``path`` is refused rather than replaced by a regular file or followed. The status comes from the
+    descriptor, not from ``path``, which someone may have replaced or removed by the time it returns.
     """
     directory = os.path.dirname(path) or "."
     try:
@@ -53,6 +56,7 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_mode: 
                 os.fchown(fd, old.st_uid, old.st_gid)
             os.fchmod(fd, final_mode)
             os.fsync(fd)
+            status = os.fstat(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
@@ -63,6 +67,7 @@ def atomic_write(path: str, data: bytes, *, mode: int | None = None, keep_mode: 
         _unlink(tmp)
         raise
     _fsync_directory(directory)
+    return status
 
 
 def _fsync_directory(directory: str) -> None:

@@ -230,7 +230,7 @@ def generate_command(  # click passes every option by keyword
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return 0
-    current, mode_ok = _read_current(output)
+    current, mode_ok, _ = _read_current(output)
     if check:
         if current == data:
             print(f"{output}: up to date ({summary})", file=sys.stderr)
@@ -250,52 +250,69 @@ def _watch(produce: Callable[[], Rendered], roots: Roots, output: str, interval:
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
-    from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
-    from cdictk.nvcdi.watch import FatalWatchError, WatchTiming, watch  # noqa: PLC0415
+    from cdictk.nvcdi.watch import WatchTiming, watch  # noqa: PLC0415
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    shown: list[str] = []
-    written: list[tuple[int, ...] | None] = [None]  # the output as we last wrote or checked it
-
-    def fingerprint() -> object:
-        # The output is part of it: a spec deleted, replaced or chmod'ed by someone else is put back.
-        # Its own stamp, not a flag: two changes by others in a row must differ from each other too.
-        stamp = _output_stamp(output)
-        return node_fingerprint(roots), "ours" if stamp == written[0] else stamp
-
-    def regenerate() -> None:
-        rendered = produce()
-        if rendered.warnings != shown:  # once, not every time the node is looked at
-            shown[:] = rendered.warnings
-            for message in rendered.warnings:
-                _warn(message)
-        try:
-            current, mode_ok = _read_current(output)
-        except CdictkError as exc:  # a link, a directory, a FIFO: waiting will not change it
-            raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from None
-        if current != rendered.data or not mode_ok:
-            _write(output, rendered.data)
-            print(f"wrote {output} ({rendered.summary})", file=sys.stderr, flush=True)
-        written[0] = _output_stamp(output)
-
+    watched = WatchedSpec(produce, roots, output)
     print(f"watching the node every {interval:g} s for {output}", file=sys.stderr, flush=True)
-    watch(fingerprint, regenerate, stop.wait, WatchTiming(interval), _warn)
+    watch(watched.fingerprint, watched.regenerate, stop.wait, WatchTiming(interval), _warn)
     print(f"stopped watching for {output}", file=sys.stderr)
     return 0
 
 
+class WatchedSpec:
+    """The spec file ``--watch`` keeps: the node's fingerprint with the output's, and one regeneration."""
+
+    def __init__(self, produce: Callable[[], Rendered], roots: Roots, output: str) -> None:
+        self._produce = produce
+        self._roots = roots
+        self._output = output
+        self._shown: list[str] = []
+        self._written: tuple[int, ...] | None = None  # the output as we last wrote or read it
+
+    def fingerprint(self) -> object:
+        from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
+
+        # The output is part of it: a spec deleted, replaced or chmod'ed by someone else is put back.
+        # Its own stamp, not a flag: two changes by others in a row must differ from each other too.
+        stamp = _output_stamp(self._output)
+        return node_fingerprint(self._roots), "ours" if stamp == self._written else stamp
+
+    def regenerate(self) -> None:
+        from cdictk.nvcdi.watch import FatalWatchError  # noqa: PLC0415
+
+        rendered = self._produce()
+        if rendered.warnings != self._shown:  # once, not every time the node is looked at
+            self._shown[:] = rendered.warnings
+            for message in rendered.warnings:
+                _warn(message)
+        try:
+            current, mode_ok, stamp = _read_current(self._output)
+        except CdictkError as exc:  # a link, a directory, a FIFO: waiting will not change it
+            raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from None
+        if current != rendered.data or not mode_ok:
+            stamp = _stamp(_write(self._output, rendered.data))
+            print(f"wrote {self._output} ({rendered.summary})", file=sys.stderr, flush=True)
+        # The stamp of the file as written or read, never a second look at the path: a spec removed in
+        # between would be remembered as "ours, missing", and never be put back.
+        self._written = stamp
+
+
 def _output_stamp(path: str) -> tuple[int, ...] | None:
     try:
-        st = os.lstat(path)
+        return _stamp(os.lstat(path))
     except OSError:
         return None
+
+
+def _stamp(st: os.stat_result) -> tuple[int, ...]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
 
 
-def _read_current(path: str) -> tuple[bytes | None, bool]:
-    """The spec at ``path`` now, and whether its mode is already 0644; None when there is none.
+def _read_current(path: str) -> tuple[bytes | None, bool, tuple[int, ...] | None]:
+    """The spec at ``path`` now, whether its mode is already 0644, and its stamp; None when there is none.
 
     Anything but a regular file (/dev/stdout, a FIFO, a symlink) is refused before it is opened: reading
     a FIFO would hang, and the atomic rename would replace a link rather than write through it.
@@ -303,17 +320,17 @@ def _read_current(path: str) -> tuple[bytes | None, bool]:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return None, True
+        return None, True, None
     except OSError as exc:
         raise CdictkError(path, "", exc.strerror or str(exc)) from None
     if not stat.S_ISREG(info.st_mode):
         raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
     from cdictk.strictjson import read_capped  # noqa: PLC0415
 
-    return read_capped(path, MAX_SPEC_BYTES), stat.S_IMODE(info.st_mode) == 0o644
+    return read_capped(path, MAX_SPEC_BYTES), stat.S_IMODE(info.st_mode) == 0o644, _stamp(info)
 
 
-def _write(path: str, data: bytes) -> None:
+def _write(path: str, data: bytes) -> os.stat_result:
     from cdictk.fsutil import atomic_write  # noqa: PLC0415
 
     directory = os.path.dirname(os.path.abspath(path))
@@ -322,4 +339,4 @@ def _write(path: str, data: bytes) -> None:
     except OSError as exc:
         raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
     # 0644 whatever the old file had: runtimes of any user must be able to read the spec.
-    atomic_write(path, data, mode=0o644, keep_mode=False)
+    return atomic_write(path, data, mode=0o644, keep_mode=False)

@@ -3,6 +3,7 @@ else rewrites it, and SIGTERM stops it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -147,3 +148,39 @@ def test_an_output_that_is_not_a_file_ends_the_watch(make_node: NodeFactory, tmp
         result.stderr.splitlines()[-1].startswith("cdictk: error: ") and "not a regular file" in result.stderr
     )
     assert (tmp_path / "elsewhere").read_text() == ""
+
+
+def test_a_spec_removed_right_after_the_write_is_still_put_back(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The race behind a flaky run of the test above: the output was stamped by looking at the path
+    again after the write, so a spec removed in that moment was remembered as ours and never put back."""
+    from cdictk import fsutil
+    from cdictk.cli.generate import WatchedSpec
+    from cdictk.node.roots import Roots
+    from cdictk.nvcdi.render import Rendered
+
+    output = tmp_path / "nvidia.yaml"
+    real_write = fsutil.atomic_write
+
+    def write_then_lose(path: str, data: bytes, **options: object) -> object:
+        written = real_write(path, data, **options)  # type: ignore[arg-type]
+        os.unlink(path)  # someone removes it before the watch looks at it
+        return written
+
+    monkeypatch.setattr(fsutil, "atomic_write", write_then_lose)
+    node = tmp_path / "node"
+    roots = Roots.from_options(str(node), str(node), str(node / "proc"), str(node / "sys"))
+    watched = WatchedSpec(lambda: Rendered(b"spec\n", "1 device", []), roots, str(output))
+    before = watched.fingerprint()
+    watched.regenerate()
+    assert not output.exists()
+    assert watched.fingerprint() != before  # so the watch generates again at its next look
+
+    monkeypatch.setattr(fsutil, "atomic_write", real_write)
+    watched.regenerate()
+    assert output.read_bytes() == b"spec\n"
+    assert watched.fingerprint() == watched.fingerprint()  # and then rests
+    settled = watched.fingerprint()
+    watched.regenerate()  # unchanged: not written again
+    assert watched.fingerprint() == settled
