@@ -1,17 +1,28 @@
 # cdictk developer targets. `./quickstart TARGET` (the README's commands) first installs what is missing
 # and creates the virtual environment, then runs `make TARGET`; on a machine already set up, `make TARGET`
 # alone does the same. Every target runs in that virtual environment: the active one, else .venv.
-VENV ?= $(or $(VIRTUAL_ENV),$(CURDIR)/.venv)
-PYTHON ?= $(VENV)/bin/python
+# VENV and PYTHON come from the command line only: an exported PYTHON (node-gyp users have one) would
+# otherwise send pip to a Python that PEP 668 closes.
+ifneq ($(origin VENV),command line)
+VENV := $(or $(VIRTUAL_ENV),$(CURDIR)/.venv)
+endif
+ifneq ($(origin PYTHON),command line)
+PYTHON := $(VENV)/bin/python
+endif
 # The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench
 
-.PHONY: setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart demo
+.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart demo
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart"
+	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
 $(VENV)/bin/python:
-	./quickstart setup
+	CDICTK_VENV=$(VENV) ./quickstart setup
 
 # cdictk, editable, in the venv; again only when its metadata changed. The stamps live in the venv, so
 # another venv gets its own install. Compat mode puts the clone on sys.path with a plain .pth line:
@@ -54,7 +65,7 @@ lint: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m ruff format --check $(SOURCES)
 	$(PYTHON) -m mypy
 
-format:
+format: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m ruff format $(SOURCES)
 	$(PYTHON) -m ruff check --fix $(SOURCES)
 

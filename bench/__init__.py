@@ -1,1 +1,1 @@
-"""Benchmarks: each prints figures and ratios (see README, Benchmarks)."""
+"""Benchmarks: each prints figures and ratios (see docs/development.md, Benchmarks)."""

@@ -1,7 +1,7 @@
 """Benchmarks of the CDI core, in process: load and validate a 200-device spec, inject 8 devices.
 
 Prints the median, best and worst of repeated runs in ms and the ratio to the 50 ms budget.
-Usage: python3 bench/cdi_core.py [--repeat N]
+Usage: python bench/cdi_core.py [--repeat N]
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Builds the "single" and "eight" presets (and 16 and 32 full GPUs for the scaling line) under a temp dir,
 then times the installed `cdictk` console script writing a fresh spec, N times each. Prints median and
 best in ms, the ratio to the 150 ms aim, and the cost per device. Needs root (the nodes are mknod'd).
-Usage: python3 -m bench.generate [--repeat N]   (from the repository root)
+Usage: python -m bench.generate [--repeat N]   (repository root, in the venv)
 """
 
 from __future__ import annotations

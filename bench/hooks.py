@@ -9,7 +9,7 @@ that a slow spell of this machine hits every row alike, N times each:
 - ``<python> -I -S <site>/cdictk/hooks/__main__.py noop`` against ``<python> -I -S -c pass``: the entry
   point's imports over a bare interpreter start (aim: 10 ms).
 Needs root (mknod'd nodes, the overlay mount, runc). Prints median and best in ms.
-Usage: python3 -m bench.hooks [--rounds N]   (from the repository root)
+Usage: python -m bench.hooks [--rounds N]   (repository root, in the venv)
 """
 
 from __future__ import annotations

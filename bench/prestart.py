@@ -19,7 +19,7 @@ exit; the delete after it is untimed), each on a fresh copy of the rootfs:
 Aim: the prestart path at most 1.5 times the shim path. Both run through the launchers that
 ``cdictk runtime install-launchers`` writes (``#!python -IS``) for this Python, with a warm parse cache;
 time it in a virtual environment with ``pip install .``. Needs root. Prints median and best in ms.
-Usage: python3 -m bench.prestart [--rounds N]   (from the repository root)
+Usage: python -m bench.prestart [--rounds N]   (repository root, in the venv)
 """
 
 from __future__ import annotations

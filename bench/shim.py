@@ -26,7 +26,7 @@ shim, a bash script) is resolved to the script beside this Python, and gets a ro
 Without either, ``python -m cdictk.runtime.shim`` and this Python. Time it in the environment a node
 has: a virtual environment with ``pip install .`` (an editable install adds a ``.pth`` finder).
 Needs root (mknod'd nodes, runc). Prints median and best in ms.
-Usage: python3 -m bench.shim [--rounds N] [--runtime runc|crun]   (from the repository root)
+Usage: python -m bench.shim [--rounds N] [--runtime runc|crun]   (repository root, in the venv)
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,18 @@ from tests.fakenode.node import FakeNode, Preset, build_node
 from tests.fakenode.tools import MissingTool, node_tools
 
 NodeFactory = Callable[..., FakeNode]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """With ``CDICTK_NO_SKIP=1`` (CI sets it) a skip is a failure: a missing runtime, a mirror that
+    cannot be reached or a lost capability must not turn the end-to-end tests green by not running."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and not hasattr(report, "wasxfail") and os.environ.get("CDICTK_NO_SKIP") == "1":
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped, and CDICTK_NO_SKIP=1 allows no skip: {reason}"
 
 
 def require_node_tools() -> None:

@@ -20,6 +20,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import urllib.request
 from collections.abc import Iterator
@@ -39,25 +40,23 @@ MIRROR = "http://deb.debian.org/debian/dists/bookworm/Release"
 # A login shell's PATH on Debian, for root.
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # The settings a user's machine would have its own of: how it reaches package sources, and whom it trusts.
-SETTING_FILES = (
-    "/etc/resolv.conf",
-    "/etc/hosts",
+NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts")
+PIP_FILES = ("/etc/pip.conf", "/etc/xdg/pip", "/root/.config/pip", "/root/.pip")
+# The host's apt sources suit the rootfs only when the host runs the same release; apt's proxy and
+# credentials suit it always.
+APT_SOURCE_FILES = (
     "/etc/apt/sources.list",
     "/etc/apt/sources.list.d",
     "/etc/apt/apt.conf.d",
-    "/etc/apt/auth.conf.d",
     "/etc/apt/trusted.gpg",
     "/etc/apt/trusted.gpg.d",
     "/etc/apt/keyrings",
-    "/etc/pip.conf",
-    "/etc/xdg/pip",
-    "/root/.config/pip",
-    "/root/.pip",
 )
+APT_ACCESS_FILES = ("/etc/apt/auth.conf.d",)
 SETTING_VARIABLES = re.compile(
     r"(?i:https?_proxy|no_proxy|all_proxy|ftp_proxy)|PIP_\w+|SSL_CERT_(FILE|DIR)|REQUESTS_CA_BUNDLE|CURL_CA_BUNDLE"
 )
-CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt",)
+HOST_CA = "/etc/ssl/certs/ca-certificates.crt"
 
 
 def reachable(url: str) -> bool:
@@ -86,27 +85,49 @@ def copy_clone(dest: Path) -> None:
             shutil.copy2(source, target)
 
 
+def codename(root: Path) -> str | None:
+    found = re.search(r"^VERSION_CODENAME=(\S+)$", _read(root / "etc/os-release"), re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _copy(name: str, root: Path) -> None:
+    source, target = Path(name), root / name.lstrip("/")
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    elif source.is_file():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.unlink(missing_ok=True)
+        shutil.copy2(source, target)
+    elif name == "/etc/apt/sources.list":
+        target.unlink(missing_ok=True)  # the host's sources are all in sources.list.d
+
+
 def copy_settings(root: Path) -> dict[str, str]:
-    """The host's package-source settings into ``root``; returns the variables that carry them."""
-    for name in SETTING_FILES:
-        source = Path(name)
-        target = root / name.lstrip("/")
-        if source.is_dir():
-            shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
-        elif source.is_file():
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.unlink(missing_ok=True)
-            shutil.copy2(source, target)
-        elif name == "/etc/apt/sources.list":
-            target.unlink(missing_ok=True)  # the host's sources are all in sources.list.d
-    variables = {name: value for name, value in os.environ.items() if SETTING_VARIABLES.fullmatch(name)}
-    bundles = {*CA_BUNDLES, *(value for value in variables.values() if value.endswith((".crt", ".pem")))}
-    for bundle in sorted(bundles):
-        if os.path.isfile(bundle):
-            for target in (root / bundle.lstrip("/"), root / "usr/local/share/ca-certificates/host.crt"):
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(bundle, target)
-    return variables
+    """The host's package-source settings into ``root``; returns the variables that carry them.
+
+    The host's CA bundle goes where an admin adds a local CA on Debian, not over the bundle itself:
+    the machine has no ca-certificates package yet, and the command must install it (and so merge
+    this one in), as on a machine that has none.
+    """
+    names = [*NETWORK_FILES, *PIP_FILES, *APT_ACCESS_FILES]
+    if codename(Path("/")) == codename(root):
+        names += APT_SOURCE_FILES
+    else:  # apt.conf.d's settings (proxies, mirror quirks), but no hooks: they name the host's programs
+        names += [str(path) for path in Path("/etc/apt/apt.conf.d").glob("*") if "Invoke" not in _read(path)]
+    for name in names:
+        _copy(name, root)
+    if os.path.isfile(HOST_CA):
+        local = root / "usr/local/share/ca-certificates/host-bundle.crt"
+        local.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(HOST_CA, local)
+    return {name: value for name, value in os.environ.items() if SETTING_VARIABLES.fullmatch(name)}
 
 
 @dataclass(frozen=True)
@@ -132,13 +153,22 @@ class Machine:
             "rmdir /.old-root && mount -t tmpfs tmpfs /tmp && "
             f"exec /usr/bin/env -i {shlex.join(env)} /bin/bash -c {shlex.quote(inner)}"
         )
-        return subprocess.run(
+        with subprocess.Popen(
             ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup],
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=timeout,
-            check=False,
-        )
+            start_new_session=True,  # so that a timeout takes apt, pip or pytest in there with it
+        ) as process:
+            try:
+                stdout, stderr = process.communicate(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                stdout, stderr = process.communicate()
+                raise AssertionError(
+                    f"{command}: not done in {timeout} s\n{stdout[-4000:]}{stderr[-4000:]}"
+                ) from None
+        return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
 
 
 @pytest.fixture
@@ -171,7 +201,16 @@ def test_the_readme_first_command_runs_on_a_pristine_debian(machine: Machine) ->
     fresh = machine.run(first, timeout=600)
     output = fresh.stdout + fresh.stderr
     assert fresh.returncode == 0, output[-6000:]
-    assert "quickstart: installing " in fresh.stderr  # it did install what was missing
+    installed = re.search(r"^quickstart: installing (.*) with apt-get$", fresh.stderr, re.MULTILINE)
+    assert installed is not None, fresh.stderr
+    assert set(installed.group(1).split()) == {
+        "python3",
+        "python3-venv",
+        "gcc",
+        "libc6-dev",
+        "make",
+        "ca-certificates",
+    }
     spec = machine.root / "spec.yaml"
     spec.write_text(printed_spec(fresh.stdout))
     report = validate_file(str(spec))
@@ -195,7 +234,8 @@ def test_the_readme_test_command_passes_on_a_pristine_debian(machine: Machine) -
     assert result.returncode == 0, output[-8000:]
     summary = re.findall(r"^=+ (.*) in [\d.]+s.* =+$", result.stdout, re.MULTILINE)
     assert summary, output[-8000:]
-    assert re.fullmatch(r"\d+ passed, \d+ deselected", summary[-1]), output[-8000:]  # nothing skipped
+    # Nothing skipped, failed or in error; warnings may come with a newer dependency from PyPI.
+    assert re.fullmatch(r"\d+ passed, \d+ deselected(, \d+ warnings?)?", summary[-1]), output[-8000:]
 
 
 def same_spec(first: str, second: str) -> bool:

@@ -47,11 +47,10 @@ def main() -> int:
     try:
         demo(args.preset)
     except subprocess.CalledProcessError as failed:
-        # cdictk has printed its own one-line error; say which step it was.
-        print(
-            f"fakenode: {' '.join(map(str, failed.cmd[2:5]))} failed (exit {failed.returncode})",
-            file=sys.stderr,
-        )
+        # The program has printed its own error (cdictk's is one line); say which step it was.
+        words = [str(word) for word in failed.cmd]
+        step = " ".join(words[2:5]) if words[0] == sys.executable else os.path.basename(words[0])
+        print(f"fakenode: {step} failed (exit {failed.returncode})", file=sys.stderr)
         return 1
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -69,7 +70,7 @@ def test_a_missing_compiler_is_one_line_naming_the_packages(world_readable_dir: 
     if os.access("/usr/bin/python3", os.X_OK):
         (bin_dir / "python3").symlink_to("/usr/bin/python3")
 
-    result = run_as_nobody(["./quickstart", "demo"], str(bin_dir), project)
+    result = run_as_nobody(["./quickstart", "test"], str(bin_dir), project)
     assert result.returncode == 1, result.stderr
     assert result.stdout == ""
     assert result.stderr.count("\n") == 1, result.stderr
@@ -81,3 +82,48 @@ def test_a_missing_compiler_is_one_line_naming_the_packages(world_readable_dir: 
     if shutil.which("apt-get") is not None:
         assert "; as root: apt-get install " in result.stderr and " gcc libc6-dev" in result.stderr
     assert not (project / ".venv").exists()  # it stopped before making anything
+
+
+def test_the_demo_as_a_user_says_it_needs_root_before_anything_else(world_readable_dir: Path) -> None:
+    shutil.copy2(QUICKSTART, world_readable_dir / "quickstart")
+    result = run_as_nobody(
+        ["./quickstart", "demo"], os.environ.get("PATH", "/usr/bin:/bin"), world_readable_dir
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        "quickstart: the demo needs root: its fake device nodes are made with mknod "
+        "(run: sudo ./quickstart demo)\n"
+    )
+
+
+def test_a_directory_that_is_not_a_venv_is_never_cleared(tmp_path: Path) -> None:
+    """VENV=DIR naming a directory with other files in it: `python3 -m venv --clear` would empty it."""
+    if os.geteuid() != 0:
+        pytest.skip("runs as root, with no apt-get on PATH, so that nothing can be installed")
+    project = tmp_path / "clone"
+    project.mkdir()
+    shutil.copy2(QUICKSTART, project / "quickstart")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in (*TOOLS, "gcc", "ls"):
+        found = shutil.which(tool)
+        if found is not None and tool not in ("apt-get", "dpkg-query"):
+            (bin_dir / tool).symlink_to(found)
+    (bin_dir / "python3").symlink_to(getattr(sys, "_base_executable", sys.executable))
+    precious = tmp_path / "data"
+    precious.mkdir()
+    (precious / "keep.txt").write_text("mine\n")
+
+    result = subprocess.run(
+        ["./quickstart", "setup"],
+        env={"PATH": str(bin_dir), "HOME": str(tmp_path), "CDICTK_VENV": str(precious)},
+        cwd=project,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    assert result.stderr == (
+        f"quickstart: {precious} exists and is not a virtual environment; remove it or name another one\n"
+    )
+    assert (precious / "keep.txt").read_text() == "mine\n"
