@@ -36,7 +36,10 @@ mkdir -p "$cache"
 work=$(mktemp -d "$cache/.fetch.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 mkdir -p "$work"/lists/partial "$work"/cache/archives/partial "$work"/debs
-echo "deb http://deb.debian.org/debian sid main" >"$work/sources.list"
+# Signed-by Debian's keyring by path: on Ubuntu the host's apt trusts no Debian key.
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[[ -r $keyring ]] || fail "$keyring not found (apt-get install debian-archive-keyring)"
+echo "deb [signed-by=$keyring] http://deb.debian.org/debian sid main" >"$work/sources.list"
 apt_options=(
   -o Dir::Etc::SourceList="$work/sources.list"
   -o Dir::Etc::SourceParts=/dev/null

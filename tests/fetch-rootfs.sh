@@ -67,7 +67,10 @@ if ! wget -q -T 15 -t 2 -O /dev/null "$mirror/dists/$suite/Release"; then
 fi
 
 echo "fetch-rootfs: debootstrap --variant=minbase $suite into $rootfs (about 30 s)"
-if ! debootstrap --variant=minbase "$suite" "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1; then
+# Debian's keyring by path: Ubuntu's debootstrap defaults to Ubuntu's.
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[[ -r $keyring ]] || fail "$keyring not found (apt-get install debian-archive-keyring)"
+if ! debootstrap --variant=minbase --keyring="$keyring" "$suite" "$work/rootfs" "$mirror" >"$work/debootstrap.log" 2>&1; then
   tail -5 "$work/debootstrap.log" >&2
   fail "debootstrap --variant=minbase $suite $mirror failed"
 fi

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Prepares a Debian 12 machine (as root) for cdictk's end-to-end tests. Idempotent and quick when
-# everything is already in place, so `make test` runs it every time.
-#  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc, and
-#    debootstrap; python3-yaml, so that a launcher made for Debian's own Python is tested with the
-#    PyYAML apt puts outside its site-packages; systemd, whose systemd-analyze verifies deploy/'s units;
+# Prepares a Debian 12 or Ubuntu 24.04 machine (as root) for cdictk's end-to-end tests. Idempotent and
+# quick when everything is already in place, so `make test` runs it every time.
+#  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc,
+#    debootstrap and debian-archive-keyring (Ubuntu too checks what comes from Debian with it);
+#    python3-yaml, so that a launcher made for Debian's own Python is tested with the PyYAML apt puts
+#    outside its site-packages; systemd, whose systemd-analyze verifies deploy/'s units;
 #  - containerd 2.x and dockerd 28.x from Debian sid, unpacked (not installed) into a cache by
 #    tests/fetch-daemons.sh: bookworm's own have no CDI. CDICTK_DAEMONS_CACHE moves the cache; the
 #    tests read the same variable;
@@ -15,10 +16,17 @@
 #    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
 set -euo pipefail
 
-packages=(runc crun podman containerd busybox-static gcc patch debootstrap python3-yaml systemd)
+# debian-archive-keyring: on Ubuntu too, to check what comes from Debian (sid's daemons, the rootfs).
+packages=(runc crun podman containerd busybox-static gcc patch debootstrap debian-archive-keyring python3-yaml
+  systemd)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "setup-host: not root; skipping host setup (the end-to-end tests will be skipped)" >&2
+  exit 0
+fi
+if ! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then
+  echo "setup-host: no apt-get here (not Debian or Ubuntu): install ${packages[*]} with this system's" \
+    "package manager; the end-to-end tests skip what is missing" >&2
   exit 0
 fi
 

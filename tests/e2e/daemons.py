@@ -19,6 +19,7 @@ import io
 import json
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -54,10 +55,20 @@ CONTAINERD_HOST_DIRS = (
 DOCKERD_HOST_DIRS = ("/run/docker/plugins", "/run/docker")
 
 
-def debian_containerd_dir() -> Path:
-    """Where bookworm's containerd 1.6, ctr and shim live."""
+def distro_containerd_dir() -> Path:
+    """Where the distribution's containerd, ctr and shim live: 1.6 on bookworm, 2.2 on Ubuntu 24.04."""
     require_root()
     return Path(require_tool("containerd")).parent
+
+
+def containerd_major(binary_dir: Path) -> int:
+    """The major version of the containerd in ``binary_dir``, from ``containerd --version``."""
+    printed = subprocess.run(
+        [str(binary_dir / "containerd"), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    found = re.search(r"\sv?(\d+)\.\d+\.\d+", printed)
+    assert found is not None, f"no version in {printed!r}"
+    return int(found.group(1))
 
 
 def sid_containerd_dir() -> Path:

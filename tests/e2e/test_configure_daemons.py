@@ -31,7 +31,7 @@ from tests.e2e.daemons import (
     RUNC,
     Containerd,
     containerd_daemon,
-    debian_containerd_dir,
+    distro_containerd_dir,
     dockerd_daemon,
     image_tar_fixture,  # noqa: F401  (pytest finds the image_tar fixture through this import)
     sid_containerd_dir,
@@ -79,17 +79,23 @@ def without_ours(dumped: dict[str, Any], plugin: str) -> dict[str, Any]:
     return dumped
 
 
-@pytest.mark.parametrize("which", ["debian-1.6", "sid-2.1"])
+@pytest.mark.parametrize("which", ["distro", "sid"])
 def test_config_dump_keeps_everything_and_adds_the_runtime(tmp_path: Path, which: str) -> None:
-    binary_dir = debian_containerd_dir() if which == "debian-1.6" else sid_containerd_dir()
+    """The distribution's containerd (1.6 on bookworm, 2.2 on Ubuntu 24.04) and sid's 2.1."""
+    binary_dir = distro_containerd_dir() if which == "distro" else sid_containerd_dir()
     original = default_config(binary_dir)
     version = tomllib.loads(original)["version"]
     plugin = "io.containerd.grpc.v1.cri" if version == 2 else "io.containerd.cri.v1.runtime"
     with containerd_daemon(binary_dir, original) as before:
         dumped_before = before.dump_config()
     config, drop_in = configure_containerd(tmp_path, original)
-    # The main file changes by its imports line alone (the default config has `imports = []`).
-    assert config.read_text() == original.replace("imports = []", f'imports = ["{drop_in}"]', 1)
+    # The main file changes by its imports line alone, which gains the drop-in (upstream's default
+    # config has `imports = []`, Ubuntu's names its own conf.d glob).
+    old_lines, new_lines = original.splitlines(), config.read_text().splitlines()
+    changed = [(old, new) for old, new in zip(old_lines, new_lines, strict=True) if old != new]
+    assert len(changed) == 1 and changed[0][0].startswith("imports = "), changed
+    imports = tomllib.loads(original).get("imports", [])
+    assert tomllib.loads(config.read_text())["imports"] == [*imports, str(drop_in)]
     with containerd_daemon(binary_dir, config.read_text()) as after:
         dumped_after = after.dump_config()
         runtime = dumped_after["plugins"][plugin]["containerd"]["runtimes"]["cdictk"]

@@ -14,7 +14,8 @@ from tests.e2e.conftest import IMAGE
 from tests.e2e.daemons import (
     RUNC,
     containerd_daemon,
-    debian_containerd_dir,
+    containerd_major,
+    distro_containerd_dir,
     dockerd_daemon,
     image_tar_fixture,  # noqa: F401  (pytest finds the image_tar fixture through this import)
     sid_containerd_dir,
@@ -32,11 +33,18 @@ version = 2
 """
 
 
-def test_containerd_16_dumps_a_v2_runtime_entry() -> None:
-    with containerd_daemon(debian_containerd_dir(), PROBE_RUNTIME_V2) as containerd:
+def test_the_distros_containerd_dumps_a_runtime_entry_of_a_v2_config() -> None:
+    """containerd 1.x keeps a version 2 config as it is; 2.x migrates it to version 3 on load."""
+    binary_dir = distro_containerd_dir()
+    with containerd_daemon(binary_dir, PROBE_RUNTIME_V2) as containerd:
         dumped = containerd.dump_config()
-    assert dumped["version"] == 2
-    runtimes = dumped["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+    if containerd_major(binary_dir) == 1:
+        assert dumped["version"] == 2
+        plugin = "io.containerd.grpc.v1.cri"
+    else:
+        assert dumped["version"] == 3
+        plugin = "io.containerd.cri.v1.runtime"
+    runtimes = dumped["plugins"][plugin]["containerd"]["runtimes"]
     assert runtimes["probe"]["runtime_type"] == "io.containerd.runc.v2"
     assert runtimes["probe"]["options"]["BinaryName"] == RUNC
 

@@ -109,6 +109,9 @@ class Programs:
         self.libs = {name: base / name for name in STUBS}
 
 
+# The host's ldconfig as a static ELF file: Ubuntu's /sbin/ldconfig is a shell script that execs this.
+HOST_LDCONFIG = "/sbin/ldconfig.real" if os.path.exists("/sbin/ldconfig.real") else "/sbin/ldconfig"
+
 _built: list[Programs] = []
 
 
@@ -117,8 +120,8 @@ def require_root_and_gcc() -> None:
         pytest.skip("the ldconfig sandbox needs root (namespaces, mounts, pivot_root): run the tests as root")
     if shutil.which("gcc") is None:
         pytest.skip("gcc is not installed (tests/setup-host.sh installs it); it builds the stub libraries")
-    if not os.path.exists("/sbin/ldconfig"):
-        pytest.skip("the host has no /sbin/ldconfig")
+    if not os.path.exists(HOST_LDCONFIG):
+        pytest.skip(f"the host has no {HOST_LDCONFIG}")
 
 
 def programs(factory: pytest.TempPathFactory) -> Programs:

@@ -19,7 +19,7 @@ from cdictk.hooks import ldcache
 from cdictk.hooks.hookerror import HookError
 from cdictk.hooks.inroot import Rootfs
 from cdictk.hooks.ldcache import DRIVER_CONF, SYSTEM_CONF, update_ldcache
-from tests.unit.sandbox_programs import Programs, mountinfo, programs, run_isolated
+from tests.unit.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
 
 TRIPLET = ldcache._TRIPLETS.get(os.uname().machine, "x86_64-linux-gnu")
 SYSTEM_DIR = f"/usr/lib/{TRIPLET}"
@@ -152,7 +152,7 @@ def test_a_dot_real_ldconfig_next_to_the_given_path_is_used(built: Programs, tmp
     wrapper = tmp_path / "ldconfig"
     wrapper.write_text('#!/bin/sh\nexec /sbin/ldconfig.real "$@"\n')  # Ubuntu's wrapper; not ELF
     wrapper.chmod(0o755)
-    shutil.copy("/sbin/ldconfig", tmp_path / "ldconfig.real")
+    shutil.copy(HOST_LDCONFIG, tmp_path / "ldconfig.real")
     assert ldcache.normalize_ldconfig_path(str(wrapper)) == f"{wrapper}.real"
     root = make_rootfs(tmp_path, built)
     run(root, [DRIVER_DIR], str(wrapper))
@@ -211,10 +211,10 @@ def test_unsafe_ldconfigs_are_refused_before_the_container_is_touched(
     built: Programs, tmp_path: Path
 ) -> None:
     user_owned = tmp_path / "user-owned"
-    shutil.copy("/sbin/ldconfig", user_owned)
+    shutil.copy(HOST_LDCONFIG, user_owned)
     os.chown(user_owned, 1000, 1000)
     group_writable = tmp_path / "group-writable"
-    shutil.copy("/sbin/ldconfig", group_writable)
+    shutil.copy(HOST_LDCONFIG, group_writable)
     group_writable.chmod(0o775)
     cases = {
         str(built.dynamic): r"^update-ldcache: ldconfig .* is dynamically linked",
@@ -293,7 +293,8 @@ for r, h in ((control_root, control_host), (root, host)):
     # inspect, and the runtime or the hook is as good a way out.)
     os.symlink(f"/proc/{os.getpid()}/root{h}", f"{r}/usr/lib/evil")
 # Control: plain chroot + the same static ldconfig follows /proc/1/root out to the host.
-shutil.copy("/sbin/ldconfig", f"{control_root}/ldconfig")
+real = "/sbin/ldconfig.real"  # Ubuntu's /sbin/ldconfig is a shell script around it
+shutil.copy(real if os.path.exists(real) else "/sbin/ldconfig", f"{control_root}/ldconfig")
 subprocess.run(["chroot", control_root, "/ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache"], check=True)
 with Rootfs(root) as rootfs:
     update_ldcache(rootfs, ["/usr/local/nvidia/lib64"])

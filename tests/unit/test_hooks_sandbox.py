@@ -20,7 +20,7 @@ import pytest
 from cdictk.hooks import hostbinary, sandbox
 from cdictk.hooks.hookerror import HookError
 from cdictk.hooks.inroot import Rootfs
-from tests.unit.sandbox_programs import Programs, mountinfo, programs, run_isolated
+from tests.unit.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
 
 MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}.get(
     os.uname().machine, 0
@@ -230,9 +230,9 @@ def test_the_copy_is_sealed_close_on_exec_and_identical(built: Programs) -> None
 
 
 def test_the_real_ldconfig_is_accepted() -> None:
-    if not os.path.exists("/sbin/ldconfig"):
-        pytest.skip("the host has no /sbin/ldconfig")
-    os.close(hostbinary.load_host_binary("/sbin/ldconfig", "ldconfig"))
+    if not os.path.exists(HOST_LDCONFIG):
+        pytest.skip(f"the host has no {HOST_LDCONFIG}")
+    os.close(hostbinary.load_host_binary(HOST_LDCONFIG, "ldconfig"))
 
 
 def test_unsafe_host_programs_are_refused(
