@@ -6,8 +6,12 @@ ldconfig does the indexing, inside the sandbox, exactly as on a node.
 
 from __future__ import annotations
 
+import fnmatch
 import os
+import re
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import time
@@ -48,7 +52,7 @@ def run(
     root: Path,
     folders: list[str],
     ldconfig_path: str = "/sbin/ldconfig",
-    timeout: float = 10,
+    timeout: float = ldcache.LDCONFIG_TIMEOUT,
     *,
     openat2: bool = True,
 ) -> None:
@@ -244,6 +248,160 @@ def test_a_failing_ldconfig_fails_the_hook(built: Programs, tmp_path: Path) -> N
     message = r"^update-ldcache: ldconfig failed with exit status 3 \(ldconfig: cannot write the cache\)$"
     with pytest.raises(HookError, match=message):
         run(root, [DRIVER_DIR], str(built.exit3))
+
+
+# Image files that would hold ldconfig up: refused at once, or stopped at the deadline
+
+
+KINDS = {"fifo": "a FIFO", "socket": "a socket", "device": "a character device", "directory": "a directory"}
+
+
+def make_node(path: Path, image: str) -> None:
+    """A node of kind ``image`` (a key of KINDS) at ``path``, its folders made as needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if image == "fifo":
+        os.mkfifo(path)
+    elif image == "device":
+        os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null's numbers
+    elif image == "directory":
+        path.mkdir()
+    else:
+        cwd = os.getcwd()
+        os.chdir(path.parent)  # a socket's address is limited to 107 bytes; tmp_path can be longer
+        try:
+            with socket.socket(socket.AF_UNIX) as sock:
+                sock.bind(path.name)
+        finally:
+            os.chdir(cwd)
+
+
+def processes_rooted_in(root: Path) -> list[str]:
+    """The processes whose root directory is ``root``: the sandboxed ldconfig and its runner."""
+    st = root.stat()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            here = os.stat(f"/proc/{pid}/root")
+        except OSError:
+            continue
+        if (here.st_dev, here.st_ino) == (st.st_dev, st.st_ino):
+            found.append(pid)
+    return found
+
+
+@pytest.mark.parametrize(("image", "link"), [(image, False) for image in KINDS] + [("fifo", True)])
+def test_an_ld_so_conf_that_is_not_a_regular_file_is_refused_before_ldconfig_runs(
+    built: Programs, tmp_path: Path, image: str, link: bool
+) -> None:
+    root = make_rootfs(tmp_path, built)
+    conf = root / "etc/ld.so.conf"
+    if link:
+        make_node(root / "etc/alternatives/ld.so.conf", image)
+        conf.symlink_to("/etc/alternatives/ld.so.conf")  # resolved in the rootfs, as ldconfig would
+    else:
+        make_node(conf, image)
+    message = f"update-ldcache: /etc/ld.so.conf in the container is {KINDS[image]}, not a regular file"
+    start = time.monotonic()
+    with pytest.raises(HookError, match=f"^{re.escape(message)}$"):
+        run(root, [DRIVER_DIR])
+    assert time.monotonic() - start < 3
+    assert not (root / "etc/ld.so.cache").exists()
+
+
+@pytest.mark.parametrize(
+    ("ld_so_conf", "node", "image"),
+    [
+        # No ld.so.conf: the one the hook writes includes the image's drop-ins.
+        (None, "/etc/ld.so.conf.d/50-image.conf", "fifo"),
+        (None, "/etc/ld.so.conf.d/50-image.conf -> /etc/image.fifo", "fifo"),
+        (None, "/etc/ld.so.conf.d/50-image.conf", "device"),
+        ("include /etc/ld.so.conf.d/*.conf\ninclude /opt/app/ld.conf\n", "/opt/app/ld.conf", "fifo"),
+        (
+            "include /etc/ld.so.conf.d/*.conf\n\tinclude  app.d/*.conf # relative\n",
+            "/etc/app.d/x.conf",
+            "fifo",
+        ),
+    ],
+)
+def test_an_included_fifo_or_device_is_refused_before_ldconfig_runs(
+    built: Programs, tmp_path: Path, ld_so_conf: str | None, node: str, image: str
+) -> None:
+    root = make_rootfs(tmp_path, built)
+    if ld_so_conf is not None:
+        (root / "etc/ld.so.conf").write_text(ld_so_conf)
+    named, _, target = node.partition(" -> ")
+    make_node(root / (target or named).lstrip("/"), image)
+    if target:
+        (root / named.lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
+        (root / named.lstrip("/")).symlink_to(target)
+    message = (
+        f"update-ldcache: {named} in the container is {KINDS[image]}, not a regular file"
+        " (included by /etc/ld.so.conf)"
+    )
+    start = time.monotonic()
+    with pytest.raises(HookError, match=f"^{re.escape(message)}$"):
+        run(root, [DRIVER_DIR])
+    assert time.monotonic() - start < 3
+    assert not (root / "etc/ld.so.cache").exists()
+
+
+@pytest.mark.parametrize(
+    "ld_so_conf",
+    [
+        "include /etc/ld.so.conf /etc/ld.so.conf\n",  # each level reads the next twice: 2^60 reads
+        "include /*/* /*/*\n",  # the same, through wildcards the hook does not expand
+    ],
+)
+def test_includes_that_multiply_are_stopped_at_the_default_deadline(
+    built: Programs, tmp_path: Path, ld_so_conf: str
+) -> None:
+    root = make_rootfs(tmp_path, built)
+    (root / "etc/ld.so.conf").write_text(ld_so_conf)
+    start = time.monotonic()
+    with (
+        Rootfs(str(root)) as rootfs,
+        pytest.raises(HookError, match=r"^update-ldcache: ldconfig timed out after 2 s$"),
+    ):
+        update_ldcache(rootfs, [DRIVER_DIR])
+    assert time.monotonic() - start < 3
+    assert processes_rooted_in(root) == []
+
+
+def test_what_ldconfig_reads_without_blocking_is_accepted(built: Programs, tmp_path: Path) -> None:
+    root = make_rootfs(tmp_path, built)
+    confd = root / "etc/ld.so.conf.d"
+    confd.mkdir()
+    (confd / "dir.conf").mkdir()  # ldconfig reads nothing from it
+    os.mkfifo(confd / ".hidden.conf")  # a leading '*' does not match a leading '.'
+    os.mkfifo(confd / "README")
+    (confd / "dangling.conf").symlink_to("/nonexistent.conf")
+    (confd / "self.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")  # one cycle: ldconfig copes
+    os.mkfifo(root / "etc/not-a-folder")
+    (confd / "folders.conf").write_text("/etc/not-a-folder\n")  # a folder line: ldconfig only lists it
+    # An absolute link resolves in the rootfs, where it is a regular file; on the host it is a FIFO.
+    host_fifo = tmp_path / "host-ld.so.conf"
+    os.mkfifo(host_fifo)
+    inside = root / str(host_fifo).lstrip("/")
+    inside.parent.mkdir(parents=True)
+    inside.write_text("include /etc/ld.so.conf.d/*.conf\n")
+    (root / "etc/ld.so.conf").symlink_to(host_fifo)
+    start = time.monotonic()
+    run(root, [DRIVER_DIR])
+    assert time.monotonic() - start < 3
+    assert cache_of(root)["libdrv.so.1"] == f"{DRIVER_DIR}/libdrv.so.1"
+
+
+NAMES = ["a.conf", ".a.conf", "a.conf.bak", "conf", "abcbc", "abc", "a", "", "x*y", "é.conf"]
+PATTERNS = ["*.conf", ".*", "*", "?", "a?", "a*b*c", "*bc", "*a*", "??*", "x*y", "a", "*.*"]
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_wildcards_match_as_glob_matches_them(pattern: str) -> None:
+    for name in NAMES:
+        expected = fnmatch.fnmatchcase(name, pattern) and not (
+            name.startswith(".") and not pattern.startswith(".")
+        )
+        assert ldcache._matches(name, pattern) == expected, (name, pattern)
 
 
 # Image attacks: every write stays inside the rootfs
