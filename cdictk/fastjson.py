@@ -80,13 +80,27 @@ def _loads_explained(text: str) -> Any:
             text, object_pairs_hook=object_pairs_hook, parse_constant=parse_constant, parse_float=parse_float
         )
     except json.JSONDecodeError as exc:
-        raise JsonError(f"invalid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+        reason, pos = _syntax_error(text, exc.msg, exc.pos)
+        line = text.count("\n", 0, pos) + 1
+        column = pos - text.rfind("\n", 0, pos)
+        raise JsonError(f"invalid JSON: {reason} (line {line}, column {column})") from None
     except RecursionError:
         raise JsonError("invalid JSON: nested too deeply") from None
     except JsonError:
         raise
     except ValueError as exc:
         raise JsonError(f"invalid JSON: {exc}") from None
+
+
+def _syntax_error(text: str, message: str, pos: int) -> tuple[str, int]:
+    """json's reason and offset, except that a trailing comma is named and pointed at: before Python
+    3.13, json reports one as "Expecting value" at the bracket after it, which hides the mistake."""
+    if message.startswith("Illegal trailing comma"):  # Python 3.13 and later, at the comma
+        return "trailing comma", pos
+    before = text[:pos].rstrip(_WHITESPACE)
+    if text.startswith(("]", "}"), pos) and before.endswith(","):
+        return "trailing comma", len(before) - 1
+    return message, pos
 
 
 def _scan_fast(text: str) -> Any:

@@ -23,9 +23,9 @@ class InvalidSpecError(CdictkError):
         self.problems = problems
 
 
-def read_document(path: str) -> Any:
-    """The file's parsed YAML or JSON data."""
-    return parse_document(strictjson.read_capped(path, MAX_SPEC_BYTES), path)
+def read_document(path: str, *, json_only: bool = False) -> Any:
+    """The file's parsed YAML or JSON data (see :func:`parse_document` for ``json_only``)."""
+    return parse_document(strictjson.read_capped(path, MAX_SPEC_BYTES), path, json_only=json_only)
 
 
 def load_spec(path: str) -> Spec:

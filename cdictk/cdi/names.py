@@ -1,7 +1,9 @@
 """CDI names: vendor, class and device-name syntax, and fully qualified ``vendor.com/class=name``.
 
 The syntax is the reference library's: letters first for vendor and class, no length limits, a colon
-allowed inside device names. Standard library only (the runtime shim parses requests with it).
+allowed inside device names. :func:`kind_spec_problem` adds the CDI specification's stricter rules for
+``kind``, which only ``cdictk cdi validate`` applies. Standard library only (the runtime shim parses
+requests with it).
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from dataclasses import dataclass
 
 _VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
 _DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+_MAX_VENDOR = 253  # a DNS subdomain's limit
+_MAX_CLASS = 63
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,25 @@ def kind_problem(kind: str) -> str | None:
     if not vendor:
         return f'invalid kind "{kind}": want vendor/class, for example nvidia.com/gpu'
     return vendor_or_class_problem("vendor", vendor) or vendor_or_class_problem("class", cls)
+
+
+def kind_spec_problem(kind: str) -> str | None:
+    """Why a ``kind`` that :func:`kind_problem` accepts still breaks the CDI specification, or None.
+
+    The specification wants the vendor a DNS subdomain of at most 253 characters and the class at most
+    63 characters. The reference library checks neither (its own tests use ``yet_another-vendor2.com``),
+    so runtimes use such specs and loading must accept them; only validation reports them.
+    """
+    vendor, cls = split_kind(kind)
+    if "_" in vendor:
+        return f'invalid vendor "{vendor}": the CDI specification wants a DNS subdomain, without "_"'
+    if len(vendor) > _MAX_VENDOR:
+        return (
+            f"invalid vendor: {len(vendor)} characters, over the CDI specification's limit of {_MAX_VENDOR}"
+        )
+    if len(cls) > _MAX_CLASS:
+        return f"invalid class: {len(cls)} characters, over the CDI specification's limit of {_MAX_CLASS}"
+    return None
 
 
 def parse_qualified_name(text: str) -> QualifiedName:

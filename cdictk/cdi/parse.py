@@ -26,23 +26,27 @@ class _AwaitingKey:
 _KEY = _AwaitingKey()
 
 
-def parse_document(data: bytes, file: str) -> Any:
-    """Parse a spec document. ``.json`` files are JSON first; JSON is valid YAML, so a document in
-    flow-style YAML still loads, as it does for the Go library."""
+def parse_document(data: bytes, file: str, *, json_only: bool = False) -> Any:
+    """Parse a spec document. A document that looks like JSON is read as JSON first. The Go library
+    reads every spec as YAML, of which JSON is a subset, so by default YAML that is not JSON (flow
+    style, a trailing comma) still loads, as it does for runtimes; ``json_only`` refuses it."""
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise CdictkError(file, "", f"not valid UTF-8 (byte {exc.start})") from None
-    if not text.lstrip().startswith("{"):
+    if not json_only and not text.lstrip().startswith("{"):
         return parse_yaml(text, file)
     try:
         return strictjson.loads(text, file)
     except CdictkError as json_error:
         try:
-            return parse_yaml(text, file)
+            document = parse_yaml(text, file)
         except CdictkError as yaml_error:
             # The YAML reader knows the field path of a duplicate key; JSON's syntax messages are clearer.
             raise (yaml_error if yaml_error.problem.field else json_error) from None
+        if json_only:
+            raise
+        return document
 
 
 def parse_yaml(text: str, file: str) -> Any:

@@ -1,8 +1,9 @@
 """Full validation of spec files: strict parsing, the library's rules and our JSON schema.
 
 This is stricter than loading for injection: the schema's findings (relative paths, a hook timeout of
-0, odd annotation keys) make ``cdictk cdi validate`` fail, but runtimes accept such specs, so the
-registry still lists their devices.
+0, odd annotation keys), a ``kind`` that breaks the CDI specification (a vendor with "_") and a
+``.json`` file that is YAML but not JSON (a trailing comma) make ``cdictk cdi validate`` fail, but
+runtimes accept such specs, so the registry still lists their devices.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, field
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import read_document
 from cdictk.cdi.model import Spec
+from cdictk.cdi.names import kind_spec_problem
 from cdictk.cdi.registry import load_registry
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.schema import schema_problems
@@ -32,7 +34,7 @@ class Report:
 def validate_file(path: str) -> Report:
     report = Report(path)
     try:
-        document = read_document(path)
+        document = read_document(path, json_only=path.endswith(".json"))
     except CdictkError as exc:
         report.problems.append(exc.problem)
         return report
@@ -47,6 +49,12 @@ def validate_file(path: str) -> Report:
         return report
     report.problems += check_spec(report.spec, path)
     reported = {problem.field for problem in report.problems}
+    if "kind" not in reported:
+        kind = kind_spec_problem(report.spec.kind)
+        if kind:
+            # The schema's pattern refuses the same kinds without saying what is wrong with them.
+            report.problems.append(Problem(path, "kind", kind))
+            reported.add("kind")
     report.problems += [p for p in schema_problems(document, path) if p.field not in reported]
     if not report.problems:
         needed = minimum_version(report.spec)

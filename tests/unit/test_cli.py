@@ -120,6 +120,78 @@ def test_validate_spec_dirs_reports_conflicts(capsys: pytest.CaptureFixture[str]
     assert err.count('conflicting device "vendor.com/gpu=1"') == 2
 
 
+def minimal_json(kind: str = "vendor.com/gpu", after_env: str = "", after_devices: str = "") -> str:
+    return (
+        f'{{"cdiVersion": "0.3.0", "kind": "{kind}",\n'
+        f' "devices": [{{"name": "d", "containerEdits": {{"env": ["A=1"{after_env}]}}}}]{after_devices}}}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "position"),
+    [
+        (minimal_json(after_devices=","), "line 2, column 64"),
+        (minimal_json(after_env=", "), "line 2, column 60"),
+        (minimal_json(after_devices=",\n"), "line 2, column 64"),
+    ],
+)
+def test_validate_refuses_a_json_spec_with_a_trailing_comma(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, text: str, position: str
+) -> None:
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    spec = spec_dir / "trailing.json"
+    spec.write_text(text)
+    assert run(capsys, "cdi", "validate", str(spec)) == (
+        1, "", f"cdictk: error: {spec}: invalid JSON: trailing comma ({position})\n"
+    )  # fmt: skip
+    # The Go library reads .json specs as YAML, which allows the comma, so runtimes use the device.
+    assert run(capsys, "cdi", "list", "--spec-dir", str(spec_dir)) == (0, "vendor.com/gpu=d\n", "")
+
+
+def test_validate_reads_a_yaml_file_in_flow_style_as_yaml(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec = tmp_path / "flow.yaml"
+    spec.write_text(minimal_json(after_devices=","))
+    assert run(capsys, "cdi", "validate", str(spec)) == (
+        0, f"{spec}: valid (cdiVersion 0.3.0, 1 device)\n", ""
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason"),
+    [
+        (
+            "my_vendor.com/gpu",
+            'invalid vendor "my_vendor.com": the CDI specification wants a DNS subdomain, without "_"',
+        ),
+        ("v" * 250 + ".com/gpu", "invalid vendor: 254 characters, over the CDI specification's limit of 253"),
+        ("vendor.com/" + "c" * 64, "invalid class: 64 characters, over the CDI specification's limit of 63"),
+    ],
+)
+def test_validate_refuses_a_kind_that_breaks_the_specification(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, kind: str, reason: str
+) -> None:
+    spec_dir = tmp_path / "cdi"
+    spec_dir.mkdir()
+    spec = spec_dir / "kind.json"
+    spec.write_text(minimal_json(kind))
+    assert run(capsys, "cdi", "validate", str(spec)) == (1, "", f"cdictk: error: {spec}: kind: {reason}\n")
+    # The reference library accepts such kinds, so runtimes use the device.
+    assert run(capsys, "cdi", "list", "--spec-dir", str(spec_dir)) == (0, f"{kind}=d\n", "")
+
+
+def test_validate_accepts_a_kind_at_the_specification_limits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    spec = tmp_path / "limits.json"
+    spec.write_text(minimal_json("v" * 249 + ".com/" + "c_" * 31 + "c"))
+    assert run(capsys, "cdi", "validate", str(spec)) == (
+        0, f"{spec}: valid (cdiVersion 0.3.0, 1 device)\n", ""
+    )  # fmt: skip
+
+
 def test_list(capsys: pytest.CaptureFixture[str], spec_dir: Path) -> None:
     (spec_dir / "broken.json").write_text("{")
     code, out, err = run(capsys, "cdi", "list", "--spec-dir", str(spec_dir))

@@ -35,7 +35,10 @@ def test_errors_are_one_short_reason() -> None:
         (b'{"a": 1, "a": 2}', 'duplicate key "a"'),
         (b"[1e999]", "invalid JSON: 1e999 is out of range"),
         (b"\xff", "invalid JSON: not UTF-8"),
-        (b"[1,]", "invalid JSON: Expecting value (line 1, column 4)"),
+        (b"[1,]", "invalid JSON: trailing comma (line 1, column 3)"),
+        (b'{\n "a": 1,\n}', "invalid JSON: trailing comma (line 2, column 8)"),
+        (b"[1,,]", "invalid JSON: Expecting value (line 1, column 4)"),
+        (b"[,]", "invalid JSON: Expecting value (line 1, column 2)"),
     ):
         with pytest.raises(fastjson.JsonError) as caught:
             fastjson.loads(data)

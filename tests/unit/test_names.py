@@ -4,6 +4,7 @@ from cdictk.cdi.names import (
     QualifiedName,
     device_name_problem,
     kind_problem,
+    kind_spec_problem,
     parse_qualified_name,
     split_kind,
     vendor_or_class_problem,
@@ -101,3 +102,22 @@ def test_kinds() -> None:
     assert (
         kind_problem("vendor.com-/device") == 'invalid vendor "vendor.com-": must end with a letter or digit'
     )
+
+
+@pytest.mark.parametrize(
+    ("kind", "problem"),
+    [
+        ("nvidia.com/gpu", None),
+        ("v" * 253 + "/" + "c" * 63, None),
+        ("vendor.com/class_1", None),
+        (
+            "yet_another-vendor2.com/gpu",
+            'invalid vendor "yet_another-vendor2.com": the CDI specification wants a DNS subdomain, without "_"',
+        ),
+        ("v" * 254 + "/gpu", "invalid vendor: 254 characters, over the CDI specification's limit of 253"),
+        ("vendor.com/" + "c" * 64, "invalid class: 64 characters, over the CDI specification's limit of 63"),
+    ],
+)
+def test_kind_spec_problem_is_stricter_than_the_library(kind: str, problem: str | None) -> None:
+    assert kind_problem(kind) is None  # the reference library, and so runtimes, accept every one
+    assert kind_spec_problem(kind) == problem

@@ -82,6 +82,29 @@ def test_json_and_flow_yaml() -> None:
     assert parse_document(b"{a: b, c: 0660}", "s.json") == {"a": "b", "c": 432}
 
 
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (b'{"a": [1, "x"],}', "invalid JSON: trailing comma (line 1, column 15)"),
+        (b'{"a": [1, "x",\n]}', "invalid JSON: trailing comma (line 1, column 14)"),
+        (b"{a: b}", "invalid JSON: Expecting property name enclosed in double quotes (line 1, column 2)"),
+        (b"a: b\n", "invalid JSON: Expecting value (line 1, column 1)"),
+    ],
+)
+def test_json_only_refuses_yaml_that_is_not_json(text: bytes, reason: str) -> None:
+    assert parse_document(text, "s.json") == parse_document(text, "s.yaml")
+    with pytest.raises(CdictkError) as caught:
+        parse_document(text, "s.json", json_only=True)
+    assert str(caught.value) == f"s.json: {reason}"
+
+
+def test_json_only_still_names_the_field_of_a_duplicate_key() -> None:
+    with pytest.raises(CdictkError) as caught:
+        parse_document(b'{"a": {"b": 1, "b": 2}}', "s.json", json_only=True)
+    assert str(caught.value) == "s.json: a.b: duplicate key (line 1, column 16)"
+    assert parse_document(b'{"a": [1, "x"]}', "s.json", json_only=True) == {"a": [1, "x"]}
+
+
 def test_invalid_json_reports_the_json_error() -> None:
     with pytest.raises(CdictkError, match=r"s\.json: invalid"):
         parse_document(b'{"a": [1, }', "s.json")

@@ -145,6 +145,22 @@ def test_names_and_versions() -> None:
     assert [p.split(":")[0] for p in problems(document)] == ["cdiVersion", "devices[0].name", "kind"]
 
 
+@pytest.mark.parametrize(
+    ("kind", "valid"),
+    [
+        ("v" * 253 + "/" + "c" * 63, True),
+        ("vendor.com/class_1", True),
+        ("my_vendor.com/gpu", False),
+        ("v" * 254 + "/gpu", False),
+        ("vendor.com/" + "c" * 64, False),
+    ],
+)
+def test_kind_follows_the_specification(kind: str, valid: bool) -> None:
+    document = spec()
+    document["kind"] = kind
+    assert [p.split(":")[0] for p in problems(document)] == ([] if valid else ["kind"])
+
+
 def test_inlined_schema_gives_the_same_findings() -> None:
     schema = load_schema()
     flat = inline_refs(schema)

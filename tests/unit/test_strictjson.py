@@ -19,6 +19,7 @@ def test_loads() -> None:
         ('{"a": NaN}', "f: invalid JSON: NaN is not valid JSON"),
         ('{"a": Infinity}', "f: invalid JSON: Infinity is not valid JSON"),
         ('{"a": }', "f: invalid JSON: Expecting value (line 1, column 7)"),
+        ('{"a": [1, 2, ],\n}', "f: invalid JSON: trailing comma (line 1, column 12)"),
         ("[" * 100000, "f: invalid JSON: nested too deeply"),
         (b"\xff", "f: invalid JSON"),
     ],
