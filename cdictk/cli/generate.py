@@ -175,7 +175,7 @@ def generate_command(  # click passes every option by keyword
     and nothing is written; so is an output directory that cannot be written, which leaves the old
     spec in place.
     """
-    from cdictk.cdi.names import vendor_or_class_problem  # noqa: PLC0415
+    from cdictk.cdi.names import kind_spec_problem, vendor_or_class_problem  # noqa: PLC0415
     from cdictk.node.facts import Mode  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
     from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
@@ -187,6 +187,10 @@ def generate_command(  # click passes every option by keyword
         problem = vendor_or_class_problem(what.lstrip("-"), value)
         if problem:
             raise CdictkError("", what, problem)
+    # Also the CDI specification's own limits: never write a spec that `cdictk cdi validate` refuses.
+    problem = kind_spec_problem(f"{vendor}/{cls}")
+    if problem:
+        raise CdictkError("", "--class" if problem.startswith("invalid class") else "--vendor", problem)
     unknown = [name for name in disabled_hooks if name not in (*HOOK_NAMES, "all")]
     if unknown:
         raise CdictkError(

@@ -286,6 +286,8 @@ def test_management_mode(capsys: pytest.CaptureFixture[str], make_node: NodeFact
     ("args", "message"),
     [
         (["--vendor", "bad vendor"], "--vendor: "),
+        (["--vendor", "my_vendor.com"], '--vendor: invalid vendor "my_vendor.com": the CDI specification'),
+        (["--class", "c" * 64], "--class: invalid class: 64 characters, over the CDI specification's limit"),
         (["--disable-hook", "nope"], "--disable-hook: unknown hook 'nope'"),
         (["--device-id", "9"], "--device-id: no such GPU or MIG device: 9"),
         (["--hook-path", "relative/hook"], "--hook-path: must be an absolute path"),
