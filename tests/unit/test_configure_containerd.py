@@ -10,6 +10,7 @@ import pytest
 from cdictk.errors import CdictkError
 from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.runtime.configure.containerd import (
+    CRI_PLUGINS,
     config_version,
     configure_drop_in,
     configure_in_place,
@@ -167,6 +168,169 @@ def test_awkward_shapes_are_edited_correctly_or_refused(text: str) -> None:
         assert "\n" not in edited.replace("\r\n", "")  # no mixed line ends
 
 
+# Hand-edited layouts that spread the CRI table over the file, each with the exact in-place result
+# ({v}: config version, {cri}: its CRI plugin). tomlkit's merged view of such a table could not add a key.
+HAND_EDITED = {
+    "tables out of order": (
+        """# hand edited: runc first, the CRI table's own settings last
+version = {v}
+
+[plugins."{cri}".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"  # keep this comment
+
+[plugins."{cri}".registry]
+  config_path = "/etc/containerd/certs.d"
+
+[plugins."{cri}".containerd]
+  snapshotter = "overlayfs"
+""",
+        """# hand edited: runc first, the CRI table's own settings last
+version = {v}
+
+[plugins."{cri}"]
+enable_cdi = true
+cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+
+[plugins."{cri}".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"  # keep this comment
+
+[plugins."{cri}".containerd.runtimes.cdictk]
+runtime_type = "io.containerd.runc.v2"
+
+[plugins."{cri}".containerd.runtimes.cdictk.options]
+BinaryName = "/usr/local/bin/cdictk-runtime"
+
+[plugins."{cri}".registry]
+  config_path = "/etc/containerd/certs.d"
+
+[plugins."{cri}".containerd]
+  snapshotter = "overlayfs"
+  default_runtime_name = "cdictk"
+""",
+    ),
+    "dotted keys in [plugins]": (
+        """version = {v}
+# CRI settings as dotted keys
+[plugins]
+  "{cri}".enable_cdi = false  # off for now
+  "{cri}".containerd.snapshotter = "overlayfs"
+
+[debug]
+  level = "info"
+""",
+        """version = {v}
+# CRI settings as dotted keys
+[plugins]
+  "{cri}".enable_cdi = true  # off for now
+  "{cri}".cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  "{cri}".containerd.snapshotter = "overlayfs"
+  "{cri}".containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"
+  "{cri}".containerd.runtimes.cdictk.runtime_type = "io.containerd.runc.v2"
+  "{cri}".containerd.runtimes.cdictk.options.BinaryName = "/usr/local/bin/cdictk-runtime"
+  "{cri}".containerd.default_runtime_name = "cdictk"
+
+[debug]
+  level = "info"
+""",
+    ),
+    # A [header] added here would swallow the root keys after it: new tables are dotted keys too.
+    "dotted keys at the root": (
+        """version = {v}
+plugins."{cri}".enable_cdi = false  # off for now
+plugins."{cri}".containerd.default_runtime_name = "runc"
+root = "/var/lib/containerd"
+""",
+        """version = {v}
+plugins."{cri}".enable_cdi = true  # off for now
+plugins."{cri}".cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+plugins."{cri}".containerd.default_runtime_name = "cdictk"
+plugins."{cri}".containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"
+plugins."{cri}".containerd.runtimes.cdictk.runtime_type = "io.containerd.runc.v2"
+plugins."{cri}".containerd.runtimes.cdictk.options.BinaryName = "/usr/local/bin/cdictk-runtime"
+root = "/var/lib/containerd"
+""",
+    ),
+    "super-tables after their sub-tables": (
+        """version = {v}
+# sub-tables first, their super-tables after
+[plugins."{cri}".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+
+[plugins."{cri}".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."{cri}".containerd]
+  default_runtime_name = "runc"
+
+[plugins."{cri}"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+
+[plugins]
+""",
+        """version = {v}
+# sub-tables first, their super-tables after
+[plugins."{cri}".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+
+[plugins."{cri}".containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+
+[plugins."{cri}".containerd.runtimes.cdictk]
+runtime_type = "io.containerd.runc.v2"
+
+[plugins."{cri}".containerd.runtimes.cdictk.options]
+SystemdCgroup = true
+BinaryName = "/usr/local/bin/cdictk-runtime"
+
+[plugins."{cri}".containerd]
+  default_runtime_name = "cdictk"
+
+[plugins."{cri}"]
+  sandbox_image = "registry.k8s.io/pause:3.9"
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+
+[plugins]
+""",
+    ),
+}
+
+
+@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("shape", list(HAND_EDITED))
+def test_hand_edited_layouts_are_edited_in_place(shape: str, version: int) -> None:
+    cri = CRI_PLUGINS[version]
+    text, expected = (template.format(v=version, cri=cri) for template in HAND_EDITED[shape])
+    edited = configure_in_place(text, "c.toml", CHANGE, None).text
+    assert edited == expected  # the user's comments and layout kept; the additions beside their kin
+    assert configure_in_place(expected, "c.toml", CHANGE, None).text is expected  # nothing left to do
+    undo = RuntimeChange(remove=True, enable_cdi=True, cdi_spec_dirs=CHANGE.cdi_spec_dirs)
+    back = configure_in_place(expected, "c.toml", undo, None, tomllib.loads(text)).text
+    assert back is not None and tomllib.loads(back) == tomllib.loads(text)
+    # With a drop-in the main file only gains the import; the drop-in carries the same CRI table.
+    main, drop = drop_in(text)
+    assert main is not None and drop is not None
+    assert tomllib.loads(main) == {**tomllib.loads(text), "imports": [DROP_IN]}
+    assert tomllib.loads(drop)["plugins"][cri] == tomllib.loads(expected)["plugins"][cri]
+
+
+def test_a_valid_layout_tomlkit_cannot_read_is_refused_not_called_invalid() -> None:
+    # tomlkit 0.15.1+ rejects this valid file (a super-table between its sub-tables, then a deeper one).
+    text = (
+        'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd]\n[plugins."io.containerd.grpc.v1.cri"]\n'
+        '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+    )
+    try:
+        edited = configure_in_place(text, "c.toml", CHANGE, None).text
+    except CdictkError as exc:
+        assert str(exc).startswith("c.toml:5:1: cannot edit this file safely (tomlkit cannot read it: ")
+        assert "invalid" not in str(exc) and "\n" not in str(exc)
+        return
+    assert edited is not None
+    assert "cdictk" in tomllib.loads(edited)["plugins"]["io.containerd.grpc.v1.cri"]["containerd"]["runtimes"]
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -298,3 +462,40 @@ def test_a_multi_line_imports_list_keeps_its_layout_and_comments() -> None:
     assert main is not None
     restored, gone = drop_in(main, RuntimeChange(remove=True), current=drop)
     assert restored == text and gone is None
+
+
+def test_a_hand_edited_drop_in_of_ours_in_any_shape_is_rebuilt_not_a_traceback() -> None:
+    """A table where cdictk wrote one now holds a string: the drop-in is made again from the main file."""
+    from cdictk.runtime.configure.containerd import DROP_IN_HEADER
+
+    _, drop = drop_in(V2)
+    assert drop is not None
+    for broken in (
+        f'{DROP_IN_HEADER}\nversion = 2\nplugins."io.containerd.grpc.v1.cri" = {{containerd = "v"}}\n',
+        f'{DROP_IN_HEADER}\nversion = 2\nplugins."io.containerd.grpc.v1.cri".containerd.runtimes = [1]\n',
+    ):
+        _, rebuilt = drop_in(V2, current=broken)
+        assert rebuilt == drop
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (
+            'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "a"\n  sandbox_image = "b"\n',
+            '/etc/containerd/config.toml:4:22: invalid TOML: duplicate key "sandbox_image"',
+        ),
+        (
+            "version = 2\na = " + "9" * 5000 + "\n",
+            "/etc/containerd/config.toml:2:5005: invalid TOML: Invalid number",
+        ),
+    ],
+)
+def test_a_file_tomlkit_chokes_on_is_one_error_with_its_place(text: str, message: str) -> None:
+    """tomlkit raises KeyAlreadyPresent, with no place, for a key given twice: it was a traceback."""
+    with pytest.raises(CdictkError) as caught:
+        drop_in(text)
+    assert str(caught.value.problem) == message
+    with pytest.raises(CdictkError) as caught:
+        configure_in_place(text, "/etc/containerd/config.toml", CHANGE, None)
+    assert str(caught.value.problem) == message

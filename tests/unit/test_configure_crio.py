@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.cli.main import main
+from cdictk.errors import CdictkError
 from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.runtime.configure.crio import HEADER, configure
 
@@ -118,3 +120,128 @@ def test_a_second_run_changes_nothing_and_asks_for_no_restart(
     assert main(args) == 0
     err = capsys.readouterr().err
     assert "restart crio" not in err and "nothing changed: crio needs no restart" in err
+
+
+def run(capsys: pytest.CaptureFixture[str], tmp_path: Path, *args: str) -> tuple[int, str]:
+    """The real command on tmp_path/crio.conf and its drop-in; a later --drop-in-config wins."""
+    command = ["runtime", "configure", "--runtime", "crio", "--config", str(tmp_path / "crio.conf")]
+    command += ["--drop-in-config", str(tmp_path / "crio.conf.d" / "99-cdictk.toml")]
+    code = main([*command, "--runtime-path", "/usr/bin/true", *args])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "args", "message"),
+    [
+        pytest.param(
+            "crio.conf",
+            '[crio.runtime]\ndefault_runtime = "runc"\ndefault_runtime = "crun"\n',
+            [],
+            ':3:25: invalid TOML: duplicate key "default_runtime"',
+            id="key-twice",
+        ),
+        pytest.param(
+            "crio.conf",
+            '[crio.runtime]\ndefault_runtime = "runc"\ndefault_runtime = "crun"\n',
+            ["--drop-in-config", ""],
+            ':3:25: invalid TOML: duplicate key "default_runtime"',
+            id="key-twice-in-place",
+        ),
+        pytest.param(
+            "crio.conf",
+            '[crio.runtime]\nlog_level = "info"\n\n[crio.api]\n\n[crio.runtime]\nconmon = "/c"\n',
+            [],
+            ':6:14: invalid TOML: duplicate key "runtime"',
+            id="table-twice",
+        ),
+        pytest.param(
+            "crio.conf.d/99-cdictk.toml",
+            HEADER + '[crio.runtime.runtimes.cdictk]\nruntime_path = "/a"\nruntime_path = "/b"\n',
+            [],
+            ':4:20: invalid TOML: duplicate key "runtime_path"',
+            id="drop-in-key-twice",
+        ),
+        pytest.param(
+            "crio.conf",
+            "a = " + "[" * 2000 + "]" * 2000 + "\n",
+            [],
+            ":1:105: invalid TOML: TOML value nested more than 100 levels deep",
+            id="too-deep-for-tomllib",
+        ),
+        pytest.param(
+            "crio.conf",
+            "a = " + "9" * 5000 + "\n",
+            [],
+            ":1:5005: invalid TOML: Invalid number",
+            id="too-many-digits-for-tomllib",
+        ),
+    ],
+)
+def test_a_bad_file_is_one_line_with_its_place_and_nothing_is_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, *, name: str, text: str, args: list[str], message: str
+) -> None:
+    path = tmp_path / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    before = sorted(tmp_path.rglob("*"))
+    assert run(capsys, tmp_path, *args) == (1, f"cdictk: error: {path}{message}\n")
+    assert path.read_text() == text and sorted(tmp_path.rglob("*")) == before
+
+
+# Valid TOML (a dotted key, a table under it, another table, one more under it) that tomlkit refuses.
+SPREAD = """[crio]
+runtime.default_runtime = "runc"
+
+[crio.runtime.runtimes.runc]
+monitor_path = "/usr/libexec/crio/conmon"
+
+[metrics]
+
+[crio.runtime.runtimes.crun]
+"""
+
+
+def test_valid_toml_that_tomlkit_cannot_read_is_refused_only_where_it_is_edited(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "crio.conf"
+    config.write_text(SPREAD)
+    assert run(capsys, tmp_path, "--drop-in-config", "") == (
+        1,
+        f"cdictk: error: {config}:9:1: cannot edit this file safely "
+        '(tomlkit cannot read it: Key "runtime" already exists); nothing written\n',
+    )
+    assert config.read_text() == SPREAD and sorted(tmp_path.iterdir()) == [config]
+    # The drop-in only reads the main config, with tomllib.
+    assert run(capsys, tmp_path)[0] == 0
+    drop_in = tomllib.loads((tmp_path / "crio.conf.d" / "99-cdictk.toml").read_text())
+    assert drop_in["crio"]["runtime"]["runtimes"]["cdictk"]["monitor_path"] == "/usr/libexec/crio/conmon"
+    assert config.read_text() == SPREAD
+
+
+def test_an_edit_that_tomlkit_would_write_as_invalid_toml_is_refused() -> None:
+    # default_runtime is a table here: tomlkit writes the string over it, and [...default_runtime.b] stays.
+    text = "crio.runtime.default_runtime.a = 1\n[crio.runtime.default_runtime.b]\n"
+    with pytest.raises(CdictkError) as caught:
+        configure(text, "crio.conf", None, "crio.conf", RuntimeChange(set_as_default=True))
+    assert str(caught.value) == (
+        "crio.conf: cannot edit this file safely (the edit would change other settings); nothing written"
+    )
+
+
+@pytest.mark.parametrize(
+    "backup",
+    ["a = " + "[" * 2000 + "]" * 2000 + "\n", "a = " + "9" * 5000 + "\n"],
+    ids=["too-deep-for-tomllib", "too-many-digits-for-tomllib"],
+)
+def test_remove_in_place_goes_on_without_a_backup_tomllib_cannot_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, backup: str
+) -> None:
+    config = tmp_path / "crio.conf"
+    config.write_text(MAIN)
+    assert run(capsys, tmp_path, "--drop-in-config", "", "--set-as-default")[0] == 0
+    (tmp_path / "crio.conf.cdictk.orig").write_text(backup)
+    assert run(capsys, tmp_path, "--drop-in-config", "", "--remove")[0] == 0
+    runtime = tomllib.loads(config.read_text())["crio"]["runtime"]
+    # Nothing to restore the default from: it goes with the runtime it named.
+    assert "cdictk" not in runtime["runtimes"] and "default_runtime" not in runtime

@@ -1,7 +1,9 @@
 import json
+from pathlib import Path
 
 import pytest
 
+from cdictk.cli.main import main
 from cdictk.errors import CdictkError
 from cdictk.runtime.configure.change import RuntimeChange
 from cdictk.runtime.configure.docker import MAX_DAEMON_JSON_BYTES, configure_docker
@@ -250,3 +252,14 @@ def test_unusable_changes_are_refused(change: RuntimeChange, message: str) -> No
     # A syntax error is placed as file:line:column; a wrong field is named after the file.
     expected = f"{FILE}{message}" if message.startswith(":") else f"{FILE}: {message}"
     assert str(caught.value) == expected
+
+
+def test_remove_goes_on_without_a_backup_nested_too_deeply_to_read(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    config = tmp_path / "daemon.json"
+    config.write_text('{"default-runtime": "cdictk", "runtimes": {"cdictk": {"path": "/usr/bin/true"}}}\n')
+    (tmp_path / "daemon.json.cdictk.orig").write_text("[" * 100_000 + "]" * 100_000)
+    assert main(["runtime", "configure", "--runtime", "docker", "--config", str(config), "--remove"]) == 0
+    assert "error" not in capsys.readouterr().err
+    assert json.loads(config.read_text()) == {}

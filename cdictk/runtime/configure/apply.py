@@ -107,7 +107,9 @@ def _before(path: str) -> dict[str, Any] | None:
     try:
         with open(path + writer.BACKUP_SUFFIX, "rb") as handle:
             return tomllib.loads(handle.read(writer.MAX_CONFIG_BYTES).decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+    # ValueError: not UTF-8 or not TOML, or an integer past Python's digit limit; RecursionError: nested
+    # too deeply. A backup that cannot be read has nothing to restore.
+    except (OSError, ValueError, RecursionError):
         return None
 
 
@@ -117,8 +119,8 @@ def _other_imports(main: writer.Current, drop_in: str) -> list[tuple[str, str]]:
         return []
     try:
         imports = tomllib.loads(main.text).get("imports", [])
-    except tomllib.TOMLDecodeError:
-        return []  # the edit itself reports the syntax error, with its position
+    except (ValueError, RecursionError):  # not TOML, or past tomllib's limits (as in _before)
+        return []  # the edit itself reports the problem, with its position
     found: list[tuple[str, str]] = []
     directory = os.path.dirname(main.path)
     for entry in imports if isinstance(imports, list) else []:
@@ -139,7 +141,7 @@ def _before_json(path: str) -> dict[str, Any] | None:
     try:
         with open(path + writer.BACKUP_SUFFIX, "rb") as handle:
             data = json.loads(handle.read(writer.MAX_CONFIG_BYTES) or b"{}")
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # as in _before
         return None
     return data if isinstance(data, dict) else None
 

@@ -74,6 +74,10 @@ def _peek(parent: Any, *keys: str) -> Any:
     return parent
 
 
+def _table(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
 def check_change(change: RuntimeChange, file: str) -> None:
     name = change.runtime_name
     if not _NAME.fullmatch(name) or name == "runc":
@@ -216,11 +220,13 @@ def _ours(base: dict[str, Any], drop_in: dict[str, Any]) -> dict[str, Any]:
     default runtime or CDI settings that differ from ``base``'s. Everything else is taken afresh from
     ``base``, so edits to the main config reach the drop-in on the next run."""
     merged = copy.deepcopy(base)
-    old_section = _peek(drop_in, "containerd") or {}
+    # The drop-in is ours, but a hand edit may have given it any shape: what is not a table is dropped
+    # and rebuilt from base.
+    old_section = _table(_peek(drop_in, "containerd"))
     section = merged.setdefault("containerd", {})
     if isinstance(section, dict):
         runtimes = section.setdefault("runtimes", {})
-        for name, entry in (_peek(old_section, "runtimes") or {}).items():
+        for name, entry in _table(_peek(old_section, "runtimes")).items():
             if isinstance(runtimes, dict) and name not in runtimes:
                 runtimes[name] = copy.deepcopy(entry)
         default = old_section.get("default_runtime_name")

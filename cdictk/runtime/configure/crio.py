@@ -7,7 +7,9 @@ the way the node's runtimes are. CRI-O has CDI on by default: there is nothing t
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import tomllib
 from typing import Any
 
 from cdictk.errors import CdictkError
@@ -101,7 +103,7 @@ def configure(
     main config ``source_text`` (the same text when editing in place)."""
     check_change(change, file)
     document, data = tomledit.load(text, file)
-    source = data if source_text is None else tomledit.load(source_text, source_file)[1]
+    source = data if source_text is None else _settings(source_text, source_file)
     intended = changed(data, source, change, file, before)
     if intended == data:
         return Edit(file, text)
@@ -114,6 +116,14 @@ def configure(
 
         return Edit(file, HEADER + tomledit.edit(tomlkit.document(), {}, intended, file))
     return Edit(file, tomledit.edit(document, data, intended, file, like=text))
+
+
+def _settings(text: str, file: str) -> dict[str, Any]:
+    """The main config's settings, when only the drop-in is edited: a layout of valid TOML that tomlkit
+    cannot read (and so could not edit) is no reason to refuse."""
+    with contextlib.suppress(ValueError, RecursionError):  # tomllib.TOMLDecodeError is a ValueError
+        return tomllib.loads(text)
+    return tomledit.load(text, file)[1]  # raises, saying why and where as for a file being edited
 
 
 HEADER = "# Written by `cdictk runtime configure`.\n"

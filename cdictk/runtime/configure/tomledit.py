@@ -4,13 +4,15 @@ The change is computed on plain dicts first (what the config must mean afterward
 the difference to the tomlkit document, so comments, order and layout outside the changed tables stay
 byte for byte. Finally the result is parsed back with tomllib and compared with the intended dicts:
 tomlkit can move a key into a new table when it adds one under root-level dotted keys, and a config that
-means something else than intended must never be written.
+means something else than intended must never be written. It is parsed back with tomlkit too, which
+rejects some valid layouts: a file cdictk writes must stay one that cdictk can edit (and undo).
 """
 
 from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Iterator
 from typing import Any
 
 from cdictk.errors import CdictkError
@@ -21,28 +23,56 @@ MAX_CONFIG_BYTES = 16 << 20
 def load(text: str, file: str) -> tuple[Any, dict[str, Any]]:
     """The tomlkit document and the plain data of ``text``; a syntax error names line and column."""
     import tomlkit  # noqa: PLC0415 (lazy: only configure needs it)
-    from tomlkit.exceptions import ParseError  # noqa: PLC0415
+    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
 
     if len(text) > MAX_CONFIG_BYTES:
         raise CdictkError(file, "", f"larger than {MAX_CONFIG_BYTES} bytes")
     try:
         document = tomlkit.parse(text)
         data = tomllib.loads(text)
-    except ParseError as exc:
-        # tomlkit counts columns from 0; editors and compilers count from 1.
-        raise CdictkError(f"{file}:{exc.line}:{exc.col + 1}", "", _reason(exc)) from None
-    except tomllib.TOMLDecodeError as exc:
-        match = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
-        where = f"{file}:{match.group(1)}:{match.group(2)}" if match else file
-        reason = re.sub(r"\s*\(at line \d+, column \d+\)", "", str(exc))
-        raise CdictkError(where, "", f"invalid TOML: {reason}") from None
+    except TOMLKitError as exc:
+        raise _refused(text, file, exc) from None
+    except tomllib.TOMLDecodeError as exc:  # tomlkit lets some invalid TOML through
+        raise _invalid(file, exc) from None
     return document, data
 
 
+def _refused(text: str, file: str, exc: Exception) -> CdictkError:
+    """Why tomlkit refused ``text``. tomllib keeps to the TOML spec, so it says whether the file is
+    invalid and where: tomlkit places a table given twice where the second one ends, and a key given
+    twice inside a table nowhere at all (KeyAlreadyPresent)."""
+    from tomlkit.exceptions import ParseError  # noqa: PLC0415
+
+    # tomlkit counts columns from 0; editors and compilers count from 1.
+    where = f"{file}:{exc.line}:{exc.col + 1}" if isinstance(exc, ParseError) else file
+    try:
+        tomllib.loads(text)
+    except tomllib.TOMLDecodeError as invalid:
+        # tomllib says "Cannot overwrite a value" for a key given twice; only tomlkit names the key.
+        duplicate = re.match(r'Key "(.*)" already exists', _reason(exc))
+        return _invalid(file, invalid, f'duplicate key "{duplicate.group(1)}"' if duplicate else None)
+    except (ValueError, RecursionError):
+        # Past tomllib's own limits (an integer's digits, nesting), which tomlkit keeps as well.
+        return CdictkError(where, "", f"invalid TOML: {_reason(exc)}")
+    # tomlkit rejects some valid layouts of tables spread over the file: say so, not "invalid".
+    return CdictkError(
+        where,
+        "",
+        f"cannot edit this file safely (tomlkit cannot read it: {_reason(exc).rstrip('.')}); nothing written",
+    )
+
+
+def _invalid(file: str, exc: tomllib.TOMLDecodeError, reason: str | None = None) -> CdictkError:
+    """``file:line:column: invalid TOML: <reason>``, placed where tomllib found the problem."""
+    at = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
+    match = at.search(str(exc))
+    where = f"{file}:{match.group(1)}:{match.group(2)}" if match else file
+    return CdictkError(where, "", f"invalid TOML: {reason or at.sub('', str(exc))}")
+
+
 def _reason(exc: Exception) -> str:
-    text = str(exc)
     # tomlkit appends " at line L col C"; the position is already in the field.
-    return "invalid TOML: " + text.split(" at line ", 1)[0]
+    return str(exc).split(" at line ", 1)[0]
 
 
 def dumps(document: Any, intended: dict[str, Any], file: str, like: str = "") -> str:
@@ -51,45 +81,72 @@ def dumps(document: Any, intended: dict[str, Any], file: str, like: str = "") ->
     Lines tomlkit adds end in "\n"; a file written with CRLF (``like``, the original text) keeps CRLF.
     """
     import tomlkit  # noqa: PLC0415
+    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
 
     text: str = tomlkit.dumps(document)
     if "\r\n" in like:
         text = re.sub(r"(?<!\r)\n", "\r\n", text)
-    if tomllib.loads(text) != intended:
+    try:
+        means = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        means = None  # tomlkit can give a value the name of a [table] further down: not TOML at all
+    if means != intended:
         raise CdictkError(
             file, "", "cannot edit this file safely (the edit would change other settings); nothing written"
         )
+    try:
+        tomlkit.parse(text)
+    except TOMLKitError:
+        # Valid TOML, but a later run (--remove included) could not edit it.
+        raise CdictkError(
+            file, "", "cannot edit this file safely (tomlkit could not read the result back); nothing written"
+        ) from None
     return text
 
 
 def edit(document: Any, old: dict[str, Any], new: dict[str, Any], file: str, like: str = "") -> str:
     """``document`` (holding ``old``) changed to hold ``new``, as text checked to mean exactly that."""
+    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
+
     try:
         sync(document, old, new)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:  # tomlkit refusing a construct
+    except (ValueError, TypeError, KeyError, AttributeError, TOMLKitError) as exc:  # tomlkit refusing
         raise CdictkError(file, "", f"cannot edit this file safely ({exc}); nothing written") from None
     return dumps(document, new, file, like)
 
 
 def sync(container: Any, old: dict[str, Any], new: dict[str, Any]) -> None:
     """Make the tomlkit ``container`` (holding ``old``) hold ``new``, touching only what differs."""
+    _sync([(None, container)], old, new)
+
+
+def _sync(parts: list[tuple[Any, Any]], old: dict[str, Any], new: dict[str, Any]) -> None:
+    """``sync`` for one table written in several ``parts`` ((key, tomlkit container) pairs).
+
+    A hand-edited file spreads a table over the file: sub-tables before their super-table, other tables
+    in between, dotted keys. tomlkit's merged view of such a table (OutOfOrderTableProxy) cannot add a
+    key, so each edit goes to the one part that can hold it.
+    """
     import tomlkit  # noqa: PLC0415
 
     for key in [key for key in old if key not in new]:
-        del container[key]
+        for container in _holding(parts, key):
+            del container[key]
     for key, value in new.items():
         if key not in old:
-            _add(container, key, value)
-        elif isinstance(value, dict) and isinstance(old[key], dict):
-            sync(container[key], old[key], value)
+            _add(parts, key, value)
+            continue
+        holding = _holding(parts, key)
+        if isinstance(value, dict) and isinstance(old[key], dict):
+            _sync([entry for container in holding for entry in _entries(container, key)], old[key], value)
         elif (
             isinstance(value, list)
             and isinstance(old[key], list)
-            and _edit_array(container[key], old[key], value)
+            and _edit_array(holding[0][key], old[key], value)
         ):
             pass
         elif value != old[key]:
-            container[key] = tomlkit.item(value)
+            holding[0][key] = tomlkit.item(value)
 
 
 def _edit_array(array: Any, old: list[Any], new: list[Any]) -> bool:
@@ -112,28 +169,99 @@ def _edit_array(array: Any, old: list[Any], new: list[Any]) -> bool:
     return False
 
 
-def _add(container: Any, key: str, value: Any) -> None:
+def _add(parts: list[tuple[Any, Any]], key: str, value: Any) -> None:
     import tomlkit  # noqa: PLC0415
-    from tomlkit.items import AoT, InlineTable, Table  # noqa: PLC0415
+    from tomlkit.items import InlineTable, Table  # noqa: PLC0415
 
-    if isinstance(container, InlineTable):
-        container[key] = _inline(value)  # an inline table can only hold inline values
+    inline = [container for _, container in parts if isinstance(container, InlineTable)]
+    if inline:
+        inline[0][key] = _inline(value)  # an inline table is written whole, and holds only inline values
         return
-    if isinstance(value, dict):
+    dotted = [container for name, container in parts if name is not None and name.is_dotted()]
+    headed = [container for name, container in parts if name is None or not name.is_dotted()]
+    concrete = [
+        container for container in headed if not (isinstance(container, Table) and container.is_super_table())
+    ]
+    if isinstance(value, dict) and headed:
         # A table that only holds tables is written as their headers alone ([a.b.c], no empty [a]).
         table = tomlkit.table(is_super_table=bool(value) and all(isinstance(v, dict) for v in value.values()))
         for sub_key, sub_value in value.items():
-            _add(table, sub_key, sub_value)
-        container.add(key, table)
+            _add([(None, table)], sub_key, sub_value)
+        # After the table's own [header] section, where a reader looks for it.
+        target = (concrete or headed)[-1]
+        # Another header may follow a table part: keep the blank line before it (none follows the document).
+        blank = _blank_after(target) if isinstance(target, Table) else None
+        target.add(key, table)
+        if blank is not None:
+            table.add(tomlkit.ws(blank.as_string()))
         return
-    item = tomlkit.item(value)
-    siblings = [v for k, v in _body(container) if k is not None and not isinstance(v, (Table, AoT))]
-    if siblings and isinstance(container, Table):
-        # tomlkit prefixes the table's own indent: keep the new key in line with its siblings.
-        own = container.trivia.indent
-        indent = siblings[-1].trivia.indent
-        item.trivia.indent = indent[len(own) :] if indent.startswith(own) else indent
-    container.add(key, item)
+    # A table has one [header] at most, so a key goes there; else beside its dotted siblings; else a
+    # header-less super-table gets the [header] (placed before its sub-tables, as TOML reads best).
+    # Under a dotted key, a header would not be inside the table: a new table is written as dotted keys.
+    if concrete:
+        target = concrete[0]
+    elif dotted:
+        direct = [part for part in dotted if any(not isinstance(item, Table) for _, item in _body(part))]
+        target = (direct or dotted)[-1]
+    else:
+        target = headed[0]
+        # tomlkit gave it the trivia of the sub-table header it was parsed from: not this header's comment.
+        target.trivia.comment_ws = target.trivia.comment = ""
+    indent = _indent(target)
+    for path, leaf in _leaves(value):
+        item = _inline(leaf)
+        if indent is not None and isinstance(target, Table):
+            # tomlkit prefixes the table's own indent: keep the new key in line with its siblings.
+            own = target.trivia.indent
+            item.trivia.indent = indent[len(own) :] if indent.startswith(own) else indent
+        # A plain name, not a one-part Key: given a Key, tomlkit's Table.add reads the value back
+        # unwrapped, and a bool has no trivia.
+        target.add(tomlkit.key([key, *path]) if path else key, item)
+
+
+def _leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:
+    """(path, value) for each value a dotted key can hold: dicts are spelled out, down to an empty one."""
+    if isinstance(value, dict) and value:
+        for key, item in value.items():
+            yield from _leaves(item, (*path, key))
+    else:
+        yield path, value
+
+
+def _indent(container: Any) -> str | None:
+    """The indent of the last key written in ``container``'s own section (dotted keys included)."""
+    from tomlkit.items import AoT, Table  # noqa: PLC0415
+
+    for name, item in reversed(_body(container)):
+        if name is None or isinstance(item, AoT):
+            continue
+        if not isinstance(item, Table):
+            indent: str = item.trivia.indent
+            return indent
+        if name.is_dotted() and (found := _indent(item)) is not None:
+            return found
+    return None
+
+
+def _blank_after(container: Any) -> Any:
+    """The whitespace item that ends ``container``'s text (the blank line before a next header), or None."""
+    from tomlkit.items import Null, Table, Whitespace  # noqa: PLC0415
+
+    items = [item for _, item in _body(container) if not isinstance(item, Null)]
+    if items and isinstance(items[-1], Whitespace):
+        return items[-1]
+    if items and isinstance(items[-1], Table):
+        return _blank_after(items[-1])
+    return None
+
+
+def _holding(parts: list[tuple[Any, Any]], key: str) -> list[Any]:
+    """The containers among ``parts`` that have ``key`` written in them."""
+    return [container for _, container in parts if _entries(container, key)]
+
+
+def _entries(container: Any, key: str) -> list[tuple[Any, Any]]:
+    return [(name, item) for name, item in _body(container) if name is not None and name.key == key]
 
 
 def _inline(value: Any) -> Any:
@@ -148,6 +276,7 @@ def _inline(value: Any) -> Any:
 
 
 def _body(container: Any) -> list[tuple[Any, Any]]:
-    value = getattr(container, "value", container)
-    body: list[tuple[Any, Any]] = getattr(value, "body", [])
+    from tomlkit.container import Container  # noqa: PLC0415
+
+    body: list[tuple[Any, Any]] = (container if isinstance(container, Container) else container.value).body
     return body
