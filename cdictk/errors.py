@@ -45,3 +45,9 @@ class CdictkError(Exception):
     def in_file(self, file: str) -> CdictkError:
         """The same problem, attributed to ``file`` (parsers raise before they know the name)."""
         return CdictkError(file, self.problem.field, self.problem.reason)
+
+
+class HookError(Exception):
+    """A hook cannot do its work: one line on stderr, exit status 1, and the container must not start
+    half-prepared. Raised by the helpers the hooks share with the prestart hook (rootfs walking, OCI
+    state, mounts) as well as by the hooks themselves."""

@@ -89,3 +89,46 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def read_capped(path: str, limit: int) -> bytes:
+    """Read a regular file of at most ``limit`` bytes.
+
+    Symlinks are followed (spec dirs may hold links), but FIFOs and devices are refused before a
+    read could block, and a file that grows past the cap while we read is still refused.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CdictkError(path, "", "not a regular file")
+        if st.st_size > limit:
+            raise CdictkError(path, "", f"file is {st.st_size} bytes, over the {limit}-byte limit")
+        data = read_fd(fd, limit)
+        if data is None:
+            raise CdictkError(path, "", f"file is over the {limit}-byte limit")
+        return data
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    finally:
+        os.close(fd)
+
+
+def read_fd(fd: int, limit: int) -> bytes | None:
+    """What is left to read from ``fd``, or None when that is more than ``limit`` bytes.
+
+    Reads to the end whatever ``st_size`` says: procfs and sysfs files report 0 and hand out a page or
+    so per read, and a file may grow while it is read.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+    return None

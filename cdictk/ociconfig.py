@@ -6,7 +6,7 @@ config.json on every container create, compactly (runc reads it, not a person).
 
 from __future__ import annotations
 
-from cdictk import fastjson, strictjson
+from cdictk import fsutil, strictjson
 from cdictk.errors import CdictkError
 from cdictk.fsutil import atomic_write
 
@@ -27,13 +27,13 @@ def parse_config(data: bytes, file: str) -> dict[str, Any]:
 
 
 def read_config(path: str) -> dict[str, Any]:
-    return parse_config(strictjson.read_capped(path, MAX_CONFIG_BYTES), path)
+    return parse_config(fsutil.read_capped(path, MAX_CONFIG_BYTES), path)
 
 
 def dump_config(config: dict[str, Any], *, compact: bool = False) -> bytes:
     """``config`` as JSON: indented for people, or ``compact`` (no :mod:`json` import) for runtimes."""
     if compact:
-        return fastjson.dumps(config)
+        return strictjson.dumps(config)
     import json  # noqa: PLC0415
 
     return (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode()

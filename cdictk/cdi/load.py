@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdictk import strictjson
+from cdictk import fsutil
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Spec
 from cdictk.cdi.parse import parse_document
@@ -25,7 +25,7 @@ class InvalidSpecError(CdictkError):
 
 def read_document(path: str, *, json_only: bool = False) -> Any:
     """The file's parsed YAML or JSON data (see :func:`parse_document` for ``json_only``)."""
-    return parse_document(strictjson.read_capped(path, MAX_SPEC_BYTES), path, json_only=json_only)
+    return parse_document(fsutil.read_capped(path, MAX_SPEC_BYTES), path, json_only=json_only)
 
 
 def load_spec(path: str) -> Spec:

@@ -329,7 +329,7 @@ def _read_current(path: str) -> tuple[bytes | None, bool, tuple[int, ...] | None
         raise CdictkError(path, "", exc.strerror or str(exc)) from None
     if not stat.S_ISREG(info.st_mode):
         raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
-    from cdictk.strictjson import read_capped  # noqa: PLC0415
+    from cdictk.fsutil import read_capped  # noqa: PLC0415
 
     return read_capped(path, MAX_SPEC_BYTES), stat.S_IMODE(info.st_mode) == 0o644, _stamp(info)
 

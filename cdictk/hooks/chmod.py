@@ -17,11 +17,11 @@ import os
 import stat
 import sys
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 MAX_MODE = 0o7777
 _IGNORED = (errno.EPERM, errno.EACCES, errno.EROFS)
@@ -103,7 +103,7 @@ class _Chmod:
             raise HookError(f"chmod: cannot change the mode of {path}: {exc.strerror}") from exc
 
     def _chmod(self, fd: int, mode: int) -> None:
-        from cdictk.hooks import syscalls  # noqa: PLC0415 - ctypes only when a mode must change
+        from cdictk import syscalls  # noqa: PLC0415 - ctypes only when a mode must change
 
         if not self._through_proc:
             try:
@@ -119,7 +119,7 @@ class _Chmod:
 
 
 def _require_procfs() -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     try:
         proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)

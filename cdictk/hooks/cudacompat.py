@@ -28,7 +28,7 @@ When compat does not apply, a :data:`COMPAT_CONF` left by an earlier start of th
 restart after a host driver upgrade) is removed, so a compat libcuda older than the new driver is not
 kept ahead of it. Host versions that are not dotted numbers are a :class:`HookError`.
 
-Everything in the rootfs is reached through :class:`~cdictk.hooks.inroot.Rootfs` or a descriptor of
+Everything in the rootfs is reached through :class:`~cdictk.rootfs.Rootfs` or a descriptor of
 a directory opened through it; the library is opened O_PATH without following a symlink, checked to
 be a regular file, and only then re-opened for reading, so a FIFO or device node is never opened.
 """
@@ -40,13 +40,13 @@ import os
 import posixpath
 import stat
 
+from cdictk.errors import HookError
 from cdictk.hooks.elfnote import read_notes
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import reopen_regular
+from cdictk.rootfs import reopen_regular
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
     Version = tuple[int, ...]
     Note = tuple[tuple[int, ...], Version]
@@ -223,7 +223,7 @@ def _read_note(fd: int) -> Note | None:
 
 
 def _usable_note(desc: bytes) -> Note | None:
-    from cdictk.hooks.jsonread import loads  # noqa: PLC0415 - only images with a note pay for it
+    from cdictk.strictjson import loads_for_hook as loads  # noqa: PLC0415 - only images with a note pay for it
 
     try:
         value = loads(desc.rstrip(b"\0"), NOTE_SECTION)

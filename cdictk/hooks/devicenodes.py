@@ -31,12 +31,13 @@ import errno
 import os
 import stat
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import read_regular_fd
+from cdictk.errors import HookError
+from cdictk.fsutil import read_fd
+from cdictk.rootfs import read_regular_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 PARAMS = "/proc/driver/nvidia/params"
 PROC_SUPER_MAGIC = 0x9FA0  # as syscalls.PROC_SUPER_MAGIC, which is not imported until needed
@@ -102,21 +103,14 @@ def _read_host_params(path: str) -> bytes | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise HookError(f"disable-device-node-modification: {path} is not a regular file")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= MAX_PARAMS:  # procfs reports size 0: read until end of file
-            chunk = os.read(fd, MAX_PARAMS + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_fd(fd, MAX_PARAMS)
     except OSError as exc:
         raise HookError(f"disable-device-node-modification: cannot read {path}: {exc.strerror}") from exc
     finally:
         os.close(fd)
-    if size > MAX_PARAMS:
+    if data is None:
         raise HookError(f"disable-device-node-modification: {path} is larger than {MAX_PARAMS} bytes")
-    return b"".join(chunks)
+    return data
 
 
 def _open_target(rootfs: Rootfs) -> int | None:
@@ -147,7 +141,7 @@ def _read_target(fd: int) -> bytes:
 
 
 def _require_fs(fd: int, expected: int) -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     found = syscalls.fstatfs_type(fd)
     if found != expected:
@@ -160,7 +154,7 @@ def _require_fs(fd: int, expected: int) -> None:
 
 def _detached_copy(data: bytes) -> int:
     """A detached, read-only, private mount of a one-file tmpfs holding ``data``: its descriptor."""
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     try:
         mnt = _new_tmpfs(len(data))
@@ -196,7 +190,7 @@ def _detached_copy(data: bytes) -> int:
 
 
 def _new_tmpfs(size: int) -> int:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     fs = syscalls.fsopen("tmpfs")
     try:
@@ -232,7 +226,7 @@ def _clone_in_private_namespace(mnt: int) -> int:
     """
     import socket  # noqa: PLC0415
 
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     with ours, theirs:
@@ -280,7 +274,7 @@ def _clone_in_private_namespace(mnt: int) -> int:
 
 
 def _require_procfs() -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     proc = os.open("/proc", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
@@ -291,7 +285,7 @@ def _require_procfs() -> None:
 
 
 def _move_mount(tree: int, target: int) -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     try:
         syscalls.move_mount(tree, target)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import os
 import sys
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
     from typing import BinaryIO
 
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
     Runner = Callable[["Options", Rootfs], None]
 
@@ -254,10 +254,15 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
         return 2
     if name == "noop":  # what benchmarks and tests time: the entry point alone
         return 0
-    if name == "prestart":  # the legacy hook works on a created container, not on a rootfs path
-        from cdictk.prestart.main import main as prestart  # noqa: PLC0415
-
-        return prestart([*(["--debug"] if debug else []), "prestart", *args], stdin)
+    if name == "prestart":
+        # The legacy hook is the runtime shim's work, not a step on a rootfs: `cdictk hook prestart`
+        # reaches it from the command line. Never ignored like an unknown hook: that would start a
+        # --gpus container without its GPUs.
+        print(
+            f"{PROG}: prestart is run as `cdictk hook prestart` or the cdictk-prestart launcher",
+            file=sys.stderr,
+        )
+        return 2
     spec = HOOKS.get(name)
     if spec is None:
         if not quiet:
@@ -287,25 +292,10 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
 
 
 def run_on_container(spec: HookSpec, options: Options, stdin: BinaryIO) -> None:
-    from cdictk.hooks.ocistate import container_state, read_state  # noqa: PLC0415
+    from cdictk.ocistate import container_state, read_state  # noqa: PLC0415
+    from cdictk.rootfs import open_rootfs  # noqa: PLC0415
 
     container = container_state(read_state(stdin))
     with open_rootfs(container.rootfs) as rootfs:
         options.log(f"container {container.id or '?'}: rootfs {container.rootfs}")
         spec.run(options, rootfs)
-
-
-def open_rootfs(path: str) -> Rootfs:
-    """The container's rootfs, opened; never the host's own root."""
-    from cdictk.hooks.inroot import Rootfs  # noqa: PLC0415
-
-    try:
-        rootfs = Rootfs(path)
-    except OSError as exc:
-        raise HookError(f"container rootfs {path}: {exc.strerror}") from None
-    # The path was checked as a string; a link to "/" on the way is caught here, on the inode.
-    here, host = os.fstat(rootfs.fd), os.stat("/")
-    if (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
-        rootfs.__exit__()
-        raise HookError(f"container rootfs {path} is the host's root: refused")
-    return rootfs

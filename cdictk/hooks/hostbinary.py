@@ -15,7 +15,7 @@ import fcntl
 import os
 import stat
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

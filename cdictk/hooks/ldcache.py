@@ -5,7 +5,7 @@ system library folders into another (the host's ldconfig only knows the host dis
 folders), and the host's ldconfig rebuilds the container's ``/etc/ld.so.cache`` and SONAME links.
 
 Safer than nvidia-cdi-hook in three ways. The files are written from the hook process through
-:class:`~cdictk.hooks.inroot.Rootfs`, which resolves every path inside the rootfs. ldconfig runs in
+:class:`~cdictk.rootfs.Rootfs`, which resolves every path inside the rootfs. ldconfig runs in
 :mod:`cdictk.hooks.sandbox`, which also works when the rootfs is a plain directory and removes the
 procfs mounts whose magic links lead back to the host. And the drop-ins have fixed names, so a second
 run changes nothing but the cache.
@@ -24,14 +24,14 @@ from __future__ import annotations
 import os
 import stat
 
+from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, sandbox
-from cdictk.hooks.hookerror import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 HOOK = "update-ldcache"
 LD_SO_CONF = "/etc/ld.so.conf"

@@ -35,13 +35,14 @@ import resource
 import select
 import time
 
-from cdictk.hooks.hookerror import HookError
+from cdictk import mountinfo
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 # What the program may use: libnvidia-container's limits, with room for a large cache file.
 LIMITS = {"CPU": 10, "AS": 1 << 30, "NOFILE": 64, "FSIZE": 64 << 20, "CORE": 0}
@@ -52,7 +53,6 @@ _CAP_DAC_OVERRIDE = 1
 _CAP_FOWNER = 3
 _CAP_SETPCAP = 8
 _UMOUNT_NOFOLLOW = 0x8
-_MAX_MOUNTINFO = 4 << 20
 _MAX_REPORT = 1000
 
 
@@ -61,7 +61,7 @@ def run_in_rootfs(rootfs: Rootfs, exe_fd: int, argv: Sequence[str], *, timeout: 
     if not timeout > 0:
         raise HookError(f"the {what} timeout must be a positive number of seconds, not {timeout}")
     # ctypes is loaded here, before the fork, so the children import nothing.
-    from cdictk.hooks import syscalls  # noqa: F401, PLC0415
+    from cdictk import syscalls  # noqa: F401, PLC0415
 
     # The program's stderr goes to a memfd, not a pipe that could fill up and stall it: on failure, its
     # last line joins our one-line error; on success its chatter is not the runtime's business.
@@ -187,7 +187,7 @@ def _keeper_process(
 
 
 def _keeper(rootfs: Rootfs, exe_fd: int, argv: list[str], timeout: float, report: int, *, errlog: int) -> int:
-    from cdictk.hooks import syscalls  # noqa: PLC0415 - already loaded by the parent
+    from cdictk import syscalls  # noqa: PLC0415 - already loaded by the parent
 
     syscalls.unshare(
         syscalls.CLONE_NEWNS
@@ -223,7 +223,7 @@ def _runner_process(rootfs: Rootfs, exe_fd: int, argv: list[str], report: int, *
 def _confine_and_exec(
     rootfs: Rootfs, exe_fd: int, argv: list[str], report: int, step: list[str], *, errlog: int
 ) -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     step[0] = "making mounts private"
     # Nothing mounted or unmounted from here on may propagate to the host or to the container.
@@ -270,7 +270,7 @@ def _close_inherited_descriptors(proc: int, keep: set[int]) -> None:
 
 
 def _pivot_into(rootfs: Rootfs) -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     # A recursive bind keeps the runtime's mounts (the driver libraries CDI bind-mounts in) and makes
     # the rootfs a mount point, which pivot_root needs even when it is a plain directory. The path is
@@ -289,7 +289,7 @@ def _pivot_into(rootfs: Rootfs) -> None:
 
 def _detach_procfs(proc: int) -> None:
     """Detach every procfs mount under the new root, deepest first."""
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     for _ in range(8):
         mounts = _read_mounts(proc)
@@ -318,7 +318,7 @@ def _restrict_mounts() -> None:
     a device node from the image cannot be opened. Before Linux 5.12 (no mount_setattr) the program
     runs without this layer; the capabilities dropped before the exec still hold.
     """
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     root = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
@@ -340,7 +340,7 @@ def _drop_capabilities() -> None:
     CAP_MKNOD, CAP_SYS_MODULE or CAP_SYS_PTRACE, whatever an ldconfig tricked by a crafted library
     would try. no_new_privs forbids regaining any through a set-uid or file-capability binary.
     """
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     keep = (1 << _CAP_DAC_OVERRIDE) | (1 << _CAP_FOWNER)
     for cap in [*range(_CAP_SETPCAP), *range(_CAP_SETPCAP + 1, 64), _CAP_SETPCAP]:
@@ -363,38 +363,12 @@ def _read_mounts(proc: int) -> list[tuple[str, str]]:
     """
     fd = os.open("self/mountinfo", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
     try:
-        chunks = []
-        total = 0
-        while chunk := os.read(fd, 65536):
-            total += len(chunk)
-            if total > _MAX_MOUNTINFO:
-                raise OSError(errno.EFBIG, "mountinfo is too large")
-            chunks.append(chunk)
+        mounts = mountinfo.read(fd)
+    except ValueError as exc:
+        raise OSError(errno.EINVAL, str(exc)) from None
     finally:
         os.close(fd)
-    mounts = []
-    for line in b"".join(chunks).splitlines():
-        fields = line.split(b" ")
-        try:
-            separator = fields.index(b"-", 6)
-            mounts.append((_unescape(fields[4]), fields[separator + 1].decode("ascii", "replace")))
-        except (ValueError, IndexError):
-            raise OSError(errno.EINVAL, "unexpected mountinfo line") from None
-    return mounts
-
-
-def _unescape(field: bytes) -> str:
-    r"""mountinfo writes space, tab, newline and backslash in paths as \ooo octal escapes."""
-    out = bytearray()
-    i = 0
-    while i < len(field):
-        if field[i] == 0x5C and i + 3 < len(field) and all(0x30 <= c <= 0x37 for c in field[i + 1 : i + 4]):
-            out.append(int(field[i + 1 : i + 4], 8) & 0xFF)
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return os.fsdecode(bytes(out))
+    return [(mount.mountpoint, mount.fstype) for mount in mounts]
 
 
 def _depth(path: str) -> int:

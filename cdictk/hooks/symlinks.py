@@ -16,11 +16,11 @@ from __future__ import annotations
 import os
 import posixpath
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 
 def parse_link(text: str) -> tuple[str, str]:

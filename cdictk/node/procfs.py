@@ -13,6 +13,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from cdictk.fsutil import read_fd
 from cdictk.node.roots import Roots
 
 MAX_PROC_BYTES = 1 << 20
@@ -35,16 +36,12 @@ def read_text(path: str) -> str | None:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None
-        chunks = []
-        left = MAX_PROC_BYTES
-        while left > 0 and (chunk := os.read(fd, min(left, 65536))):
-            chunks.append(chunk)
-            left -= len(chunk)
+        data = read_fd(fd, MAX_PROC_BYTES)
     except OSError:
         return None
     finally:
         os.close(fd)
-    return b"".join(chunks).decode("utf-8", "replace")
+    return None if data is None else data.decode("utf-8", "replace")
 
 
 MAX_MAJOR = 4095  # the kernel's device numbers: 12-bit majors, 20-bit minors

@@ -19,7 +19,8 @@ from __future__ import annotations
 import os
 import stat
 
-from cdictk import fastjson
+from cdictk import strictjson
+from cdictk.fsutil import read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -71,10 +72,10 @@ class Cache:
         try:
             if not _private(fd, os.fstat, stat.S_IFREG) or os.fstat(fd).st_size > MAX_ENTRY:
                 return None
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            entry = fastjson.loads(b"".join(chunks))
+            data = read_fd(fd, MAX_ENTRY)
+            if data is None:
+                return None
+            entry = strictjson.parse(data)
         except (OSError, ValueError):
             return None
         finally:
@@ -88,7 +89,7 @@ class Cache:
         if self.directory is None:
             return
         try:
-            data = fastjson.dumps({"key": key, "value": value})
+            data = strictjson.dumps({"key": key, "value": value})
             if len(data) > MAX_ENTRY:  # load would refuse it: rewriting it every start helps no one
                 return
             os.makedirs(self.directory, mode=0o700, exist_ok=True)

@@ -24,7 +24,7 @@ import sys
 LAUNCHERS = {
     "cdictk-runtime": "cdictk.runtime.shim",
     "cdictk-precreate": "cdictk.runtime.precreate",
-    "cdictk-prestart": "cdictk.prestart.main",
+    "cdictk-prestart": "cdictk.runtime.prestart.main",
 }
 DEFAULT_DIR = "/usr/local/libexec/cdictk"
 # Docker's --gpus looks this name up on the daemon's PATH: installing it is opt-in, since it takes

@@ -23,6 +23,7 @@ import stat
 from cdictk import __version__
 from cdictk.cdi.apply import EditsSource
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths
+from cdictk.fsutil import read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -199,18 +200,14 @@ def _read(path: str) -> tuple[str | list[Any] | None, list[int]]:
         stamp = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         if not stat.S_ISREG(st.st_mode):
             return ["not a regular file"], stamp
-        chunks: list[bytes] = []
-        total = 0
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-            total += len(chunk)
-            if total > MAX_SPEC_BYTES:
-                return ["too large"], stamp
+        data = read_fd(fd, MAX_SPEC_BYTES)
+        if data is None:
+            return ["too large"], stamp
     except OSError as exc:
         return ["cannot read", exc.errno], []
     finally:
         os.close(fd)
     try:
-        return b"".join(chunks).decode("utf-8"), stamp
+        return data.decode("utf-8"), stamp
     except UnicodeDecodeError:
         return None, stamp

@@ -26,7 +26,7 @@ import pytest
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdictk.cdi.version import minimum_version
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 from cdictk.hooks.hostbinary import check_static_elf
 
 HERE = Path(__file__).resolve().parent

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write
+from cdictk.fsutil import atomic_write, read_capped
 
 
 def test_new_file_gets_the_given_mode(tmp_path: Path) -> None:
@@ -84,3 +84,24 @@ def test_a_file_written_with_its_own_mode_belongs_to_the_writer(tmp_path: Path) 
     os.chown(path, 65534, 65534)
     atomic_write(str(path), b"config", keep_mode=True)  # an edited config keeps its owner
     assert path.stat().st_uid == 65534
+
+
+def test_read_capped(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_bytes(b"x" * 10)
+    assert read_capped(str(path), 10) == b"x" * 10
+    with pytest.raises(CdictkError, match="file is 10 bytes, over the 9-byte limit"):
+        read_capped(str(path), 9)
+    with pytest.raises(CdictkError, match="No such file or directory"):
+        read_capped(str(tmp_path / "missing"), 10)
+    with pytest.raises(CdictkError, match="not a regular file"):
+        read_capped(str(tmp_path), 10)
+    os.mkfifo(tmp_path / "fifo")
+    with pytest.raises(CdictkError, match="not a regular file"):
+        read_capped(str(tmp_path / "fifo"), 10)
+
+
+def test_read_capped_stops_at_the_cap_for_files_without_a_size() -> None:
+    # /proc files report size 0 but have content: the cap still applies while reading.
+    with pytest.raises(CdictkError, match="over the 4-byte limit"):
+        read_capped("/proc/self/status", 4)

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.hooks import syscalls
+from cdictk import syscalls
+from cdictk.errors import HookError
 from cdictk.hooks.chmod import chmod_paths, parse_mode
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.errors import HookError
 from cdictk.hooks import cudacompat
 from cdictk.hooks.cudacompat import COMPAT_CONF, compat_applies, enable_cuda_compat, parse_version
 from cdictk.hooks.elfnote import ElfError, read_notes
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 
 SECTION = ".note.cuda.fwd_compatibility"
 OWNER = "NVIDIA Corporation"

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from cdictk.errors import HookError
 from cdictk.hooks.devicenodes import MAX_PARAMS, disable_device_node_modification, switched_off
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 
 REPO = Path(__file__).resolve().parents[2]
 HOST_ON = "RmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileMode: 438\n"
@@ -27,9 +27,10 @@ HOST_OFF = HOST_ON.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0")
 
 CHILD = r"""
 import errno, json, os, sys
-from cdictk.hooks import syscalls, devicenodes
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
+from cdictk import syscalls
+from cdictk.hooks import devicenodes
+from cdictk.errors import HookError
+from cdictk.rootfs import Rootfs
 
 cfg = json.loads(sys.argv[1])
 syscalls.unshare(syscalls.CLONE_NEWNS)

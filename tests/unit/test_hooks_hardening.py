@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.hooks import hostbinary, ocistate, sandbox
+from cdictk import ocistate
+from cdictk.errors import HookError
+from cdictk.hooks import hostbinary, sandbox
 from cdictk.hooks.entry import main
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 
 REPO = Path(__file__).resolve().parents[2]
 MUSL_ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(os.uname().machine, "x86_64")
@@ -263,7 +264,7 @@ def test_long_dangling_link_chain_gives_a_clear_error(
 WALK_XDEV = r"""
 import json, os, subprocess, sys
 from cdictk.hooks.chmod import chmod_paths
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 root, volume = sys.argv[1:3]
 subprocess.run(["mount", "--bind", volume, f"{root}/vol"], check=True)
 outcome = {}

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.errors import HookError
 from cdictk.hooks import ldcache
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
 from cdictk.hooks.ldcache import DRIVER_CONF, SYSTEM_CONF, update_ldcache
+from cdictk.rootfs import Rootfs
 from tests.unit.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
 
 TRIPLET = ldcache._TRIPLETS.get(os.uname().machine, "x86_64-linux-gnu")
@@ -442,7 +442,7 @@ def test_etc_linked_to_the_root_stays_in_the_rootfs(
 
 PROC_ESCAPE_SCRIPT = r"""
 import os, shutil, subprocess, sys
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 from cdictk.hooks.ldcache import update_ldcache
 control_root, root, control_host, host = sys.argv[1:5]
 for r, h in ((control_root, control_host), (root, host)):
@@ -482,7 +482,7 @@ def test_a_lib_folder_linked_through_proc_cannot_reach_the_host(built: Programs,
 
 BIND_SCRIPT = r"""
 import subprocess, sys
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 from cdictk.hooks.ldcache import update_ldcache
 source, root = sys.argv[1:3]
 subprocess.run(["mount", "--bind", source, root], check=True)
@@ -516,6 +516,6 @@ def test_importing_the_hook_loads_only_small_standard_modules() -> None:
         ).stdout.split()
     )
     heavy = {"typing", "dataclasses", "re", "json", "subprocess", "enum", "argparse", "shutil", "glob"}
-    heavy |= {"fnmatch", "uuid", "ctypes", "platform", "signal", "contextlib", "cdictk.hooks.syscalls"}
+    heavy |= {"fnmatch", "uuid", "ctypes", "platform", "signal", "contextlib", "cdictk.syscalls"}
     assert "cdictk.hooks.ldcache" in loaded
     assert loaded & heavy == set()

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, sandbox
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 from tests.unit.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
 
 MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}.get(
@@ -102,7 +102,7 @@ def test_the_program_sees_only_the_rootfs_and_nothing_of_the_hook(built: Program
 PROCFS_SCRIPT = r"""
 import os, subprocess, sys
 from cdictk.hooks import hostbinary, sandbox
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 root, probe, volume = sys.argv[1:4]
 def mount(*args):
     subprocess.run(["mount", *args], check=True)

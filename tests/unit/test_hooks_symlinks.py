@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
+from cdictk.errors import HookError
 from cdictk.hooks.symlinks import create_symlinks, parse_link
+from cdictk.rootfs import Rootfs
 
 
 def test_parse_link() -> None:

@@ -61,10 +61,10 @@ LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse
         "cdictk.runtime.requests",
         "cdictk.runtime.capabilities",
         "cdictk.runtime.settings",
-        "cdictk.prestart.main",
-        "cdictk.prestart.plan",
-        "cdictk.prestart.require",
-        "cdictk.prestart.log",
+        "cdictk.runtime.prestart.main",
+        "cdictk.runtime.prestart.plan",
+        "cdictk.runtime.prestart.require",
+        "cdictk.runtime.prestart.log",
     ],
 )
 def test_container_start_modules_import_only_light_standard_modules(module: str) -> None:

@@ -49,3 +49,15 @@ def test_a_symlinked_config_is_refused(tmp_path: Path) -> None:
     with pytest.raises(CdictkError, match="symlink"):
         write_config(str(tmp_path / "config.json"), {})
     assert (tmp_path / "real.json").read_text() == "{}"
+
+
+def test_oci_config(tmp_path: Path) -> None:
+    assert parse_config(b'{"ociVersion": "1.0.2"}', "c") == {"ociVersion": "1.0.2"}
+    with pytest.raises(CdictkError, match="c: an OCI config must be a JSON object"):
+        parse_config(b"[]", "c")
+    with pytest.raises(CdictkError, match="over the"):
+        parse_config(b" " * (MAX_CONFIG_BYTES + 1), "c")
+    path = tmp_path / "config.json"
+    path.write_bytes(dump_config({"b": 1, "a": "é"}))
+    assert path.read_text(encoding="utf-8") == '{\n  "b": 1,\n  "a": "é"\n}\n'
+    assert read_config(str(path)) == {"b": 1, "a": "é"}

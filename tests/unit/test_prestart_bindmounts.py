@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
-from cdictk.prestart.bindmounts import attach_all, clone_sources, close_all
+from cdictk.errors import HookError
+from cdictk.rootfs import Rootfs
+from cdictk.runtime.prestart.bindmounts import attach_all, clone_sources, close_all
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
 
@@ -40,7 +40,7 @@ def in_private_mount_namespace(scenario: Callable[[], Any]) -> Any:
     An exception in the child fails the test with the child's traceback; the host's mount table must
     be the same afterwards.
     """
-    from cdictk.hooks import syscalls
+    from cdictk import syscalls
 
     before = mountinfo()
     read_end, write_end = os.pipe()
@@ -88,7 +88,7 @@ def in_private_mount_namespace(scenario: Callable[[], Any]) -> Any:
 
 def host_tmpfs(path: Path) -> None:
     """A fresh tmpfs at ``path`` (in the child's namespace): sources with no mount flags of their own."""
-    from cdictk.hooks import syscalls
+    from cdictk import syscalls
 
     path.mkdir(parents=True, exist_ok=True)
     syscalls.mount("tmpfs", str(path), "tmpfs", 0, "mode=0755")
@@ -238,7 +238,7 @@ def test_a_volume_mounted_at_the_target_is_refused_not_stacked(tmp_path: Path) -
     volume.write_text("user's volume")
 
     def scenario() -> dict[str, Any]:
-        from cdictk.hooks import syscalls
+        from cdictk import syscalls
 
         host_tmpfs(host)
         (host / "lib").write_text("driver")

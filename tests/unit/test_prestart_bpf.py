@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from cdictk.prestart import bpf
-from cdictk.prestart.bpf import insn
+from cdictk.runtime.prestart import bpf
+from cdictk.runtime.prestart.bpf import insn
 
 # struct bpf_insn, written out by hand: the allow block for "c 195:0 rwm".
 ALLOW_C_195_0_RWM = bytes.fromhex(

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.prestart.container import Container, alive, container_of
+from cdictk.errors import HookError
+from cdictk.runtime.prestart.container import Container, alive, container_of
 
 DEADLINE_S = 10.0
 

@@ -18,15 +18,15 @@ from typing import Any
 
 import pytest
 
-from cdictk.prestart import bpf
-from cdictk.prestart.bpf import insn
-from cdictk.prestart.devcgroup import (
+from cdictk import mountinfo
+from cdictk.runtime.prestart import bpf
+from cdictk.runtime.prestart.bpf import insn
+from cdictk.runtime.prestart.devcgroup import (
     CgroupError,
     DeviceRule,
     allow_devices,
     open_beneath,
     parse_cgroup_file,
-    parse_mountinfo,
     patch_program,
     relative_path,
 )
@@ -97,30 +97,6 @@ def test_cgroup_file_v2_only() -> None:
 def test_cgroup_file_garbage_is_refused(data: bytes) -> None:
     with pytest.raises(CgroupError, match="/proc/<pid>/cgroup: "):
         parse_cgroup_file(data)
-
-
-def test_mountinfo_fields_escapes_and_optional_fields() -> None:
-    data = (
-        b"36 31 0:33 / /sys/fs/cgroup/devices rw,nosuid shared:17 master:2 - cgroup cgroup rw,devices\n"
-        b"41 31 0:38 /docker/abc /mnt/with\\040space\\134 rw,relatime - cgroup2 cgroup2 rw,nsdelegate\n"
-    )
-    first, second = parse_mountinfo(data)
-    assert (first.dev, first.root, first.mountpoint, first.fstype, first.super_options) == (
-        os.makedev(0, 33),
-        "/",
-        "/sys/fs/cgroup/devices",
-        "cgroup",
-        "rw,devices",
-    )
-    assert (second.root, second.mountpoint, second.fstype) == ("/docker/abc", "/mnt/with space\\", "cgroup2")
-
-
-@pytest.mark.parametrize(
-    "line", [b"36 31 0:33 / /x rw - cgroup\n", b"36 31 zero / /x rw - a b c\n", b"1 2\n"]
-)
-def test_mountinfo_garbage_is_refused(line: bytes) -> None:
-    with pytest.raises(CgroupError, match="mountinfo: unexpected line"):
-        parse_mountinfo(line)
 
 
 @pytest.mark.parametrize(
@@ -352,7 +328,7 @@ for line in sys.stdin:
 
 def _mounts() -> list[tuple[str, str, str]]:
     with open("/proc/self/mountinfo", "rb") as file:
-        return [(m.fstype, m.super_options, m.mountpoint) for m in parse_mountinfo(file.read())]
+        return [(m.fstype, m.super_options, m.mountpoint) for m in mountinfo.parse(file.read())]
 
 
 def _cgroup_mountpoint(kind: str) -> str | None:

@@ -14,8 +14,15 @@ from typing import Any
 import pynvml
 import pytest
 
-from cdictk.prestart.driverfacts import BRANDS, NvmlError, driver_facts, driver_facts_apart
-from cdictk.prestart.require import Facts, GpuFacts, RequirementError, check, needed_keys, requirements
+from cdictk.runtime.prestart.driverfacts import BRANDS, NvmlError, driver_facts, driver_facts_apart
+from cdictk.runtime.prestart.require import (
+    Facts,
+    GpuFacts,
+    RequirementError,
+    check,
+    needed_keys,
+    requirements,
+)
 from tests.conftest import NodeFactory
 from tests.fakenode.nvml import (
     NVML_BRAND_GEFORCE_RTX,
@@ -188,7 +195,7 @@ def test_bare_soname_is_found_by_the_loader(make_node: NodeFactory) -> None:
     node = make_node("eight")
     code = (
         f"import sys; sys.path.insert(0, {REPO!r})\n"
-        "from cdictk.prestart.driverfacts import driver_facts\n"
+        "from cdictk.runtime.prestart.driverfacts import driver_facts\n"
         "print(driver_facts('libnvidia-ml.so.1', [0, 3], ['cuda', 'driver', 'arch', 'brand']))\n"
     )
     env = {**os.environ, "LD_LIBRARY_PATH": node.lib_dir}

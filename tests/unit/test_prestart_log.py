@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.prestart.log import Log
+from cdictk.runtime.prestart.log import Log
 
 
 def test_without_a_log_file_warnings_and_errors_go_to_stderr_debug_only_when_asked(

@@ -20,8 +20,9 @@ from typing import Any
 
 import pytest
 
+from cdictk.cli.launch import main as launch
 from cdictk.hooks import entry
-from cdictk.prestart.main import LEGACY_NAME, PROG, main
+from cdictk.runtime.prestart.main import LEGACY_NAME, PROG, main
 from tests.conftest import node_with_spec
 from tests.fakenode.node import FakeNode
 
@@ -110,19 +111,34 @@ def test_nvidias_version_and_config_options(
     assert "CDICTK_CONFIG" not in os.environ
 
 
-def test_the_hooks_entry_point_dispatches_prestart(capsys: pytest.CaptureFixture[str]) -> None:
-    assert entry.main(["prestart", "--help"]) == 0
+def test_the_command_line_dispatches_prestart(capsys: pytest.CaptureFixture[str]) -> None:
+    """`cdictk hook prestart` reaches the legacy hook from cdictk's command line, not through the hook
+    entry point: hooks/ never imports the runtime."""
+    assert launch(["hook", "prestart", "--help"]) == 0
     out, err = capsys.readouterr()
     assert out.startswith(f"usage: {LEGACY_NAME} ") and "cdictk hook [--debug] prestart" in out and err == ""
-    assert entry.main(["prestart", "extra"]) == 2
+    assert launch(["hook", "--debug", "prestart", "extra"]) == 2
     assert capsys.readouterr().err.startswith(f"usage: {LEGACY_NAME} ")
-    assert entry.main(["--help"]) == 0
-    assert "  prestart " in capsys.readouterr().out  # listed among the hooks
 
 
-def test_the_hooks_entry_point_reads_the_state(capsys: pytest.CaptureFixture[str]) -> None:
-    assert entry.main(["prestart"], io.BytesIO(b"")) == 1
+def test_the_command_line_reads_the_state(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
+    assert launch(["hook", "prestart"]) == 1
     assert "OCI state on stdin: empty" in one_error_line(capsys.readouterr().err)
+
+
+def test_the_hook_entry_point_refuses_prestart_rather_than_ignoring_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An unknown hook warns and passes; prestart there would start a --gpus container without GPUs."""
+    assert entry.main(["prestart"], io.BytesIO(b"")) == 2
+    assert capsys.readouterr().err == (
+        "cdictk hook: prestart is run as `cdictk hook prestart` or the cdictk-prestart launcher\n"
+    )
+    assert entry.main(["--help"]) == 0
+    assert "  prestart " in capsys.readouterr().out  # still listed among the hooks
 
 
 def run_module(
@@ -143,9 +159,8 @@ def run_module(
 @pytest.mark.parametrize(
     ("module", "usage"),
     [
-        (["cdictk.hooks", "prestart"], "cdictk hook [--debug] prestart"),
         (["cdictk", "hook", "prestart"], "cdictk hook [--debug] prestart"),
-        (["cdictk.prestart.main"], "CDICTK_HOOK_LOG=FILE"),
+        (["cdictk.runtime.prestart.main"], "CDICTK_HOOK_LOG=FILE"),
     ],
 )
 def test_every_way_in_has_help(module: list[str], usage: str) -> None:
@@ -294,7 +309,11 @@ def run_hook(tmp_path: Path, node: Node, bundle: Bundle, *args: str) -> subproce
     """The hook as its launcher runs it: a process of its own, the settings naming the node's spec."""
     settings = settings_file(tmp_path, node.spec_dir, generate=False)
     return run_module(
-        "cdictk.prestart.main", *args, "prestart", stdin=bundle.state, env={"CDICTK_CONFIG": str(settings)}
+        "cdictk.runtime.prestart.main",
+        *args,
+        "prestart",
+        stdin=bundle.state,
+        env={"CDICTK_CONFIG": str(settings)},
     )
 
 
@@ -382,9 +401,9 @@ def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: N
 
 
 def test_nvml_is_only_loaded_from_the_specs_mounts_and_only_if_roots(tmp_path: Path) -> None:
-    from cdictk.hooks.hookerror import HookError
-    from cdictk.prestart.main import _nvml_library
-    from cdictk.prestart.plan import Plan
+    from cdictk.errors import HookError
+    from cdictk.runtime.prestart.main import _nvml_library
+    from cdictk.runtime.prestart.plan import Plan
 
     plan = Plan()
     assert _nvml_library(plan) == "libnvidia-ml.so.1"  # the spec mounts none: the loader's
@@ -433,7 +452,7 @@ def test_annotations_and_volume_mount_requests(
     with settings.open("a") as file:
         file.write(f"[requests]\naccept-volume-mounts = {str(accept_mounts).lower()}\n")
     result = run_module(
-        "cdictk.prestart.main", "prestart", stdin=bundle.state, env={"CDICTK_CONFIG": str(settings)}
+        "cdictk.runtime.prestart.main", "prestart", stdin=bundle.state, env={"CDICTK_CONFIG": str(settings)}
     )
     if outcome == "left alone":
         assert (result.returncode, result.stderr) == (0, "")

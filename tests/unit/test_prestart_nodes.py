@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import Rootfs
-from cdictk.prestart.nodes import make_nodes
+from cdictk.errors import HookError
+from cdictk.rootfs import Rootfs
+from cdictk.runtime.prestart.nodes import make_nodes
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
 

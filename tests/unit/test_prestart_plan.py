@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cdictk.cdi.apply import EditsSource, apply_edits
-from cdictk.prestart.plan import Plan, PlanError, plan_of
+from cdictk.runtime.prestart.plan import Plan, PlanError, plan_of
 
 NULL = os.stat("/dev/null")
 NULL_NODE = {

@@ -6,7 +6,14 @@ import os
 
 import pytest
 
-from cdictk.prestart.require import Facts, GpuFacts, RequirementError, check, needed_keys, requirements
+from cdictk.runtime.prestart.require import (
+    Facts,
+    GpuFacts,
+    RequirementError,
+    check,
+    needed_keys,
+    requirements,
+)
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.prestart.spechooks import run_hooks
+from cdictk.errors import HookError
+from cdictk.runtime.prestart.spechooks import run_hooks
 
 STATE = b'{"ociVersion": "1.0.2", "id": "c1", "pid": 42, "bundle": "/run/b"}'
 
@@ -148,7 +148,7 @@ def own_hook(*args: str, python: str | None = None) -> dict[str, Any]:
 
 
 def test_cdictks_own_hook_runs_in_process_on_the_open_rootfs(tmp_path: Path) -> None:
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
     rootfs = tmp_path / "rootfs"
     (rootfs / "usr" / "lib").mkdir(parents=True)
@@ -162,7 +162,7 @@ def test_cdictks_own_hook_runs_in_process_on_the_open_rootfs(tmp_path: Path) -> 
 
 
 def test_its_failure_is_the_prestart_hooks_one_line(tmp_path: Path) -> None:
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
     with Rootfs(str(tmp_path)) as root, pytest.raises(HookError, match="link"):
         run_hooks([own_hook("create-symlinks", "--link", "no-separator")], b"{}", root)
@@ -170,7 +170,7 @@ def test_its_failure_is_the_prestart_hooks_one_line(tmp_path: Path) -> None:
 
 def test_a_step_that_hangs_ends_at_the_hooks_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from cdictk.hooks import entry
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
     monkeypatch.setattr(entry.HOOKS["create-symlinks"], "run", lambda options, rootfs: time.sleep(30))
     hook = own_hook("create-symlinks")
@@ -197,7 +197,7 @@ def test_a_step_that_hangs_ends_at_the_hooks_timeout(tmp_path: Path, monkeypatch
 def test_what_is_not_exactly_cdictks_hook_runs_as_a_program(
     tmp_path: Path, program: str, change: Any
 ) -> None:
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
     marker = tmp_path / "ran"
     path = str(script(tmp_path, program, f"touch {marker}\n"))

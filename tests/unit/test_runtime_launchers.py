@@ -132,7 +132,10 @@ def test_the_legacy_hook_is_an_executable_launcher_of_the_prestart_hook(tmp_path
     assert os.listdir(tmp_path / "bin") == ["nvidia-container-runtime-hook"]  # nothing else
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
     text = Path(path).read_text()
-    assert text.startswith(f"#!{sys.executable} -IS\n") and "from cdictk.prestart.main import main" in text
+    assert (
+        text.startswith(f"#!{sys.executable} -IS\n")
+        and "from cdictk.runtime.prestart.main import main" in text
+    )
     result = subprocess.run([path, "--help"], capture_output=True, text=True, env={}, check=False)
     assert (result.returncode, result.stderr) == (0, "")
     assert result.stdout.startswith(
@@ -151,7 +154,7 @@ def test_the_legacy_hook_keeps_a_foreign_file_unless_forced(tmp_path: Path) -> N
     assert "\n" not in str(info.value)
     assert foreign.read_text() == FOREIGN
     assert launchers.install_legacy_hook(str(tmp_path), force=True) == str(foreign)
-    assert "from cdictk.prestart.main import main" in foreign.read_text()
+    assert "from cdictk.runtime.prestart.main import main" in foreign.read_text()
     backup = tmp_path / "nvidia-container-runtime-hook.cdictk-orig"
     assert backup.read_text() == FOREIGN  # kept aside, to undo with a rename
     later = "#!/bin/sh\n# a later NVIDIA package\n"
@@ -222,7 +225,7 @@ def test_the_install_legacy_hook_command(tmp_path: Path, capsys: pytest.CaptureF
     assert (directory / "nvidia-container-runtime-hook").read_text() == FOREIGN
     assert main(["runtime", "install-legacy-hook", "--dir", str(directory), "--force"]) == 0
     assert capsys.readouterr().err.startswith("wrote ")
-    assert "cdictk.prestart.main" in (directory / "nvidia-container-runtime-hook").read_text()
+    assert "cdictk.runtime.prestart.main" in (directory / "nvidia-container-runtime-hook").read_text()
     assert main(["runtime", "install-legacy-hook", "--dir", "relative"]) == 1
     assert "must be an absolute path" in capsys.readouterr().err
 

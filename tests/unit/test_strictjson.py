@@ -1,11 +1,15 @@
-import os
-from pathlib import Path
+"""strictjson: the one JSON reader and writer, on CPython's C scanner and encoder without importing
+json; its errors as CdictkError (files) or HookError (a hook's input)."""
+
+from __future__ import annotations
+
+import json
 
 import pytest
 
 from cdictk import strictjson
-from cdictk.errors import CdictkError
-from cdictk.ociconfig import MAX_CONFIG_BYTES, dump_config, parse_config, read_config
+from cdictk.errors import CdictkError, HookError
+from cdictk.strictjson import loads_for_hook
 
 
 def test_loads() -> None:
@@ -30,34 +34,74 @@ def test_refused(text: str, message: str) -> None:
     assert str(caught.value).startswith(message)
 
 
-def test_read_capped(tmp_path: Path) -> None:
-    path = tmp_path / "f"
-    path.write_bytes(b"x" * 10)
-    assert strictjson.read_capped(str(path), 10) == b"x" * 10
-    with pytest.raises(CdictkError, match="file is 10 bytes, over the 9-byte limit"):
-        strictjson.read_capped(str(path), 9)
-    with pytest.raises(CdictkError, match="No such file or directory"):
-        strictjson.read_capped(str(tmp_path / "missing"), 10)
-    with pytest.raises(CdictkError, match="not a regular file"):
-        strictjson.read_capped(str(tmp_path), 10)
-    os.mkfifo(tmp_path / "fifo")
-    with pytest.raises(CdictkError, match="not a regular file"):
-        strictjson.read_capped(str(tmp_path / "fifo"), 10)
+def test_dumps_is_compact_and_reads_back() -> None:
+    value = {"b": [1, 2.5, True, None, 'é"\\\n'], "a": {"nested": []}, "z": -0.0}
+    data = strictjson.dumps(value)
+    assert data == json.dumps(value, separators=(",", ":")).encode()
+    assert strictjson.parse(data) == value
+    assert list(strictjson.parse(data)) == ["b", "a", "z"]  # the order is kept
 
 
-def test_read_capped_stops_at_the_cap_for_files_without_a_size() -> None:
-    # /proc files report size 0 but have content: the cap still applies while reading.
-    with pytest.raises(CdictkError, match="over the 4-byte limit"):
-        strictjson.read_capped("/proc/self/status", 4)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), {"a": object()}, {1j: 1}])
+def test_dumps_refuses_what_is_not_json(bad: object) -> None:
+    with pytest.raises(ValueError):
+        strictjson.dumps(bad)
 
 
-def test_oci_config(tmp_path: Path) -> None:
-    assert parse_config(b'{"ociVersion": "1.0.2"}', "c") == {"ociVersion": "1.0.2"}
-    with pytest.raises(CdictkError, match="c: an OCI config must be a JSON object"):
-        parse_config(b"[]", "c")
-    with pytest.raises(CdictkError, match="over the"):
-        parse_config(b" " * (MAX_CONFIG_BYTES + 1), "c")
-    path = tmp_path / "config.json"
-    path.write_bytes(dump_config({"b": 1, "a": "é"}))
-    assert path.read_text(encoding="utf-8") == '{\n  "b": 1,\n  "a": "é"\n}\n'
-    assert read_config(str(path)) == {"b": 1, "a": "é"}
+def test_dumps_refuses_a_container_inside_itself() -> None:
+    loop: list[object] = []
+    loop.append(loop)
+    with pytest.raises(ValueError, match="Circular"):
+        strictjson.dumps(loop)
+
+
+def test_errors_are_one_short_reason() -> None:
+    for data, reason in (
+        (b'{"a": 1, "a": 2}', 'duplicate key "a"'),
+        (b"[1e999]", "invalid JSON: 1e999 is out of range"),
+        (b"\xff", "invalid JSON: not UTF-8"),
+        (b"[1,]", "invalid JSON: trailing comma (line 1, column 3)"),
+        (b'{\n "a": 1,\n}', "invalid JSON: trailing comma (line 2, column 8)"),
+        (b"[1,,]", "invalid JSON: Expecting value (line 1, column 4)"),
+        (b"[,]", "invalid JSON: Expecting value (line 1, column 2)"),
+    ):
+        with pytest.raises(strictjson.JsonError) as caught:
+            strictjson.parse(data)
+        assert str(caught.value) == reason
+
+
+def test_a_lone_surrogate_read_is_written_back_the_same() -> None:
+    data = b'{"a":"\\ud800x\\u00e9"}'
+    assert strictjson.dumps(strictjson.parse(data)) == data
+
+
+def test_values_parse_as_json_does() -> None:
+    text = b' {"a": [1, -2.5, "x\\u00e9", true, false, null], "b": {"c": 12345678901234567890}} \n'
+    assert loads_for_hook(text, "state") == {
+        "a": [1, -2.5, "x\u00e9", True, False, None],
+        "b": {"c": 12345678901234567890},
+    }
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b'{"a": 1, "a": 2}', 'duplicate key "a"'),
+        (b'{"a": {"b": 1, "b": 1}}', 'duplicate key "b"'),
+        (b"[NaN]", "NaN is not valid JSON"),
+        (b"[-Infinity]", "-Infinity is not valid JSON"),
+        (b"[1e999]", "1e999 is out of range"),
+        (b"{} {}", "Extra data"),
+        (b'{"a": 1} x', "Extra data"),
+        (b'{"a": ', "Expecting value"),
+        (b"", "Expecting value"),
+        (b"\xff", "not UTF-8"),
+        (b"[" * 100000 + b"]" * 100000, "nested too deeply"),
+    ],
+)
+def test_bad_json_is_one_error_naming_the_input(data: bytes, message: str) -> None:
+    with pytest.raises(HookError) as info:
+        loads_for_hook(data, "OCI state on stdin")
+    assert str(info.value).startswith("OCI state on stdin: ")
+    assert message in str(info.value)
+    assert "\n" not in str(info.value)

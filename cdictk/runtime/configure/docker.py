@@ -22,8 +22,8 @@ import re
 from typing import Any
 
 from cdictk.errors import CdictkError
-from cdictk.fastjson import object_pairs_hook, parse_constant
 from cdictk.runtime.configure.change import RuntimeChange
+from cdictk.strictjson import object_pairs_hook, parse_constant
 
 MAX_DAEMON_JSON_BYTES = 16 * 1024 * 1024
 

@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write
-from cdictk.strictjson import read_capped
+from cdictk.fsutil import atomic_write, read_capped
 
 MAX_CONFIG_BYTES = 16 << 20
 BACKUP_SUFFIX = ".cdictk.orig"

@@ -3,7 +3,7 @@
 A prestart hook runs after the runtime has put the container's process in its cgroup and applied the
 devices of its config, all others denied. The rules for the GPU nodes are added to what is in force,
 never put in its place: on cgroup v1 by writing them to the cgroup's ``devices.allow``; on cgroup v2 by
-patching every device program attached to the cgroup (see ``cdictk.prestart.bpf``). A hybrid host has
+patching every device program attached to the cgroup (see ``cdictk.runtime.prestart.bpf``). A hybrid host has
 both, and the kernel checks both, so both are done when the process is in both.
 
 The cgroups are found from the process's ``/proc/<pid>/cgroup`` and the hook's own mount table (the
@@ -17,9 +17,11 @@ import errno
 import os
 import stat
 
-from cdictk.hooks import syscalls
-from cdictk.hooks.hookerror import HookError
-from cdictk.prestart import bpf
+from cdictk import mountinfo, syscalls
+from cdictk.errors import HookError
+from cdictk.fsutil import read_fd
+from cdictk.mountinfo import Mount
+from cdictk.runtime.prestart import bpf
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -29,8 +31,6 @@ RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
 _RESOLVE = syscalls.RESOLVE_NO_XDEV | syscalls.RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH
 _CGROUP_FILE_LIMIT = 64 * 1024
-# A Kubernetes node has thousands of mounts; each mountinfo line is a few hundred bytes.
-_MOUNTINFO_LIMIT = 16 * 1024 * 1024
 _MAX_MAJOR = (1 << 12) - 1
 _MAX_MINOR = (1 << 20) - 1
 _ACCESS_BITS = {"r": bpf.BPF_DEVCG_ACC_READ, "w": bpf.BPF_DEVCG_ACC_WRITE, "m": bpf.BPF_DEVCG_ACC_MKNOD}
@@ -80,19 +80,6 @@ class DeviceRule:
         return (_TYPES[self.type], self.major, self.minor, sum(_ACCESS_BITS[a] for a in self.access))
 
 
-class Mount:
-    """One line of mountinfo: the fields used here."""
-
-    __slots__ = ("dev", "fstype", "mountpoint", "root", "super_options")
-
-    def __init__(self, dev: int, root: str, mountpoint: str, fstype: str, super_options: str) -> None:
-        self.dev = dev
-        self.root = root
-        self.mountpoint = mountpoint
-        self.fstype = fstype
-        self.super_options = super_options
-
-
 def allow_devices(pid: int, rules: Sequence[DeviceRule], *, proc_root: str = "/proc") -> list[str]:
     """Add ``rules`` to the device cgroup of process ``pid``, keeping the rules in force. Returns one
     short line per hierarchy changed, e.g. ``["cgroup v1 /sys/fs/cgroup/devices/docker/abc: 3 rules",
@@ -109,14 +96,14 @@ def allow_devices(pid: int, rules: Sequence[DeviceRule], *, proc_root: str = "/p
     # The root v1 devices cgroup allows every device and cannot be restricted: a process there (a
     # runtime that uses cgroup v2 only, on a host that still mounts v1 hierarchies) has nothing to add.
     if v1_path is not None and v1_path != "/":
-        mounts = parse_mountinfo(_read(f"{proc_root}/self/mountinfo", _MOUNTINFO_LIMIT))
+        mounts = _mounts(proc_root)
         candidates = [m for m in mounts if m.fstype == "cgroup" and "devices" in m.super_options.split(",")]
         if not candidates:
             raise CgroupError(f"cgroup v1 devices {v1_path}: the devices hierarchy is not mounted here")
         done.append(_allow_v1(candidates, v1_path, unique))
     if v2_path is not None:
         if mounts is None:
-            mounts = parse_mountinfo(_read(f"{proc_root}/self/mountinfo", _MOUNTINFO_LIMIT))
+            mounts = _mounts(proc_root)
         candidates = [m for m in mounts if m.fstype == "cgroup2"]
         # Device programs are attached through a cgroup2 mount; the runtime had none in this namespace.
         if candidates:
@@ -126,26 +113,28 @@ def allow_devices(pid: int, rules: Sequence[DeviceRule], *, proc_root: str = "/p
     return done
 
 
+def _mounts(proc_root: str) -> list[Mount]:
+    path = f"{proc_root}/self/mountinfo"
+    try:
+        return mountinfo.parse(_read(path, mountinfo.MAX_MOUNTINFO))
+    except ValueError as exc:
+        raise CgroupError(str(exc)) from None
+
+
 def _read(path: str, limit: int) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError as exc:
         raise CgroupError(f"{path}: {exc.strerror}") from None
     try:
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit:
-            # Files in /proc hand out at most a page or so per read: read until the end.
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_fd(fd, limit)
     except OSError as exc:
         raise CgroupError(f"{path}: {exc.strerror}") from None
     finally:
         os.close(fd)
-    raise CgroupError(f"{path}: larger than {limit} bytes")
+    if data is None:
+        raise CgroupError(f"{path}: larger than {limit} bytes")
+    return data
 
 
 def parse_cgroup_file(data: bytes) -> tuple[str | None, str | None]:
@@ -166,40 +155,6 @@ def parse_cgroup_file(data: bytes) -> tuple[str | None, str | None]:
                 raise CgroupError("/proc/<pid>/cgroup: two v1 devices lines")
             v1 = path
     return v1, v2
-
-
-def _unescape(field: str) -> str:
-    """mountinfo writes space, tab, newline and backslash in paths as three octal digits (``\\040``)."""
-    if "\\" not in field:
-        return field
-    out: list[str] = []
-    index = 0
-    while index < len(field):
-        digits = field[index + 1 : index + 4]
-        if field[index] == "\\" and len(digits) == 3 and all(d in "01234567" for d in digits):
-            out.append(chr(int(digits, 8)))
-            index += 4
-        else:
-            out.append(field[index])
-            index += 1
-    return "".join(out)
-
-
-def parse_mountinfo(data: bytes) -> list[Mount]:
-    """The mounts of a mountinfo file, in its order (a later mount on the same point covers an earlier)."""
-    mounts: list[Mount] = []
-    for raw in os.fsdecode(data).splitlines():
-        fields = raw.split(" ")
-        try:
-            separator = fields.index("-", 6)
-            major, minor = (int(n) for n in fields[2].split(":"))
-            fstype, _source, super_options = fields[separator + 1 : separator + 4]
-            dev = os.makedev(major, minor)
-        except (ValueError, OverflowError):
-            raise CgroupError(f"mountinfo: unexpected line {raw[:80]!r}") from None
-        root, mountpoint = _unescape(fields[3]), _unescape(fields[4])
-        mounts.append(Mount(dev, root, mountpoint, fstype, super_options))
-    return mounts
 
 
 def relative_path(cgroup_path: str, mount_root: str) -> str | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import stat
 
-from cdictk.hooks import jsonread
-from cdictk.hooks.hookerror import HookError
+from cdictk import strictjson
+from cdictk.errors import HookError
+from cdictk.fsutil import read_fd
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def read_state(stream: BinaryIO) -> dict[str, Any]:
         raise HookError(
             "OCI state on stdin: empty (a hook is run by the container runtime, with the state on stdin)"
         )
-    state = jsonread.loads(data, "OCI state on stdin")
+    state = strictjson.loads_for_hook(data, "OCI state on stdin")
     if not isinstance(state, dict):
         raise HookError("OCI state on stdin: not a JSON object")
     return state
@@ -74,7 +75,7 @@ def id_and_bundle(state: dict[str, Any]) -> tuple[str, str]:
 
 def _root_from_config(bundle: str) -> str:
     path = os.path.join(bundle, "config.json")
-    config = jsonread.loads(_read_capped(path, MAX_CONFIG), path)
+    config = strictjson.loads_for_hook(_read_capped(path, MAX_CONFIG), path)
     if not isinstance(config, dict):
         raise HookError(f"{path}: not a JSON object")
     root = config.get("root")
@@ -117,16 +118,9 @@ def _read_capped(path: str, limit: int) -> bytes:
             raise HookError(f"{path}: not a regular file")
         if st.st_size > limit:
             raise HookError(f"{path}: larger than {limit} bytes")
-        chunks = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(fd, min(1 << 20, limit + 1 - size))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:
+        data = read_fd(fd, limit)
+        if data is None:
             raise HookError(f"{path}: larger than {limit} bytes")
-        return b"".join(chunks)
+        return data
     finally:
         os.close(fd)

@@ -11,7 +11,7 @@ prepared gets nothing twice.
 
 from __future__ import annotations
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

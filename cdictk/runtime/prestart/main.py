@@ -8,7 +8,7 @@ name). runc has read ``config.json`` by then, so the hook does the whole job its
 1. it reads the OCI state (stdin) and the bundle's ``config.json``, and asks the runtime shim's
    question of a copy of the config (``NVIDIA_VISIBLE_DEVICES``, volume-mount requests,
    ``cdi.k8s.io/*`` annotations, ``NVIDIA_DRIVER_CAPABILITIES``, the CDI spec dirs and settings):
-   the difference is the work (:mod:`cdictk.prestart.plan`). A container that asks for nothing is
+   the difference is the work (:mod:`cdictk.runtime.prestart.plan`). A container that asks for nothing is
    left alone;
 2. it checks the image's ``NVIDIA_REQUIRE_*`` against the driver (unless ``NVIDIA_DISABLE_REQUIRE``);
 3. it pins the container's process (pidfd), clones the driver files read-only in the host's mount
@@ -28,16 +28,16 @@ import io
 import os
 import sys
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any, BinaryIO
 
-    from cdictk.prestart.container import Container
-    from cdictk.prestart.log import Log
-    from cdictk.prestart.plan import Plan
+    from cdictk.runtime.prestart.container import Container
+    from cdictk.runtime.prestart.log import Log
+    from cdictk.runtime.prestart.plan import Plan
 
 PROG = "cdictk hook prestart"
 LEGACY_NAME = "nvidia-container-runtime-hook"
@@ -97,8 +97,8 @@ def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> in
 
 def run(stdin: BinaryIO, *, debug: bool = False) -> int:
     """Read the state from ``stdin`` and prepare the container; the exit status."""
-    from cdictk.hooks.ocistate import MAX_STATE  # noqa: PLC0415
-    from cdictk.prestart.log import Log  # noqa: PLC0415
+    from cdictk.ocistate import MAX_STATE  # noqa: PLC0415
+    from cdictk.runtime.prestart.log import Log  # noqa: PLC0415
 
     os.chdir("/")  # runc runs prestart hooks in the bundle: nothing is resolved from there
     os.umask(0o022)
@@ -115,21 +115,21 @@ def run(stdin: BinaryIO, *, debug: bool = False) -> int:
 
 def prepare(state_bytes: bytes, log: Log) -> None:
     """Everything the hook does, for the state JSON ``state_bytes``."""
-    from cdictk import fastjson  # noqa: PLC0415
-    from cdictk.hooks.ocistate import id_and_bundle, read_state  # noqa: PLC0415
+    from cdictk import strictjson  # noqa: PLC0415
+    from cdictk.fsutil import read_capped  # noqa: PLC0415
     from cdictk.ociconfig import MAX_CONFIG_BYTES, parse_config  # noqa: PLC0415
-    from cdictk.prestart.plan import plan_of  # noqa: PLC0415
+    from cdictk.ocistate import id_and_bundle, read_state  # noqa: PLC0415
     from cdictk.runtime.cache import Cache  # noqa: PLC0415
     from cdictk.runtime.inject import apply_requests  # noqa: PLC0415
+    from cdictk.runtime.prestart.plan import plan_of  # noqa: PLC0415
     from cdictk.runtime.settings import load_settings  # noqa: PLC0415
-    from cdictk.strictjson import read_capped  # noqa: PLC0415
 
     state = read_state(io.BytesIO(state_bytes))
     log.tag, bundle = id_and_bundle(state)
     path = os.path.join(bundle, "config.json")
     data = read_capped(path, MAX_CONFIG_BYTES)
     config = parse_config(data, path)
-    edited = fastjson.loads(data)  # a second parse is a cheaper deep copy than copy.deepcopy
+    edited = strictjson.parse(data)  # a second parse is a cheaper deep copy than copy.deepcopy
     cache = Cache.from_environment()
     settings = load_settings(cache=cache)
 
@@ -144,25 +144,25 @@ def prepare(state_bytes: bytes, log: Log) -> None:
     if not plan:
         log.debug("the container has its devices already")
         return
-    from cdictk.prestart.container import container_of  # noqa: PLC0415
+    from cdictk.runtime.prestart.container import container_of  # noqa: PLC0415
 
     with container_of(state, config) as container:
         _apply(container, plan, state_bytes, log)
 
 
 def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Log) -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
-    from cdictk.hooks.entry import open_rootfs  # noqa: PLC0415
-    from cdictk.prestart.bindmounts import attach_all, clone_sources, close_all  # noqa: PLC0415
-    from cdictk.prestart.container import alive  # noqa: PLC0415
-    from cdictk.prestart.nodes import make_nodes  # noqa: PLC0415
-    from cdictk.prestart.spechooks import run_hooks  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
+    from cdictk.rootfs import open_rootfs  # noqa: PLC0415
+    from cdictk.runtime.prestart.bindmounts import attach_all, clone_sources, close_all  # noqa: PLC0415
+    from cdictk.runtime.prestart.container import alive  # noqa: PLC0415
+    from cdictk.runtime.prestart.nodes import make_nodes  # noqa: PLC0415
+    from cdictk.runtime.prestart.spechooks import run_hooks  # noqa: PLC0415
 
     log.debug(f"container {container.id or '?'}: process {container.pid}, rootfs {container.rootfs}")
     clones = clone_sources(plan.mounts)
     try:
         if plan.rules:
-            from cdictk.prestart.devcgroup import DeviceRule, allow_devices  # noqa: PLC0415
+            from cdictk.runtime.prestart.devcgroup import DeviceRule, allow_devices  # noqa: PLC0415
 
             rules = [
                 DeviceRule(
@@ -220,13 +220,13 @@ def _refuse_mig_management(config: dict[str, Any]) -> None:
 
 def check_requirements(config: dict[str, Any], plan: Plan) -> None:
     """``NVIDIA_REQUIRE_*`` of the image against the driver and the GPUs the container gets."""
-    from cdictk.prestart.require import check, needed_keys, requirements  # noqa: PLC0415
+    from cdictk.runtime.prestart.require import check, needed_keys, requirements  # noqa: PLC0415
     from cdictk.runtime.requests import environment  # noqa: PLC0415
 
     wanted = requirements(environment(config, ("NVIDIA_", "CUDA_VERSION")))
     if not wanted:
         return
-    from cdictk.prestart.driverfacts import driver_facts_apart  # noqa: PLC0415
+    from cdictk.runtime.prestart.driverfacts import driver_facts_apart  # noqa: PLC0415
 
     minors = [node["minor"] for node in plan.nodes if _is_gpu_node(node.get("path", ""))]
     check(wanted, driver_facts_apart(_nvml_library(plan), minors, needed_keys(wanted)))

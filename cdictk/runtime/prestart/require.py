@@ -1,7 +1,7 @@
 """An image's requirements on the driver and GPUs (``NVIDIA_REQUIRE_*``): which apply, and whether they hold.
 
 The pure half of the check that ``nvidia-container-cli configure --require`` makes before it gives a
-container its GPUs; the facts come from :mod:`cdictk.prestart.driverfacts`.
+container its GPUs; the facts come from :mod:`cdictk.runtime.prestart.driverfacts`.
 
 Which requirements apply (NVIDIA: ``internal/config/image/cuda_image.go`` ``GetRequirements``):
 
@@ -39,7 +39,7 @@ Runs on every container start: standard library only, and not even :mod:`typing`
 
 from __future__ import annotations
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:

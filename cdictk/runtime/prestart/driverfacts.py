@@ -24,8 +24,8 @@ import signal
 import sys
 import time
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.prestart.require import KEYS, Facts, GpuFacts
+from cdictk.errors import HookError
+from cdictk.runtime.prestart.require import KEYS, Facts, GpuFacts
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class NvmlError(HookError):
 
 
 def driver_facts(library: str, minors: Sequence[int], keys: Collection[str]) -> Facts:
-    """The facts named by ``keys`` (from :func:`~cdictk.prestart.require.needed_keys`) from NVML.
+    """The facts named by ``keys`` (from :func:`~cdictk.runtime.prestart.require.needed_keys`) from NVML.
 
     ``library`` is a path to ``libnvidia-ml.so.1`` or a bare name for the loader to find; ``minors``
     are the ``/dev/nvidia<minor>`` GPUs given to the container, whose ``arch`` and ``brand`` are read

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import stat
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 _KINDS = {"c": stat.S_IFCHR, "u": stat.S_IFCHR, "b": stat.S_IFBLK, "p": stat.S_IFIFO}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.hooks.inroot import Rootfs
+from cdictk.rootfs import Rootfs
 
 
 @pytest.fixture(params=["openat2", "walk"])

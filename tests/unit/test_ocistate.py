@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.ocistate import MAX_STATE, container_state, read_state
+from cdictk.errors import HookError
+from cdictk.ocistate import MAX_STATE, container_state, read_state
 
 
 def state(data: bytes) -> str:

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import os
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 DEFAULT_TIMEOUT = 60
 

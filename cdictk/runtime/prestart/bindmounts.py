@@ -20,14 +20,14 @@ from __future__ import annotations
 import os
 import stat
 
-from cdictk.hooks.hookerror import HookError
-from cdictk.hooks.inroot import mount_id
+from cdictk.errors import HookError
+from cdictk.rootfs import mount_id
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-    from cdictk.hooks.inroot import Rootfs
+    from cdictk.rootfs import Rootfs
 
 _AT_FDCWD = -100
 
@@ -48,7 +48,7 @@ class Clone:
 
 def clone_sources(mounts: list[dict[str, Any]]) -> list[Clone]:
     """Detached read-only clones of every mount's host source. Call in the host's mount namespace."""
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     clones: list[Clone] = []
     try:
@@ -101,7 +101,7 @@ def attach_all(rootfs: Rootfs, clones: list[Clone]) -> None:
 
 
 def _attach(rootfs: Rootfs, clone: Clone) -> None:
-    from cdictk.hooks import syscalls  # noqa: PLC0415
+    from cdictk import syscalls  # noqa: PLC0415
 
     where = f"mount {clone.destination}"
     parent, _, name = clone.destination.rstrip("/").rpartition("/")

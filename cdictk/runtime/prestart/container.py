@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import select
 
-from cdictk.hooks.hookerror import HookError
+from cdictk.errors import HookError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ class Container:
 
 def container_of(state: dict[str, Any], config: dict[str, Any], proc_root: str = "/proc") -> Container:
     """The container the OCI ``state`` names; its rootfs from crun's ``root`` or ``config.json``."""
-    from cdictk.hooks.ocistate import checked_rootfs, id_and_bundle  # noqa: PLC0415
+    from cdictk.ocistate import checked_rootfs, id_and_bundle  # noqa: PLC0415
 
     pid = state.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 1:

@@ -14,6 +14,9 @@ import errno
 import os
 import stat
 
+from cdictk.errors import HookError
+from cdictk.fsutil import read_fd
+
 MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
 _CROSSES = "crosses a mount point (an image link into a volume or host directory?)"
 MAX_COMPONENTS = 128  # deeper than any real library or config path; bounds mkdirs' recursion
@@ -95,7 +98,7 @@ class Rootfs:
         return self._dev_root, "/" + "/".join(parts[1:])
 
     def _open_with_openat2(self, path: str, flags: int, mode: int, same_mount: bool) -> int:
-        from cdictk.hooks import syscalls  # noqa: PLC0415
+        from cdictk import syscalls  # noqa: PLC0415
 
         resolve = syscalls.RESOLVE_IN_ROOT | syscalls.RESOLVE_NO_MAGICLINKS
         if same_mount:
@@ -361,19 +364,12 @@ def read_regular_fd(fd: int, limit: int, what: str) -> bytes:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", what)
     readable = reopen_regular(fd, what)
     try:
-        chunks = []
-        size = 0
-        while size <= limit:
-            chunk = os.read(readable, limit + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
+        data = read_fd(readable, limit)
     finally:
         os.close(readable)
-    if size > limit:
+    if data is None:
         raise OSError(errno.EFBIG, f"larger than {limit} bytes", what)
-    return b"".join(chunks)
+    return data
 
 
 def _replace_link(dir_fd: int, target: str, name: str) -> bool:
@@ -449,3 +445,17 @@ def _split(path: str) -> tuple[str, str]:
     if not parts:
         return "/", ""
     return "/" + "/".join(parts[:-1]), parts[-1]
+
+
+def open_rootfs(path: str) -> Rootfs:
+    """The container's rootfs, opened; never the host's own root."""
+    try:
+        rootfs = Rootfs(path)
+    except OSError as exc:
+        raise HookError(f"container rootfs {path}: {exc.strerror}") from None
+    # The path was checked as a string; a link to "/" on the way is caught here, on the inode.
+    here, host = os.fstat(rootfs.fd), os.stat("/")
+    if (here.st_dev, here.st_ino) == (host.st_dev, host.st_ino):
+        rootfs.__exit__()
+        raise HookError(f"container rootfs {path} is the host's root: refused")
+    return rootfs

@@ -1,0 +1,232 @@
+"""The package's layers: no import cycle, and no import against the layer order.
+
+Every ``import`` in ``cdictk/`` counts, the lazy ones inside functions and the type-only ones too: a
+lazy import is still a dependency, only a cheaper one. The order is the one docs/development.md draws:
+
+    helpers  <- hooks
+    helpers  <- cdi <- node <- nvcdi <- runtime <- info <- api <- cli
+    hooks    <- nvcdi (the hook program and its steps), runtime (the prestart hook runs them)
+
+A layer may import itself and what it lists below; a module that fits no layer fails the test.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[2] / "cdictk"
+
+# layer -> (the modules it holds, by dotted prefix; the layers it may import)
+LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "helpers": (
+        (
+            "cdictk",  # its __init__: the version, nothing else (a prefix for no other module)
+            "cdictk.errors",
+            "cdictk.fsutil",
+            "cdictk.strictjson",
+            "cdictk.ociconfig",
+            "cdictk.sorting",
+            "cdictk.rootfs",
+            "cdictk.syscalls",
+            "cdictk.mountinfo",
+            "cdictk.ocistate",
+        ),
+        (),
+    ),
+    "hooks": (("cdictk.hooks",), ("helpers",)),
+    "cdi": (("cdictk.cdi",), ("helpers",)),
+    "node": (("cdictk.node",), ("helpers", "cdi")),
+    "nvcdi": (("cdictk.nvcdi",), ("helpers", "cdi", "node", "hooks")),
+    "runtime": (("cdictk.runtime",), ("helpers", "cdi", "node", "nvcdi", "hooks")),
+    "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime")),
+    "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),
+    "cli": (
+        ("cdictk.cli", "cdictk.__main__"),
+        ("helpers", "hooks", "cdi", "node", "nvcdi", "runtime", "info", "api"),
+    ),
+}
+ROOT = "cdictk"
+
+
+@dataclass(frozen=True)
+class Import:
+    source: str  # the importing module
+    target: str  # the imported module (or package, for `from package import name` of a non-module)
+    line: int
+
+
+def modules(package: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for every module under ``package``."""
+    found = {}
+    for path in sorted(package.rglob("*.py")):
+        parts = path.relative_to(package.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+def imports(package: Path) -> list[Import]:
+    """Every import of a module of ``package`` by another, wherever it is written."""
+    known = modules(package)
+    root = package.name
+    found = []
+    for name, path in known.items():
+        is_package = path.name == "__init__.py"
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".")
+                    anchor = anchor if is_package else anchor[:-1]
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                # `from cdictk.hooks import entry` imports the module cdictk.hooks.entry.
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                    for alias in node.names
+                ]
+            else:
+                continue
+            found += [
+                Import(name, target, node.lineno)
+                for target in targets
+                if (target == root or target.startswith(f"{root}.")) and target != name
+            ]
+    return found
+
+
+def layer_of(module: str, layers: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]) -> str | None:
+    """The layer whose longest prefix names ``module``; the root package names only itself."""
+    best: tuple[int, str | None] = (-1, None)
+    for layer, (prefixes, _) in layers.items():
+        for prefix in prefixes:
+            within = prefix != ROOT and module.startswith(f"{prefix}.")
+            if (module == prefix or within) and len(prefix) > best[0]:
+                best = (len(prefix), layer)
+    return best[1]
+
+
+def against_the_order(
+    found: Iterable[Import], layers: Mapping[str, tuple[tuple[str, ...], tuple[str, ...]]]
+) -> list[str]:
+    problems = []
+    for item in found:
+        source, target = layer_of(item.source, layers), layer_of(item.target, layers)
+        if source is None or target is None:
+            problems.append(
+                f"{item.source}:{item.line}: {item.source if source is None else item.target} is in no layer"
+            )
+        elif source != target and target not in layers[source][1]:
+            problems.append(
+                f"{item.source}:{item.line}: imports {item.target} ({source} may not import {target})"
+            )
+    return sorted(set(problems))
+
+
+def cycles(found: Iterable[Import]) -> list[list[str]]:
+    """The import cycles between modules (Tarjan's strongly connected components of two or more)."""
+    graph: dict[str, set[str]] = {}
+    for item in found:
+        graph.setdefault(item.source, set()).add(item.target)
+        graph.setdefault(item.target, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(components)
+
+
+def test_no_import_cycle() -> None:
+    assert cycles(imports(PACKAGE)) == []
+
+
+def test_no_import_against_the_layer_order() -> None:
+    assert against_the_order(imports(PACKAGE), LAYERS) == []
+
+
+def test_every_module_is_in_a_layer() -> None:
+    assert [name for name in modules(PACKAGE) if layer_of(name, LAYERS) is None] == []
+
+
+def plant(root: Path, files: dict[str, str]) -> Path:
+    package = root / "cdictk"
+    for name, text in files.items():
+        path = package / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return package
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    """A small package that keeps the rules: the checks must find nothing in it."""
+    return plant(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "errors.py": "",
+            "hooks/__init__.py": "",
+            "hooks/entry.py": "from cdictk.errors import Problem\n",
+            "runtime/__init__.py": "",
+            "runtime/shim.py": "from cdictk.hooks import entry\nfrom . import other\n",
+            "runtime/other.py": "def f():\n    from cdictk import errors\n",
+        },
+    )
+
+
+def test_a_clean_tree_passes(tree: Path) -> None:
+    found = imports(tree)
+    assert {(item.source, item.target) for item in found} == {
+        ("cdictk.hooks.entry", "cdictk.errors"),
+        ("cdictk.runtime.shim", "cdictk.hooks.entry"),
+        ("cdictk.runtime.shim", "cdictk.runtime.other"),
+        ("cdictk.runtime.other", "cdictk.errors"),
+    }
+    assert cycles(found) == [] and against_the_order(found, LAYERS) == []
+
+
+def test_a_planted_cycle_fails(tree: Path) -> None:
+    """Even through a lazy import inside a function, as hooks.entry and the prestart hook had."""
+    (tree / "hooks/entry.py").write_text("def main():\n    from cdictk.hooks import late\n")
+    (tree / "hooks/late.py").write_text("from cdictk.hooks.entry import main\n")
+    assert cycles(imports(tree)) == [["cdictk.hooks.entry", "cdictk.hooks.late"]]
+
+
+def test_an_import_against_the_order_fails(tree: Path) -> None:
+    (tree / "hooks/entry.py").write_text("def main():\n    from cdictk.runtime.shim import x\n")
+    assert against_the_order(imports(tree), LAYERS) == [
+        "cdictk.hooks.entry:2: imports cdictk.runtime.shim (hooks may not import runtime)"
+    ]
