@@ -35,12 +35,12 @@ def cli() -> None:
 def hook_command(ctx: click.Context) -> int:
     """Run an OCI hook on a container (what runc and crun call; OCI state on stdin).
 
-    Hooks: create-symlinks, update-ldcache, enable-cuda-compat, chmod, disable-device-node-modification,
-    batch. `cdictk hook --help` lists their options.
+    The steps a CDI spec runs (links, CUDA compat, the ld cache, ...) and `prestart`, the legacy hook
+    behind `docker run --gpus`. `cdictk hook --help` lists them with their options.
     """
-    from cdictk.hooks.entry import main as hook_main  # noqa: PLC0415
+    from cdictk.cli.hook import run_hook  # noqa: PLC0415
 
-    return hook_main(ctx.args)
+    return run_hook(ctx.args)
 
 
 cdi_group.add_command(generate_command)

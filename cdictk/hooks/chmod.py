@@ -18,6 +18,7 @@ import stat
 import sys
 
 from cdictk.errors import HookError
+from cdictk.hooks.steps import Options, Prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -132,3 +133,14 @@ def _require_procfs() -> None:
             raise HookError("chmod: fchmodat2 is missing (Linux < 6.6) and /proc is not a procfs")
     finally:
         os.close(proc)
+
+
+def prepare(options: Options) -> Prepared:
+    """The chmod step: the mode and every path are checked before any mode changes."""
+    text = options.get("mode")
+    if text is None:
+        raise HookError("--mode is required")
+    mode, paths = parse_mode(text), options.all("path")
+    for path in paths:
+        _check_path(path)
+    return Prepared(lambda rootfs: chmod_paths(rootfs, mode, paths))

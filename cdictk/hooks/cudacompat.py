@@ -42,6 +42,7 @@ import stat
 
 from cdictk.errors import HookError
 from cdictk.hooks.elfnote import read_notes
+from cdictk.hooks.steps import COMPAT_ROOT, Options, Prepared
 from cdictk.rootfs import reopen_regular
 
 TYPE_CHECKING = False
@@ -263,3 +264,17 @@ def _remove_stale_conf(rootfs: Rootfs) -> None:
         raise HookError(f"cannot remove the stale {COMPAT_CONF} in the container: {exc.strerror}") from None
     finally:
         os.close(dir_fd)
+
+
+def prepare(options: Options) -> Prepared:
+    """The enable-cuda-compat step: the versions and the compat root are checked before it runs."""
+    driver = options.get("host-driver-version") or None
+    cuda = options.get("host-cuda-version") or None
+    compat_root = options.get("cuda-compat-container-root") or COMPAT_ROOT
+    check_arguments(driver, cuda, compat_root)
+
+    def run(rootfs: Rootfs) -> None:
+        used = enable_cuda_compat(rootfs, driver, cuda, compat_root)
+        options.log(f"CUDA forward compatibility {'enabled' if used else 'not used'}")
+
+    return Prepared(run)

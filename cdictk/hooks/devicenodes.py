@@ -33,6 +33,7 @@ import stat
 
 from cdictk.errors import HookError
 from cdictk.fsutil import read_fd
+from cdictk.hooks.steps import Options, Prepared
 from cdictk.rootfs import read_regular_fd
 
 TYPE_CHECKING = False
@@ -312,3 +313,13 @@ def _verify(rootfs: Rootfs, mounted: os.stat_result, data: bytes) -> None:
         ) from exc
     if not same:
         raise HookError(f"disable-device-node-modification: the container's {PARAMS} is not the mounted copy")
+
+
+def prepare(options: Options) -> Prepared:
+    """The disable-device-node-modification step."""
+
+    def run(rootfs: Rootfs) -> None:
+        mounted = disable_device_node_modification(rootfs)
+        options.log("driver params masked" if mounted else "driver params left alone")
+
+    return Prepared(run)

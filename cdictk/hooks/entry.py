@@ -15,202 +15,12 @@ import os
 import sys
 
 from cdictk.errors import HookError
+from cdictk.hooks.steps import BY_NAME, PROG, Options, Step
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Sequence
     from typing import BinaryIO
-
-    from cdictk.rootfs import Rootfs
-
-    Runner = Callable[["Options", Rootfs], None]
-
-PROG = "cdictk hook"
-DEFAULT_LDCONFIG = "/sbin/ldconfig"
-COMPAT_ROOT = "/usr/local/cuda/compat"
-
-
-class Options:
-    """Parsed options: single values, repeatable values, and boolean flags."""
-
-    __slots__ = ("debug", "flags", "lists", "values")
-
-    def __init__(self) -> None:
-        self.values: dict[str, str] = {}
-        self.lists: dict[str, list[str]] = {}
-        self.flags: set[str] = set()
-        self.debug = False
-
-    def get(self, name: str, default: str | None = None) -> str | None:
-        return self.values.get(name, default)
-
-    def all(self, name: str) -> list[str]:
-        return self.lists.get(name, [])
-
-    def log(self, message: str) -> None:
-        if self.debug:
-            print(f"{PROG}: {message}", file=sys.stderr)
-
-
-class HookSpec:
-    __slots__ = ("flags", "lists", "run", "summary", "values")
-
-    def __init__(
-        self,
-        summary: str,
-        run: Runner,
-        *,
-        values: tuple[str, ...] = (),
-        lists: tuple[str, ...] = (),
-        flags: tuple[str, ...] = (),
-    ) -> None:
-        self.summary = summary
-        self.run = run
-        self.values = values
-        self.lists = lists
-        self.flags = flags
-
-
-def parse_options(spec: HookSpec, args: Sequence[str]) -> Options | None:
-    """``--name value``, ``--name=value`` (one dash works too, as with nvidia-cdi-hook); None for --help."""
-    options = Options()
-    items = list(args)
-    while items:
-        item = items.pop(0)
-        if item in ("-h", "--help"):
-            return None
-        if not item.startswith("-") or item in ("-", "--"):
-            raise HookError(f"unexpected argument {item!r}")
-        name, has_value, value = item.lstrip("-").partition("=")
-        if name in spec.flags:
-            if has_value:
-                raise HookError(f"--{name} takes no value")
-            options.flags.add(name)
-            continue
-        if name not in spec.values and name not in spec.lists:
-            raise HookError(f"unknown option --{name}")
-        if not has_value:
-            if not items:
-                raise HookError(f"--{name} needs a value")
-            value = items.pop(0)
-        if name in spec.lists:
-            options.lists.setdefault(name, []).append(value)
-        else:
-            options.values[name] = value
-    return options
-
-
-# The hooks. Each imports its module when it runs, so a hook pays only for what it uses.
-
-
-def _create_symlinks(options: Options, rootfs: Rootfs) -> None:
-    from cdictk.hooks.symlinks import create_symlinks, parse_link  # noqa: PLC0415
-
-    changed = create_symlinks(rootfs, [parse_link(text) for text in options.all("link")])
-    options.log(f"links created: {', '.join(changed) or 'none'}")
-
-
-def _update_ldcache(options: Options, rootfs: Rootfs) -> None:
-    from cdictk.hooks.ldcache import update_ldcache  # noqa: PLC0415
-
-    update_ldcache(rootfs, options.all("folder"), options.get("ldconfig-path") or DEFAULT_LDCONFIG)
-
-
-def _enable_cuda_compat(options: Options, rootfs: Rootfs) -> None:
-    from cdictk.hooks.cudacompat import enable_cuda_compat  # noqa: PLC0415
-
-    used = enable_cuda_compat(
-        rootfs,
-        options.get("host-driver-version") or None,
-        options.get("host-cuda-version") or None,
-        options.get("cuda-compat-container-root") or COMPAT_ROOT,
-    )
-    options.log(f"CUDA forward compatibility {'enabled' if used else 'not used'}")
-
-
-def _chmod(options: Options, rootfs: Rootfs) -> None:
-    from cdictk.hooks.chmod import chmod_paths, parse_mode  # noqa: PLC0415
-
-    mode = options.get("mode")
-    if mode is None:
-        raise HookError("--mode is required")
-    chmod_paths(rootfs, parse_mode(mode), options.all("path"))
-
-
-def _disable_device_node_modification(options: Options, rootfs: Rootfs) -> None:
-    from cdictk.hooks.devicenodes import disable_device_node_modification  # noqa: PLC0415
-
-    mounted = disable_device_node_modification(rootfs)
-    options.log("driver params masked" if mounted else "driver params left alone")
-
-
-def _batch(options: Options, rootfs: Rootfs) -> None:
-    """Everything a generated spec asks of the container, in one process and in the required order:
-    links, device links, the driver params mask, CUDA compat (an ld.so.conf.d entry), then the ld cache
-    that reads it.
-    """
-    from cdictk.hooks.cudacompat import check_arguments  # noqa: PLC0415
-    from cdictk.hooks.ldcache import checked_folders, load_ldconfig, update_ldcache  # noqa: PLC0415
-    from cdictk.hooks.symlinks import create_symlinks, parse_link  # noqa: PLC0415
-
-    # Every argument and the host's ldconfig are checked before anything in the container changes.
-    links = [parse_link(text) for text in options.all("link")]
-    device_links = [parse_link(text) for text in options.all("device-link")]
-    compat = options.get("host-driver-version") or options.get("host-cuda-version")
-    if compat:
-        check_arguments(
-            options.get("host-driver-version") or None,
-            options.get("host-cuda-version") or None,
-            options.get("cuda-compat-container-root") or COMPAT_ROOT,
-        )
-    folders = checked_folders(options.all("folder"))
-    ldconfig = load_ldconfig(options.get("ldconfig-path") or DEFAULT_LDCONFIG) if folders else None
-    try:
-        changed = create_symlinks(rootfs, links) + create_symlinks(rootfs, device_links, devices_only=True)
-        options.log(f"links created: {', '.join(changed) or 'none'}")
-        if "disable-device-node-modification" in options.flags:
-            _disable_device_node_modification(options, rootfs)
-        if compat:
-            _enable_cuda_compat(options, rootfs)
-    except BaseException:
-        if ldconfig is not None:
-            os.close(ldconfig)
-        raise
-    if ldconfig is not None:
-        update_ldcache(rootfs, folders, ldconfig=ldconfig)
-
-
-_COMPAT_VALUES = ("host-driver-version", "host-cuda-version", "cuda-compat-container-root")
-HOOKS: dict[str, HookSpec] = {
-    "create-symlinks": HookSpec(
-        "make symlinks in the container (--link TARGET::LINK)", _create_symlinks, lists=("link",)
-    ),
-    "update-ldcache": HookSpec(
-        "run the host's ldconfig, sandboxed, on the container (--folder DIR)",
-        _update_ldcache,
-        values=("ldconfig-path",),
-        lists=("folder",),
-    ),
-    "enable-cuda-compat": HookSpec(
-        "use the image's CUDA forward-compatibility libcuda when the host driver is older",
-        _enable_cuda_compat,
-        values=_COMPAT_VALUES,
-    ),
-    "chmod": HookSpec(
-        "change modes in the container (--mode M --path P)", _chmod, values=("mode",), lists=("path",)
-    ),
-    "disable-device-node-modification": HookSpec(
-        "stop the driver libraries in the container from creating device nodes",
-        _disable_device_node_modification,
-    ),
-    "batch": HookSpec(
-        "links, device links, params mask, CUDA compat and ld cache in one process (cdictk's specs)",
-        _batch,
-        values=("ldconfig-path", *_COMPAT_VALUES),
-        lists=("link", "device-link", "folder"),
-        flags=("disable-device-node-modification",),
-    ),
-}
 
 
 PRESTART_SUMMARY = "the legacy prestart hook: give a created container the GPUs its config.json asks for"
@@ -218,20 +28,9 @@ PRESTART_SUMMARY = "the legacy prestart hook: give a created container the GPUs 
 
 def usage() -> str:
     lines = [f"usage: {PROG} [--debug] [--quiet] HOOK [OPTIONS]  (OCI state JSON on stdin)", "", "hooks:"]
-    lines += [f"  {name:34} {spec.summary}" for name, spec in HOOKS.items()]
+    lines += [f"  {name:34} {step.summary}" for name, step in BY_NAME.items()]
     lines.append(f"  {'prestart':34} {PRESTART_SUMMARY}")
     return "\n".join(lines)
-
-
-def hook_usage(name: str, spec: HookSpec) -> str:
-    options = [f"[--{value} VALUE]" for value in spec.values]
-    options += [f"[--{value} VALUE]..." for value in spec.lists]
-    options += [f"[--{flag}]" for flag in spec.flags]
-    defaults = (
-        f"--ldconfig-path defaults to {DEFAULT_LDCONFIG} (its .real twin when present), "
-        f"--cuda-compat-container-root to {COMPAT_ROOT}."
-    )
-    return f"usage: {PROG} {name} {' '.join(options)}".rstrip() + f"\n\n{spec.summary}\n{defaults}"
 
 
 def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
@@ -263,18 +62,18 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    spec = HOOKS.get(name)
-    if spec is None:
+    step = BY_NAME.get(name)
+    if step is None:
         if not quiet:
             print(f"{PROG}: unsupported hook {name!r}; ignored", file=sys.stderr)
         return 0
     try:
-        options = parse_options(spec, args)
+        options = step.parse(args)
         if options is None:
-            print(hook_usage(name, spec))
+            print(step.usage())
             return 0
         options.debug = debug
-        run_on_container(spec, options, stdin if stdin is not None else sys.stdin.buffer)
+        run_on_container(step, options, stdin if stdin is not None else sys.stdin.buffer)
     except HookError as exc:
         message = str(exc)
         # The steps name themselves for the batched hook; a hook run on its own is named already.
@@ -291,11 +90,16 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
     return 0
 
 
-def run_on_container(spec: HookSpec, options: Options, stdin: BinaryIO) -> None:
+def run_on_container(step: Step, options: Options, stdin: BinaryIO) -> None:
+    """Check the step's arguments, then run it on the rootfs of the container the OCI state names."""
     from cdictk.ocistate import container_state, read_state  # noqa: PLC0415
     from cdictk.rootfs import open_rootfs  # noqa: PLC0415
 
-    container = container_state(read_state(stdin))
-    with open_rootfs(container.rootfs) as rootfs:
-        options.log(f"container {container.id or '?'}: rootfs {container.rootfs}")
-        spec.run(options, rootfs)
+    prepared = step.prepare(options)
+    try:
+        container = container_state(read_state(stdin))
+        with open_rootfs(container.rootfs) as rootfs:
+            options.log(f"container {container.id or '?'}: rootfs {container.rootfs}")
+            prepared.run(rootfs)
+    finally:
+        prepared.close()

@@ -26,6 +26,7 @@ import stat
 
 from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, sandbox
+from cdictk.hooks.steps import DEFAULT_LDCONFIG, Options, Prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -362,3 +363,15 @@ def _opens(rootfs: Rootfs, path: str, flags: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def prepare(options: Options) -> Prepared:
+    """The update-ldcache step: the folders and the host's ldconfig are checked, and ldconfig copied
+    into a sealed memfd, before anything in the container changes."""
+    folders = checked_folders(options.all("folder"))
+    ldconfig = load_ldconfig(options.get("ldconfig-path") or DEFAULT_LDCONFIG)
+
+    def run(rootfs: Rootfs) -> None:
+        update_ldcache(rootfs, folders, ldconfig=os.dup(ldconfig))  # which closes its copy
+
+    return Prepared(run, lambda: os.close(ldconfig))

@@ -17,6 +17,7 @@ import os
 import posixpath
 
 from cdictk.errors import HookError
+from cdictk.hooks.steps import Options, Prepared
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -63,3 +64,15 @@ def _target_exists(rootfs: Rootfs, target: str, link: str) -> bool:
         return False
     os.close(fd)
     return True
+
+
+def prepare(options: Options) -> Prepared:
+    """The create-symlinks step: every link is checked before any is made."""
+    links = [parse_link(text) for text in options.all("link")]
+    device_links = [parse_link(text) for text in options.all("device-link")]
+
+    def run(rootfs: Rootfs) -> None:
+        changed = create_symlinks(rootfs, links) + create_symlinks(rootfs, device_links, devices_only=True)
+        options.log(f"links created: {', '.join(changed) or 'none'}")
+
+    return Prepared(run)

@@ -20,13 +20,16 @@ from dataclasses import dataclass
 import cdictk.hooks
 from cdictk.cdi.model import Hook
 from cdictk.errors import CdictkError
+from cdictk.hooks.steps import BATCHED, BY_NAME
 
-CREATE_SYMLINKS = "create-symlinks"
-ENABLE_CUDA_COMPAT = "enable-cuda-compat"
-UPDATE_LDCACHE = "update-ldcache"
-BATCH = "batch"
-DISABLE_DEVICE_NODE_MODIFICATION = "disable-device-node-modification"
-HOOK_NAMES = (CREATE_SYMLINKS, ENABLE_CUDA_COMPAT, UPDATE_LDCACHE, DISABLE_DEVICE_NODE_MODIFICATION)
+# The steps' names, from the hooks' own table: a spec never names a step the hooks lack.
+CREATE_SYMLINKS = BY_NAME["create-symlinks"].name
+ENABLE_CUDA_COMPAT = BY_NAME["enable-cuda-compat"].name
+UPDATE_LDCACHE = BY_NAME["update-ldcache"].name
+BATCH = BY_NAME["batch"].name
+DISABLE_DEVICE_NODE_MODIFICATION = BY_NAME["disable-device-node-modification"].name
+# What --disable-hook names: every step the batched hook runs.
+HOOK_NAMES = tuple(step.name for step in BATCHED)
 # Explicit and non-empty: runtimes would otherwise hand a hook nothing or their own environment.
 HOOK_ENV = ("LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
 _PYTHON = re.compile(r"(?:python|pypy)[\w.+-]*")

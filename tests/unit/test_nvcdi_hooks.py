@@ -4,8 +4,17 @@ import sys
 
 import pytest
 
+from cdictk.cdi.model import Hook
 from cdictk.errors import CdictkError
-from cdictk.nvcdi.hooks import HOOK_ENV, common_hooks, entry_file, hook_program, link_args
+from cdictk.nvcdi.hooks import (
+    HOOK_ENV,
+    HOOK_NAMES,
+    HookProgram,
+    common_hooks,
+    entry_file,
+    hook_program,
+    link_args,
+)
 
 
 def test_default_program_is_this_python_isolated() -> None:
@@ -130,3 +139,26 @@ def test_batched_hook_carries_every_step_in_order() -> None:
         disabled=frozenset(),
     )
     assert nothing == []
+
+
+def test_every_hook_the_generator_writes_parses_with_the_hooks_own_table() -> None:
+    """The generator and the hook entry point read one table of steps: whatever a spec says, the hook
+    (and the prestart hook running it in process) understands, option by option."""
+    from cdictk.hooks.steps import BY_NAME
+
+    def written(program: HookProgram) -> list[Hook]:
+        return common_hooks(
+            program,
+            links=[("libcuda.so.1", "/lib/libcuda.so")],
+            device_links=[("../card1", "/dev/dri/by-path/x-card")],
+            library_dirs=["/lib", "/lib/vdpau"],
+            driver_version="580.95.05",
+            ldconfig_path="/sbin/ldconfig.real",
+            disabled=frozenset(),
+        )
+
+    written_hooks = written(hook_program()) + written(hook_program(separate=True))
+    assert sorted(hook.args[4] for hook in written_hooks) == sorted({"batch", *HOOK_NAMES})
+    for hook in written_hooks:
+        options = BY_NAME[hook.args[4]].parse(hook.args[5:])
+        assert options is not None, hook.args

@@ -169,10 +169,11 @@ def test_its_failure_is_the_prestart_hooks_one_line(tmp_path: Path) -> None:
 
 
 def test_a_step_that_hangs_ends_at_the_hooks_timeout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from cdictk.hooks import entry
+    from cdictk.hooks import symlinks
+    from cdictk.hooks.steps import Prepared
     from cdictk.rootfs import Rootfs
 
-    monkeypatch.setattr(entry.HOOKS["create-symlinks"], "run", lambda options, rootfs: time.sleep(30))
+    monkeypatch.setattr(symlinks, "prepare", lambda options: Prepared(lambda rootfs: time.sleep(30)))
     hook = own_hook("create-symlinks")
     hook["timeout"] = 1
     started = time.monotonic()

@@ -47,7 +47,7 @@ def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
     """
     import signal  # noqa: PLC0415
 
-    from cdictk.hooks.entry import HOOKS, parse_options  # noqa: PLC0415
+    from cdictk.hooks.steps import BY_NAME  # noqa: PLC0415
 
     path, args = hook.get("path"), hook.get("args") or []
     if not isinstance(path, str) or not path.startswith("/") or len(args) < 5:
@@ -59,10 +59,10 @@ def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
         _entry_file(),
     ]:
         return False
-    spec = HOOKS.get(args[4])
-    if spec is None:
+    step = BY_NAME.get(args[4])
+    if step is None:
         return False
-    options = parse_options(spec, args[5:])
+    options = step.parse(args[5:])
     if options is None:  # --help: nothing to do in a container
         return True
     timeout = hook.get("timeout") or DEFAULT_TIMEOUT
@@ -70,13 +70,15 @@ def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
     def expired(signum: int, frame: object) -> None:
         raise HookError(f"{args[4]}: no answer within {timeout} s")
 
+    prepared = step.prepare(options)
     previous = signal.signal(signal.SIGALRM, expired)
     signal.alarm(int(timeout))
     try:
-        spec.run(options, rootfs)
+        prepared.run(rootfs)
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
+        prepared.close()
     return True
 
 

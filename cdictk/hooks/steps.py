@@ -1,0 +1,218 @@
+"""The hook steps, one row each: name, what it does, its options, and the module that does it.
+
+The hook entry point, the batched hook, the generator (which writes their names and options into
+specs) and the prestart hook (which runs cdictk's own spec hooks in its process) all read this table.
+A new step is one module with a ``prepare(options)`` function and one row here; the generator adds its
+arguments in :mod:`cdictk.nvcdi.hooks`.
+
+A step runs in two phases: ``prepare`` checks every argument and takes what it needs from the host
+(a sealed copy of ldconfig) before anything in the container changes, then ``run`` does the work on the
+rootfs, and ``close`` lets go of what ``prepare`` took. The batched hook prepares all its steps before it
+runs any. Standard library only, and cheap: a step's module is imported when the step is prepared.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from cdictk.errors import HookError
+
+TYPE_CHECKING = False  # typing itself imports re: keep it out of the container start
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
+    from cdictk.rootfs import Rootfs
+
+PROG = "cdictk hook"
+DEFAULT_LDCONFIG = "/sbin/ldconfig"
+COMPAT_ROOT = "/usr/local/cuda/compat"
+
+
+class Options:
+    """Parsed options: single values, repeatable values, and boolean flags."""
+
+    __slots__ = ("debug", "flags", "lists", "values")
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+        self.lists: dict[str, list[str]] = {}
+        self.flags: set[str] = set()
+        self.debug = False
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.values.get(name, default)
+
+    def all(self, name: str) -> list[str]:
+        return self.lists.get(name, [])
+
+    def log(self, message: str) -> None:
+        if self.debug:
+            print(f"{PROG}: {message}", file=sys.stderr)
+
+
+class Prepared:
+    """A step whose arguments are checked: ``run`` it on a rootfs, then ``close`` it."""
+
+    __slots__ = ("_close", "_run")
+
+    def __init__(self, run: Callable[[Rootfs], None], close: Callable[[], None] | None = None) -> None:
+        self._run = run
+        self._close = close
+
+    def run(self, rootfs: Rootfs) -> None:
+        self._run(rootfs)
+
+    def close(self) -> None:
+        if self._close is not None:
+            self._close()
+
+
+class Step:
+    """One row of the table."""
+
+    __slots__ = ("flags", "lists", "module", "name", "summary", "values")
+
+    def __init__(
+        self,
+        name: str,
+        summary: str,
+        module: str,
+        *,
+        values: tuple[str, ...] = (),
+        lists: tuple[str, ...] = (),
+        flags: tuple[str, ...] = (),
+    ) -> None:
+        self.name = name
+        self.summary = summary
+        self.module = module
+        self.values = values
+        self.lists = lists
+        self.flags = flags
+
+    def prepare(self, options: Options) -> Prepared:
+        """Check the arguments; the module is imported here, so a hook pays only for what it uses."""
+        __import__(self.module)
+        prepare: Callable[[Options], Prepared] = sys.modules[self.module].prepare
+        return prepare(options)
+
+    def given(self, options: Options) -> bool:
+        """Whether ``options`` name any of this step's options: the batched hook runs only those steps."""
+        return (
+            any(name in options.values for name in self.values)
+            or any(options.lists.get(name) for name in self.lists)
+            or any(name in options.flags for name in self.flags)
+        )
+
+    def parse(self, args: Sequence[str]) -> Options | None:
+        """``--name value`` or ``--name=value`` (one dash works too, as with nvidia-cdi-hook); None for
+        --help."""
+        options = Options()
+        items = list(args)
+        while items:
+            item = items.pop(0)
+            if item in ("-h", "--help"):
+                return None
+            if not item.startswith("-") or item in ("-", "--"):
+                raise HookError(f"unexpected argument {item!r}")
+            name, has_value, value = item.lstrip("-").partition("=")
+            if name in self.flags:
+                if has_value:
+                    raise HookError(f"--{name} takes no value")
+                options.flags.add(name)
+                continue
+            if name not in self.values and name not in self.lists:
+                raise HookError(f"unknown option --{name}")
+            if not has_value:
+                if not items:
+                    raise HookError(f"--{name} needs a value")
+                value = items.pop(0)
+            if name in self.lists:
+                options.lists.setdefault(name, []).append(value)
+            else:
+                options.values[name] = value
+        return options
+
+    def usage(self) -> str:
+        options = [f"[--{value} VALUE]" for value in self.values]
+        options += [f"[--{value} VALUE]..." for value in self.lists]
+        options += [f"[--{flag}]" for flag in self.flags]
+        defaults = (
+            f"--ldconfig-path defaults to {DEFAULT_LDCONFIG} (its .real twin when present), "
+            f"--cuda-compat-container-root to {COMPAT_ROOT}."
+        )
+        return f"usage: {PROG} {self.name} {' '.join(options)}".rstrip() + f"\n\n{self.summary}\n{defaults}"
+
+
+_COMPAT = ("host-driver-version", "host-cuda-version", "cuda-compat-container-root")
+
+# What a generated spec's batched hook does, in the order it does it: links first, then the driver
+# params mask, then CUDA compat (an ld.so.conf.d entry), then the ld cache that reads it.
+BATCHED = (
+    Step(
+        "create-symlinks",
+        "make symlinks in the container (--link TARGET::LINK; --device-link only when the device is there)",
+        "cdictk.hooks.symlinks",
+        lists=("link", "device-link"),
+    ),
+    Step(
+        "disable-device-node-modification",
+        "stop the driver libraries in the container from creating device nodes",
+        "cdictk.hooks.devicenodes",
+        flags=("disable-device-node-modification",),
+    ),
+    Step(
+        "enable-cuda-compat",
+        "use the image's CUDA forward-compatibility libcuda when the host driver is older",
+        "cdictk.hooks.cudacompat",
+        values=_COMPAT,
+    ),
+    Step(
+        "update-ldcache",
+        "run the host's ldconfig, sandboxed, on the container (--folder DIR)",
+        "cdictk.hooks.ldcache",
+        values=("ldconfig-path",),
+        lists=("folder",),
+    ),
+)
+STEPS = (
+    *BATCHED,
+    Step(
+        "chmod",
+        "change modes in the container (--mode M --path P)",
+        "cdictk.hooks.chmod",
+        values=("mode",),
+        lists=("path",),
+    ),
+    Step(
+        "batch",
+        "links, device links, params mask, CUDA compat and ld cache in one process (cdictk's specs)",
+        "cdictk.hooks.steps",
+        values=tuple(name for step in BATCHED for name in step.values),
+        lists=tuple(name for step in BATCHED for name in step.lists),
+        flags=tuple(name for step in BATCHED for name in step.flags),
+    ),
+)
+BY_NAME = {step.name: step for step in STEPS}
+
+
+def prepare(options: Options) -> Prepared:
+    """The batched hook: every step it was given options for, all prepared before any runs."""
+    prepared: list[Prepared] = []
+    try:
+        for step in BATCHED:
+            if step.given(options):
+                prepared.append(step.prepare(options))
+    except BaseException:
+        for done in prepared:
+            done.close()
+        raise
+
+    def run(rootfs: Rootfs) -> None:
+        for step in prepared:
+            step.run(rootfs)
+
+    def close() -> None:
+        for step in prepared:
+            step.close()
+
+    return Prepared(run, close)
