@@ -3,21 +3,13 @@
 from __future__ import annotations
 
 import os
-import stat
 import sys
-from collections.abc import Callable
 
 import click
 
 from cdictk.errors import CdictkError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from cdictk.node.roots import Roots
-    from cdictk.nvcdi.render import Rendered
-
 DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
-MAX_SPEC_BYTES = 64 << 20  # far above any generated spec; a bigger file is not ours
 _STRATEGIES = ("index", "uuid", "type-index")
 _MODES = ("auto", "nvml", "procfs", "management")
 
@@ -178,10 +170,11 @@ def generate_command(  # click passes every option by keyword
     from cdictk.cdi.names import kind_spec_problem, vendor_or_class_problem  # noqa: PLC0415
     from cdictk.node.facts import Mode  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
+    from cdictk.nvcdi import specfile  # noqa: PLC0415
     from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
     from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
     from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
-    from cdictk.nvcdi.render import render  # noqa: PLC0415
+    from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
 
     for what, value in (("--vendor", vendor), ("--class", cls)):
         problem = vendor_or_class_problem(what.lstrip("-"), value)
@@ -221,126 +214,35 @@ def generate_command(  # click passes every option by keyword
         target_version=target_version,
     )
     host = os.path.abspath(host_root)
-    if watching:
-        return _watch(
-            lambda: render(roots, Mode(mode), options, fmt, output, host_root=host), roots, output, interval
-        )
-    rendered = render(roots, Mode(mode), options, fmt, output, host_root=host)
-    for message in rendered.warnings:
-        _warn(message)
-    data, summary = rendered.data, rendered.summary
 
+    def produce() -> NodeSpec:
+        return node_spec(roots, Mode(mode), options, where=output, host_root=host)
+
+    if watching:
+        specfile.watch_spec(
+            produce, roots=roots, output=output, fmt=fmt, interval=interval, say=_say, warn=_warn
+        )
+        return 0
+    made = produce()
+    for message in made.warnings:
+        _warn(message)
+    data = made.dump(fmt)
     if output == "-":
         sys.stdout.buffer.write(data)
         sys.stdout.flush()
         return 0
-    current, mode_ok, _ = _read_current(output)
     if check:
-        if current == data:
-            print(f"{output}: up to date ({summary})", file=sys.stderr)
+        problem = specfile.check(output, data)
+        if problem is None:
+            print(f"{output}: up to date ({made.summary})", file=sys.stderr)
             return 0
-        state = "missing" if current is None else "stale: differs from a fresh generation"
-        print(f"cdictk: {output}: {state}", file=sys.stderr)
+        print(f"cdictk: {output}: {problem}", file=sys.stderr)
         return 1
-    if current == data and mode_ok:
-        print(f"{output}: unchanged ({summary})", file=sys.stderr)
-        return 0
-    _write(output, data)
-    print(f"wrote {output} ({summary})", file=sys.stderr)
+    written, _ = specfile.update(output, data)
+    done = f"wrote {output}" if written else f"{output}: unchanged"
+    print(f"{done} ({made.summary})", file=sys.stderr)
     return 0
 
 
-def _watch(produce: Callable[[], Rendered], roots: Roots, output: str, interval: float) -> int:
-    import signal  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
-    from cdictk.nvcdi.watch import WatchTiming, watch  # noqa: PLC0415
-
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    watched = WatchedSpec(produce, roots, output)
-    print(f"watching the node every {interval:g} s for {output}", file=sys.stderr, flush=True)
-    watch(watched.fingerprint, watched.regenerate, stop.wait, WatchTiming(interval), _warn)
-    print(f"stopped watching for {output}", file=sys.stderr)
-    return 0
-
-
-class WatchedSpec:
-    """The spec file ``--watch`` keeps: the node's fingerprint with the output's, and one regeneration."""
-
-    def __init__(self, produce: Callable[[], Rendered], roots: Roots, output: str) -> None:
-        self._produce = produce
-        self._roots = roots
-        self._output = output
-        self._shown: list[str] = []
-        self._written: tuple[int, ...] | None = None  # the output as we last wrote or read it
-
-    def fingerprint(self) -> object:
-        from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
-
-        # The output is part of it: a spec deleted, replaced or chmod'ed by someone else is put back.
-        # Its own stamp, not a flag: two changes by others in a row must differ from each other too.
-        stamp = _output_stamp(self._output)
-        return node_fingerprint(self._roots), "ours" if stamp == self._written else stamp
-
-    def regenerate(self) -> None:
-        from cdictk.nvcdi.watch import FatalWatchError  # noqa: PLC0415
-
-        rendered = self._produce()
-        if rendered.warnings != self._shown:  # once, not every time the node is looked at
-            self._shown[:] = rendered.warnings
-            for message in rendered.warnings:
-                _warn(message)
-        try:
-            current, mode_ok, stamp = _read_current(self._output)
-        except CdictkError as exc:  # a link, a directory, a FIFO: waiting will not change it
-            raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from None
-        if current != rendered.data or not mode_ok:
-            stamp = _stamp(_write(self._output, rendered.data))
-            print(f"wrote {self._output} ({rendered.summary})", file=sys.stderr, flush=True)
-        # The stamp of the file as written or read, never a second look at the path: a spec removed in
-        # between would be remembered as "ours, missing", and never be put back.
-        self._written = stamp
-
-
-def _output_stamp(path: str) -> tuple[int, ...] | None:
-    try:
-        return _stamp(os.lstat(path))
-    except OSError:
-        return None
-
-
-def _stamp(st: os.stat_result) -> tuple[int, ...]:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
-
-
-def _read_current(path: str) -> tuple[bytes | None, bool, tuple[int, ...] | None]:
-    """The spec at ``path`` now, whether its mode is already 0644, and its stamp; None when there is none.
-
-    Anything but a regular file (/dev/stdout, a FIFO, a symlink) is refused before it is opened: reading
-    a FIFO would hang, and the atomic rename would replace a link rather than write through it.
-    """
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None, True, None
-    except OSError as exc:
-        raise CdictkError(path, "", exc.strerror or str(exc)) from None
-    if not stat.S_ISREG(info.st_mode):
-        raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
-    from cdictk.fsutil import read_capped  # noqa: PLC0415
-
-    return read_capped(path, MAX_SPEC_BYTES), stat.S_IMODE(info.st_mode) == 0o644, _stamp(info)
-
-
-def _write(path: str, data: bytes) -> os.stat_result:
-    from cdictk.fsutil import atomic_write  # noqa: PLC0415
-
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-    except OSError as exc:
-        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
-    # 0644 whatever the old file had: runtimes of any user must be able to read the spec.
-    return atomic_write(path, data, mode=0o644, keep_mode=False)
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -26,7 +26,7 @@ class InfoReport:
 
 def gather(roots: Roots, spec_dirs: list[str], kind: str, host_root: str) -> InfoReport:
     node = check_node(roots)
-    fresh = _fresh_spec(node, kind, host_root)
+    fresh = _fresh_spec(roots, node, kind, host_root)
     check = SpecCheck(
         kind, node.facts, fresh, host_root, "cdictk cdi generate" + root_flags(roots, host_root)
     )
@@ -51,19 +51,21 @@ def root_flags(roots: Roots, host_root: str = "/") -> str:
     return "".join(" " + flag for flag in flags)
 
 
-def _fresh_spec(node: NodeReport, kind: str, host_root: str) -> bytes | None:
+def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> bytes | None:
     """What ``cdictk cdi generate`` writes now with its defaults; None without GPUs."""
     if node.facts is None:
         return None
     from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.node.facts import Mode  # noqa: PLC0415
     from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
     from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
-    from cdictk.nvcdi.render import render_facts  # noqa: PLC0415
+    from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
 
     vendor, _, cls = kind.partition("/")
     try:
         options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-        return render_facts(node.facts, options, "yaml", "<fresh>", host_root=host_root).data
+        made = node_spec(roots, Mode.AUTO, options, where="<fresh>", host_root=host_root, facts=node.facts)
+        return made.dump("yaml")
     except CdictkError:
         return None
 

@@ -115,14 +115,13 @@ def _resolve(registry: Registry, devices: list[str]) -> list[EditsSource]:
 
 def _spec_in_memory(settings: Settings) -> Spec:
     """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk."""
-    from cdictk.node.facts import Mode, discover  # noqa: PLC0415
+    from cdictk.node.facts import Mode  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
-    from cdictk.nvcdi.build import SpecOptions, build_spec  # noqa: PLC0415
+    from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
     from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
+    from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
 
     vendor, _, cls = settings.default_kind.partition("/")
     roots = Roots(settings.driver_root, settings.dev_root, settings.proc_root, settings.sys_root)
-    spec, _ = build_spec(
-        discover(roots, Mode.AUTO), SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-    )
-    return spec
+    options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
+    return node_spec(roots, Mode.AUTO, options, where="<the node's spec, made in memory>").spec

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -156,9 +157,20 @@ def test_a_spec_removed_right_after_the_write_is_still_put_back(
     """The race behind a flaky run of the test above: the output was stamped by looking at the path
     again after the write, so a spec removed in that moment was remembered as ours and never put back."""
     from cdictk import fsutil
-    from cdictk.cli.generate import WatchedSpec
     from cdictk.node.roots import Roots
-    from cdictk.nvcdi.render import Rendered
+    from cdictk.nvcdi.nodespec import NodeSpec
+    from cdictk.nvcdi.specfile import WatchedSpec
+
+    class Made:
+        """What the watch uses of a NodeSpec."""
+
+        summary = "1 device"
+
+        def __init__(self) -> None:
+            self.warnings: list[str] = []
+
+        def dump(self, fmt: str) -> bytes:
+            return b"spec\n"
 
     output = tmp_path / "nvidia.yaml"
     real_write = fsutil.atomic_write
@@ -171,7 +183,15 @@ def test_a_spec_removed_right_after_the_write_is_still_put_back(
     monkeypatch.setattr(fsutil, "atomic_write", write_then_lose)
     node = tmp_path / "node"
     roots = Roots.from_options(str(node), str(node), str(node / "proc"), str(node / "sys"))
-    watched = WatchedSpec(lambda: Rendered(b"spec\n", "1 device", []), roots, str(output))
+    said: list[str] = []
+    watched = WatchedSpec(
+        lambda: cast(NodeSpec, Made()),
+        roots=roots,
+        output=str(output),
+        fmt="yaml",
+        say=said.append,
+        warn=said.append,
+    )
     before = watched.fingerprint()
     watched.regenerate()
     assert not output.exists()
@@ -184,3 +204,4 @@ def test_a_spec_removed_right_after_the_write_is_still_put_back(
     settled = watched.fingerprint()
     watched.regenerate()  # unchanged: not written again
     assert watched.fingerprint() == settled
+    assert said == [f"wrote {output} (1 device)"] * 2

@@ -1,0 +1,162 @@
+"""Where a generated spec goes: the output policy of ``cdictk cdi generate``, once or ``--watch``.
+
+The file is written atomically with mode 0644 (runtimes of any user must be able to read it) and not
+at all when its bytes and mode are right already, so spec watchers see no event for nothing. Anything
+but a regular file at the path (a symlink, a FIFO, /dev/stdout) is refused before it is opened:
+reading a FIFO would hang, and the atomic rename would replace a link rather than write through it.
+``--check`` compares without writing. ``--watch`` regenerates when the node's fingerprint or the file
+itself changes (:class:`WatchedSpec`, :mod:`cdictk.nvcdi.watch`).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from cdictk.errors import CdictkError
+from cdictk.node.roots import Roots
+from cdictk.nvcdi.nodespec import NodeSpec
+
+MAX_SPEC_BYTES = 64 << 20  # far above any generated spec; a bigger file is not ours
+
+Stamp = tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class OnDisk:
+    data: bytes | None  # None: no file
+    mode_ok: bool  # 0644 already
+    stamp: Stamp | None  # what the file was when read, to notice a later change by someone else
+
+
+def read(path: str) -> OnDisk:
+    """The spec at ``path`` now."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return OnDisk(None, True, None)
+    except OSError as exc:
+        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
+    from cdictk.fsutil import read_capped  # noqa: PLC0415
+
+    return OnDisk(read_capped(path, MAX_SPEC_BYTES), stat.S_IMODE(info.st_mode) == 0o644, stamp_of(info))
+
+
+def write(path: str, data: bytes) -> Stamp:
+    """Write ``data`` atomically with mode 0644; the stamp of the file as written."""
+    from cdictk.fsutil import atomic_write  # noqa: PLC0415
+
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
+    return stamp_of(atomic_write(path, data, mode=0o644, keep_mode=False))
+
+
+def update(path: str, data: bytes) -> tuple[bool, Stamp | None]:
+    """Write ``data`` unless the file holds it already with the right mode: (written, stamp)."""
+    current = read(path)
+    if current.data == data and current.mode_ok:
+        return False, current.stamp
+    return True, write(path, data)
+
+
+def check(path: str, data: bytes) -> str | None:
+    """Why the spec on disk is not ``data`` (missing, or stale), or None when it is."""
+    current = read(path).data
+    if current == data:
+        return None
+    return "missing" if current is None else "stale: differs from a fresh generation"
+
+
+def stamp_of(st: os.stat_result) -> Stamp:
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+
+
+def path_stamp(path: str) -> Stamp | None:
+    try:
+        return stamp_of(os.lstat(path))
+    except OSError:
+        return None
+
+
+class WatchedSpec:
+    """The spec file ``--watch`` keeps: the node's fingerprint with the output's, and one regeneration."""
+
+    def __init__(
+        self,
+        produce: Callable[[], NodeSpec],
+        *,
+        roots: Roots,
+        output: str,
+        fmt: str,
+        say: Callable[[str], None],
+        warn: Callable[[str], None],
+    ) -> None:
+        self._produce = produce
+        self._roots = roots
+        self._output = output
+        self._fmt = fmt
+        self._say = say
+        self._warn = warn
+        self._shown: list[str] = []
+        self._written: Stamp | None = None  # the output as we last wrote or read it
+
+    def fingerprint(self) -> object:
+        from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
+
+        # The output is part of it: a spec deleted, replaced or chmod'ed by someone else is put back.
+        # Its own stamp, not a flag: two changes by others in a row must differ from each other too.
+        stamp = path_stamp(self._output)
+        return node_fingerprint(self._roots), "ours" if stamp == self._written else stamp
+
+    def regenerate(self) -> None:
+        from cdictk.nvcdi.watch import FatalWatchError  # noqa: PLC0415
+
+        made = self._produce()
+        if made.warnings != self._shown:  # once, not every time the node is looked at
+            self._shown[:] = made.warnings
+            for message in made.warnings:
+                self._warn(message)
+        data = made.dump(self._fmt)
+        try:
+            current = read(self._output)
+        except CdictkError as exc:  # a link, a directory, a FIFO: waiting will not change it
+            raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from None
+        stamp = current.stamp
+        if current.data != data or not current.mode_ok:
+            stamp = write(self._output, data)
+            self._say(f"wrote {self._output} ({made.summary})")
+        # The stamp of the file as written or read, never a second look at the path: a spec removed in
+        # between would be remembered as "ours, missing", and never be put back.
+        self._written = stamp
+
+
+def watch_spec(
+    produce: Callable[[], NodeSpec],
+    *,
+    roots: Roots,
+    output: str,
+    fmt: str,
+    interval: float,
+    say: Callable[[str], None],
+    warn: Callable[[str], None],
+) -> None:
+    """Keep ``output`` current until SIGTERM or SIGINT; see :mod:`cdictk.nvcdi.watch`."""
+    import signal  # noqa: PLC0415
+    import threading  # noqa: PLC0415
+
+    from cdictk.nvcdi.watch import WatchTiming, watch  # noqa: PLC0415
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    watched = WatchedSpec(produce, roots=roots, output=output, fmt=fmt, say=say, warn=warn)
+    say(f"watching the node every {interval:g} s for {output}")
+    watch(watched.fingerprint, watched.regenerate, stop.wait, WatchTiming(interval), warn)
+    say(f"stopped watching for {output}")
