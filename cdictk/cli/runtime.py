@@ -9,6 +9,7 @@ import sys
 import click
 
 from cdictk.errors import CdictkError
+from cdictk.runtime.configure.engines import ENGINES
 
 _DEFAULT = "RUNTIME_DEFAULT"
 
@@ -32,6 +33,20 @@ def _is_launcher(path: str) -> bool:
     return os.path.dirname(path) == DEFAULT_DIR
 
 
+def _listed(words: list[str], last: str) -> str:
+    """``a, b or c`` when ``last`` is "or"."""
+    return f"{', '.join(words[:-1])} {last} {words[-1]}" if len(words) > 1 else words[0]
+
+
+# The help names every engine's default paths, from the table.
+_DROP_INS = {engine.title: engine.drop_in for engine in ENGINES.values() if engine.drop_in is not None}
+_CONFIG_HELP = f"Main config. Default: {_listed([engine.config for engine in ENGINES.values()], 'or')}."
+_DROP_IN_HELP = (
+    f"{_listed(list(_DROP_INS), 'and')}: write into this drop-in (default {', '.join(_DROP_INS.values())}); "
+    "'' edits the main config in place."
+)
+
+
 def _is_text(value: str) -> bool:
     try:
         value.encode("utf-8")
@@ -49,7 +64,7 @@ def runtime_group() -> None:
 @click.option(
     "--runtime",
     "engine",
-    type=click.Choice(["containerd", "crio", "docker"]),
+    type=click.Choice(list(ENGINES)),
     default="docker",
     show_default=True,
     help="The engine whose config to edit (docker by default, as with nvidia-ctk).",
@@ -58,15 +73,14 @@ def runtime_group() -> None:
     "--config",
     "config",
     metavar="FILE",
-    help="Main config. Default: /etc/containerd/config.toml, /etc/crio/crio.conf or /etc/docker/daemon.json.",
+    help=_CONFIG_HELP,
 )
 @click.option(
     "--drop-in-config",
     "drop_in",
     metavar="FILE",
     default=_DEFAULT,
-    help="containerd and CRI-O: write into this drop-in (default /etc/containerd/conf.d/99-cdictk.toml, "
-    "/etc/crio/crio.conf.d/99-cdictk.toml); '' edits the main config in place.",
+    help=_DROP_IN_HELP,
 )
 @click.option(
     "--runtime-name",
@@ -138,7 +152,8 @@ def configure_command(  # click passes every option by keyword
     its whole CRI plugin table (containerd 1.6 replaces whole tables on import) and an entry in the main
     file's imports, appended to what is there.
     """
-    from cdictk.runtime.configure.apply import Request, configure  # noqa: PLC0415
+    from cdictk.runtime.configure.apply import configure  # noqa: PLC0415
+    from cdictk.runtime.configure.change import Request  # noqa: PLC0415
 
     for value, flag in (
         (config, "--config"),
@@ -148,8 +163,7 @@ def configure_command(  # click passes every option by keyword
     ):
         if value is not None and not _is_text(value):
             raise CdictkError("", flag, "is not valid UTF-8")
-    if engine == "containerd" and restart_how == "signal":  # refused before anything is written
-        raise CdictkError("", "--restart", "containerd does not reload its config on a signal: use systemd")
+    ENGINES[engine].check_restart(restart_how)  # refused before anything is written
     runtime_path = path or default_runtime_path()
     if path is None and not remove and not _is_launcher(runtime_path):
         print(

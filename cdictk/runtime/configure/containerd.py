@@ -10,25 +10,28 @@ the drop-in carries a copy of the main file's entire CRI plugin table: a drop-in
 alone would make the daemon lose ``sandbox_image``, runc's ``SystemdCgroup`` and the rest. Re-run
 configure after editing that table in the main file. And once a config names any runtime, containerd
 1.6 no longer provides its built-in ``runc``: a config written from an empty one names runc too.
+
+``plan`` and ``inspect`` are what the engine's record (:mod:`cdictk.runtime.configure.engines`) calls;
+CRI-O's module shares the TOML helpers here.
 """
 
 from __future__ import annotations
 
 import copy
+import glob
 import os
 import re
 import subprocess
+import tomllib
 from collections.abc import Sequence
 from typing import Any
 
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure import tomledit
-from cdictk.runtime.configure.change import Edit, RuntimeChange
+from cdictk.runtime.configure import tomledit, writer
+from cdictk.runtime.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 
 CRI_PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 RUNC_V2 = "io.containerd.runc.v2"
-DEFAULT_CONFIG = "/etc/containerd/config.toml"
-DEFAULT_DROP_IN = "/etc/containerd/conf.d/99-cdictk.toml"
 DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DROP_IN_HEADER = "# Written by `cdictk runtime configure`"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -351,3 +354,102 @@ def _drop_in_text(data: dict[str, Any], file: str, current: str | None) -> str:
             return current
     header = DROP_IN_HEADER + ": the CRI plugin table containerd builds from its config, plus cdictk.\n"
     return header + tomledit.edit(tomlkit.document(), {}, data, file)
+
+
+def plan(main: writer.Current, drop_in: writer.Current | None, change: RuntimeChange) -> Plan:
+    installed = installed_version() if not (main.text or "").strip() else None
+    if drop_in is None:
+        edit = configure_in_place(main.text or "", main.path, change, installed, before(main.path))
+        return Plan(((main, edit),))
+    main_edit, drop_edit = configure_drop_in(
+        main.text or "",
+        main.path,
+        drop_in=drop_in.path,
+        drop_in_text=drop_in.text,
+        change=change,
+        installed=installed,
+        imported=_other_imports(main, drop_in.path),
+    )
+    # The drop-in exists before the import that names it, and the import goes before the drop-in.
+    order = (
+        ((main, main_edit), (drop_in, drop_edit))
+        if drop_edit.text is None
+        else ((drop_in, drop_edit), (main, main_edit))
+    )
+    return Plan(order, own=frozenset({drop_in.path}))
+
+
+def before(path: str) -> dict[str, Any] | None:
+    """The TOML config as it was before cdictk first changed it (its backup), for --remove to restore."""
+    data = writer.read_backup(path)
+    if data is None:
+        return None
+    try:
+        return tomllib.loads(data.decode("utf-8"))
+    # ValueError: not UTF-8 or not TOML, or an integer past Python's digit limit; RecursionError: nested
+    # too deeply. A backup that cannot be read has nothing to restore.
+    except (ValueError, RecursionError):
+        return None
+
+
+def _other_imports(main: writer.Current, drop_in: str) -> list[tuple[str, str]]:
+    """The files the main config imports (globs expanded the way containerd does), except our drop-in."""
+    if not main.text:
+        return []
+    try:
+        imports = tomllib.loads(main.text).get("imports", [])
+    except (ValueError, RecursionError):  # not TOML, or past tomllib's limits (as in before)
+        return []  # the edit itself reports the problem, with its position
+    found: list[tuple[str, str]] = []
+    directory = os.path.dirname(main.path)
+    for entry in imports if isinstance(imports, list) else []:
+        if not isinstance(entry, str):
+            continue
+        pattern = os.path.join(directory, entry)
+        paths = sorted(glob.glob(pattern)) if any(c in entry for c in "*?[") else [pattern]
+        for path in paths:
+            if os.path.realpath(path) == os.path.realpath(drop_in) or not os.path.isfile(path):
+                continue
+            text = writer.read(path, follow_symlinks=True).text
+            if text is not None:
+                found.append((path, text))
+    return found
+
+
+def inspect(files: Sequence[tuple[str, str]]) -> Inspection:
+    """A true ``enable_cdi`` anywhere (containerd 2.0, config version 3, has it on by default; 1.7 off),
+    and the runtimes whose ``BinaryName`` is cdictk-runtime."""
+    parsed, problem = parse_all(files)
+    pairs = [pair for data in parsed for pair in walk(data)]
+    found = shim_paths(value for key, value in pairs if key == "BinaryName")
+    versions = [data["version"] for data in parsed if isinstance(data.get("version"), int)]
+    version = max(versions, default=1)
+    on = any(key == "enable_cdi" and value is True for key, value in pairs) or version >= 3
+    return Inspection(on, found, f"config version {version}: {describe(on, found)}", problem)
+
+
+def parse_all(files: Sequence[tuple[str, str]]) -> tuple[list[dict[str, Any]], str]:
+    """The TOML files that parse, and the first that does not ("cannot parse FILE: why"; "" if none)."""
+    parsed: list[dict[str, Any]] = []
+    problem = ""
+    for path, text in files:
+        try:
+            parsed.append(tomllib.loads(text))
+        except tomllib.TOMLDecodeError as exc:
+            problem = problem or f"cannot parse {path}: {exc}"
+    return parsed, problem
+
+
+def walk(value: Any) -> list[tuple[str, Any]]:
+    """Every (key, value) pair of nested tables."""
+    pairs: list[tuple[str, Any]] = []
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                pairs.append((key, child))
+                pending.append(child)
+        elif isinstance(item, list):
+            pending.extend(item)
+    return pairs

@@ -2,7 +2,8 @@
 
 CRI-O merges drop-ins key by key, so the drop-in holds only our entries; ``monitor_path`` and the other
 settings of the default (else runc, else crun) runtime are copied so that the new runtime is monitored
-the way the node's runtimes are. CRI-O has CDI on by default: there is nothing to enable.
+the way the node's runtimes are. CRI-O has CDI on by default: there is nothing to enable. ``plan`` and
+``inspect`` are what the engine's record (:mod:`cdictk.runtime.configure.engines`) calls.
 """
 
 from __future__ import annotations
@@ -10,15 +11,14 @@ from __future__ import annotations
 import contextlib
 import copy
 import tomllib
+from collections.abc import Sequence
 from typing import Any
 
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure import tomledit
-from cdictk.runtime.configure.change import Edit, RuntimeChange
-from cdictk.runtime.configure.containerd import check_change, table
+from cdictk.runtime.configure import tomledit, writer
+from cdictk.runtime.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
+from cdictk.runtime.configure.containerd import before, check_change, parse_all, table, walk
 
-DEFAULT_CONFIG = "/etc/crio/crio.conf"
-DEFAULT_DROP_IN = "/etc/crio/crio.conf.d/99-cdictk.toml"
 # Settings that describe how to run an OCI runtime; anything else in a runtime's table is its own.
 _COPIED = (
     "monitor_path",
@@ -88,6 +88,21 @@ def changed(
     if change.set_as_default:
         runtime["default_runtime"] = change.runtime_name
     return new
+
+
+def plan(main: writer.Current, drop_in: writer.Current | None, change: RuntimeChange) -> Plan:
+    if drop_in is None:
+        edit = configure(main.text or "", main.path, None, main.path, change, before=before(main.path))
+        return Plan(((main, edit),))
+    edit = configure(drop_in.text or "", drop_in.path, main.text, main.path, change)
+    return Plan(((drop_in, edit),), own=frozenset({drop_in.path}))
+
+
+def inspect(files: Sequence[tuple[str, str]]) -> Inspection:
+    """The runtimes whose ``runtime_path`` is cdictk-runtime; CDI is always on."""
+    parsed, problem = parse_all(files)
+    found = shim_paths(value for data in parsed for key, value in walk(data) if key == "runtime_path")
+    return Inspection(True, found, describe(True, found), problem)
 
 
 def configure(

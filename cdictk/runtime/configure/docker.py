@@ -10,7 +10,8 @@ The document is re-emitted the way ``json.dumps`` indents it: a file laid out by
 on one line, say) comes back in that layout after a real change. Floats keep their value but not
 their spelling (``1e3`` becomes ``1000.0``); daemon.json has no float settings in practice.
 
-Standard library only: the file writer and the CLI call this on nodes without extra packages.
+Standard library only: the file writer and the CLI call this on nodes without extra packages. ``plan``
+and ``inspect`` are what the engine's record (:mod:`cdictk.runtime.configure.engines`) calls.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import json
 import math
 import os
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure.change import RuntimeChange
+from cdictk.runtime.configure import writer
+from cdictk.runtime.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 from cdictk.strictjson import object_pairs_hook, parse_constant
 
 MAX_DAEMON_JSON_BYTES = 16 * 1024 * 1024
@@ -41,6 +44,41 @@ _TOKEN = re.compile(
     r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]:]|-?Infinity|NaN|-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?',
 )
 _FIRST_INDENT = re.compile(r"\n([ \t]+)\S")
+
+
+def plan(main: writer.Current, drop_in: writer.Current | None, change: RuntimeChange) -> Plan:
+    """daemon.json alone: the record has no drop-in, so ``drop_in`` is always None."""
+    edit = Edit(main.path, configure_docker(main.text, main.path, change, _before(main.path)))
+    return Plan(((main, edit),))
+
+
+def _before(path: str) -> dict[str, Any] | None:
+    """daemon.json as it was before cdictk first changed it (its backup), for --remove to restore."""
+    data = writer.read_backup(path)
+    if data is None:
+        return None
+    try:
+        before = json.loads(data or b"{}")
+    except (ValueError, RecursionError):  # not JSON, or nested too deeply: nothing to restore
+        return None
+    return before if isinstance(before, dict) else None
+
+
+def inspect(files: Sequence[tuple[str, str]]) -> Inspection:
+    """``features.cdi``, and the runtimes whose ``path`` is cdictk-runtime."""
+    path, text = files[0]  # daemon.json: Docker has no drop-ins
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        return Inspection(False, (), "", f"cannot parse {path}: {exc.msg}")
+    if not isinstance(data, dict):
+        return Inspection(False, (), "", f"{path}: not a JSON object")
+    features = data.get("features")
+    cdi = isinstance(features, dict) and features.get("cdi") is True
+    runtimes = data.get("runtimes")
+    entries = list(runtimes.values()) if isinstance(runtimes, dict) else []
+    found = shim_paths(entry.get("path") for entry in entries if isinstance(entry, dict))
+    return Inspection(cdi, found, describe(cdi, found))
 
 
 def configure_docker(

@@ -1,8 +1,9 @@
 """Making the daemon pick up its new config: ``--restart none|signal|systemd``.
 
 ``signal`` sends SIGHUP to the process listening on the daemon's socket (found from the socket's peer
-credentials, not from a pid file that may be stale): dockerd and CRI-O reload their config on SIGHUP.
-containerd does not (SIGHUP would stop it), so it must be restarted through systemd.
+credentials, not from a pid file that may be stale), for the engines whose daemon reloads its config on
+SIGHUP; the others (containerd, which SIGHUP would stop) must be restarted through systemd. The unit,
+the socket and the daemon's process names are in the engine's record.
 """
 
 from __future__ import annotations
@@ -14,16 +15,7 @@ import struct
 import subprocess
 
 from cdictk.errors import CdictkError
-
-UNITS = {"containerd": "containerd", "crio": "crio", "docker": "docker"}
-SOCKETS = {
-    "containerd": "/run/containerd/containerd.sock",
-    "crio": "/var/run/crio/crio.sock",
-    "docker": "/var/run/docker.sock",
-}
-
-
-DAEMONS = {"containerd": ("containerd",), "crio": ("crio",), "docker": ("dockerd",)}
+from cdictk.runtime.configure.engines import ENGINES
 
 
 def _command_name(pid: int) -> str:
@@ -49,23 +41,23 @@ def socket_owner(path: str) -> int:
 
 def restart(runtime: str, how: str, socket_path: str | None = None) -> str:
     """Do it; a line saying what was done."""
+    engine = ENGINES[runtime]
     if how == "none":
         return f"restart {runtime} (or use --restart) for the change to take effect"
     if how == "systemd":
-        unit = UNITS[runtime]
+        unit = engine.unit
         result = subprocess.run(["systemctl", "restart", unit], capture_output=True, text=True, check=False)
         if result.returncode != 0:
             reason = (result.stderr.strip().splitlines() or ["failed"])[-1]
             raise CdictkError("", "--restart", f"systemctl restart {unit}: {reason}")
         return f"restarted {unit} with systemd"
-    if runtime == "containerd":
-        raise CdictkError("", "--restart", "containerd does not reload its config on a signal: use systemd")
-    path = socket_path or SOCKETS[runtime]
+    engine.check_restart(how)
+    path = socket_path or engine.socket
     pid = socket_owner(path)
     # With socket activation the listener is systemd (pid 1), not the daemon: a SIGHUP there would
     # reload systemd and leave the daemon's config stale.
     name = _command_name(pid)
-    if pid == 1 or name not in DAEMONS[runtime]:
+    if pid == 1 or name not in engine.daemons:
         raise CdictkError(
             path,
             "",

@@ -126,6 +126,16 @@ def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = T
     return True
 
 
+def read_backup(path: str) -> bytes | None:
+    """The one-time copy of ``path`` as it was before cdictk first changed it (for --remove to put back
+    what configure replaced); None when there is none or it cannot be read."""
+    try:
+        with open(path + BACKUP_SUFFIX, "rb") as handle:
+            return handle.read(MAX_CONFIG_BYTES)
+    except OSError:
+        return None
+
+
 def _backup(path: str, text: str) -> None:
     backup = path + BACKUP_SUFFIX
     if os.path.lexists(backup):
