@@ -1,4 +1,4 @@
-"""What the runtime shim parsed on an earlier container start, kept in a root-only directory.
+"""What was parsed on an earlier container start, kept in a root-only directory.
 
 Parsing the settings (TOML) and the specs (YAML, then the CDI model and its checks) costs tens of
 milliseconds of imports on every container start, for files that change a few times a year. Each
@@ -43,7 +43,7 @@ def entry_name(kind: str, source: str) -> str:
     return f"{kind}-{value:016x}"
 
 
-class Cache:
+class ParseCache:
     """Named entries in ``directory``; ``None`` caches nothing."""
 
     __slots__ = ("directory",)
@@ -52,7 +52,7 @@ class Cache:
         self.directory = directory or None
 
     @classmethod
-    def from_environment(cls) -> Cache:
+    def from_environment(cls) -> ParseCache:
         named = os.environ.get("CDICTK_CACHE_DIR")
         if named is not None:
             return cls(named if named.startswith("/") else None)

@@ -13,8 +13,9 @@ device node, cgroup rule and hook is removed where it already is and added at th
 
 The engine reads container edits as the spec writes them (``{"env": [...], "deviceNodes": [...]}``,
 a validated spec's ``containerEdits`` as plain data) rather than as model objects: the runtime shim
-applies devices on every container start from its spec index (:mod:`cdictk.runtime.specindex`), and
-the model's dataclasses alone cost it 10 ms of imports. Standard library only, no :mod:`typing`.
+applies devices on every container start from the spec cache, and
+the model's dataclasses alone cost it 10 ms of imports. The spec cache (:mod:`cdictk.cdi.cache`)
+gives the edit blocks in the library's order. Standard library only, no :mod:`typing`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
-    from cdictk.cdi.registry import RegisteredDevice
 
 _HOST_TYPES = {stat.S_IFCHR: "c", stat.S_IFBLK: "b", stat.S_IFIFO: "p"}
 
@@ -44,42 +44,6 @@ class EditsSource:
         self.edits = edits
         self.file = file
         self.field = field
-
-
-def edits_for(devices: Sequence[RegisteredDevice]) -> list[EditsSource]:
-    """The edit blocks to apply for ``devices``, in the library's order; a repeated device counts once.
-
-    The edits are copies: trimming them (:mod:`cdictk.runtime.selection`) leaves the specs alone.
-    """
-    from cdictk.cdi.dump import to_data  # noqa: PLC0415 - the model's path; the shim's has no model
-
-    sources: list[EditsSource] = []
-    seen_specs: set[int] = set()
-    seen_devices: set[str] = set()
-    for registered in devices:
-        qualified = str(registered.name)
-        if qualified in seen_devices:
-            continue
-        seen_devices.add(qualified)
-        spec_file = registered.spec_file
-        if id(spec_file) not in seen_specs:
-            seen_specs.add(id(spec_file))
-            sources.append(
-                EditsSource(to_data(spec_file.spec.container_edits), spec_file.path, "containerEdits")
-            )
-        sources.append(
-            EditsSource(
-                to_data(registered.device.container_edits),
-                spec_file.path,
-                f"devices[{registered.index}].containerEdits",
-            )
-        )
-    return sources
-
-
-def inject_devices(config: dict[str, Any], devices: Sequence[RegisteredDevice], config_file: str) -> None:
-    """Apply ``devices`` to ``config`` in place; on CdictkError ``config`` is unchanged."""
-    apply_edits(config, edits_for(devices), config_file)
 
 
 def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:

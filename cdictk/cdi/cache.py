@@ -1,18 +1,19 @@
-"""The devices of the spec dirs as the runtime shim applies them: plain data, kept between starts.
+"""The spec cache: the devices of the spec dirs, resolved and applied the one way cdictk knows.
 
-Building the index loads the spec dirs with the CDI core (the YAML parser, the model, every rule of
-the reference library), so it holds exactly the devices the registry resolves, each with its edits
-and its spec's common edits in the spec's JSON shape, which :func:`cdictk.cdi.apply.apply_edits`
-reads. Loading it again is one JSON read: the runtime shim skips PyYAML and the model on every
-container start once the spec dirs have been seen (:mod:`cdictk.runtime.cache`).
+``cdictk cdi inject``, the runtime shim, podman's precreate hook and the legacy prestart hook all
+resolve CDI names here. Building it loads the spec dirs with the registry (the YAML parser, the
+model, every rule of the reference library), so it holds exactly the devices the registry holds, each
+with its edits and its spec's common edits in the spec's JSON shape, which
+:func:`cdictk.cdi.apply.apply_edits` reads, and the registry's problems. Kept on disk
+(:mod:`cdictk.parsecache`), loading it again is one JSON read: the runtime shim skips PyYAML and the
+model on every container start once the spec dirs have been seen.
 
 The cache key is the text of every spec file (and what went wrong reading a directory or a file),
 so any edit, a new file or a removed one rebuilds the index, and the size and mtime of the code that
 builds it (the CDI core), so an upgrade does too. An index is only kept when no spec file changed
 while it was built (their inode, size, mtime and ctime before and after): a file rewritten under the
 loader, even with the same text in the end, would otherwise leave a torn read cached. A cached entry
-of the wrong shape is a miss. A name the index does not hold is not an error here: the caller asks
-the registry, whose message says why. Standard library only.
+of the wrong shape is a miss. Standard library only.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import stat
 
 from cdictk import __version__
 from cdictk.cdi.apply import EditsSource
+from cdictk.cdi.names import parse_qualified_name
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths
+from cdictk.errors import CdictkError, Problem
 from cdictk.fsutil import read_fd
 
 TYPE_CHECKING = False
@@ -30,21 +33,75 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from cdictk.cdi.model import Spec
     from cdictk.cdi.registry import Registry
-    from cdictk.runtime.cache import Cache
+    from cdictk.parsecache import ParseCache
 
 ENTRY = "spec-index"
-_FORMAT = 2
+_FORMAT = 3
 
 
-class SpecIndex:
-    """``specs``: [path, common edits, kind] per spec file; ``devices``: name -> [spec, index, edits]."""
+class UnresolvedDevicesError(CdictkError):
+    def __init__(self, names: Sequence[str], hint: str) -> None:
+        plural = "s" if len(names) > 1 else ""
+        super().__init__(", ".join(names), "", f"unresolvable CDI device{plural}{hint}")
+        self.names = list(names)
 
-    __slots__ = ("devices", "specs")
+
+class SpecCache:
+    """``specs``: [path, common edits, kind] per spec file; ``devices``: name -> [spec, index, edits];
+    ``problems``: [file, field, reason] the registry found; ``dirs``: the spec dirs, in priority order."""
+
+    __slots__ = ("devices", "dirs", "problems", "specs")
 
     def __init__(self, data: dict[str, Any]) -> None:
         self.specs: list[list[Any]] = data["specs"]
         self.devices: dict[str, list[Any]] = data["devices"]
+        self.problems: list[list[str]] = data["problems"]
+        self.dirs: list[str] = data["dirs"]
+
+    def device_names(self) -> list[str]:
+        return sorted(self.devices)
+
+    def spec_of(self, name: str) -> str:
+        """The file that defines device ``name``."""
+        return str(self.specs[self.devices[name][0]][0])
+
+    def problem_list(self) -> list[Problem]:
+        return [Problem(*problem) for problem in self.problems]
+
+    def resolve(self, requested: Sequence[str]) -> list[EditsSource]:
+        """The edit blocks for ``requested``, all of them, or a CdictkError that names what is wrong:
+        a name that is not a CDI name, or the names no spec defines (UnresolvedDevicesError)."""
+        for text in requested:
+            try:
+                parse_qualified_name(text)
+            except ValueError as exc:
+                raise CdictkError(text, "", str(exc)) from None
+        sources = self.sources(requested)
+        if sources is None:
+            missing = [name for name in requested if name not in self.devices]
+            raise UnresolvedDevicesError(list(dict.fromkeys(missing)), self._hint())
+        return sources
+
+    def _hint(self) -> str:
+        if self.problems:
+            first = Problem(*self.problems[0])
+            return f" ({len(self.problems)} problem(s) in the spec dirs, first: {first})"
+        return f" (spec dirs: {', '.join(self.dirs)})"
+
+    def with_spec(self, spec: Spec, path: str) -> SpecCache:
+        """A cache that also holds ``spec`` (made in memory; ``path`` names it), above every spec dir."""
+        from cdictk.cdi.dump import to_data  # noqa: PLC0415 - the model is there already
+        from cdictk.cdi.names import split_kind  # noqa: PLC0415
+
+        number = len(self.specs)
+        specs = [*self.specs, [path, to_data(spec.container_edits), spec.kind]]
+        devices = dict(self.devices)
+        vendor, cls = split_kind(spec.kind)
+        for index, device in enumerate(spec.devices):
+            devices[f"{vendor}/{cls}={device.name}"] = [number, index, to_data(device.container_edits)]
+        return SpecCache({"specs": specs, "devices": devices, "problems": self.problems, "dirs": self.dirs})
 
     def has_kind(self, kind: str) -> bool:
         prefix = kind + "="
@@ -55,9 +112,10 @@ class SpecIndex:
         return [EditsSource(common, path, "containerEdits") for path, common, of in self.specs if of == kind]
 
     def sources(self, requested: Sequence[str]) -> list[EditsSource] | None:
-        """The edit blocks for ``requested``, ordered as ``edits_for`` orders them; None if one is unknown.
+        """The edit blocks for ``requested`` in the reference library's order: each spec's own edits
+        once, before its first requested device, and a repeated device once. None if one is unknown.
 
-        The edits are this index's own: trimming them changes the index, so use it for one container.
+        The edits are this cache's own: trimming them changes the cache, so use it for one container.
         """
         sources: list[EditsSource] = []
         seen_specs: set[int] = set()
@@ -78,8 +136,8 @@ class SpecIndex:
         return sources
 
 
-def index_data(registry: Registry) -> dict[str, Any]:
-    """The registry's devices and their specs' common edits as plain data."""
+def cache_data(registry: Registry) -> dict[str, Any]:
+    """The registry's devices, their specs' common edits and its problems as plain data."""
     from cdictk.cdi.dump import to_data  # noqa: PLC0415 - only when the index is (re)built
 
     numbers: dict[int, int] = {}
@@ -91,25 +149,32 @@ def index_data(registry: Registry) -> dict[str, Any]:
         name: [numbers[id(found.spec_file)], found.index, to_data(found.device.container_edits)]
         for name, found in registry.devices.items()
     }
-    return {"specs": specs, "devices": devices}
+    problems = [[problem.file, problem.field, problem.reason] for problem in registry.problems]
+    return {"specs": specs, "devices": devices, "problems": problems, "dirs": list(registry.dirs)}
 
 
-def load_index(dirs: Sequence[str], cache: Cache) -> SpecIndex:
-    """The index of ``dirs``: from the cache when the spec files are what it was built from."""
-    from cdictk.runtime.cache import entry_name  # noqa: PLC0415
+def load_specs(
+    dirs: Sequence[str], store: ParseCache | None = None, *, require_dirs: bool = False
+) -> SpecCache:
+    """The spec cache of ``dirs``: from ``store`` when the spec files are what it was built from.
 
-    key, stamp = _snapshot(dirs)
+    ``require_dirs``: a spec dir that cannot be read is a problem (what ``--spec-dir`` asks for); such a
+    cache is not stored, its key being the files alone.
+    """
+    from cdictk.parsecache import entry_name  # noqa: PLC0415
+
+    key, stamp = _snapshot(dirs) if store is not None and not require_dirs else (None, [])
     name = entry_name(ENTRY, "\0".join(dirs))
-    if key is not None:
-        data = cache.load(name, key)
+    if store is not None and key is not None:
+        data = store.load(name, key)
         if _well_formed(data):
-            return SpecIndex(data)
+            return SpecCache(data)
     from cdictk.cdi.registry import load_registry  # noqa: PLC0415 - the slow path
 
-    data = index_data(load_registry(dirs))
-    if key is not None and _snapshot(dirs) == (key, stamp):  # nothing changed while loading
-        cache.store(name, key, data)
-    return SpecIndex(data)
+    data = cache_data(load_registry(dirs, require_dirs=require_dirs))
+    if store is not None and key is not None and _snapshot(dirs) == (key, stamp):  # nothing changed
+        store.store(name, key, data)
+    return SpecCache(data)
 
 
 def spec_key(dirs: Sequence[str]) -> list[Any] | None:
@@ -165,7 +230,15 @@ def _well_formed(data: Any) -> bool:
     if not isinstance(data, dict):
         return False
     specs, devices = data.get("specs"), data.get("devices")
+    problems, dirs = data.get("problems"), data.get("dirs")
     if not isinstance(specs, list) or not isinstance(devices, dict):
+        return False
+    if not isinstance(dirs, list) or not all(isinstance(directory, str) for directory in dirs):
+        return False
+    if not isinstance(problems, list) or not all(
+        isinstance(problem, list) and len(problem) == 3 and all(isinstance(part, str) for part in problem)
+        for problem in problems
+    ):
         return False
     for spec in specs:
         if not (

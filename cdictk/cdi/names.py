@@ -2,26 +2,32 @@
 
 The syntax is the reference library's: letters first for vendor and class, no length limits, a colon
 allowed inside device names. :func:`kind_spec_problem` adds the CDI specification's stricter rules for
-``kind``, which only ``cdictk cdi validate`` applies. Standard library only (the runtime shim parses
-requests with it).
+``kind``, which only ``cdictk cdi validate`` applies. The one checker of CDI names: the spec loader,
+the spec cache and the runtime shim's requests all use it, so it runs on every container start and is
+written with ``str`` methods, without :mod:`re`, :mod:`typing` or :mod:`dataclasses`.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
-_VENDOR_OR_CLASS = re.compile(r"[A-Za-z](?:[A-Za-z0-9_.-]*[A-Za-z0-9])?")
-_DEVICE_NAME = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9_.:-]*[A-Za-z0-9])?")
+_DIGITS = frozenset("0123456789")
+_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+_ALNUM = _LETTERS | _DIGITS
+_VENDOR_CHARS = _ALNUM | {"_", ".", "-"}
+_NAME_CHARS = _VENDOR_CHARS | {":"}
 _MAX_VENDOR = 253  # a DNS subdomain's limit
 _MAX_CLASS = 63
+MAX_SHOWN = 200  # characters of a bad value repeated in a message
 
 
-@dataclass(frozen=True, slots=True)
 class QualifiedName:
-    vendor: str
-    cls: str
-    name: str
+    """``vendor/class=name``, checked. Compared and hashed by value."""
+
+    __slots__ = ("cls", "name", "vendor")
+
+    def __init__(self, vendor: str, cls: str, name: str) -> None:
+        self.vendor = vendor
+        self.cls = cls
+        self.name = name
 
     @property
     def kind(self) -> str:
@@ -30,31 +36,62 @@ class QualifiedName:
     def __str__(self) -> str:
         return f"{self.vendor}/{self.cls}={self.name}"
 
+    def __repr__(self) -> str:
+        return f"QualifiedName(vendor={self.vendor!r}, cls={self.cls!r}, name={self.name!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, QualifiedName):
+            return NotImplemented
+        return (self.vendor, self.cls, self.name) == (other.vendor, other.cls, other.name)
+
+    def __hash__(self) -> int:
+        return hash((self.vendor, self.cls, self.name))
+
+
+def quote(text: str) -> str:
+    """``text`` in double quotes, on one line: control characters escaped, long values cut."""
+    cut = len(text) > MAX_SHOWN
+    if cut:
+        text = text[:MAX_SHOWN]
+    if not text.isprintable() or '"' in text or "\\" in text:
+        escaped: list[str] = []
+        for char in text:
+            if char in '"\\':
+                escaped.append("\\" + char)
+            elif char.isprintable():
+                escaped.append(char)
+            else:
+                code = ord(char)
+                width = 2 if code < 0x100 else 4 if code < 0x10000 else 8
+                escaped.append(f"\\{'x' if width == 2 else 'u' if width == 4 else 'U'}{code:0{width}x}")
+        text = "".join(escaped)
+    return f'"{text}..."' if cut else f'"{text}"'
+
 
 def vendor_or_class_problem(what: str, value: str) -> str | None:
     """Why ``value`` is not a valid vendor or class (``what`` says which), or None."""
     if not value:
         return f"empty {what}"
-    if _VENDOR_OR_CLASS.fullmatch(value):
+    if value[0] in _LETTERS and value[-1] in _ALNUM and _VENDOR_CHARS.issuperset(value):
         return None
-    if not value[0].isascii() or not value[0].isalpha():
-        return f'invalid {what} "{value}": must start with a letter'
-    if not value[-1].isascii() or not value[-1].isalnum():
-        return f'invalid {what} "{value}": must end with a letter or digit'
-    return f'invalid {what} "{value}": only letters, digits, "_", "." and "-" are allowed'
+    if value[0] not in _LETTERS:
+        return f"invalid {what} {quote(value)}: must start with a letter"
+    if value[-1] not in _ALNUM:
+        return f"invalid {what} {quote(value)}: must end with a letter or digit"
+    return f'invalid {what} {quote(value)}: only letters, digits, "_", "." and "-" are allowed'
 
 
 def device_name_problem(value: str) -> str | None:
     """Why ``value`` is not a valid device name, or None."""
     if not value:
         return "empty device name"
-    if _DEVICE_NAME.fullmatch(value):
+    if value[0] in _ALNUM and value[-1] in _ALNUM and _NAME_CHARS.issuperset(value):
         return None
-    if not value[0].isascii() or not value[0].isalnum():
-        return f'invalid device name "{value}": must start with a letter or digit'
-    if not value[-1].isascii() or not value[-1].isalnum():
-        return f'invalid device name "{value}": must end with a letter or digit'
-    return f'invalid device name "{value}": only letters, digits, "_", ".", ":" and "-" are allowed'
+    if value[0] not in _ALNUM:
+        return f"invalid device name {quote(value)}: must start with a letter or digit"
+    if value[-1] not in _ALNUM:
+        return f"invalid device name {quote(value)}: must end with a letter or digit"
+    return f'invalid device name {quote(value)}: only letters, digits, "_", ".", ":" and "-" are allowed'
 
 
 def split_kind(kind: str) -> tuple[str, str]:
@@ -67,9 +104,11 @@ def split_kind(kind: str) -> tuple[str, str]:
 
 def kind_problem(kind: str) -> str | None:
     """Why ``kind`` (``vendor/class``) is invalid, or None."""
+    if not isinstance(kind, str):
+        return f"{kind!r} is not a string"
     vendor, cls = split_kind(kind)
     if not vendor:
-        return f'invalid kind "{kind}": want vendor/class, for example nvidia.com/gpu'
+        return f"invalid kind {quote(kind)}: want vendor/class, for example nvidia.com/gpu"
     return vendor_or_class_problem("vendor", vendor) or vendor_or_class_problem("class", cls)
 
 
@@ -92,17 +131,26 @@ def kind_spec_problem(kind: str) -> str | None:
     return None
 
 
-def parse_qualified_name(text: str) -> QualifiedName:
-    """Parse and check ``vendor/class=name``; ValueError says what is wrong."""
+def qualified_name_problem(text: str) -> str | None:
+    """Why ``text`` is not ``vendor/class=name``, or None."""
     qualifier, sep, name = text.partition("=")
     vendor, cls = split_kind(qualifier)
     if not sep or not name or not vendor:
-        raise ValueError(f'"{text}" is not a qualified CDI device name (want vendor.com/class=name)')
-    problem = (
+        return "not a qualified CDI device name (want vendor.com/class=name)"
+    return (
         vendor_or_class_problem("vendor", vendor)
         or vendor_or_class_problem("class", cls)
         or device_name_problem(name)
     )
-    if problem:
-        raise ValueError(f'invalid CDI device name "{text}": {problem}')
+
+
+def parse_qualified_name(text: str) -> QualifiedName:
+    """Parse and check ``vendor/class=name``; ValueError says what is wrong."""
+    problem = qualified_name_problem(text)
+    if problem is not None:
+        if problem.startswith("not a qualified"):
+            raise ValueError(f"{quote(text)} is {problem}")
+        raise ValueError(f"invalid CDI device name {quote(text)}: {problem}")
+    qualifier, _, name = text.partition("=")
+    vendor, cls = split_kind(qualifier)
     return QualifiedName(vendor, cls, name)

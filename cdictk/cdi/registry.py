@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from cdictk.cdi.load import InvalidSpecError, load_spec
 from cdictk.cdi.model import Device, Spec
-from cdictk.cdi.names import QualifiedName, parse_qualified_name, split_kind
+from cdictk.cdi.names import QualifiedName, split_kind
 from cdictk.cdi.specdirs import DEFAULT_SPEC_DIRS, spec_paths
 from cdictk.errors import CdictkError, Problem
 
@@ -37,13 +37,6 @@ class RegisteredDevice:
     spec_file: SpecFile
 
 
-class UnresolvedDevicesError(CdictkError):
-    def __init__(self, names: Sequence[str], hint: str) -> None:
-        plural = "s" if len(names) > 1 else ""
-        super().__init__(", ".join(names), "", f"unresolvable CDI device{plural}{hint}")
-        self.names = list(names)
-
-
 @dataclass(slots=True)
 class Registry:
     dirs: tuple[str, ...]
@@ -56,38 +49,6 @@ class Registry:
 
     def has_kind(self, kind: str) -> bool:
         return any(name.startswith(kind + "=") for name in self.devices)
-
-    def add_spec(self, spec: Spec, path: str) -> None:
-        """Register a spec made in memory (``path`` names it in messages), above every spec dir."""
-        spec_file = SpecFile(path, len(self.dirs), spec)
-        self.spec_files.append(spec_file)
-        vendor, cls = split_kind(spec.kind)
-        for index, device in enumerate(spec.devices):
-            name = QualifiedName(vendor, cls, device.name)
-            self.devices[str(name)] = RegisteredDevice(name, device, index, spec_file)
-
-    def resolve(self, requested: Sequence[str]) -> list[RegisteredDevice]:
-        """The requested devices in request order; all of them, or UnresolvedDevicesError."""
-        found: list[RegisteredDevice] = []
-        missing: list[str] = []
-        for text in requested:
-            try:
-                name = parse_qualified_name(text)
-            except ValueError as exc:
-                raise CdictkError(text, "", str(exc)) from None
-            registered = self.devices.get(str(name))
-            if registered is None:
-                missing.append(text)
-            else:
-                found.append(registered)
-        if missing:
-            raise UnresolvedDevicesError(missing, self._hint())
-        return found
-
-    def _hint(self) -> str:
-        if self.problems:
-            return f" ({len(self.problems)} problem(s) in the spec dirs, first: {self.problems[0]})"
-        return f" (spec dirs: {', '.join(self.dirs)})"
 
 
 def load_registry(dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, require_dirs: bool = False) -> Registry:

@@ -1,6 +1,6 @@
 """Which files of a CDI spec directory are specs: ``*.json`` and ``*.yaml``, lexical order, no recursion.
 
-Its own module so that the runtime shim can list the spec dirs (to check its spec index) without
+Its own module so that the runtime shim can list the spec dirs (to check its spec cache) without
 importing the spec loader. Standard library only.
 """
 

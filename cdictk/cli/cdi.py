@@ -134,8 +134,8 @@ def inject_command(
     '-' reads it from stdin. Injecting the same devices again changes nothing. If any device cannot be
     resolved or applied, nothing is written.
     """
-    from cdictk.cdi.apply import inject_devices  # noqa: PLC0415
-    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
+    from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
+    from cdictk.cdi.cache import load_specs  # noqa: PLC0415
     from cdictk.ociconfig import MAX_CONFIG_BYTES, dump_config, parse_config, read_config, write_config  # noqa: PLC0415
 
     if config == "-":
@@ -143,9 +143,9 @@ def inject_command(
     else:
         oci = read_config(config)
     dirs, required = _dirs(spec_dirs)
-    registry = load_registry(dirs, require_dirs=required)
-    _print_problems("warning", registry.problems)
-    inject_devices(oci, registry.resolve(devices), config if config != "-" else "<stdin>")
+    specs = load_specs(dirs, require_dirs=required)
+    _print_problems("warning", specs.problem_list())
+    apply_edits(oci, specs.resolve(devices), config if config != "-" else "<stdin>")
     target = output or ("-" if config == "-" else config)
     if target == "-":
         sys.stdout.buffer.write(dump_config(oci))

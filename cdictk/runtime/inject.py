@@ -1,10 +1,10 @@
-"""The device requests of an OCI config, met from the CDI spec dirs (for the shim and the precreate hook).
+"""The device requests of an OCI config, met from the CDI spec dirs (for the shim, the precreate hook
+and the prestart hook).
 
 Requests (annotations, ``NVIDIA_VISIBLE_DEVICES``) are read by :mod:`cdictk.runtime.requests`,
-resolved in the spec index of the spec directories (:mod:`cdictk.runtime.specindex`, or the node's
-spec made in memory when none is on disk), trimmed to ``NVIDIA_DRIVER_CAPABILITIES`` and applied with
-the CDI core's engine, in place. A name the index does not hold is resolved by the registry, whose
-error says why it cannot be.
+resolved in the spec cache of the spec directories (:mod:`cdictk.cdi.cache`, with the node's spec made
+in memory when none of the default kind is on disk), trimmed to ``NVIDIA_DRIVER_CAPABILITIES`` and
+applied with the CDI core's engine, in place.
 """
 
 from __future__ import annotations
@@ -15,11 +15,12 @@ if TYPE_CHECKING:
 
     from cdictk.cdi.apply import EditsSource
     from cdictk.cdi.model import Spec
-    from cdictk.cdi.registry import Registry
-    from cdictk.runtime.cache import Cache
+    from cdictk.parsecache import ParseCache
     from cdictk.runtime.requests import Requests
     from cdictk.runtime.settings import Settings
-    from cdictk.runtime.specindex import SpecIndex
+
+
+IN_MEMORY = "<the node's spec, made in memory>"
 
 
 class InjectError(Exception):
@@ -27,7 +28,7 @@ class InjectError(Exception):
 
 
 def apply_requests(
-    config: object, settings: Settings, where: str, cache: Cache, warn: Callable[[str], None]
+    config: object, settings: Settings, where: str, cache: ParseCache, warn: Callable[[str], None]
 ) -> bool:
     """Apply the devices ``config`` asks for, in place; False (and ``config`` untouched) when none.
 
@@ -56,61 +57,32 @@ def apply_requests(
 
 
 def _inject(
-    config: dict[str, object], requests: Requests, settings: Settings, where: str, cache: Cache
+    config: dict[str, object], requests: Requests, settings: Settings, where: str, cache: ParseCache
 ) -> None:
     from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
+    from cdictk.cdi.cache import load_specs  # noqa: PLC0415
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.runtime.selection import trim_edits  # noqa: PLC0415
-    from cdictk.runtime.specindex import load_index  # noqa: PLC0415
 
     devices, kind = requests.devices, settings.default_kind
     try:
-        index = load_index(settings.spec_dirs, cache)
-        registry = None
+        specs = load_specs(settings.spec_dirs, cache)
         wanted = requests.driver_only or any(device.startswith(kind + "=") for device in devices)
-        if wanted and settings.generate_when_missing and not index.has_kind(kind):
-            registry = _registry_with_node_spec(settings)
-            index = _index_of(registry)
-        sources: list[EditsSource] | None
+        if wanted and settings.generate_when_missing and not specs.has_kind(kind):
+            specs = specs.with_spec(_spec_in_memory(settings), IN_MEMORY)
+        sources: list[EditsSource]
         if requests.driver_only:
-            sources = index.driver_sources(kind)
+            sources = specs.driver_sources(kind)
             if not sources:
                 dirs = ", ".join(settings.spec_dirs)
                 raise InjectError(f'NVIDIA_VISIBLE_DEVICES="none": no CDI spec of kind {kind} in {dirs}')
         else:
-            sources = index.sources(devices)
-        if sources is None:  # a name the index does not hold: the registry says why
-            sources = _resolve(registry or _registry(settings), devices)
+            sources = specs.resolve(devices)
         # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the edits are this container's copies.
         trim_edits([source.edits for source in sources], requests.capabilities)
         apply_edits(config, sources, where)
     except CdictkError as exc:  # names the device and the spec file already
         raise InjectError(str(exc)) from None
-
-
-def _registry(settings: Settings) -> Registry:
-    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
-
-    return load_registry(settings.spec_dirs)
-
-
-def _registry_with_node_spec(settings: Settings) -> Registry:
-    registry = _registry(settings)
-    registry.add_spec(_spec_in_memory(settings), "<the node's spec, made in memory>")
-    return registry
-
-
-def _index_of(registry: Registry) -> SpecIndex:
-    from cdictk.runtime.specindex import SpecIndex, index_data  # noqa: PLC0415
-
-    return SpecIndex(index_data(registry))
-
-
-def _resolve(registry: Registry, devices: list[str]) -> list[EditsSource]:
-    """The registry's edit blocks for ``devices``, or its error naming what cannot be resolved."""
-    from cdictk.cdi.apply import edits_for  # noqa: PLC0415
-
-    return edits_for(registry.resolve(devices))
 
 
 def _spec_in_memory(settings: Settings) -> Spec:
@@ -124,4 +96,4 @@ def _spec_in_memory(settings: Settings) -> Spec:
     vendor, _, cls = settings.default_kind.partition("/")
     roots = Roots(settings.driver_root, settings.dev_root, settings.proc_root, settings.sys_root)
     options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-    return node_spec(roots, Mode.AUTO, options, where="<the node's spec, made in memory>").spec
+    return node_spec(roots, Mode.AUTO, options, where=IN_MEMORY).spec

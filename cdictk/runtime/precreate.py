@@ -46,12 +46,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _apply(data: bytes) -> bytes | None:
     from cdictk.ociconfig import dump_config, parse_config  # noqa: PLC0415
-    from cdictk.runtime.cache import Cache  # noqa: PLC0415
+    from cdictk.parsecache import ParseCache  # noqa: PLC0415
     from cdictk.runtime.inject import apply_requests  # noqa: PLC0415
     from cdictk.runtime.settings import load_settings  # noqa: PLC0415
 
     where = "<OCI config on stdin>"
-    cache = Cache.from_environment()
+    cache = ParseCache.from_environment()
     config = parse_config(data, where)
     if not apply_requests(config, load_settings(cache=cache), where, cache, _warn):
         return None

@@ -29,6 +29,8 @@ Runs on every container start: standard library only, and not even :mod:`typing`
 
 from __future__ import annotations
 
+from cdictk.cdi.names import kind_problem, qualified_name_problem, quote
+
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping
@@ -47,11 +49,6 @@ SOURCE_ENV = VISIBLE_DEVICES
 _DIGITS = frozenset("0123456789")
 _HEX = frozenset("0123456789abcdefABCDEF")
 _UUID_CHARS = _HEX | {"-"}
-_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-_ALNUM = _LETTERS | _DIGITS
-_VENDOR_CHARS = _ALNUM | {"_", ".", "-"}
-_NAME_CHARS = _VENDOR_CHARS | {":"}
-_MAX_SHOWN = 200  # characters of a bad value repeated in a message
 _DRIVER_ONLY = "none"  # what _resolve gives for "none": not a qualified name, so it cannot clash
 
 
@@ -162,7 +159,7 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
             source = SOURCE_ENV if devices is not None else ""
         elif value and value != "void":
             notes.append(
-                f"{VISIBLE_DEVICES}={_quote(value)} ignored: the container is unprivileged and "
+                f"{VISIBLE_DEVICES}={quote(value)} ignored: the container is unprivileged and "
                 "accept-env-unprivileged is false"
             )
     capabilities, problem = _capabilities(env.get(DRIVER_CAPABILITIES))
@@ -180,27 +177,17 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
 
 
 def _from_annotations(config: Mapping[str, object], policy: Policy) -> list[str] | None:
+    from cdictk.cdi.annotations import devices_from_annotations  # noqa: PLC0415
+
     annotations = config.get("annotations")
     if annotations is None:
         return None
     if not isinstance(annotations, dict):
         raise RequestError("annotations: not an object")
-    keys: list[str] = []
-    for key, value in annotations.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise RequestError(f"annotations[{_quote(str(key))}]: not a string")
-        if key.startswith(policy.annotation_prefixes):
-            keys.append(key)
-    if not keys:
-        return None
-    devices: list[str] = []
-    for key in sorted(keys):
-        for item in annotations[key].split(","):
-            problem = qualified_name_problem(item)
-            if problem:
-                raise RequestError(f"annotation {_quote(key)}: {_quote(item)}: {problem}")
-            devices.append(item)
-    return devices
+    try:
+        return devices_from_annotations(annotations, policy.annotation_prefixes)
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
 
 
 def _mount_requests(config: Mapping[str, object]) -> list[tuple[str, str]]:
@@ -228,7 +215,7 @@ def _mount_requests(config: Mapping[str, object]) -> list[tuple[str, str]]:
         path = _clean_path(destination)
         if not path.startswith(VOLUME_MOUNT_ROOT + "/"):
             continue
-        label = f"mount {_quote(destination)}"
+        label = f"mount {quote(destination)}"
         request = path[len(VOLUME_MOUNT_ROOT) + 1 :]
         if request.startswith("imex/") or request == "imex":
             raise RequestError(f"{label}: IMEX channel requests are not supported")
@@ -244,11 +231,11 @@ def _cdi_mount_name(request: str, label: str) -> str:
     if "=" not in rest:
         parts = rest.split("/")
         if len(parts) != 3:
-            raise RequestError(f"{label}: {_quote(request)}: want cdi/<vendor>/<class>/<device>")
+            raise RequestError(f"{label}: {quote(request)}: want cdi/<vendor>/<class>/<device>")
         rest = f"{parts[0]}/{parts[1]}={parts[2]}"
     problem = qualified_name_problem(rest)
     if problem:
-        raise RequestError(f"{label}: {_quote(rest)}: {problem}")
+        raise RequestError(f"{label}: {quote(rest)}: {problem}")
     return rest
 
 
@@ -258,7 +245,7 @@ def _from_env(value: str, kind: str) -> list[str] | None:
         return None
     items = value.split(",")
     if "" in items:
-        raise RequestError(f"{VISIBLE_DEVICES}: {_quote(value)}: empty item in the device list")
+        raise RequestError(f"{VISIBLE_DEVICES}: {quote(value)}: empty item in the device list")
     return _resolve([(VISIBLE_DEVICES, item) for item in items], kind)
 
 
@@ -280,12 +267,12 @@ def _resolve(requests: list[tuple[str, str]], kind: str) -> list[str] | None:
         elif "=" in request:
             problem = qualified_name_problem(request)
             if problem:
-                raise RequestError(f"{label}: {_quote(request)}: {problem}")
+                raise RequestError(f"{label}: {quote(request)}: {problem}")
             names.append(request)
         elif is_device_id(request):
             names.append(f"{kind}={request}")
         else:
-            raise RequestError(f"{label}: {_quote(request)}: not a valid device id")
+            raise RequestError(f"{label}: {quote(request)}: not a valid device id")
     return None if void else names
 
 
@@ -355,7 +342,7 @@ def _capabilities(value: str | None) -> tuple[frozenset[str], str | None]:
         if name not in ALL_CAPABILITIES:
             known = ", ".join(sorted(ALL_CAPABILITIES))
             return DEFAULT_CAPABILITIES, (
-                f"{DRIVER_CAPABILITIES}: {_quote(name)}: unknown capability (known: {known}, all)"
+                f"{DRIVER_CAPABILITIES}: {quote(name)}: unknown capability (known: {known}, all)"
             )
     return frozenset(names), None
 
@@ -390,49 +377,6 @@ def _is_uuid(text: str) -> bool:
     return bool(text) and _UUID_CHARS.issuperset(text) and text[0] in _HEX and text[-1] in _HEX
 
 
-def qualified_name_problem(text: str) -> str | None:
-    """Why ``text`` is not ``vendor/class=name``, or None; the rules of :mod:`cdictk.cdi.names`."""
-    qualifier, sep, name = text.partition("=")
-    vendor, slash, cls = qualifier.partition("/")
-    if not sep or not name or not slash or not vendor or not cls:
-        return "not a qualified CDI device name (want vendor.com/class=name)"
-    return (
-        _vendor_or_class_problem("vendor", vendor)
-        or _vendor_or_class_problem("class", cls)
-        or _device_name_problem(name)
-    )
-
-
-def kind_problem(kind: str) -> str | None:
-    """Why ``kind`` is not ``vendor/class``, or None."""
-    if not isinstance(kind, str):
-        return f"{kind!r} is not a string"
-    vendor, slash, cls = kind.partition("/")
-    if not slash or not vendor or not cls:
-        return f"invalid kind {_quote(kind)}: want vendor/class, for example nvidia.com/gpu"
-    return _vendor_or_class_problem("vendor", vendor) or _vendor_or_class_problem("class", cls)
-
-
-def _vendor_or_class_problem(what: str, value: str) -> str | None:
-    if value[0] in _LETTERS and value[-1] in _ALNUM and _VENDOR_CHARS.issuperset(value):
-        return None
-    if value[0] not in _LETTERS:
-        return f"invalid {what} {_quote(value)}: must start with a letter"
-    if value[-1] not in _ALNUM:
-        return f"invalid {what} {_quote(value)}: must end with a letter or digit"
-    return f'invalid {what} {_quote(value)}: only letters, digits, "_", "." and "-" are allowed'
-
-
-def _device_name_problem(value: str) -> str | None:
-    if value[0] in _ALNUM and value[-1] in _ALNUM and _NAME_CHARS.issuperset(value):
-        return None
-    if value[0] not in _ALNUM:
-        return f"invalid device name {_quote(value)}: must start with a letter or digit"
-    if value[-1] not in _ALNUM:
-        return f"invalid device name {_quote(value)}: must end with a letter or digit"
-    return f'invalid device name {_quote(value)}: only letters, digits, "_", ".", ":" and "-" are allowed'
-
-
 def _clean_path(path: str) -> str:
     """An absolute path with ``//``, ``.`` and ``..`` resolved lexically (``..`` stops at ``/``)."""
     parts: list[str] = []
@@ -445,28 +389,3 @@ def _clean_path(path: str) -> str:
             continue
         parts.append(part)
     return "/" + "/".join(parts)
-
-
-def _quote(text: str) -> str:
-    """``text`` in double quotes, on one line: control characters escaped, long values cut."""
-    cut = len(text) > _MAX_SHOWN
-    if cut:
-        text = text[:_MAX_SHOWN]
-    if not text.isprintable() or '"' in text or "\\" in text:
-        escaped: list[str] = []
-        for char in text:
-            if char in '"\\':
-                escaped.append("\\" + char)
-            elif char.isprintable():
-                escaped.append(char)
-            else:
-                code = ord(char)
-                escaped.append(
-                    f"\\x{code:02x}"
-                    if code < 0x100
-                    else f"\\u{code:04x}"
-                    if code < 0x10000
-                    else f"\\U{code:08x}"
-                )
-        text = "".join(escaped)
-    return f'"{text}..."' if cut else f'"{text}"'

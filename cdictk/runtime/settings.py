@@ -14,7 +14,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from cdictk.runtime.cache import Cache
+    from cdictk.parsecache import ParseCache
 
 CONFIG_PATH = "/etc/cdictk/config.toml"
 MAX_CONFIG = 1 << 20
@@ -108,7 +108,7 @@ def config_path() -> str:
     return os.environ.get("CDICTK_CONFIG") or CONFIG_PATH
 
 
-def load_settings(path: str | None = None, cache: Cache | None = None) -> Settings:
+def load_settings(path: str | None = None, cache: ParseCache | None = None) -> Settings:
     """The settings in ``path`` (default: :func:`config_path`); a missing file gives the defaults.
 
     With a ``cache``, a file parsed before (the same text) is not parsed again: the TOML parser alone
@@ -148,7 +148,7 @@ def load_settings(path: str | None = None, cache: Cache | None = None) -> Settin
 
 
 def _entry_name(path: str) -> str:
-    from cdictk.runtime.cache import entry_name  # noqa: PLC0415
+    from cdictk.parsecache import entry_name  # noqa: PLC0415
 
     return entry_name("settings", path)
 
@@ -179,7 +179,7 @@ def _apply(settings: Settings, document: Mapping[str, object], path: str) -> Non
             setattr(settings, key.replace("-", "_"), value)
     if not settings.runtimes:
         raise SettingsError(f"{path}: runtime.runtimes must name at least one runtime")
-    from cdictk.runtime.requests import kind_problem  # noqa: PLC0415
+    from cdictk.cdi.names import kind_problem  # noqa: PLC0415
 
     problem = kind_problem(settings.default_kind)
     if problem:

@@ -13,7 +13,7 @@ A request that cannot be met fails the start with one line naming it: a containe
 GPU never starts silently without one. ``config.json`` is then left as it was.
 
 A node without a spec on disk gets one made in memory for each container (``[node]`` settings).
-The parsed settings and specs are kept between starts (:mod:`cdictk.runtime.cache`), and engines
+The parsed settings and specs are kept between starts (:mod:`cdictk.parsecache`), and engines
 run it through the ``-I -S`` launcher (:mod:`cdictk.runtime.launchers`): its create path imports no
 parser, no :mod:`json`, :mod:`re`, :mod:`typing` or :mod:`dataclasses`.
 Settings (the low-level runtimes, spec directories and request policy) come from
@@ -29,7 +29,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from cdictk.runtime.cache import Cache
+    from cdictk.parsecache import ParseCache
     from cdictk.runtime.settings import Settings
 
 PROG = "cdictk-runtime"
@@ -54,7 +54,7 @@ class ShimError(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from cdictk.runtime.cache import Cache  # noqa: PLC0415
+    from cdictk.parsecache import ParseCache  # noqa: PLC0415
     from cdictk.runtime.settings import SettingsError, load_settings  # noqa: PLC0415
 
     args = list(sys.argv[1:] if argv is None else argv)
@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0
     try:
-        cache = Cache.from_environment()
+        cache = ParseCache.from_environment()
         settings = load_settings(cache=cache)
         runtime = find_runtime(settings.runtimes)
         if subcommand(args) in _CREATING:
@@ -116,7 +116,7 @@ def bundle_dir(args: Sequence[str]) -> str:
     return os.getcwd()
 
 
-def prepare_bundle(bundle: str, settings: Settings, cache: Cache) -> None:
+def prepare_bundle(bundle: str, settings: Settings, cache: ParseCache) -> None:
     """Apply the devices ``config.json`` asks for; nothing is written when it asks for none."""
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.ociconfig import read_config, write_config  # noqa: PLC0415

@@ -7,25 +7,37 @@ from typing import Any
 
 import pytest
 
-from cdictk.cdi.apply import apply_edits, edits_for, inject_devices
+from cdictk.cdi.apply import EditsSource, apply_edits
+from cdictk.cdi.cache import SpecCache
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
-from cdictk.cdi.names import QualifiedName
-from cdictk.cdi.registry import RegisteredDevice, SpecFile
 from cdictk.errors import CdictkError
 
 NULL_MODE = os.stat("/dev/null").st_mode & 0o7777
 
-
-def registered(spec: Spec, path: str = "/etc/cdi/spec.yaml") -> list[RegisteredDevice]:
-    spec_file = SpecFile(path, 0, spec)
-    vendor, cls = spec.kind.split("/")
-    return [
-        RegisteredDevice(QualifiedName(vendor, cls, d.name), d, i, spec_file)
-        for i, d in enumerate(spec.devices)
-    ]
+# A device as the spec cache resolves it: its spec, the spec's file, its qualified name.
+Registered = tuple[Spec, str, str]
 
 
-def one(edits: ContainerEdits, common: ContainerEdits | None = None) -> list[RegisteredDevice]:
+def registered(spec: Spec, path: str = "/etc/cdi/spec.yaml") -> list[Registered]:
+    return [(spec, path, f"{spec.kind}={device.name}") for device in spec.devices]
+
+
+def edits_for(devices: list[Registered]) -> list[EditsSource]:
+    """The edit blocks the spec cache gives for ``devices``, in the library's order."""
+    cache = SpecCache({"specs": [], "devices": {}, "problems": [], "dirs": []})
+    added: list[tuple[int, str]] = []
+    for spec, path, _ in devices:
+        if (id(spec), path) not in added:
+            added.append((id(spec), path))
+            cache = cache.with_spec(spec, path)
+    return cache.resolve([name for _, _, name in devices])
+
+
+def inject_devices(config: dict[str, Any], devices: list[Registered], config_file: str) -> None:
+    apply_edits(config, edits_for(devices), config_file)
+
+
+def one(edits: ContainerEdits, common: ContainerEdits | None = None) -> list[Registered]:
     spec = Spec(
         "0.7.0",
         "v.com/c",
@@ -333,8 +345,6 @@ def test_malformed_config_parts_are_refused_untouched(change: Any, field: str, r
 
 
 def test_apply_edits_without_registry() -> None:
-    from cdictk.cdi.apply import EditsSource
-
     config: dict[str, Any] = {}
     apply_edits(config, [EditsSource({"env": ["A=1"]}, "inline", "containerEdits")], "config.json")
     assert config["process"]["env"] == ["A=1"]

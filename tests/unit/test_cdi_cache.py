@@ -1,4 +1,5 @@
-"""The shim's spec index: the registry's devices as plain data, rebuilt whenever a spec file changes."""
+"""The spec cache: the registry's devices as plain data, rebuilt whenever a spec file changes, and
+the one place CDI names are resolved."""
 
 from __future__ import annotations
 
@@ -11,11 +12,13 @@ from pathlib import Path
 import pytest
 
 import cdictk.cdi.registry
-from cdictk.cdi.apply import EditsSource, edits_for
-from cdictk.cdi.registry import load_registry
-from cdictk.runtime.cache import Cache
+from cdictk.cdi.apply import EditsSource
+from cdictk.cdi.cache import UnresolvedDevicesError, cache_data, load_specs, spec_key
+from cdictk.cdi.dump import to_data
+from cdictk.cdi.registry import Registry, load_registry
+from cdictk.errors import CdictkError
+from cdictk.parsecache import ParseCache
 from cdictk.runtime.launchers import install_launchers
-from cdictk.runtime.specindex import index_data, load_index, spec_key
 from tests.unit.test_registry import write_spec
 
 SPEC = """\
@@ -33,6 +36,24 @@ devices:
 - name: "1"
   containerEdits: {env: [ONE=1], additionalGids: [7]}
 """
+
+
+def from_registry(registry: Registry, requested: list[str]) -> list[EditsSource]:
+    """The reference library's order, straight from the registry's model: each spec's own edits once,
+    before its first requested device; a repeated device once."""
+    sources: list[EditsSource] = []
+    specs: set[int] = set()
+    for name in dict.fromkeys(requested):
+        found = registry.devices[name]
+        spec_file = found.spec_file
+        if id(spec_file) not in specs:
+            specs.add(id(spec_file))
+            sources.append(
+                EditsSource(to_data(spec_file.spec.container_edits), spec_file.path, "containerEdits")
+            )
+        edits = to_data(found.device.container_edits)
+        sources.append(EditsSource(edits, spec_file.path, f"devices[{found.index}].containerEdits"))
+    return sources
 
 
 def plain(sources: list[EditsSource]) -> list[tuple[object, str, str]]:
@@ -63,9 +84,9 @@ def test_the_index_gives_what_the_registry_gives(
     spec_dirs: list[str], tmp_path: Path, requested: list[str]
 ) -> None:
     registry = load_registry(spec_dirs)
-    expected = plain(edits_for(registry.resolve(requested)))
+    expected = plain(from_registry(registry, requested))
     for _ in range(2):  # built, then read back from the cache
-        index = load_index(spec_dirs, Cache(str(tmp_path / "cache")))
+        index = load_specs(spec_dirs, ParseCache(str(tmp_path / "cache")))
         sources = index.sources(requested)
         assert sources is not None and plain(sources) == expected
 
@@ -73,37 +94,37 @@ def test_the_index_gives_what_the_registry_gives(
 def test_a_cached_index_does_not_load_the_specs(
     spec_dirs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    cache = Cache(str(tmp_path / "cache"))
-    built = load_index(spec_dirs, cache)
+    cache = ParseCache(str(tmp_path / "cache"))
+    built = load_specs(spec_dirs, cache)
 
     def no_registry(*_: object, **__: object) -> None:
         raise AssertionError("the registry was loaded")
 
     monkeypatch.setattr(cdictk.cdi.registry, "load_registry", no_registry)
-    again = load_index(spec_dirs, cache)
+    again = load_specs(spec_dirs, cache)
     assert (again.specs, again.devices) == (built.specs, built.devices)
     assert again.has_kind("other.com/net") and not again.has_kind("other.com/ne")
 
 
 def test_any_change_to_the_spec_dirs_rebuilds_it(spec_dirs: list[str], tmp_path: Path) -> None:
-    cache = Cache(str(tmp_path / "cache"))
-    assert "vendor.com/gpu=1" in load_index(spec_dirs, cache).devices
+    cache = ParseCache(str(tmp_path / "cache"))
+    assert "vendor.com/gpu=1" in load_specs(spec_dirs, cache).devices
     spec = tmp_path / "etc" / "a.yaml"
     stat = spec.stat()
     spec.write_text(SPEC.replace('name: "1"', 'name: "2"'))  # the same size, the same mtime
     os.utime(spec, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert sorted(load_index(spec_dirs, cache).devices)[-2:] == ["vendor.com/gpu=0", "vendor.com/gpu=2"]
+    assert sorted(load_specs(spec_dirs, cache).devices)[-2:] == ["vendor.com/gpu=0", "vendor.com/gpu=2"]
     write_spec(tmp_path / "run", "c.yaml", "3")  # a new file
-    assert "vendor.com/gpu=3" in load_index(spec_dirs, cache).devices
+    assert "vendor.com/gpu=3" in load_specs(spec_dirs, cache).devices
     (tmp_path / "run" / "c.yaml").unlink()  # and gone again
-    assert "vendor.com/gpu=3" not in load_index(spec_dirs, cache).devices
+    assert "vendor.com/gpu=3" not in load_specs(spec_dirs, cache).devices
     (tmp_path / "run" / "b.yaml").unlink()
     (tmp_path / "run").rmdir()
-    assert not load_index(spec_dirs, cache).has_kind("other.com/net")
+    assert not load_specs(spec_dirs, cache).has_kind("other.com/net")
 
 
 def test_a_name_the_index_lacks_is_left_to_the_registry(spec_dirs: list[str], tmp_path: Path) -> None:
-    index = load_index(spec_dirs, Cache(None))
+    index = load_specs(spec_dirs, ParseCache(None))
     assert index.sources(["vendor.com/gpu=0", "vendor.com/gpu=9"]) is None
     assert index.sources(["vendor.com/gpu=00"]) is None
 
@@ -112,14 +133,14 @@ def test_conflicting_and_broken_specs_hold_no_devices(tmp_path: Path) -> None:
     write_spec(tmp_path / "etc", "a.yaml", "0", "1")
     write_spec(tmp_path / "etc", "b.yaml", "1")
     (tmp_path / "etc" / "c.yaml").write_text("cdiVersion: 0.6.0\nkind: bad\n")
-    index = load_index(dirs(tmp_path), Cache(str(tmp_path / "cache")))
+    index = load_specs(dirs(tmp_path), ParseCache(str(tmp_path / "cache")))
     assert sorted(index.devices) == ["vendor.com/gpu=0"]
 
 
 def test_a_spec_that_is_not_utf8_is_never_cached(spec_dirs: list[str], tmp_path: Path) -> None:
     (tmp_path / "etc" / "z.yaml").write_bytes(b"\xff\xfe")
     assert spec_key(spec_dirs) is None
-    load_index(spec_dirs, Cache(str(tmp_path / "cache")))
+    load_specs(spec_dirs, ParseCache(str(tmp_path / "cache")))
     assert not (tmp_path / "cache").exists()
 
 
@@ -132,7 +153,7 @@ def test_unreadable_entries_are_part_of_the_key(spec_dirs: list[str], tmp_path: 
 
 def test_the_index_is_copied_from_the_specs(spec_dirs: list[str]) -> None:
     registry = load_registry(spec_dirs)
-    data = index_data(registry)
+    data = cache_data(registry)
     data["specs"][0][1]["env"].append("CHANGED=1")
     assert registry.spec_files[0].spec.container_edits.env == ["COMMON=1"]
 
@@ -176,13 +197,13 @@ def test_a_warm_create_imports_no_parser(tmp_path: Path) -> None:
 
 
 def test_an_entry_of_the_wrong_shape_is_a_miss(spec_dirs: list[str], tmp_path: Path) -> None:
-    cache = Cache(str(tmp_path / "cache"))
-    load_index(spec_dirs, cache)
+    cache = ParseCache(str(tmp_path / "cache"))
+    load_specs(spec_dirs, cache)
     (entry,) = (tmp_path / "cache").iterdir()
     stored = json.loads(entry.read_text())
     for broken in ({"specs": [], "devices": stored["value"]["devices"]}, {"specs": 1}, [1], None):
         entry.write_text(json.dumps({"key": stored["key"], "value": broken}))
-        index = load_index(spec_dirs, cache)  # rebuilt from the spec files, and stored again
+        index = load_specs(spec_dirs, cache)  # rebuilt from the spec files, and stored again
         assert sorted(index.devices) == sorted(stored["value"]["devices"])
         assert json.loads(entry.read_text()) == stored
 
@@ -194,19 +215,19 @@ def test_an_index_built_while_a_spec_changed_is_not_kept(
     spec = tmp_path / "etc" / "a.yaml"
     real = cdictk.cdi.registry.load_registry
 
-    def rewriting(dirs: list[str]) -> object:
+    def rewriting(dirs: list[str], **options: bool) -> object:
         text = spec.read_text()
         spec.write_text(text[: len(text) // 2])
-        registry = real(dirs)
+        registry = real(dirs, **options)
         spec.write_text(text)
         return registry
 
     monkeypatch.setattr(cdictk.cdi.registry, "load_registry", rewriting)
-    cache = Cache(str(tmp_path / "cache"))
-    load_index(spec_dirs, cache)
+    cache = ParseCache(str(tmp_path / "cache"))
+    load_specs(spec_dirs, cache)
     assert not (tmp_path / "cache").exists()
     monkeypatch.setattr(cdictk.cdi.registry, "load_registry", real)
-    assert "vendor.com/gpu=1" in load_index(spec_dirs, cache).devices
+    assert "vendor.com/gpu=1" in load_specs(spec_dirs, cache).devices
     assert len(list((tmp_path / "cache").iterdir())) == 1
 
 
@@ -224,3 +245,59 @@ def test_a_change_to_the_cdi_core_rebuilds_it(
     assert spec_key(spec_dirs) == before
     (core / "rules.py").write_text("# an upgrade")
     assert spec_key(spec_dirs) != before
+
+
+def test_resolve_keeps_request_order(tmp_path: Path) -> None:
+    write_spec(tmp_path, "a.yaml", "0", "1")
+    specs = load_specs([str(tmp_path)])
+    assert [source.field for source in specs.resolve(["vendor.com/gpu=1", "vendor.com/gpu=0"])] == [
+        "containerEdits",
+        "devices[1].containerEdits",
+        "devices[0].containerEdits",
+    ]
+
+
+def test_resolve_is_all_or_nothing(tmp_path: Path) -> None:
+    write_spec(tmp_path, "a.yaml", "0")
+    specs = load_specs([str(tmp_path)])
+    with pytest.raises(UnresolvedDevicesError) as caught:
+        specs.resolve(["vendor.com/gpu=0", "vendor.com/gpu=7", "vendor.com/gpu=8"])
+    assert caught.value.names == ["vendor.com/gpu=7", "vendor.com/gpu=8"]
+    assert (
+        str(caught.value)
+        == f"vendor.com/gpu=7, vendor.com/gpu=8: unresolvable CDI devices (spec dirs: {tmp_path})"
+    )
+
+
+def test_resolve_hints_at_spec_problems(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text("{")
+    for store in (ParseCache(None), ParseCache(str(tmp_path / "c")), ParseCache(str(tmp_path / "c"))):
+        specs = load_specs([str(tmp_path)], store)  # the problems are kept with the cache
+        with pytest.raises(
+            UnresolvedDevicesError, match=r"1 problem\(s\) in the spec dirs, first: .*bad\.yaml"
+        ):
+            specs.resolve(["vendor.com/gpu=0"])
+
+
+def test_resolve_refuses_invalid_names(tmp_path: Path) -> None:
+    with pytest.raises(CdictkError, match="not a qualified CDI device name"):
+        load_specs([str(tmp_path)]).resolve(["gpu0"])
+
+
+def test_a_spec_made_in_memory_is_held_above_the_dirs(tmp_path: Path) -> None:
+    from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Spec
+
+    write_spec(tmp_path, "a.yaml", "0", kind="nvidia.com/other")
+    specs = load_specs([str(tmp_path)])
+    assert not specs.has_kind("nvidia.com/gpu")
+    spec = Spec(
+        kind="nvidia.com/gpu",
+        devices=[
+            Device(name="0", container_edits=ContainerEdits(device_nodes=[DeviceNode(path="/dev/nvidia0")]))
+        ],
+    )
+    both = specs.with_spec(spec, "<memory>")
+    assert both.has_kind("nvidia.com/gpu") and not both.has_kind("nvidia.com")
+    assert not specs.has_kind("nvidia.com/gpu")  # a new cache; the one from the dirs is as it was
+    assert [source.file for source in both.resolve(["nvidia.com/gpu=0"])] == ["<memory>", "<memory>"]
+    assert both.spec_of("nvidia.com/gpu=0") == "<memory>"

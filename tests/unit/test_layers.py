@@ -35,6 +35,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.syscalls",
             "cdictk.mountinfo",
             "cdictk.ocistate",
+            "cdictk.parsecache",
         ),
         (),
     ),

@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.runtime.cache import DEFAULT_DIR, Cache, entry_name
+from cdictk.parsecache import DEFAULT_DIR, ParseCache, entry_name
 
 
 def test_an_entry_is_returned_for_its_own_key_only(tmp_path: Path) -> None:
-    cache = Cache(str(tmp_path / "c"))
+    cache = ParseCache(str(tmp_path / "c"))
     cache.store("e", ["a", 1], {"x": [1, "é"]})
     assert cache.load("e", ["a", 1]) == {"x": [1, "é"]}
     assert cache.load("e", ["a", 2]) is None
@@ -22,16 +22,16 @@ def test_an_entry_is_returned_for_its_own_key_only(tmp_path: Path) -> None:
 
 
 def test_no_directory_caches_nothing(tmp_path: Path) -> None:
-    cache = Cache(None)
+    cache = ParseCache(None)
     cache.store("e", [1], 2)
     assert cache.load("e", [1]) is None
-    assert Cache("").directory is None
+    assert ParseCache("").directory is None
 
 
 @pytest.mark.parametrize("mode", [0o777, 0o720, 0o702])
 def test_a_directory_others_can_write_is_not_trusted(tmp_path: Path, mode: int) -> None:
     directory = tmp_path / "c"
-    cache = Cache(str(directory))
+    cache = ParseCache(str(directory))
     cache.store("e", [1], "good")
     directory.chmod(mode)
     assert cache.load("e", [1]) is None
@@ -40,7 +40,7 @@ def test_a_directory_others_can_write_is_not_trusted(tmp_path: Path, mode: int) 
 
 
 def test_an_entry_others_can_write_or_own_is_not_trusted(tmp_path: Path) -> None:
-    cache = Cache(str(tmp_path))
+    cache = ParseCache(str(tmp_path))
     tmp_path.chmod(0o700)
     cache.store("e", [1], "good")
     entry = tmp_path / "e.json"
@@ -55,7 +55,7 @@ def test_an_entry_others_can_write_or_own_is_not_trusted(tmp_path: Path) -> None
 
 def test_links_torn_files_and_fifos_are_misses(tmp_path: Path) -> None:
     tmp_path.chmod(0o700)
-    cache = Cache(str(tmp_path))
+    cache = ParseCache(str(tmp_path))
     cache.store("real", [1], "good")
     (tmp_path / "link.json").symlink_to(tmp_path / "real.json")
     assert cache.load("link", [1]) is None
@@ -72,16 +72,16 @@ def test_links_torn_files_and_fifos_are_misses(tmp_path: Path) -> None:
 
 def test_a_directory_that_is_a_link_is_not_used(tmp_path: Path) -> None:
     real = tmp_path / "real"
-    Cache(str(real)).store("e", [1], "good")
+    ParseCache(str(real)).store("e", [1], "good")
     (tmp_path / "link").symlink_to(real)
-    assert Cache(str(tmp_path / "link")).load("e", [1]) is None
+    assert ParseCache(str(tmp_path / "link")).load("e", [1]) is None
 
 
 def test_what_cannot_be_stored_is_skipped_quietly(tmp_path: Path) -> None:
-    cache = Cache(str(tmp_path / "c"))
+    cache = ParseCache(str(tmp_path / "c"))
     cache.store("e", [1], {1j: "not JSON"})
     cache.store("n", [1], float("nan"))
-    blocked = Cache(str(tmp_path / "file" / "c"))
+    blocked = ParseCache(str(tmp_path / "file" / "c"))
     (tmp_path / "file").write_text("")
     blocked.store("e", [1], "x")  # the directory cannot be made
     assert not (tmp_path / "c").exists() or os.listdir(tmp_path / "c") == []
@@ -89,13 +89,13 @@ def test_what_cannot_be_stored_is_skipped_quietly(tmp_path: Path) -> None:
 
 def test_the_directory_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CDICTK_CACHE_DIR", "/somewhere")
-    assert Cache.from_environment().directory == "/somewhere"
+    assert ParseCache.from_environment().directory == "/somewhere"
     monkeypatch.setenv("CDICTK_CACHE_DIR", "")
-    assert Cache.from_environment().directory is None
+    assert ParseCache.from_environment().directory is None
     monkeypatch.setenv("CDICTK_CACHE_DIR", "relative")
-    assert Cache.from_environment().directory is None
+    assert ParseCache.from_environment().directory is None
     monkeypatch.delenv("CDICTK_CACHE_DIR")
-    assert Cache.from_environment().directory == (DEFAULT_DIR if os.geteuid() == 0 else None)
+    assert ParseCache.from_environment().directory == (DEFAULT_DIR if os.geteuid() == 0 else None)
 
 
 def test_entry_names_are_stable_and_spread() -> None:

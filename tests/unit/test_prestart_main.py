@@ -376,14 +376,14 @@ def test_debug_tells_what_is_ignored(tmp_path: Path, node: Node) -> None:
 
 def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: Node) -> None:
     """A config the shim (or the engine's CDI) edited: nothing to do, the process is never looked at."""
-    from cdictk.runtime.cache import Cache
+    from cdictk.parsecache import ParseCache
     from cdictk.runtime.inject import apply_requests
     from cdictk.runtime.settings import load_settings
 
     bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     config = json.loads(bundle.config.read_text())
     settings = load_settings(str(settings_file(tmp_path, node.spec_dir, generate=False)))
-    assert apply_requests(config, settings, str(bundle.config), Cache.from_environment(), print)
+    assert apply_requests(config, settings, str(bundle.config), ParseCache.from_environment(), print)
     assert config["linux"]["devices"] and config["mounts"]  # the shim's work
     bundle.config.write_text(json.dumps(config))
     before = bundle.config.read_bytes()

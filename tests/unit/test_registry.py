@@ -1,10 +1,7 @@
 import os
 from pathlib import Path
 
-import pytest
-
-from cdictk.cdi.registry import UnresolvedDevicesError, load_registry
-from cdictk.errors import CdictkError
+from cdictk.cdi.registry import load_registry
 
 
 def write_spec(
@@ -121,53 +118,3 @@ def test_unreadable_dir_does_not_stop_the_scan(tmp_path: Path) -> None:
 def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe.yaml")
     assert problems([tmp_path]) == ([], [f"{tmp_path}/pipe.yaml: not a regular file"])
-
-
-def test_resolve_keeps_request_order(tmp_path: Path) -> None:
-    write_spec(tmp_path, "a.yaml", "0", "1")
-    registry = load_registry([str(tmp_path)])
-    assert [str(d.name) for d in registry.resolve(["vendor.com/gpu=1", "vendor.com/gpu=0"])] == [
-        "vendor.com/gpu=1",
-        "vendor.com/gpu=0",
-    ]
-
-
-def test_resolve_is_all_or_nothing(tmp_path: Path) -> None:
-    write_spec(tmp_path, "a.yaml", "0")
-    registry = load_registry([str(tmp_path)])
-    with pytest.raises(UnresolvedDevicesError) as caught:
-        registry.resolve(["vendor.com/gpu=0", "vendor.com/gpu=7", "vendor.com/gpu=8"])
-    assert caught.value.names == ["vendor.com/gpu=7", "vendor.com/gpu=8"]
-    assert (
-        str(caught.value)
-        == f"vendor.com/gpu=7, vendor.com/gpu=8: unresolvable CDI devices (spec dirs: {tmp_path})"
-    )
-
-
-def test_resolve_hints_at_spec_problems(tmp_path: Path) -> None:
-    (tmp_path / "bad.yaml").write_text("{")
-    registry = load_registry([str(tmp_path)])
-    with pytest.raises(UnresolvedDevicesError, match=r"1 problem\(s\) in the spec dirs, first: .*bad\.yaml"):
-        registry.resolve(["vendor.com/gpu=0"])
-
-
-def test_resolve_refuses_invalid_names(tmp_path: Path) -> None:
-    with pytest.raises(CdictkError, match="not a qualified CDI device name"):
-        load_registry([str(tmp_path)]).resolve(["gpu0"])
-
-
-def test_a_spec_made_in_memory_is_registered_above_the_dirs(tmp_path: Path) -> None:
-    from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Spec
-
-    registry = load_registry([str(tmp_path)])
-    assert not registry.has_kind("nvidia.com/gpu")
-    spec = Spec(
-        kind="nvidia.com/gpu",
-        devices=[
-            Device(name="0", container_edits=ContainerEdits(device_nodes=[DeviceNode(path="/dev/nvidia0")]))
-        ],
-    )
-    registry.add_spec(spec, "<memory>")
-    assert registry.has_kind("nvidia.com/gpu") and not registry.has_kind("nvidia.com")
-    (found,) = registry.resolve(["nvidia.com/gpu=0"])
-    assert found.spec_file.path == "<memory>" and found.spec_file.priority == 1

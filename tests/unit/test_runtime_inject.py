@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.runtime.cache import Cache
+from cdictk.parsecache import ParseCache
 from cdictk.runtime.inject import InjectError, apply_requests
 from cdictk.runtime.settings import Settings
 
@@ -33,10 +33,10 @@ def settings(tmp_path: Path) -> Settings:
     return result
 
 
-def apply(tmp_path: Path, *env: str, cache: Cache | None = None) -> tuple[dict[str, Any], list[str]]:
+def apply(tmp_path: Path, *env: str, cache: ParseCache | None = None) -> tuple[dict[str, Any], list[str]]:
     config: dict[str, Any] = {"process": {"env": list(env)}}
     warnings: list[str] = []
-    apply_requests(config, settings(tmp_path), "config.json", cache or Cache(None), warnings.append)
+    apply_requests(config, settings(tmp_path), "config.json", cache or ParseCache(None), warnings.append)
     return config, warnings
 
 
@@ -45,7 +45,11 @@ def nodes(config: dict[str, Any]) -> list[str]:
 
 
 def test_a_device_and_the_spec_edits(tmp_path: Path) -> None:
-    for cache in (Cache(None), Cache(str(tmp_path / "c")), Cache(str(tmp_path / "c"))):  # off, cold, warm
+    for cache in (
+        ParseCache(None),
+        ParseCache(str(tmp_path / "c")),
+        ParseCache(str(tmp_path / "c")),
+    ):  # off, cold, warm
         config, warnings = apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=0", cache=cache)
         assert nodes(config) == ["/dev/zero", "/dev/null"] and warnings == []
         assert "DRIVER=1" in config["process"]["env"]
@@ -65,12 +69,12 @@ def test_none_without_a_spec_of_the_kind_is_one_line(tmp_path: Path) -> None:
     empty.spec_dirs = [str(tmp_path / "nothing")]
     empty.generate_when_missing = False
     with pytest.raises(InjectError, match=r'"none": no CDI spec of kind nvidia\.com/gpu in '):
-        apply_requests(config, empty, "config.json", Cache(None), print)
+        apply_requests(config, empty, "config.json", ParseCache(None), print)
     assert config == {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=none"]}}
 
 
 def test_an_unknown_device_gets_the_registrys_message(tmp_path: Path) -> None:
-    cache = Cache(str(tmp_path / "c"))
+    cache = ParseCache(str(tmp_path / "c"))
     apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=0", cache=cache)  # the index is cached now
     with pytest.raises(InjectError) as info:
         apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=0,3", cache=cache)
@@ -82,5 +86,5 @@ def test_an_ignored_request_is_a_warning(tmp_path: Path) -> None:
     refusing = settings(tmp_path)
     refusing.accept_env_unprivileged = False
     warnings: list[str] = []
-    assert not apply_requests(config, refusing, "config.json", Cache(None), warnings.append)
+    assert not apply_requests(config, refusing, "config.json", ParseCache(None), warnings.append)
     assert len(warnings) == 1 and "ignored" in warnings[0]

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from cdictk.cdi import names
+from cdictk.cdi.names import qualified_name_problem
 from cdictk.runtime.requests import (
     ALL_CAPABILITIES,
     DEFAULT_CAPABILITIES,
@@ -15,7 +16,6 @@ from cdictk.runtime.requests import (
     RequestError,
     Requests,
     is_device_id,
-    qualified_name_problem,
     requests_from_config,
 )
 

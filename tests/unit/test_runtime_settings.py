@@ -63,9 +63,9 @@ def test_bad_files_are_one_line(tmp_path: Path, text: str, message: str) -> None
 
 def test_a_file_parsed_before_is_not_parsed_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import cdictk.runtime.settings as module
-    from cdictk.runtime.cache import Cache
+    from cdictk.parsecache import ParseCache
 
-    cache = Cache(str(tmp_path / "cache"))
+    cache = ParseCache(str(tmp_path / "cache"))
     path = tmp_path / "config.toml"
     path.write_text('[runtime]\nruntimes = ["crun"]\n')
     other = tmp_path / "other.toml"
@@ -89,9 +89,9 @@ def test_a_file_parsed_before_is_not_parsed_again(tmp_path: Path, monkeypatch: p
 
 
 def test_a_refused_file_is_refused_every_time(tmp_path: Path) -> None:
-    from cdictk.runtime.cache import Cache
+    from cdictk.parsecache import ParseCache
 
-    cache = Cache(str(tmp_path / "cache"))
+    cache = ParseCache(str(tmp_path / "cache"))
     path = tmp_path / "config.toml"
     path.write_text("[runtime]\nruntimes = []\n")
     for _ in range(2):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.runtime.cache import Cache
+from cdictk.parsecache import ParseCache
 from cdictk.runtime.settings import Settings
 from cdictk.runtime.shim import ShimError, bundle_dir, find_runtime, prepare_bundle, subcommand
 
@@ -67,7 +67,7 @@ def test_a_container_without_requests_is_left_alone(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}})
     before = (bundle / "config.json").read_bytes()
     mtime = os.stat(bundle / "config.json").st_mtime_ns
-    prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), Cache(None))
+    prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), ParseCache(None))
     assert (bundle / "config.json").read_bytes() == before
     assert os.stat(bundle / "config.json").st_mtime_ns == mtime
 
@@ -85,14 +85,14 @@ def test_bad_requests_are_one_line_and_leave_the_config(tmp_path: Path, config: 
     bundle = write_bundle(tmp_path, config)
     before = (bundle / "config.json").read_bytes()
     with pytest.raises(ShimError, match=message) as info:
-        prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), Cache(None))
+        prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), ParseCache(None))
     assert "\n" not in str(info.value)
     assert (bundle / "config.json").read_bytes() == before
 
 
 def test_a_missing_config_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ShimError, match=r"config\.json") as info:
-        prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"), Cache(None))
+        prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"), ParseCache(None))
     assert "\n" not in str(info.value)
 
 
@@ -107,7 +107,7 @@ def test_a_node_without_driver_or_spec_is_one_line(tmp_path: Path) -> None:
     config.proc_root, config.sys_root = str(empty / "proc"), str(empty / "sys")
     before = (bundle / "config.json").read_bytes()
     with pytest.raises(ShimError) as info:
-        prepare_bundle(str(bundle), config, Cache(None))
+        prepare_bundle(str(bundle), config, ParseCache(None))
     assert "\n" not in str(info.value) and str(info.value)
     assert (bundle / "config.json").read_bytes() == before
 
@@ -128,7 +128,7 @@ def test_a_warning_for_an_ignored_request_and_the_container_starts(
     before = (bundle / "config.json").read_bytes()
     refusing = settings(tmp_path / "no-specs")
     refusing.accept_env_unprivileged = False
-    prepare_bundle(str(bundle), refusing, Cache(None))
+    prepare_bundle(str(bundle), refusing, ParseCache(None))
     assert (bundle / "config.json").read_bytes() == before
     err = capsys.readouterr().err
     assert err == (

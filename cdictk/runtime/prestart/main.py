@@ -119,7 +119,7 @@ def prepare(state_bytes: bytes, log: Log) -> None:
     from cdictk.fsutil import read_capped  # noqa: PLC0415
     from cdictk.ociconfig import MAX_CONFIG_BYTES, parse_config  # noqa: PLC0415
     from cdictk.ocistate import id_and_bundle, read_state  # noqa: PLC0415
-    from cdictk.runtime.cache import Cache  # noqa: PLC0415
+    from cdictk.parsecache import ParseCache  # noqa: PLC0415
     from cdictk.runtime.inject import apply_requests  # noqa: PLC0415
     from cdictk.runtime.prestart.plan import plan_of  # noqa: PLC0415
     from cdictk.runtime.settings import load_settings  # noqa: PLC0415
@@ -130,7 +130,7 @@ def prepare(state_bytes: bytes, log: Log) -> None:
     data = read_capped(path, MAX_CONFIG_BYTES)
     config = parse_config(data, path)
     edited = strictjson.parse(data)  # a second parse is a cheaper deep copy than copy.deepcopy
-    cache = Cache.from_environment()
+    cache = ParseCache.from_environment()
     settings = load_settings(cache=cache)
 
     if not apply_requests(edited, settings, path, cache, log.warn):
