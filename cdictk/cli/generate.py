@@ -8,10 +8,11 @@ import sys
 import click
 
 from cdictk.errors import CdictkError
+from cdictk.node.modes import MODES, Mode
 
 DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
 _STRATEGIES = ("index", "uuid", "type-index")
-_MODES = ("auto", "nvml", "procfs", "management")
+_MODES = tuple(mode.value for mode in Mode)
 
 
 def _warn(message: str) -> None:
@@ -168,13 +169,12 @@ def generate_command(  # click passes every option by keyword
     spec in place.
     """
     from cdictk.cdi.names import kind_spec_problem, vendor_or_class_problem  # noqa: PLC0415
-    from cdictk.node.facts import Mode  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
     from cdictk.nvcdi import specfile  # noqa: PLC0415
-    from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
     from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
     from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
     from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
+    from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
 
     for what, value in (("--vendor", vendor), ("--class", cls)):
         problem = vendor_or_class_problem(what.lstrip("-"), value)
@@ -193,8 +193,8 @@ def generate_command(  # click passes every option by keyword
         raise CdictkError("", "--check", "needs a file to compare with, not stdout")
     if watching and (check or output == "-"):
         raise CdictkError("", "--watch", "needs a file to write and cannot be combined with --check")
-    if mode == "management" and device_ids:
-        raise CdictkError("", "--device-id", "does not apply to --mode management (one 'all' device)")
+    if device_ids and "gpus" not in MODES[Mode(mode)].devices:
+        raise CdictkError("", "--device-id", f"does not apply to --mode {mode} (one 'all' device)")
     if ldconfig_path is not None and not os.path.isabs(ldconfig_path):
         raise CdictkError("", "--ldconfig-path", f"must be an absolute path, not {ldconfig_path!r}")
     fmt = fmt or ("json" if output.endswith(".json") else "yaml")

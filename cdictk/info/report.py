@@ -56,10 +56,10 @@ def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> by
     if node.facts is None:
         return None
     from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.node.facts import Mode  # noqa: PLC0415
-    from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
+    from cdictk.node.modes import Mode  # noqa: PLC0415
     from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
     from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
+    from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
 
     vendor, _, cls = kind.partition("/")
     try:

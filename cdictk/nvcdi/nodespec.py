@@ -11,9 +11,11 @@ from dataclasses import dataclass
 
 from cdictk.cdi.model import Spec
 from cdictk.errors import CdictkError
-from cdictk.node.facts import Mode, NodeFacts, discover
+from cdictk.node.facts import NodeFacts, discover
+from cdictk.node.modes import Mode
 from cdictk.node.roots import Roots
-from cdictk.nvcdi.build import SpecOptions, build_spec
+from cdictk.nvcdi.build import build_spec
+from cdictk.nvcdi.options import SpecOptions
 
 
 @dataclass(frozen=True, slots=True)

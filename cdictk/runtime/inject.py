@@ -87,11 +87,11 @@ def _inject(
 
 def _spec_in_memory(settings: Settings) -> Spec:
     """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk."""
-    from cdictk.node.facts import Mode  # noqa: PLC0415
+    from cdictk.node.modes import Mode  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
-    from cdictk.nvcdi.build import SpecOptions  # noqa: PLC0415
     from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
     from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
+    from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
 
     vendor, _, cls = settings.default_kind.partition("/")
     roots = Roots(settings.driver_root, settings.dev_root, settings.proc_root, settings.sys_root)

@@ -10,8 +10,9 @@ import pytest
 from cdictk.node import devnodes, driverfiles, procfs
 from cdictk.node.drm import drm_for_gpu
 from cdictk.node.elfinfo import SonameReader
-from cdictk.node.facts import DiscoveryError, Mode, discover, find_nvml_library
+from cdictk.node.facts import DiscoveryError, discover, find_nvml_library
 from cdictk.node.libraries import candidate_dirs, find_driver_libraries, is_driver_library
+from cdictk.node.modes import Mode
 from cdictk.node.nvml import NvmlError, query_nvml
 from cdictk.node.roots import Roots
 from tests.conftest import NodeFactory

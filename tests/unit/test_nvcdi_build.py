@@ -7,16 +7,19 @@ import pytest
 from cdictk.cdi.model import ContainerEdits, Device, Spec
 from cdictk.errors import CdictkError
 from cdictk.node.devnodes import NodeInfo
-from cdictk.node.driverfiles import DriverFile, FileKind, Found
+from cdictk.node.discoverers import Found
+from cdictk.node.driverfiles import DriverFile, FileKind
 from cdictk.node.drm import DrmInfo
-from cdictk.node.facts import Mode, NodeFacts
+from cdictk.node.facts import NodeFacts
 from cdictk.node.gpus import Gpu, MigDevice
-from cdictk.node.libraries import DriverLibrary, LibraryScan
+from cdictk.node.libraries import DriverLibrary
+from cdictk.node.modes import Mode
 from cdictk.node.procfs import MigMinors
 from cdictk.node.roots import Roots
-from cdictk.nvcdi.build import SpecOptions, build_spec
+from cdictk.nvcdi.build import build_spec
 from cdictk.nvcdi.edits import device_node, file_mount, group_only_gids
 from cdictk.nvcdi.naming import Strategy
+from cdictk.nvcdi.options import SpecOptions
 from cdictk.nvcdi.target import fit_version
 
 ROOTS = Roots(driver="/", dev="/", proc="/p", sys="/s")
@@ -33,14 +36,14 @@ def facts(gpus: list[Gpu], *, minors: MigMinors | None = None) -> NodeFacts:
         driver_version="1.2.3",
         gpus=gpus,
         modules=None,
-        control_nodes=[node("/dev/nvidiactl", minor=255)],
+        common=Found(
+            nodes=[node("/dev/nvidiactl", minor=255)],
+            libraries=[DriverLibrary("/usr/lib/libcuda.so.1.2.3", "libcuda.so.1")],
+        ),
         gpu_nodes={g.minor: node(f"/dev/nvidia{g.minor}", minor=g.minor) for g in gpus},
         drm={},
         mig_minors=minors,
         caps_major=241,
-        management_nodes=[],
-        libraries=LibraryScan([DriverLibrary("/usr/lib/libcuda.so.1.2.3", "libcuda.so.1")], ["/usr/lib"], []),
-        files=Found(),
     )
 
 

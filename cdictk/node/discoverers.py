@@ -1,0 +1,147 @@
+"""The discoverers of a spec's common edits: each finds one kind of thing under the node's roots.
+
+Every discoverer takes the :class:`Context` (the roots, the driver version, the loaded modules, the
+library directories) and returns a :class:`Found`: device nodes, driver libraries, other files to mount,
+links to make, and what it looked for and did not find. A generate mode names the discoverers it wants
+(:data:`cdictk.node.modes.MODES`); their results are merged in that order. A new discoverer is a
+function here and a row in :data:`COMMON`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from cdictk.node import devnodes, driverfiles
+from cdictk.node.devnodes import NodeInfo
+from cdictk.node.driverfiles import DriverFile
+from cdictk.node.elfinfo import SonameReader
+from cdictk.node.libraries import DriverLibrary, LibraryScan, find_driver_libraries
+from cdictk.node.roots import Roots
+
+
+@dataclass(slots=True)
+class Found:
+    nodes: list[NodeInfo] = field(default_factory=list)
+    libraries: list[DriverLibrary] = field(default_factory=list)
+    files: list[DriverFile] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (target as written, link path)
+    missing: list[str] = field(default_factory=list)  # optional things looked for and not found
+    warnings: list[str] = field(default_factory=list)
+
+    def add(self, other: Found) -> None:
+        self.nodes += other.nodes
+        self.libraries += other.libraries
+        self.files += other.files
+        self.links += other.links
+        self.missing += other.missing
+        self.warnings += other.warnings
+
+
+class Context:
+    """What every discoverer may ask; the library scan is made once, for whichever asks first."""
+
+    def __init__(
+        self,
+        roots: Roots,
+        version: str,
+        modules: set[str] | None,
+        candidates: list[str],
+        mps_pipe_dir: str = driverfiles.MPS_PIPE_DIR,
+    ) -> None:
+        self.roots = roots
+        self.version = version
+        self.modules = modules  # None when /proc/modules is unreadable
+        self.candidates = candidates  # library directories, inside the driver root
+        self.mps_pipe_dir = mps_pipe_dir
+        self._scan: LibraryScan | None = None
+
+    def libraries(self) -> LibraryScan:
+        if self._scan is None:
+            self._scan = find_driver_libraries(self.roots, self.version, self.candidates, SonameReader())
+        return self._scan
+
+
+def control_nodes(context: Context) -> Found:
+    found = Found(nodes=devnodes.control_nodes(context.roots))
+    present = {node.path for node in found.nodes}
+    for path, module in (
+        ("/dev/nvidiactl", "nvidia"),
+        ("/dev/nvidia-uvm", "nvidia_uvm"),
+        ("/dev/nvidia-uvm-tools", "nvidia_uvm"),
+    ):
+        if path not in present:
+            modules = context.modules
+            reason = (
+                f"; the {module} module is not loaded"
+                if modules is not None and module not in modules
+                else ""
+            )
+            found.warnings.append(f"{path} is missing{reason}: CUDA in containers will fail without it")
+    return found
+
+
+def driver_libraries(context: Context) -> Found:
+    scan = context.libraries()
+    found = Found(libraries=list(scan.libraries), links=list(scan.links))
+    names = {os.path.basename(library.path) for library in scan.libraries}
+    libcuda = f"libcuda.so.{context.version}"
+    if libcuda not in names:
+        found.warnings.append(
+            f"{libcuda} not found under {context.roots.driver}: CUDA in containers will fail"
+        )
+    if scan.skipped:
+        found.warnings.append(
+            f"left out, names a spec cannot carry (not UTF-8, or '::'): {', '.join(scan.skipped)}"
+        )
+    return found
+
+
+def _files(find: Callable[[driverfiles.Found], None]) -> Found:
+    result = driverfiles.Found()
+    find(result)
+    return Found(files=result.files, links=result.links, missing=result.missing)
+
+
+def binaries(context: Context) -> Found:
+    return _files(lambda found: driverfiles.find_binaries(context.roots, found))
+
+
+def firmware(context: Context) -> Found:
+    return _files(lambda found: driverfiles.find_firmware(context.roots, context.version, found))
+
+
+def ipc(context: Context) -> Found:
+    return _files(lambda found: driverfiles.find_ipc(context.roots, found, context.mps_pipe_dir))
+
+
+def configs(context: Context) -> Found:
+    return _files(lambda found: driverfiles.find_configs(context.roots, found))
+
+
+def xorg_modules(context: Context) -> Found:
+    dirs = context.libraries().dirs
+    return _files(lambda found: driverfiles.find_xorg_modules(context.roots, context.version, dirs, found))
+
+
+COMMON: dict[str, Callable[[Context], Found]] = {
+    "control-nodes": control_nodes,
+    "driver-libraries": driver_libraries,
+    "binaries": binaries,
+    "firmware": firmware,
+    "ipc": ipc,
+    "configs": configs,
+    "xorg-modules": xorg_modules,
+}
+
+
+def discover_common(names: tuple[str, ...], context: Context) -> Found:
+    """What the discoverers ``names`` find, merged in that order; the optional things none of them
+    found summed up in one warning."""
+    found = Found()
+    for name in names:
+        found.add(COMMON[name](context))
+    if found.missing:
+        found.warnings.append("not found, left out (optional): " + ", ".join(found.missing))
+    return found

@@ -1,0 +1,116 @@
+"""The device kinds of a spec: each turns the node's facts into named devices.
+
+A generate mode names the kinds it wants (:data:`cdictk.node.modes.MODES`). ``gpus`` gives a device per
+full GPU (its node, its DRM card and render nodes and their by-path links) and per MIG device (the
+parent's node and its two capability nodes), as ``--device-id`` selects them; ``all-nodes`` gives one
+``all`` device with every NVIDIA node (management mode). A new kind is a function here and a row in
+:data:`DEVICES`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cdictk.errors import CdictkError
+from cdictk.node import devnodes
+from cdictk.node.devnodes import cap_node
+from cdictk.node.facts import NodeFacts, module_hint
+from cdictk.node.gpus import Gpu, MigDevice
+from cdictk.nvcdi import naming
+from cdictk.nvcdi.naming import Strategy
+from cdictk.nvcdi.options import Parts, SpecOptions
+
+ALL_DEVICE = "all"
+Named = tuple[list[str], Parts]  # a device's names (one per naming strategy) and its parts
+
+
+def gpu_devices(facts: NodeFacts, options: SpecOptions, warnings: list[str]) -> list[Named]:
+    """A device per full GPU and per MIG device that ``--device-id`` selects (all by default)."""
+    named: list[Named] = []
+    wanted = _select(facts, options.device_ids)
+    for gpu in facts.gpus:
+        if Strategy.UUID in options.strategies and not gpu.uuid:
+            warnings.append(f"GPU {gpu.index} has no UUID (procfs did not list one): no uuid name for it")
+        if gpu.mig_enabled and not gpu.migs and (gpu.index, None) in wanted:
+            warnings.append(f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode without MIG devices: left out")
+        if gpu.mig_enabled:
+            for mig in gpu.migs:
+                key = (gpu.index, mig.index)
+                if key in wanted and (parts := _mig_parts(facts, gpu, mig, warnings)) is not None:
+                    named.append((naming.mig_names(mig, options.strategies), parts))
+        elif (gpu.index, None) in wanted and (parts := _gpu_parts(facts, gpu)) is not None:
+            named.append((naming.gpu_names(gpu, options.strategies), parts))
+    return named
+
+
+def all_nodes_device(facts: NodeFacts, options: SpecOptions, warnings: list[str]) -> list[Named]:
+    """One ``all`` device with every NVIDIA node: GPUs, control nodes, caps and IMEX channels."""
+    nodes = devnodes.all_nvidia_nodes(facts.roots)
+    if not nodes:
+        raise CdictkError(
+            "", "", f"no NVIDIA device nodes under {facts.roots.in_dev('/dev')}" + module_hint(facts.modules)
+        )
+    return [([ALL_DEVICE], Parts(nodes=nodes))]
+
+
+DEVICES: dict[str, Callable[[NodeFacts, SpecOptions, list[str]], list[Named]]] = {
+    "gpus": gpu_devices,
+    "all-nodes": all_nodes_device,
+}
+
+
+def _select(facts: NodeFacts, device_ids: tuple[str, ...]) -> set[tuple[int, int | None]]:
+    """(GPU index, MIG slot or None) of the devices ``--device-id`` asks for (all of them by default)."""
+    by_id: dict[str, tuple[int, int | None]] = {}
+    for gpu in facts.gpus:
+        by_id[str(gpu.index)] = (gpu.index, None)
+        for mig in gpu.migs:
+            by_id[f"{gpu.index}:{mig.index}"] = (gpu.index, mig.index)
+            if mig.uuid:
+                by_id[mig.uuid] = (gpu.index, mig.index)
+        if gpu.uuid:
+            by_id[gpu.uuid] = (gpu.index, None)
+    every = set(by_id.values())
+    if not device_ids or "all" in device_ids:
+        return every
+    unknown = [device_id for device_id in device_ids if device_id not in by_id]
+    if unknown:
+        raise CdictkError("", "--device-id", f"no such GPU or MIG device: {', '.join(unknown)}")
+    selected = {by_id[device_id] for device_id in device_ids}
+    # Asking for a MIG-mode GPU by its own id means all of its MIG devices.
+    return selected | {(gpu, mig) for gpu, mig in every if mig is not None and (gpu, None) in selected}
+
+
+def _gpu_parts(facts: NodeFacts, gpu: Gpu) -> Parts | None:
+    node = facts.gpu_nodes.get(gpu.minor)
+    if node is None:
+        return None
+    drm = facts.drm.get(gpu.bus_id)
+    if drm is None:
+        return Parts(nodes=[node])
+    return Parts(nodes=[node, *drm.nodes], links=list(drm.links))
+
+
+def _mig_parts(facts: NodeFacts, gpu: Gpu, mig: MigDevice, warnings: list[str]) -> Parts | None:
+    parent = facts.gpu_nodes.get(gpu.minor)
+    minors = facts.mig_minors
+    label = f"MIG device {gpu.index}:{mig.index} ({mig.uuid})"
+    if parent is None:
+        return None
+    if minors is None:
+        warnings.append(f"{label}: /proc/driver/nvidia-caps/mig-minors is missing; left out")
+        return None
+    gi_minor = minors.access.get((gpu.minor, mig.gi, None))
+    ci_minor = minors.access.get((gpu.minor, mig.gi, mig.ci))
+    if gi_minor is None or ci_minor is None:
+        warnings.append(
+            f"{label}: no capability minors for GI {mig.gi} / CI {mig.ci} in mig-minors; left out"
+        )
+        return None
+    caps = [cap_node(facts.roots, minor, facts.caps_major) for minor in (gi_minor, ci_minor)]
+    if any(cap is None for cap in caps):
+        warnings.append(
+            f"{label}: nvidia-caps nodes missing and no nvidia-caps major in /proc/devices; left out"
+        )
+        return None
+    return Parts(nodes=[parent, *(cap for cap in caps if cap is not None)])
