@@ -108,7 +108,7 @@ def _gpus_from_nvml(
     library = find_nvml_library(roots, candidates)
     try:
         if library is None:
-            raise NvmlError(NVML_LIBRARY, f"not found under {roots.driver}")
+            raise NvmlError(f"not found under {roots.driver}", library=NVML_LIBRARY)
         version, gpus = query_nvml(library)
     except NvmlError as exc:
         if source is GpuSource.NVML:

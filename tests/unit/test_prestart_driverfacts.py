@@ -14,7 +14,8 @@ from typing import Any
 import pynvml
 import pytest
 
-from cdictk.runtime.prestart.driverfacts import BRANDS, NvmlError, driver_facts, driver_facts_apart
+from cdictk.node.nvml import BRANDS, NvmlError
+from cdictk.runtime.prestart.driverfacts import driver_facts, driver_facts_apart
 from cdictk.runtime.prestart.require import (
     Facts,
     GpuFacts,
