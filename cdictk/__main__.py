@@ -1,5 +1,5 @@
 import sys
 
-from cdictk.cli.launch import main
+from cdictk.cli.console import main
 
 sys.exit(main())

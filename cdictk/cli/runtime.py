@@ -8,8 +8,8 @@ import sys
 
 import click
 
+from cdictk.configure.engines import ENGINES
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure.engines import ENGINES
 
 _DEFAULT = "RUNTIME_DEFAULT"
 
@@ -152,8 +152,8 @@ def configure_command(  # click passes every option by keyword
     its whole CRI plugin table (containerd 1.6 replaces whole tables on import) and an entry in the main
     file's imports, appended to what is there.
     """
-    from cdictk.runtime.configure.apply import configure  # noqa: PLC0415
-    from cdictk.runtime.configure.change import Request  # noqa: PLC0415
+    from cdictk.configure.apply import configure  # noqa: PLC0415
+    from cdictk.configure.change import Request  # noqa: PLC0415
 
     for value, flag in (
         (config, "--config"),
@@ -182,7 +182,7 @@ def configure_command(  # click passes every option by keyword
     )  # fmt: skip
     changed = configure(request, lambda line: print(line, file=sys.stderr))
     if not dry_run and changed:
-        from cdictk.runtime.configure.restart import restart  # noqa: PLC0415
+        from cdictk.configure.restart import restart  # noqa: PLC0415
 
         print(restart(engine, restart_how, socket_path), file=sys.stderr)
     elif not dry_run:

@@ -1,7 +1,7 @@
 """Which container engines on the node give GPUs: CDI turned on, or cdictk-runtime registered.
 
 Read-only and forgiving: a config that cannot be parsed is a warning naming it, never a crash. Each
-engine of :data:`~cdictk.runtime.configure.engines.ENGINES` reads its own config under ``host_root``
+engine of :data:`~cdictk.configure.engines.ENGINES` reads its own config under ``host_root``
 (the files its record names, what its module's ``inspect`` looks for); then:
 
 - a registered cdictk-runtime whose program is missing;
@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import os
 
+from cdictk.configure.change import Inspection
+from cdictk.configure.engines import ENGINES, Engine
 from cdictk.info.checks import Finding, Status
 from cdictk.node.roots import join
-from cdictk.runtime.configure.change import Inspection
-from cdictk.runtime.configure.engines import ENGINES, Engine
 
 
 def check_engines(host_root: str) -> list[Finding]:

@@ -16,9 +16,9 @@ from cdictk.node.facts import NodeFacts
 from cdictk.node.modes import MODES
 from cdictk.node.roots import join
 from cdictk.nvcdi import edits, hooks
+from cdictk.nvcdi.cdiversion import fit_version
 from cdictk.nvcdi.devices import ALL_DEVICE, DEVICES, Named
 from cdictk.nvcdi.options import Parts, SpecOptions
-from cdictk.nvcdi.target import fit_version
 from cdictk.sorting import natural_key
 
 

@@ -62,7 +62,7 @@ def _inject(
     from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
     from cdictk.cdi.cache import load_specs  # noqa: PLC0415
     from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.runtime.selection import trim_edits  # noqa: PLC0415
+    from cdictk.runtime.trim import trim_edits  # noqa: PLC0415
 
     devices, kind = requests.devices, settings.default_kind
     try:

@@ -176,7 +176,7 @@ def test_dry_run_and_refused_paths_create_no_directories(
 
 
 def test_diff_of_a_file_without_a_final_newline_applies_with_patch(tmp_path: Path) -> None:
-    from cdictk.runtime.configure.writer import diff
+    from cdictk.configure.writer import diff
 
     old, new = '{"a": 1}', '{"a": 1, "b": 2}'
     (tmp_path / "f.json").write_text(old)

@@ -7,14 +7,14 @@ import tomllib
 
 import pytest
 
-from cdictk.errors import CdictkError
-from cdictk.runtime.configure.change import RuntimeChange
-from cdictk.runtime.configure.containerd import (
+from cdictk.configure.change import RuntimeChange
+from cdictk.configure.containerd import (
     CRI_PLUGINS,
     config_version,
     configure_drop_in,
     configure_in_place,
 )
+from cdictk.errors import CdictkError
 
 DROP_IN = "/etc/containerd/conf.d/99-cdictk.toml"
 PATH = "/usr/local/bin/cdictk-runtime"
@@ -466,7 +466,7 @@ def test_a_multi_line_imports_list_keeps_its_layout_and_comments() -> None:
 
 def test_a_hand_edited_drop_in_of_ours_in_any_shape_is_rebuilt_not_a_traceback() -> None:
     """A table where cdictk wrote one now holds a string: the drop-in is made again from the main file."""
-    from cdictk.runtime.configure.containerd import DROP_IN_HEADER
+    from cdictk.configure.containerd import DROP_IN_HEADER
 
     _, drop = drop_in(V2)
     assert drop is not None

@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from cdictk.cli.main import main
+from cdictk.configure.change import RuntimeChange
+from cdictk.configure.crio import HEADER, configure
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure.change import RuntimeChange
-from cdictk.runtime.configure.crio import HEADER, configure
 
 MAIN = """# CRI-O main config
 [crio.runtime]

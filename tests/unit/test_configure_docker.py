@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from cdictk.cli.main import main
+from cdictk.configure.change import RuntimeChange
+from cdictk.configure.docker import MAX_DAEMON_JSON_BYTES, configure_docker
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure.change import RuntimeChange
-from cdictk.runtime.configure.docker import MAX_DAEMON_JSON_BYTES, configure_docker
 
 FILE = "/etc/docker/daemon.json"
 RUNTIME_ONLY = """\

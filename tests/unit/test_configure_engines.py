@@ -13,11 +13,11 @@ import click
 import pytest
 
 from cdictk.cli.runtime import configure_command
+from cdictk.configure.apply import configure
+from cdictk.configure.change import Request
+from cdictk.configure.engines import ENGINES, Engine
 from cdictk.errors import CdictkError, Problem
 from cdictk.node.roots import join
-from cdictk.runtime.configure.apply import configure
-from cdictk.runtime.configure.change import Request
-from cdictk.runtime.configure.engines import ENGINES, Engine
 
 RUNTIME = "/usr/local/bin/cdictk-runtime"
 EACH = pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))

@@ -62,7 +62,7 @@ LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse
         "cdictk.runtime.capabilities",
         "cdictk.runtime.settings",
         "cdictk.runtime.prestart.main",
-        "cdictk.runtime.prestart.plan",
+        "cdictk.runtime.prestart.additions",
         "cdictk.runtime.prestart.require",
         "cdictk.runtime.prestart.log",
     ],

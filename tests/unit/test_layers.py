@@ -5,6 +5,7 @@ lazy import is still a dependency, only a cheaper one. The order is the one docs
 
     helpers  <- hooks
     helpers  <- cdi <- node <- nvcdi <- runtime <- info <- api <- cli
+    node     <- configure (engine configs) <- info, cli
     hooks    <- nvcdi (the hook program and its steps), runtime (the prestart hook runs them)
 
 A layer may import itself and what it lists below; a module that fits no layer fails the test.
@@ -44,11 +45,12 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "node": (("cdictk.node",), ("helpers", "cdi")),
     "nvcdi": (("cdictk.nvcdi",), ("helpers", "cdi", "node", "hooks")),
     "runtime": (("cdictk.runtime",), ("helpers", "cdi", "node", "nvcdi", "hooks")),
-    "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime")),
+    "configure": (("cdictk.configure",), ("helpers", "node")),
+    "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime", "configure")),
     "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),
     "cli": (
         ("cdictk.cli", "cdictk.__main__"),
-        ("helpers", "hooks", "cdi", "node", "nvcdi", "runtime", "info", "api"),
+        ("helpers", "hooks", "cdi", "node", "nvcdi", "runtime", "configure", "info", "api"),
     ),
 }
 ROOT = "cdictk"

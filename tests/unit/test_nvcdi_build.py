@@ -17,10 +17,10 @@ from cdictk.node.modes import Mode
 from cdictk.node.procfs import MigMinors
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.build import build_spec
+from cdictk.nvcdi.cdiversion import fit_version
 from cdictk.nvcdi.edits import device_node, file_mount, group_only_gids
 from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.options import SpecOptions
-from cdictk.nvcdi.target import fit_version
 
 ROOTS = Roots(driver="/", dev="/", proc="/p", sys="/s")
 

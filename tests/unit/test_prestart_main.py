@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.cli.launch import main as launch
+from cdictk.cli.console import main as launch
 from cdictk.hooks import entry
 from cdictk.runtime.prestart.main import LEGACY_NAME, PROG, main
 from tests.conftest import node_with_spec
@@ -402,10 +402,10 @@ def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: N
 
 def test_nvml_is_only_loaded_from_the_specs_mounts_and_only_if_roots(tmp_path: Path) -> None:
     from cdictk.errors import HookError
+    from cdictk.runtime.prestart.additions import Additions
     from cdictk.runtime.prestart.main import _nvml_library
-    from cdictk.runtime.prestart.plan import Plan
 
-    plan = Plan()
+    plan = Additions()
     assert _nvml_library(plan) == "libnvidia-ml.so.1"  # the spec mounts none: the loader's
     lib = tmp_path / "libnvidia-ml.so.580.95.05"
     lib.write_text("")

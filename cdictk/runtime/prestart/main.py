@@ -8,7 +8,7 @@ name). runc has read ``config.json`` by then, so the hook does the whole job its
 1. it reads the OCI state (stdin) and the bundle's ``config.json``, and asks the runtime shim's
    question of a copy of the config (``NVIDIA_VISIBLE_DEVICES``, volume-mount requests,
    ``cdi.k8s.io/*`` annotations, ``NVIDIA_DRIVER_CAPABILITIES``, the CDI spec dirs and settings):
-   the difference is the work (:mod:`cdictk.runtime.prestart.plan`). A container that asks for nothing is
+   the difference is the work (:mod:`cdictk.runtime.prestart.additions`). A container that asks for nothing is
    left alone;
 2. it checks the image's ``NVIDIA_REQUIRE_*`` against the driver (unless ``NVIDIA_DISABLE_REQUIRE``);
 3. it pins the container's process (pidfd), clones the driver files read-only in the host's mount
@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any, BinaryIO
 
+    from cdictk.runtime.prestart.additions import Additions
     from cdictk.runtime.prestart.container import Container
     from cdictk.runtime.prestart.log import Log
-    from cdictk.runtime.prestart.plan import Plan
 
 PROG = "cdictk hook prestart"
 LEGACY_NAME = "nvidia-container-runtime-hook"
@@ -121,7 +121,7 @@ def prepare(state_bytes: bytes, log: Log) -> None:
     from cdictk.ocistate import id_and_bundle, read_state  # noqa: PLC0415
     from cdictk.parsecache import ParseCache  # noqa: PLC0415
     from cdictk.runtime.inject import apply_requests  # noqa: PLC0415
-    from cdictk.runtime.prestart.plan import plan_of  # noqa: PLC0415
+    from cdictk.runtime.prestart.additions import additions_of  # noqa: PLC0415
     from cdictk.runtime.settings import load_settings  # noqa: PLC0415
 
     state = read_state(io.BytesIO(state_bytes))
@@ -137,7 +137,7 @@ def prepare(state_bytes: bytes, log: Log) -> None:
         log.debug("the container asks for no GPU: left alone")
         return
     _refuse_mig_management(config)
-    plan = plan_of(config, edited)
+    plan = additions_of(config, edited)
     check_requirements(config, plan)
     for what in plan.ignored:
         log.debug(f"not applicable to a created container, ignored: {what}")
@@ -150,7 +150,7 @@ def prepare(state_bytes: bytes, log: Log) -> None:
         _apply(container, plan, state_bytes, log)
 
 
-def _apply(container: Container, plan: Plan, state_bytes: bytes, log: Log) -> None:
+def _apply(container: Container, plan: Additions, state_bytes: bytes, log: Log) -> None:
     from cdictk import syscalls  # noqa: PLC0415
     from cdictk.rootfs import open_rootfs  # noqa: PLC0415
     from cdictk.runtime.prestart.bindmounts import attach_all, clone_sources, close_all  # noqa: PLC0415
@@ -218,7 +218,7 @@ def _refuse_mig_management(config: dict[str, Any]) -> None:
             raise HookError(f"{name}: MIG management from a container is not supported by cdictk")
 
 
-def check_requirements(config: dict[str, Any], plan: Plan) -> None:
+def check_requirements(config: dict[str, Any], plan: Additions) -> None:
     """``NVIDIA_REQUIRE_*`` of the image against the driver and the GPUs the container gets."""
     from cdictk.runtime.prestart.require import check, needed_keys, requirements  # noqa: PLC0415
     from cdictk.runtime.requests import environment  # noqa: PLC0415
@@ -236,7 +236,7 @@ def _is_gpu_node(path: str) -> bool:
     return path.startswith(_GPU_NODE_PREFIX) and path[len(_GPU_NODE_PREFIX) :].isdigit()
 
 
-def _nvml_library(plan: Plan) -> str:
+def _nvml_library(plan: Additions) -> str:
     """The NVML the spec mounts (the driver's own, under any driver root), else the loader's soname.
 
     Only the spec's mounts count, never one config.json had already (a user's volume): the library is

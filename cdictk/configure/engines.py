@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Protocol
 from cdictk.errors import CdictkError
 
 if TYPE_CHECKING:
-    from cdictk.runtime.configure.change import Inspection, Plan, Request, RuntimeChange
-    from cdictk.runtime.configure.writer import Current
+    from cdictk.configure.change import Inspection, Plan, Request, RuntimeChange
+    from cdictk.configure.writer import Current
 
 MAX_READ_BYTES = 4 << 20  # what info reads of a config
 
@@ -96,19 +96,19 @@ def _read(path: str) -> str | None:
 
 # Importing a module here rather than at the top keeps the editors out of the command line's start.
 def _containerd() -> EngineModule:
-    from cdictk.runtime.configure import containerd  # noqa: PLC0415
+    from cdictk.configure import containerd  # noqa: PLC0415
 
     return containerd
 
 
 def _crio() -> EngineModule:
-    from cdictk.runtime.configure import crio  # noqa: PLC0415
+    from cdictk.configure import crio  # noqa: PLC0415
 
     return crio
 
 
 def _docker() -> EngineModule:
-    from cdictk.runtime.configure import docker  # noqa: PLC0415
+    from cdictk.configure import docker  # noqa: PLC0415
 
     return docker
 

@@ -1,6 +1,6 @@
 """``cdictk runtime configure``: read the engine's files, compute the edit, write it carefully.
 
-Engine-neutral: the engine's record (:mod:`cdictk.runtime.configure.engines`) gives its default
+Engine-neutral: the engine's record (:mod:`cdictk.configure.engines`) gives its default
 paths, refuses what it has no place for, and plans the edits; this module locks, reads and commits.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from cdictk.configure import writer
+from cdictk.configure.change import Plan, Request, RuntimeChange
+from cdictk.configure.engines import ENGINES
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure import writer
-from cdictk.runtime.configure.change import Plan, Request, RuntimeChange
-from cdictk.runtime.configure.engines import ENGINES
 
 
 def configure(request: Request, report: Callable[[str], None]) -> bool:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from cdictk.cdi.apply import EditsSource, apply_edits
-from cdictk.runtime.prestart.plan import Plan, PlanError, plan_of
+from cdictk.runtime.prestart.additions import Additions, AdditionsError, additions_of
 
 NULL = os.stat("/dev/null")
 NULL_NODE = {
@@ -52,7 +52,7 @@ def test_added_nodes_rules_and_mounts_are_the_plan() -> None:
         config["mounts"].append(LIBCUDA)
 
     original, after = edited(change)
-    plan = plan_of(original, after)
+    plan = additions_of(original, after)
     assert (plan.nodes, plan.rules, plan.mounts) == ([GPU0], [GPU0_RULE], [LIBCUDA])
     assert (plan.host_hooks, plan.container_hooks, plan.ignored) == ([], [], [])
     assert plan
@@ -68,7 +68,7 @@ def test_only_what_is_new_is_planned_in_the_edited_order() -> None:
 
     original, after = edited(change)
     original["linux"]["devices"] = [first]
-    assert plan_of(original, after).nodes == [GPU0]
+    assert additions_of(original, after).nodes == [GPU0]
 
 
 @pytest.mark.parametrize(
@@ -79,7 +79,7 @@ def test_hooks_go_where_their_stage_runs(stage: str, where: str) -> None:
     def change(config: dict[str, Any]) -> None:
         config["hooks"] = {stage: [LDCACHE]}
 
-    plan = plan_of(*edited(change))
+    plan = additions_of(*edited(change))
     assert plan
     assert plan.host_hooks == ([LDCACHE] if where == "host" else [])
     assert plan.container_hooks == ([LDCACHE] if where == "container" else [])
@@ -95,8 +95,8 @@ def test_a_hook_already_in_the_config_is_not_run_again() -> None:
     original["hooks"] = {"prestart": [ours]}
     after = copy.deepcopy(original)
     change(after)
-    assert plan_of(original, after).host_hooks == [LDCACHE]
-    assert plan_of(original, copy.deepcopy(original)).host_hooks == []
+    assert additions_of(original, after).host_hooks == [LDCACHE]
+    assert additions_of(original, copy.deepcopy(original)).host_hooks == []
 
 
 @pytest.mark.parametrize("stage", ["startContainer", "poststart", "poststop"])
@@ -104,8 +104,8 @@ def test_a_hook_at_a_later_stage_cannot_be_planned(stage: str) -> None:
     def change(config: dict[str, Any]) -> None:
         config["hooks"] = {stage: [LDCACHE]}
 
-    with pytest.raises(PlanError, match=f"a {stage} hook") as info:
-        plan_of(*edited(change))
+    with pytest.raises(AdditionsError, match=f"a {stage} hook") as info:
+        additions_of(*edited(change))
     assert "\n" not in str(info.value)
 
 
@@ -116,8 +116,8 @@ def test_a_rule_that_does_not_allow_is_refused(allow: Any) -> None:
     def change(config: dict[str, Any]) -> None:
         config["linux"]["resources"]["devices"].append(rule)
 
-    with pytest.raises(PlanError, match="denies"):
-        plan_of(*edited(change))
+    with pytest.raises(AdditionsError, match="denies"):
+        additions_of(*edited(change))
 
 
 def test_what_a_started_process_cannot_get_is_ignored_not_planned() -> None:
@@ -127,7 +127,7 @@ def test_what_a_started_process_cannot_get_is_ignored_not_planned() -> None:
         config["linux"]["netDevices"] = {"eth1": {"name": "net1"}}
         config["linux"]["intelRdt"] = {"closID": "gpu"}
 
-    plan = plan_of(*edited(change))
+    plan = additions_of(*edited(change))
     assert not plan
     assert sorted(plan.ignored) == sorted(
         [
@@ -142,13 +142,13 @@ def test_what_a_started_process_cannot_get_is_ignored_not_planned() -> None:
 def test_unchanged_env_and_linux_keys_are_not_reported() -> None:
     original = base()
     original["linux"]["intelRdt"] = {"closID": "x"}
-    assert plan_of(original, copy.deepcopy(original)).ignored == []
+    assert additions_of(original, copy.deepcopy(original)).ignored == []
 
 
 def test_odd_shapes_in_the_original_count_as_empty() -> None:
     original: dict[str, Any] = {"linux": "nonsense", "mounts": {"not": "a list"}, "process": None}
     after: dict[str, Any] = {"linux": {"devices": [GPU0]}, "mounts": [LIBCUDA]}
-    plan = plan_of(original, after)
+    plan = additions_of(original, after)
     assert (plan.nodes, plan.mounts) == ([GPU0], [LIBCUDA])
 
 
@@ -173,7 +173,7 @@ def apply(config: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_shims_edits_become_the_plan() -> None:
     original = base()
-    plan = plan_of(original, apply(original))
+    plan = additions_of(original, apply(original))
     assert [n["path"] for n in plan.nodes] == ["/dev/null"]
     assert (plan.nodes[0]["major"], plan.nodes[0]["minor"]) == (NULL_NODE["major"], NULL_NODE["minor"])
     assert plan.rules == [
@@ -195,18 +195,18 @@ def test_a_config_that_has_the_edits_already_gets_nothing_twice() -> None:
     """The shim (or an engine's CDI support) prepared the container: the hook adds nothing."""
     once = apply(base())
     twice = apply(once)
-    plan = plan_of(once, twice)
+    plan = additions_of(once, twice)
     assert not plan
     assert (plan.nodes, plan.rules, plan.mounts, plan.host_hooks, plan.container_hooks) == ([],) * 5
     assert plan.ignored == []
 
 
 def test_an_empty_plan_is_false_and_any_action_makes_it_true() -> None:
-    assert not Plan()
+    assert not Additions()
     for field in ("nodes", "rules", "mounts", "host_hooks", "container_hooks"):
-        plan = Plan()
+        plan = Additions()
         getattr(plan, field).append({})
         assert plan, field
-    ignored_only = Plan()
+    ignored_only = Additions()
     ignored_only.ignored.append("env X=1")
     assert not ignored_only

@@ -23,11 +23,11 @@ HOST_STAGES = ("prestart", "createRuntime")
 CONTAINER_STAGES = ("createContainer",)
 
 
-class PlanError(HookError):
+class AdditionsError(HookError):
     """The edits ask for something a prestart hook cannot do: one line."""
 
 
-class Plan:
+class Additions:
     """The additions, each in config.json's own shape (``linux.devices``, ``mounts``, ``hooks``)."""
 
     __slots__ = ("container_hooks", "host_hooks", "ignored", "mounts", "nodes", "rules")
@@ -44,16 +44,18 @@ class Plan:
         return bool(self.nodes or self.rules or self.mounts or self.host_hooks or self.container_hooks)
 
 
-def plan_of(original: dict[str, Any], edited: dict[str, Any]) -> Plan:
+def additions_of(original: dict[str, Any], edited: dict[str, Any]) -> Additions:
     """The actions that turn the container ``original`` describes into the one ``edited`` describes."""
-    plan = Plan()
+    plan = Additions()
     before = _linux(original)
     after = _linux(edited)
     plan.nodes = _added(_list(before, "devices"), _list(after, "devices"))
     old_rules = _list(before.get("resources") or {}, "devices")
     for rule in _added(old_rules, _list(after.get("resources") or {}, "devices")):
         if rule.get("allow") is not True:
-            raise PlanError(f"a device cgroup rule that denies cannot be added by a prestart hook: {rule}")
+            raise AdditionsError(
+                f"a device cgroup rule that denies cannot be added by a prestart hook: {rule}"
+            )
         plan.rules.append(rule)
     plan.mounts = _added(_list(original, "mounts"), _list(edited, "mounts"))
     old_hooks = original.get("hooks") or {}
@@ -66,7 +68,7 @@ def plan_of(original: dict[str, Any], edited: dict[str, Any]) -> Plan:
         elif stage in CONTAINER_STAGES:
             plan.container_hooks += added
         else:
-            raise PlanError(f"the spec asks for a {stage} hook, which a prestart hook cannot run")
+            raise AdditionsError(f"the spec asks for a {stage} hook, which a prestart hook cannot run")
     old_env = set(_list(original.get("process") or {}, "env"))
     plan.ignored += [
         f"env {entry}" for entry in _list(edited.get("process") or {}, "env") if entry not in old_env

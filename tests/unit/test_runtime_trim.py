@@ -6,7 +6,7 @@ from typing import Any
 
 from cdictk.cdi.dump import to_data
 from cdictk.cdi.model import ContainerEdits, Hook, Mount
-from cdictk.runtime.selection import trim_edits
+from cdictk.runtime.trim import trim_edits
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 V = "580.95.05"

@@ -11,7 +11,7 @@ alone would make the daemon lose ``sandbox_image``, runc's ``SystemdCgroup`` and
 configure after editing that table in the main file. And once a config names any runtime, containerd
 1.6 no longer provides its built-in ``runc``: a config written from an empty one names runc too.
 
-``plan`` and ``inspect`` are what the engine's record (:mod:`cdictk.runtime.configure.engines`) calls;
+``plan`` and ``inspect`` are what the engine's record (:mod:`cdictk.configure.engines`) calls;
 CRI-O's module shares the TOML helpers here.
 """
 
@@ -26,9 +26,9 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
+from cdictk.configure import tomledit, writer
+from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure import tomledit, writer
-from cdictk.runtime.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 
 CRI_PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 RUNC_V2 = "io.containerd.runc.v2"

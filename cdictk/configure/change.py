@@ -1,7 +1,7 @@
 """The data every engine module shares: what a configure run asks for, the file edits it comes to, and
 what an engine's config says for ``cdictk info``.
 
-The engine modules import this, never the registry (:mod:`cdictk.runtime.configure.engines`), so that
+The engine modules import this, never the registry (:mod:`cdictk.configure.engines`), so that
 the registry can import them without a cycle.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from cdictk.runtime.configure.writer import Current
+    from cdictk.configure.writer import Current
 
 SHIM = "cdictk-runtime"
 

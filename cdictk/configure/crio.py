@@ -3,7 +3,7 @@
 CRI-O merges drop-ins key by key, so the drop-in holds only our entries; ``monitor_path`` and the other
 settings of the default (else runc, else crun) runtime are copied so that the new runtime is monitored
 the way the node's runtimes are. CRI-O has CDI on by default: there is nothing to enable. ``plan`` and
-``inspect`` are what the engine's record (:mod:`cdictk.runtime.configure.engines`) calls.
+``inspect`` are what the engine's record (:mod:`cdictk.configure.engines`) calls.
 """
 
 from __future__ import annotations
@@ -14,10 +14,10 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
+from cdictk.configure import tomledit, writer
+from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
+from cdictk.configure.containerd import before, check_change, parse_all, table, walk
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure import tomledit, writer
-from cdictk.runtime.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
-from cdictk.runtime.configure.containerd import before, check_change, parse_all, table, walk
 
 # Settings that describe how to run an OCI runtime; anything else in a runtime's table is its own.
 _COPIED = (

@@ -11,7 +11,7 @@ on one line, say) comes back in that layout after a real change. Floats keep the
 their spelling (``1e3`` becomes ``1000.0``); daemon.json has no float settings in practice.
 
 Standard library only: the file writer and the CLI call this on nodes without extra packages. ``plan``
-and ``inspect`` are what the engine's record (:mod:`cdictk.runtime.configure.engines`) calls.
+and ``inspect`` are what the engine's record (:mod:`cdictk.configure.engines`) calls.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from cdictk.configure import writer
+from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure import writer
-from cdictk.runtime.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 from cdictk.strictjson import object_pairs_hook, parse_constant
 
 MAX_DAEMON_JSON_BYTES = 16 * 1024 * 1024

@@ -14,8 +14,8 @@ import socket
 import struct
 import subprocess
 
+from cdictk.configure.engines import ENGINES
 from cdictk.errors import CdictkError
-from cdictk.runtime.configure.engines import ENGINES
 
 
 def _command_name(pid: int) -> str:
