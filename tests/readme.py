@@ -6,7 +6,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parent.parent
+from tests import REPO
+
+PROJECT = REPO
 README = PROJECT / "README.md"
 
 _FENCE = re.compile(r"^```")

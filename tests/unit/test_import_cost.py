@@ -1,10 +1,11 @@
 """The modules the runtime shim and hooks will import on every container start stay standard-library only."""
 
-import os
 import subprocess
 import sys
 
 import pytest
+
+from tests import REPO
 
 HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools")
 
@@ -69,7 +70,7 @@ LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse
 )
 def test_container_start_modules_import_only_light_standard_modules(module: str) -> None:
     """These run on every container start: even typing, re or json cost milliseconds there."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = str(REPO)
     code = f"import sys; sys.path.append({root!r}); import {module}"
     result = subprocess.run(
         [sys.executable, "-I", "-S", "-X", "importtime", "-c", code],

@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parents[2] / "cdictk"
+from tests import REPO
+
+PACKAGE = REPO / "cdictk"
 
 # layer -> (the modules it holds, by dotted prefix; the layers it may import)
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {

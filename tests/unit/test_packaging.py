@@ -4,9 +4,10 @@ hide such a miss, since they import from the checkout)."""
 from __future__ import annotations
 
 import tomllib
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests import REPO
+
+ROOT = REPO
 
 
 def test_every_package_directory_is_listed() -> None:

@@ -1,5 +1,4 @@
 import json
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -18,8 +17,7 @@ from cdictk.cdi.model import (
 )
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.schema import field_path, inline_refs, load_schema, schema_problems
-
-REPO = Path(__file__).resolve().parents[2]
+from tests import REPO
 
 
 def problems(document: dict[str, Any]) -> list[str]:

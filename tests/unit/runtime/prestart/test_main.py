@@ -23,10 +23,11 @@ import pytest
 from cdictk.cli.console import main as launch
 from cdictk.hooks import entry
 from cdictk.runtime.prestart.main import LEGACY_NAME, PROG, main
+from tests import REPO as CLONE
 from tests.conftest import node_with_spec
 from tests.fakenode.node import FakeNode
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(CLONE)
 PREFIX = f"{PROG}: "
 
 

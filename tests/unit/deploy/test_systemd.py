@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests import REPO
+
 SYSTEMD = REPO / "deploy" / "systemd"
 UDEV_RULE = REPO / "deploy" / "udev" / "99-cdictk-cdi-refresh.rules"
 REFRESH = "cdictk-cdi-refresh.service"

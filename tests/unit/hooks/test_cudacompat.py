@@ -21,6 +21,7 @@ from cdictk.hooks import cudacompat
 from cdictk.hooks.cudacompat import COMPAT_CONF, compat_applies, enable_cuda_compat, parse_version
 from cdictk.hooks.elfnote import ElfError, read_notes
 from cdictk.rootfs import Rootfs
+from tests import REPO
 
 SECTION = ".note.cuda.fwd_compatibility"
 OWNER = "NVIDIA Corporation"
@@ -702,7 +703,7 @@ def test_import_cost() -> None:
     forbidden = ("typing", "dataclasses", "re", "json", "subprocess", "enum", "argparse")
     code = (
         "import sys\n"
-        f"sys.path.insert(0, {str(Path(__file__).resolve().parents[2])!r})\n"
+        f"sys.path.insert(0, {str(REPO)!r})\n"
         "import cdictk.hooks.cudacompat\n"
         f"print(','.join(m for m in {forbidden!r} if m in sys.modules))\n"
     )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from cdictk.runtime.prestart.require import (
@@ -14,8 +12,9 @@ from cdictk.runtime.prestart.require import (
     needed_keys,
     requirements,
 )
+from tests import REPO as CLONE
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO = str(CLONE)
 
 
 def _branches(*branches: str) -> str:

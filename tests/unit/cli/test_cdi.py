@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cdictk.cli.main import main
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "cdi" / "nvidia.yaml"
 
 SPEC = """cdiVersion: 0.5.0

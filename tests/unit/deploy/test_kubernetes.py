@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parents[2]
+from tests import REPO
+
 KUBE = REPO / "deploy" / "kubernetes"
 MANIFEST = KUBE / "cdictk-daemonset.yaml"
 CONTAINERFILE = KUBE / "Containerfile"

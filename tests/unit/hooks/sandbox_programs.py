@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import REPO
+
 PROBE_C = r"""
 #include <errno.h>
 #include <fcntl.h>
@@ -160,7 +162,7 @@ def programs(factory: pytest.TempPathFactory) -> Programs:
 
 def run_isolated(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run Python ``code`` in a private mount namespace, so the mounts it makes vanish with it."""
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(REPO)
     result = subprocess.run(
         ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", code, *args],
         capture_output=True,

@@ -19,7 +19,7 @@ from cdictk.cdi.registry import Registry, load_registry
 from cdictk.errors import CdictkError
 from cdictk.parsecache import ParseCache
 from cdictk.runtime.launchers import install_launchers
-from tests.unit.test_registry import write_spec
+from tests.unit.cdi.test_registry import write_spec
 
 SPEC = """\
 cdiVersion: 0.7.0

@@ -24,6 +24,7 @@ from cdictk.runtime.prestart.require import (
     needed_keys,
     requirements,
 )
+from tests import REPO as CLONE
 from tests.conftest import NodeFactory
 from tests.fakenode.nvml import (
     NVML_BRAND_GEFORCE_RTX,
@@ -37,7 +38,7 @@ from tests.fakenode.nvml import (
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the fake NVML")
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(CLONE)
 VERSION = "580.95.05"
 H100 = "NVIDIA H100 80GB HBM3"
 ALL_KEYS = ("cuda", "driver", "arch", "brand")

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from tests import REPO
 from tests.fakenode import tools
 from tests.fakenode.tools import MissingTool, NodeTools, find_tools, node_tools
 
-PROJECT = Path(__file__).resolve().parents[2]
+PROJECT = REPO
 
 
 @pytest.fixture

@@ -187,7 +187,7 @@ def test_load_refusal_carries_the_verifiers_last_line() -> None:
 
 def test_query_of_a_fresh_cgroup_is_empty() -> None:
     require_bpf()
-    from tests.unit.test_prestart_devcgroup import cgroup2_mountpoint
+    from tests.unit.runtime.prestart.test_devcgroup import cgroup2_mountpoint
 
     path = os.path.join(cgroup2_mountpoint(), f"cdictk-test-{uuid.uuid4().hex[:12]}")
     os.mkdir(path)

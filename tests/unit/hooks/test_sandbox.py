@@ -20,7 +20,7 @@ import pytest
 from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, sandbox
 from cdictk.rootfs import Rootfs
-from tests.unit.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
+from tests.unit.hooks.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
 
 MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}.get(
     os.uname().machine, 0

@@ -20,8 +20,8 @@ import pytest
 from cdictk.errors import HookError
 from cdictk.hooks.devicenodes import MAX_PARAMS, disable_device_node_modification, switched_off
 from cdictk.rootfs import Rootfs
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 HOST_ON = "RmLogonRC: 1\nModifyDeviceFiles: 1\nDeviceFileUID: 0\nDeviceFileMode: 438\n"
 HOST_OFF = HOST_ON.replace("ModifyDeviceFiles: 1", "ModifyDeviceFiles: 0")
 

@@ -23,7 +23,8 @@ from cdictk.errors import HookError
 from cdictk.hooks import ldcache
 from cdictk.hooks.ldcache import DRIVER_CONF, SYSTEM_CONF, update_ldcache
 from cdictk.rootfs import Rootfs
-from tests.unit.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
+from tests import REPO
+from tests.unit.hooks.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
 
 TRIPLET = ldcache._TRIPLETS.get(os.uname().machine, "x86_64-linux-gnu")
 SYSTEM_DIR = f"/usr/lib/{TRIPLET}"
@@ -506,7 +507,7 @@ def test_a_bind_mounted_rootfs_works(built: Programs, tmp_path: Path) -> None:
 
 
 def test_importing_the_hook_loads_only_small_standard_modules() -> None:
-    repo = str(Path(__file__).resolve().parents[2])
+    repo = str(REPO)
     code = (
         f"import sys; sys.path.insert(0, {repo!r}); import cdictk.hooks.ldcache; print(' '.join(sys.modules))"
     )

@@ -18,8 +18,7 @@ from cdictk import syscalls
 from cdictk.errors import HookError
 from cdictk.hooks.chmod import chmod_paths, parse_mode
 from cdictk.rootfs import Rootfs
-
-REPO = Path(__file__).resolve().parents[2]
+from tests import REPO
 
 
 @pytest.fixture(params=[True, False], ids=["openat2", "walk"])

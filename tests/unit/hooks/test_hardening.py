@@ -25,8 +25,8 @@ from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, sandbox
 from cdictk.hooks.entry import main
 from cdictk.rootfs import Rootfs
+from tests import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 MUSL_ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(os.uname().machine, "x86_64")
 
 

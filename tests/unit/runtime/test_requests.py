@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,8 +17,9 @@ from cdictk.runtime.requests import (
     is_device_id,
     requests_from_config,
 )
+from tests import REPO as CLONE
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(CLONE)
 UUID = "GPU-4cf8db2d-06c0-7d70-1a51-e59b25b2c16c"
 MIG_UUID = "MIG-8f3ac1b2-5d4e-5f60-a7b8-c9d0e1f2a3b4"
 LEGACY_MIG = f"MIG-{UUID}/7/0"

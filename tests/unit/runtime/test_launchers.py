@@ -16,6 +16,7 @@ from cdictk.cli.main import main
 from cdictk.cli.runtime import default_runtime_path
 from cdictk.runtime import launchers
 from cdictk.runtime.launchers import LauncherError, install_launchers, launcher_text
+from tests import REPO
 
 
 def test_a_launcher_runs_this_python_isolated_without_site() -> None:
@@ -76,7 +77,7 @@ def test_configure_registers_the_launcher_once_installed(
 
 
 def test_the_shipped_podman_hook_names_the_launcher() -> None:
-    shipped = Path(__file__).resolve().parents[2] / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
+    shipped = REPO / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
     hook = json.loads(shipped.read_text())
     assert hook["hook"]["path"] == os.path.join(launchers.DEFAULT_DIR, "cdictk-precreate")
     assert hook["stages"] == ["precreate"] and hook["hook"]["env"]

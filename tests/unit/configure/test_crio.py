@@ -9,6 +9,7 @@ from cdictk.cli.main import main
 from cdictk.configure.change import RuntimeChange
 from cdictk.configure.crio import HEADER, configure
 from cdictk.errors import CdictkError
+from tests import REPO
 
 MAIN = """# CRI-O main config
 [crio.runtime]
@@ -100,7 +101,7 @@ def test_the_shipped_drop_in_is_what_configure_writes(tmp_path: Path) -> None:
     from cdictk.cli.main import main
     from cdictk.runtime.launchers import DEFAULT_DIR
 
-    shipped = Path(__file__).resolve().parents[2] / "hooks" / "crio" / "99-cdictk.toml"
+    shipped = REPO / "hooks" / "crio" / "99-cdictk.toml"
     written = tmp_path / "99-cdictk.toml"
     args = ["runtime", "configure", "--runtime", "crio", "--config", str(tmp_path / "crio.conf")]
     args += ["--drop-in-config", str(written), "--runtime-path", f"{DEFAULT_DIR}/cdictk-runtime"]

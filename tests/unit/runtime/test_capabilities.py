@@ -19,9 +19,10 @@ from cdictk.runtime.capabilities import (
     select_mounts,
 )
 from cdictk.runtime.requests import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
+from tests import REPO as CLONE
 from tests.conftest import NodeFactory
 
-REPO = str(Path(__file__).resolve().parents[2])
+REPO = str(CLONE)
 V = "580.95.05"
 LIB = "/usr/lib/x86_64-linux-gnu"
 LIB32 = "/usr/lib/i386-linux-gnu"

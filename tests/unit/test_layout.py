@@ -1,0 +1,38 @@
+"""tests/unit mirrors cdictk/: a module's tests are where the module is, under the same name."""
+
+from __future__ import annotations
+
+from tests import REPO
+
+UNIT = REPO / "tests" / "unit"
+# Trees that are not cdictk's packages but have tests of their own.
+OTHER_TREES = {"deploy": REPO / "deploy", "fakenode": REPO / "tests" / "fakenode"}
+# Tests of a concern rather than of one module, each named for it.
+CONCERNS = {
+    "test_import_cost.py",  # what the start path imports
+    "test_layers.py",  # the packages' import order
+    "test_layout.py",
+    "test_packaging.py",  # what a wheel holds
+    "test_quickstart_script.py",  # ./quickstart
+    "test_readme.py",  # README.md and docs/
+    "cli/test_generate_faults.py",  # cdi generate on broken nodes
+    "cli/test_generate_watch.py",  # cdi generate --watch
+    "hooks/test_hardening.py",  # every hook against hostile images
+    "info/test_info.py",  # cdictk info as a whole
+}
+
+
+def test_every_test_file_names_a_module_where_it_sits() -> None:
+    strays = []
+    for path in sorted(UNIT.rglob("test_*.py")):
+        relative = path.relative_to(UNIT)
+        if str(relative) in CONCERNS:
+            continue
+        folder, module = relative.parent, path.name.removeprefix("test_")
+        top = folder.parts[0] if folder.parts else ""
+        base = OTHER_TREES[top] / folder.relative_to(top) if top in OTHER_TREES else REPO / "cdictk" / folder
+        # deploy/'s tests are named for the folder of files they check (systemd, kubernetes).
+        target = base / module.removesuffix(".py") if top == "deploy" else base / module
+        if not target.exists():
+            strays.append(str(relative))
+    assert strays == []
