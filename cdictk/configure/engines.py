@@ -10,8 +10,7 @@ behind it, is imported only when a record's ``plan`` or ``inspect`` needs it.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from cdictk.errors import CdictkError
 
@@ -19,26 +18,30 @@ if TYPE_CHECKING:
     from cdictk.configure.change import Inspection, Plan, Request, RuntimeChange
     from cdictk.configure.writer import Current
 
+    class EngineModule(Protocol):
+        """What an engine's module in this package provides."""
+
+        def plan(self, main: Current, drop_in: Current | None, change: RuntimeChange) -> Plan:
+            """The edits of ``change`` to the main config and the drop-in (None: edit the main config
+            in place), read under configure's lock; raises CdictkError for a config it cannot edit."""
+            ...
+
+        def inspect(self, files: Sequence[tuple[str, str]]) -> Inspection:
+            """What the config says: ``files`` are (path, text) of the main config and then the
+            drop-ins that could be read, at least one. Forgiving: a file that does not parse is a
+            ``problem``."""
+            ...
+
+
 MAX_READ_BYTES = 4 << 20  # what info reads of a config
 
 
-class EngineModule(Protocol):
-    """What an engine's module in this package provides."""
+class Engine(NamedTuple):
+    """One engine: its files, what it refuses, how its daemon takes a change; its module does the rest.
 
-    def plan(self, main: Current, drop_in: Current | None, change: RuntimeChange) -> Plan:
-        """The edits of ``change`` to the main config and the drop-in (None: edit the main config in
-        place), read under configure's lock; raises CdictkError for a config it cannot edit."""
-        ...
-
-    def inspect(self, files: Sequence[tuple[str, str]]) -> Inspection:
-        """What the config says: ``files`` are (path, text) of the main config and then the drop-ins
-        that could be read, at least one. Forgiving: a file that does not parse is a ``problem``."""
-        ...
-
-
-@dataclass(frozen=True, slots=True)
-class Engine:
-    """One engine: its files, what it refuses, how its daemon takes a change; its module does the rest."""
+    A NamedTuple, not a dataclass: every ``cdictk`` command reads this table, and building a dataclass
+    costs the start the import of ``dataclasses``.
+    """
 
     name: str  # --runtime NAME
     title: str  # the engine in the command line's help

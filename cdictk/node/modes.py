@@ -8,8 +8,8 @@ edits is a discoverer and its name in the recipes that want it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+from typing import NamedTuple
 
 
 class Mode(Enum):
@@ -30,8 +30,9 @@ class GpuSource(Enum):
 DRIVER = ("control-nodes", "driver-libraries", "binaries", "firmware", "ipc", "configs", "xorg-modules")
 
 
-@dataclass(frozen=True, slots=True)
-class Recipe:
+class Recipe(NamedTuple):
+    """A NamedTuple, not a dataclass: the command line builds --mode from this module on every start."""
+
     gpus: GpuSource  # how the GPU list is found
     common: tuple[str, ...]  # the discoverers of the common edits, by name
     devices: tuple[str, ...]  # the device kinds, by name
