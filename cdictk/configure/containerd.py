@@ -435,8 +435,10 @@ def parse_all(files: Sequence[tuple[str, str]]) -> tuple[list[dict[str, Any]], s
     for path, text in files:
         try:
             parsed.append(tomllib.loads(text))
-        except tomllib.TOMLDecodeError as exc:
+        except ValueError as exc:  # TOMLDecodeError, or an integer past Python's digit limit
             problem = problem or f"cannot parse {path}: {exc}"
+        except RecursionError:
+            problem = problem or f"cannot parse {path}: nested too deeply"
     return parsed, problem
 
 

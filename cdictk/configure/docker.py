@@ -71,6 +71,10 @@ def inspect(files: Sequence[tuple[str, str]]) -> Inspection:
         data = json.loads(text) if text.strip() else {}
     except json.JSONDecodeError as exc:
         return Inspection(False, (), "", f"cannot parse {path}: {exc.msg}")
+    except ValueError as exc:  # an integer past Python's digit limit
+        return Inspection(False, (), "", f"cannot parse {path}: {exc}")
+    except RecursionError:
+        return Inspection(False, (), "", f"cannot parse {path}: nested too deeply")
     if not isinstance(data, dict):
         return Inspection(False, (), "", f"{path}: not a JSON object")
     features = data.get("features")

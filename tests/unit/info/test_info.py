@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from cdictk.cli.main import main
+from cdictk.configure.engines import ENGINES
 from cdictk.info.checks import Status
 from cdictk.info.engines import check_engines
 from tests.conftest import NodeFactory
@@ -204,6 +205,25 @@ def test_engines_under_the_host_root(tmp_path: Path) -> None:
     assert (
         off.status is Status.WARN and off.fix == "cdictk runtime configure --runtime containerd --enable-cdi"
     )
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        pytest.param("a = " + "[" * 5000 + "]" * 5000 + "\n", id="nested-too-deeply"),
+        pytest.param("a = " + "1" * 5000 + "\n", id="integer-past-the-digit-limit"),
+    ],
+)
+def test_a_config_past_the_parsers_limits_is_a_warning_not_a_traceback(tmp_path: Path, text: str) -> None:
+    """tomllib and json raise RecursionError or a plain ValueError here, not their decode errors."""
+    for engine in ENGINES.values():
+        config = tmp_path / engine.config.lstrip("/")
+        config.parent.mkdir(parents=True)
+        config.write_text(text.replace("a = ", "") if config.suffix == ".json" else text)
+    found = {f.check: f for f in check_engines(str(tmp_path))}
+    for engine in ENGINES.values():
+        assert found[engine.label].status is Status.WARN, found
+        assert f"cannot parse {tmp_path / engine.config.lstrip('/')}: " in found[engine.label].detail
 
 
 def test_a_mig_cap_node_not_made_yet_is_no_failure(
