@@ -271,7 +271,8 @@ def prepare(options: Options) -> Prepared:
     driver = options.get("host-driver-version") or None
     cuda = options.get("host-cuda-version") or None
     compat_root = options.get("cuda-compat-container-root") or COMPAT_ROOT
-    check_arguments(driver, cuda, compat_root)
+    if driver or cuda:  # without a host version the step does nothing, whatever the root says
+        check_arguments(driver, cuda, compat_root)
 
     def run(rootfs: Rootfs) -> None:
         used = enable_cuda_compat(rootfs, driver, cuda, compat_root)

@@ -366,10 +366,14 @@ def _opens(rootfs: Rootfs, path: str, flags: int) -> bool:
 
 
 def prepare(options: Options) -> Prepared:
-    """The update-ldcache step: the folders and the host's ldconfig are checked, and ldconfig copied
-    into a sealed memfd, before anything in the container changes."""
+    """The update-ldcache step: the folders are checked here. In the batched hook the host's ldconfig
+    is too, copied into a sealed memfd before the other steps change the container; alone, the step
+    loads it once it knows the image is not musl's (whose loader has no cache: ldconfig never runs)."""
     folders = checked_folders(options.all("folder"))
-    ldconfig = load_ldconfig(options.get("ldconfig-path") or DEFAULT_LDCONFIG)
+    path = options.get("ldconfig-path") or DEFAULT_LDCONFIG
+    if not options.batched:
+        return Prepared(lambda rootfs: update_ldcache(rootfs, folders, path))
+    ldconfig = load_ldconfig(path)
 
     def run(rootfs: Rootfs) -> None:
         update_ldcache(rootfs, folders, ldconfig=os.dup(ldconfig))  # which closes its copy

@@ -31,13 +31,14 @@ COMPAT_ROOT = "/usr/local/cuda/compat"
 class Options:
     """Parsed options: single values, repeatable values, and boolean flags."""
 
-    __slots__ = ("debug", "flags", "lists", "values")
+    __slots__ = ("batched", "debug", "flags", "lists", "values")
 
     def __init__(self) -> None:
         self.values: dict[str, str] = {}
         self.lists: dict[str, list[str]] = {}
         self.flags: set[str] = set()
         self.debug = False
+        self.batched = False  # prepared by the batched hook, which checks everything up front
 
     def get(self, name: str, default: str | None = None) -> str | None:
         return self.values.get(name, default)
@@ -70,7 +71,7 @@ class Prepared:
 class Step:
     """One row of the table."""
 
-    __slots__ = ("flags", "lists", "module", "name", "summary", "values")
+    __slots__ = ("batch_only", "flags", "lists", "module", "name", "summary", "triggers", "values")
 
     def __init__(
         self,
@@ -81,6 +82,8 @@ class Step:
         values: tuple[str, ...] = (),
         lists: tuple[str, ...] = (),
         flags: tuple[str, ...] = (),
+        triggers: tuple[str, ...] = (),
+        batch_only: tuple[str, ...] = (),
     ) -> None:
         self.name = name
         self.summary = summary
@@ -88,6 +91,8 @@ class Step:
         self.values = values
         self.lists = lists
         self.flags = flags
+        self.triggers = triggers  # a row in BATCHED: the batched hook runs it when one of these is given
+        self.batch_only = batch_only  # options the batched hook takes for this step, the step itself not
 
     def prepare(self, options: Options) -> Prepared:
         """Check the arguments; the module is imported here, so a hook pays only for what it uses."""
@@ -96,11 +101,11 @@ class Step:
         return prepare(options)
 
     def given(self, options: Options) -> bool:
-        """Whether ``options`` name any of this step's options: the batched hook runs only those steps."""
-        return (
-            any(name in options.values for name in self.values)
-            or any(options.lists.get(name) for name in self.lists)
-            or any(name in options.flags for name in self.flags)
+        """Whether ``options`` give one of this step's triggers, not empty: the batched hook runs only
+        those steps (``--cuda-compat-container-root`` or ``--ldconfig-path`` alone run nothing)."""
+        return any(
+            options.values.get(name) or options.lists.get(name) or name in options.flags
+            for name in self.triggers
         )
 
     def parse(self, args: Sequence[str]) -> Options | None:
@@ -115,12 +120,12 @@ class Step:
             if not item.startswith("-") or item in ("-", "--"):
                 raise HookError(f"unexpected argument {item!r}")
             name, has_value, value = item.lstrip("-").partition("=")
-            if name in self.flags:
+            if name in self.flags and name not in self.batch_only:
                 if has_value:
                     raise HookError(f"--{name} takes no value")
                 options.flags.add(name)
                 continue
-            if name not in self.values and name not in self.lists:
+            if (name not in self.values and name not in self.lists) or name in self.batch_only:
                 raise HookError(f"unknown option --{name}")
             if not has_value:
                 if not items:
@@ -133,9 +138,9 @@ class Step:
         return options
 
     def usage(self) -> str:
-        options = [f"[--{value} VALUE]" for value in self.values]
-        options += [f"[--{value} VALUE]..." for value in self.lists]
-        options += [f"[--{flag}]" for flag in self.flags]
+        options = [f"[--{value} VALUE]" for value in self.values if value not in self.batch_only]
+        options += [f"[--{value} VALUE]..." for value in self.lists if value not in self.batch_only]
+        options += [f"[--{flag}]" for flag in self.flags if flag not in self.batch_only]
         defaults = (
             f"--ldconfig-path defaults to {DEFAULT_LDCONFIG} (its .real twin when present), "
             f"--cuda-compat-container-root to {COMPAT_ROOT}."
@@ -150,21 +155,26 @@ _COMPAT = ("host-driver-version", "host-cuda-version", "cuda-compat-container-ro
 BATCHED = (
     Step(
         "create-symlinks",
-        "make symlinks in the container (--link TARGET::LINK; --device-link only when the device is there)",
+        "make symlinks in the container (--link TARGET::LINK)",
         "cdictk.hooks.symlinks",
         lists=("link", "device-link"),
+        triggers=("link", "device-link"),
+        batch_only=("device-link",),  # a link made only when its device is there
     ),
     Step(
         "disable-device-node-modification",
         "stop the driver libraries in the container from creating device nodes",
         "cdictk.hooks.devicenodes",
         flags=("disable-device-node-modification",),
+        triggers=("disable-device-node-modification",),
+        batch_only=("disable-device-node-modification",),
     ),
     Step(
         "enable-cuda-compat",
         "use the image's CUDA forward-compatibility libcuda when the host driver is older",
         "cdictk.hooks.cudacompat",
         values=_COMPAT,
+        triggers=("host-driver-version", "host-cuda-version"),
     ),
     Step(
         "update-ldcache",
@@ -172,6 +182,7 @@ BATCHED = (
         "cdictk.hooks.ldcache",
         values=("ldconfig-path",),
         lists=("folder",),
+        triggers=("folder",),
     ),
 )
 STEPS = (
@@ -197,6 +208,7 @@ BY_NAME = {step.name: step for step in STEPS}
 
 def prepare(options: Options) -> Prepared:
     """The batched hook: every step it was given options for, all prepared before any runs."""
+    options.batched = True
     prepared: list[Prepared] = []
     try:
         for step in BATCHED:

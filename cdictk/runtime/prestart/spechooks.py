@@ -70,15 +70,17 @@ def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
     def expired(signum: int, frame: object) -> None:
         raise HookError(f"{args[4]}: no answer within {timeout} s")
 
-    prepared = step.prepare(options)
     previous = signal.signal(signal.SIGALRM, expired)
     signal.alarm(int(timeout))
     try:
-        prepared.run(rootfs)
+        prepared = step.prepare(options)  # under the timeout too: it copies the host's ldconfig
+        try:
+            prepared.run(rootfs)
+        finally:
+            prepared.close()
     finally:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
-        prepared.close()
     return True
 
 

@@ -274,3 +274,53 @@ def test_links_with_dotdot_are_refused(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert err.startswith("cdictk hook update-ldcache: folder ") and "'..'" in err  # one prefix, not two
     assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--ldconfig-path", "/sbin/ldconfig"],  # no --folder: no ld cache step
+        ["--ldconfig-path", "/nonexistent/ldconfig"],
+        ["--cuda-compat-container-root", "relative"],  # no host version: no CUDA compat step
+        ["--host-driver-version", "", "--cuda-compat-container-root", "relative"],
+    ],
+)
+def test_the_batch_runs_no_step_whose_trigger_is_missing(
+    args: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As before the table of steps: an option that only tunes a step does not start it."""
+    assert run_main(["batch", *args], state_for(tmp_path)) == 0, capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_cuda_compat_alone_without_a_host_version_does_nothing(tmp_path: Path) -> None:
+    argv = ["enable-cuda-compat", "--cuda-compat-container-root", "relative"]
+    assert run_main(argv, state_for(tmp_path)) == 0
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "option"),
+    [
+        (["create-symlinks", "--device-link", "a::/b"], "--device-link"),
+        (["disable-device-node-modification", "--disable-device-node-modification"], "--disable-"),
+    ],
+)
+def test_options_only_the_batch_takes_are_refused_by_the_step_alone(
+    argv: list[str], option: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_main(argv, state_for(tmp_path)) == 1
+    assert f"unknown option {option}" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+def test_update_ldcache_alone_needs_no_ldconfig_on_a_musl_image(tmp_path: Path) -> None:
+    """musl's loader has no cache, so the step only writes its path file and never loads ldconfig;
+    the batched hook, which checks everything first, does (test_batch_checks_everything_...)."""
+    if os.uname().machine != "x86_64":
+        pytest.skip(f"the musl image here is x86_64's, this machine is {os.uname().machine}")
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/alpine-release").write_text("3.20.0\n")
+    argv = ["update-ldcache", "--folder", "/usr/lib64", "--ldconfig-path", "/nonexistent/ldconfig"]
+    assert run_main(argv, state_for(tmp_path)) == 0
+    assert (tmp_path / "etc/ld-musl-x86_64.path").read_text().splitlines()[-1] == "/usr/lib64"
