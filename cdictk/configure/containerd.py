@@ -202,7 +202,7 @@ def effective_cri(data: dict[str, Any], version: int, imported: Sequence[tuple[s
         raise CdictkError("", f'plugins."{plugin}"', "is not a table")
     cri: dict[str, Any] = copy.deepcopy(found or {})
     for path, text in imported:
-        other = _peek(tomledit.load(text, path)[1], "plugins", plugin)
+        other = _peek(tomledit.read(text, path), "plugins", plugin)
         if isinstance(other, dict):
             cri = copy.deepcopy(other) if version == 2 else _deep_merge(cri, other)
     return cri
@@ -319,7 +319,7 @@ def configure_drop_in(
     if not isinstance(imports, list) or not all(isinstance(entry, str) for entry in imports):
         raise CdictkError(file, "imports", "is not a list of paths")
     base = effective_cri(data, version, imported)
-    earlier = _peek(tomledit.load(drop_in_text, drop_in)[1], "plugins", plugin) if drop_in_text else None
+    earlier = _peek(tomledit.read(drop_in_text, drop_in), "plugins", plugin) if drop_in_text else None
     current = _ours(base, earlier if isinstance(earlier, dict) else {})
     cri = change_cri(current, change, drop_in, f'plugins."{plugin}"', base)
     main = copy.deepcopy(data)
@@ -349,7 +349,7 @@ def _drop_in_text(data: dict[str, Any], file: str, current: str | None) -> str:
     import tomlkit  # noqa: PLC0415
 
     if current is not None:
-        _, current_data = tomledit.load(current, file)
+        current_data = tomledit.read(current, file)
         if current_data == data:
             return current
     header = DROP_IN_HEADER + ": the CRI plugin table containerd builds from its config, plus cdictk.\n"

@@ -8,9 +8,7 @@ the way the node's runtimes are. CRI-O has CDI on by default: there is nothing t
 
 from __future__ import annotations
 
-import contextlib
 import copy
-import tomllib
 from collections.abc import Sequence
 from typing import Any
 
@@ -125,8 +123,6 @@ def configure(
     if change.remove and not intended and text.lstrip().startswith(HEADER):
         return Edit(file, None)  # our own drop-in, now empty
     if not data and not text.strip():
-        document = None
-    if document is None:
         import tomlkit  # noqa: PLC0415
 
         return Edit(file, HEADER + tomledit.edit(tomlkit.document(), {}, intended, file))
@@ -134,11 +130,9 @@ def configure(
 
 
 def _settings(text: str, file: str) -> dict[str, Any]:
-    """The main config's settings, when only the drop-in is edited: a layout of valid TOML that tomlkit
-    cannot read (and so could not edit) is no reason to refuse."""
-    with contextlib.suppress(ValueError, RecursionError):  # tomllib.TOMLDecodeError is a ValueError
-        return tomllib.loads(text)
-    return tomledit.load(text, file)[1]  # raises, saying why and where as for a file being edited
+    """The main config's settings, when only the drop-in is edited: read, never edited, so a layout of
+    valid TOML that tomlkit cannot read is no reason to refuse."""
+    return tomledit.read(text, file)
 
 
 HEADER = "# Written by `cdictk runtime configure`.\n"

@@ -20,54 +20,94 @@ from cdictk.errors import CdictkError
 MAX_CONFIG_BYTES = 16 << 20
 
 
-def load(text: str, file: str) -> tuple[Any, dict[str, Any]]:
-    """The tomlkit document and the plain data of ``text``; a syntax error names line and column."""
-    import tomlkit  # noqa: PLC0415 (lazy: only configure needs it)
-    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
-
+def read(text: str, file: str) -> dict[str, Any]:
+    """The plain data of ``text``, read as the TOML spec says; what is wrong is one line naming the
+    line and column."""
     if len(text) > MAX_CONFIG_BYTES:
         raise CdictkError(file, "", f"larger than {MAX_CONFIG_BYTES} bytes")
     try:
-        document = tomlkit.parse(text)
-        data = tomllib.loads(text)
-    except TOMLKitError as exc:
-        raise _refused(text, file, exc) from None
-    except tomllib.TOMLDecodeError as exc:  # tomlkit lets some invalid TOML through
-        raise _invalid(file, exc) from None
-    return document, data
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _invalid(text, file, exc) from None
+    except (ValueError, RecursionError):  # past tomllib's limits: an integer's digits, nesting
+        raise _past_limits(text, file) from None
 
 
-def _refused(text: str, file: str, exc: Exception) -> CdictkError:
-    """Why tomlkit refused ``text``. tomllib keeps to the TOML spec, so it says whether the file is
-    invalid and where: tomlkit places a table given twice where the second one ends, and a key given
-    twice inside a table nowhere at all (KeyAlreadyPresent)."""
-    from tomlkit.exceptions import ParseError  # noqa: PLC0415
+def _past_limits(text: str, file: str) -> CdictkError:
+    """tomllib gives no place for these; tomlkit, which keeps limits of its own, does."""
+    import tomlkit  # noqa: PLC0415
+    from tomlkit.exceptions import ParseError, TOMLKitError  # noqa: PLC0415
 
-    # tomlkit counts columns from 0; editors and compilers count from 1.
-    where = f"{file}:{exc.line}:{exc.col + 1}" if isinstance(exc, ParseError) else file
     try:
-        tomllib.loads(text)
-    except tomllib.TOMLDecodeError as invalid:
-        # tomllib says "Cannot overwrite a value" for a key given twice; only tomlkit names the key.
-        duplicate = re.match(r'Key "(.*)" already exists', _reason(exc))
-        return _invalid(file, invalid, f'duplicate key "{duplicate.group(1)}"' if duplicate else None)
-    except (ValueError, RecursionError):
-        # Past tomllib's own limits (an integer's digits, nesting), which tomlkit keeps as well.
-        return CdictkError(where, "", f"invalid TOML: {_reason(exc)}")
-    # tomlkit rejects some valid layouts of tables spread over the file: say so, not "invalid".
+        tomlkit.parse(text)
+    except ParseError as exc:
+        return CdictkError(f"{file}:{exc.line}:{exc.col + 1}", "", f"invalid TOML: {_reason(exc)}")
+    except (TOMLKitError, RecursionError):
+        pass
     return CdictkError(
-        where,
-        "",
-        f"cannot edit this file safely (tomlkit cannot read it: {_reason(exc).rstrip('.')}); nothing written",
+        file, "", "invalid TOML: past the reader's limits (nested too deeply, or too many digits)"
     )
 
 
-def _invalid(file: str, exc: tomllib.TOMLDecodeError, reason: str | None = None) -> CdictkError:
+def load(text: str, file: str) -> tuple[Any, dict[str, Any]]:
+    """The tomlkit document and the plain data of ``text``. The document is None for valid TOML that
+    tomlkit cannot read (some layouts of tables spread over the file): :func:`edit` then changes what it
+    can without it."""
+    import tomlkit  # noqa: PLC0415 (lazy: only configure needs it)
+    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
+
+    data = read(text, file)
+    try:
+        return tomlkit.parse(text), data
+    except (TOMLKitError, RecursionError):
+        return None, data
+
+
+def _unreadable(text: str, file: str) -> CdictkError:
+    """Why tomlkit cannot read ``text``, valid TOML: say so, not "invalid"."""
+    import tomlkit  # noqa: PLC0415
+    from tomlkit.exceptions import ParseError, TOMLKitError  # noqa: PLC0415
+
+    try:
+        tomlkit.parse(text)
+    except (TOMLKitError, RecursionError) as exc:
+        # tomlkit counts columns from 0; editors and compilers count from 1.
+        where = f"{file}:{exc.line}:{exc.col + 1}" if isinstance(exc, ParseError) else file
+        reason = f"tomlkit cannot read it: {_reason(exc).rstrip('.')}"
+    else:
+        where, reason = file, "tomlkit cannot read it"
+    return CdictkError(where, "", f"cannot edit this file safely ({reason}); nothing written")
+
+
+def _invalid(text: str, file: str, exc: tomllib.TOMLDecodeError) -> CdictkError:
     """``file:line:column: invalid TOML: <reason>``, placed where tomllib found the problem."""
-    at = re.compile(r"\s*\(at line (\d+), column (\d+)\)")
+    at = re.compile(r"\s*\((?:at line (\d+), column (\d+)|at end of document)\)")
     match = at.search(str(exc))
-    where = f"{file}:{match.group(1)}:{match.group(2)}" if match else file
-    return CdictkError(where, "", f"invalid TOML: {reason or at.sub('', str(exc))}")
+    if match is None:
+        where = file
+    elif match.group(1):
+        where = f"{file}:{match.group(1)}:{match.group(2)}"
+    else:  # the end of the text: its last line, after its last character
+        last = text.rsplit("\n", 1)[-1]
+        where = f"{file}:{text.count(chr(10)) + 1}:{len(last) + 1}"
+    reason = at.sub("", str(exc))
+    if reason.startswith(("Cannot overwrite a value", "Cannot declare")):
+        # tomllib names no key given twice, and a table given twice by its path; tomlkit names the key.
+        reason = _duplicate(text) or reason
+    return CdictkError(where, "", f"invalid TOML: {reason}")
+
+
+def _duplicate(text: str) -> str | None:
+    """'duplicate key "NAME"' when tomlkit stops on a key given twice."""
+    import tomlkit  # noqa: PLC0415
+    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
+
+    try:
+        tomlkit.parse(text)
+    except (TOMLKitError, RecursionError) as exc:
+        duplicate = re.match(r'Key "(.*)" already exists', _reason(exc))
+        return f'duplicate key "{duplicate.group(1)}"' if duplicate else None
+    return None
 
 
 def _reason(exc: Exception) -> str:
@@ -105,9 +145,18 @@ def dumps(document: Any, intended: dict[str, Any], file: str, like: str = "") ->
 
 
 def edit(document: Any, old: dict[str, Any], new: dict[str, Any], file: str, like: str = "") -> str:
-    """``document`` (holding ``old``) changed to hold ``new``, as text checked to mean exactly that."""
+    """``document`` (holding ``old``) changed to hold ``new``, as text checked to mean exactly that.
+
+    Without a document (``like``, the file's text, is valid TOML that tomlkit cannot read), only values
+    at the top, before the first table, can be changed: line by line (:func:`edit_top_level`).
+    """
     from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
 
+    if document is None:
+        text = edit_top_level(like, old, new)
+        if text is None:
+            raise _unreadable(like, file)
+        return text
     try:
         sync(document, old, new)
     except (ValueError, TypeError, KeyError, AttributeError, TOMLKitError) as exc:  # tomlkit refusing
@@ -280,3 +329,69 @@ def _body(container: Any) -> list[tuple[Any, Any]]:
 
     body: list[tuple[Any, Any]] = (container if isinstance(container, Container) else container.value).body
     return body
+
+
+def edit_top_level(text: str, old: dict[str, Any], new: dict[str, Any]) -> str | None:
+    """``text`` (meaning ``old``) changed to mean ``new`` by adding, replacing or deleting whole lines
+    of top-level values (``imports``, ``version``); None for any other change, or when a value spans
+    lines or the result would mean anything else.
+
+    What configure asks of a main config it keeps its CRI table out of (the drop-in) is exactly this,
+    and it needs no parser that keeps layout: the tables below are not touched at all.
+    """
+    import tomlkit  # noqa: PLC0415
+
+    changed = [key for key in {**old, **new} if old.get(key, _ABSENT) != new.get(key, _ABSENT)]
+    if any(isinstance(old.get(key), dict) or isinstance(new.get(key), dict) for key in changed):
+        return None
+    newline = "\r\n" if "\r\n" in text else "\n"
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += newline
+    end = _top_level_end(lines)
+    added: list[str] = []
+    for key in changed:
+        line = tomlkit.dumps({key: new[key]}).rstrip("\n") + newline if key in new else ""
+        if key not in old:
+            added.append(line)
+            continue
+        at = [i for i in range(end) if _is_line_of(lines[i], key, old[key])]
+        if len(at) != 1:
+            return None  # written over several lines, or not found alone on one
+        indent = lines[at[0]][: len(lines[at[0]]) - len(lines[at[0]].lstrip())]
+        lines[at[0]] = indent + line if line else ""
+    # New values go after the last top-level value, before the comments that lead into the first table.
+    place = end
+    while place > 0 and (not lines[place - 1].strip() or lines[place - 1].lstrip().startswith("#")):
+        place -= 1
+    lines[place:place] = added  # in the order of ``new`` ({**old, **new} lists new keys so)
+    result = "".join(lines)
+    try:
+        means = tomllib.loads(result)
+    except (ValueError, RecursionError):
+        return None
+    return result if means == new else None
+
+
+_ABSENT = object()
+
+
+def _top_level_end(lines: list[str]) -> int:
+    """The index of the first table header line (len(lines) when there is none): the first line that
+    starts with "[" and before which the text parses as TOML."""
+    for index, line in enumerate(lines):
+        if line.lstrip().startswith("["):
+            try:
+                tomllib.loads("".join(lines[:index]))
+            except (ValueError, RecursionError):
+                continue  # inside a value spanning lines
+            return index
+    return len(lines)
+
+
+def _is_line_of(line: str, key: str, value: Any) -> bool:
+    """Whether ``line`` alone says ``key = value``."""
+    try:
+        return tomllib.loads(line) == {key: value}
+    except (ValueError, RecursionError):
+        return False

@@ -314,6 +314,43 @@ def test_hand_edited_layouts_are_edited_in_place(shape: str, version: int) -> No
     assert tomllib.loads(drop)["plugins"][cri] == tomllib.loads(expected)["plugins"][cri]
 
 
+# Valid TOML that tomlkit 0.15 cannot read: a table's sub-table appended after another table.
+UNREADABLE = """# hand-edited
+version = 2
+
+# the CRI plugin
+[plugins."io.containerd.grpc.v1.cri"]
+[plugins."io.containerd.grpc.v1.cri".containerd]
+[plugins."io.containerd.grpc.v1.cri".registry]
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+[metrics]
+[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
+  SystemdCgroup = true
+"""
+
+
+def test_a_layout_tomlkit_cannot_read_still_takes_the_drop_in() -> None:
+    """The main file only gains its import, a line among its top-level values: no table is touched."""
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
+    with pytest.raises(TOMLKitError):
+        tomlkit.parse(UNREADABLE)  # if tomlkit learns to read it, this test no longer tests the fallback
+    main, drop = drop_in(UNREADABLE)
+    assert main == UNREADABLE.replace("version = 2\n", f'version = 2\nimports = ["{DROP_IN}"]\n')
+    assert (
+        drop is not None
+        and "cdictk" in tomllib.loads(drop)["plugins"][CRI_PLUGINS[2]]["containerd"]["runtimes"]
+    )
+    assert drop_in(main, current=drop) == (main, drop)  # nothing left to do
+    undo = RuntimeChange(remove=True, enable_cdi=True, cdi_spec_dirs=CHANGE.cdi_spec_dirs)
+    assert drop_in(main, undo, current=drop) == (UNREADABLE, None)  # byte for byte
+    with pytest.raises(
+        CdictkError, match=r"^c.toml:\d+:\d+: cannot edit this file safely \(tomlkit cannot read it"
+    ):
+        configure_in_place(UNREADABLE, "c.toml", CHANGE, None)  # in place, the CRI table needs a real edit
+
+
 def test_a_valid_layout_tomlkit_cannot_read_is_refused_not_called_invalid() -> None:
     # tomlkit 0.15.1+ rejects this valid file (a super-table between its sub-tables, then a deeper one).
     text = (
