@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+from cdictk.fsutil import read_fd
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -123,12 +125,12 @@ def load_settings(path: str | None = None, cache: ParseCache | None = None) -> S
     except OSError as exc:
         raise SettingsError(f"{path}: {exc.strerror}") from None
     try:
-        data = os.read(fd, MAX_CONFIG + 1)
-    except OSError as exc:  # a directory, an unreadable device
+        data = read_fd(fd, MAX_CONFIG)  # one read may stop short: a FUSE or network file, a growing one
+    except OSError as exc:  # a directory, a FIFO (non-blocking), an unreadable device
         raise SettingsError(f"{path}: {exc.strerror}") from None
     finally:
         os.close(fd)
-    if len(data) > MAX_CONFIG:
+    if data is None:
         raise SettingsError(f"{path}: larger than {MAX_CONFIG} bytes")
     try:
         text = data.decode("utf-8")
