@@ -110,10 +110,10 @@ def broken(link: Link) -> str | None:
     target, _, fragment = link.target.partition("#")
     file = (link.source.parent / target).resolve() if target else link.source
     where = f"{link.source.relative_to(PROJECT)}:{link.line}: {link.target}"
-    if not file.exists():
-        return f"{where}: no such file"
     if not file.is_relative_to(PROJECT):
         return f"{where}: outside the project"
+    if not file.exists():
+        return f"{where}: no such file"
     if fragment and file.suffix == ".md" and fragment not in anchors(file.read_text(encoding="utf-8")):
         return f"{where}: no heading #{fragment} in {file.relative_to(PROJECT)}"
     return None
