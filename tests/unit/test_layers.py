@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.mountinfo",
             "cdictk.ocistate",
             "cdictk.parsecache",
+            "cdictk.trust",
         ),
         (),
     ),

@@ -1,0 +1,121 @@
+"""Trust of a path: owner and mode of every name from it up to /, as written and where it leads."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cdictk.trust import fd_problem, owners_of_trust, path_problem
+
+OTHER = 12345  # a uid nobody on the machine has: "another user"
+ROOT_ONLY = frozenset({0})
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    """A root-owned 0755 directory; tmp_path's parents are root's, /tmp sticky."""
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    base = tmp_path / "base"
+    base.mkdir(mode=0o755)
+    base.chmod(0o755)
+    return base
+
+
+def spec(directory: Path, mode: int = 0o644) -> Path:
+    path = directory / "nvidia.yaml"
+    path.write_text("x")
+    path.chmod(mode)
+    return path
+
+
+def test_a_root_file_in_root_directories_is_trusted(base: Path) -> None:
+    assert path_problem(str(spec(base)), owners=ROOT_ONLY) is None
+
+
+def test_a_file_of_another_user_is_not(base: Path) -> None:
+    path = spec(base)
+    os.chown(path, OTHER, OTHER)
+    assert path_problem(str(path), owners=ROOT_ONLY) == f"{path}: owned by uid {OTHER}, not root"
+
+
+@pytest.mark.parametrize("mode", [0o666, 0o664, 0o646])
+def test_a_file_others_can_write_is_not(base: Path, mode: int) -> None:
+    path = spec(base, mode)
+    assert path_problem(str(path), owners=ROOT_ONLY) == (
+        f"{path}: writable by group or others (mode {mode:04o})"
+    )
+
+
+def test_a_parent_of_another_user_is_not(base: Path) -> None:
+    inner = base / "cdi"
+    inner.mkdir()
+    path = spec(inner)
+    os.chown(inner, OTHER, OTHER)
+    assert path_problem(str(path), owners=ROOT_ONLY) == f"{inner}: owned by uid {OTHER}, not root"
+
+
+def test_a_sticky_parent_is_fine_but_not_as_the_directory_read(base: Path) -> None:
+    shared = base / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    inner = shared / "cdi"
+    inner.mkdir(mode=0o755)
+    assert path_problem(str(spec(inner)), owners=ROOT_ONLY) is None
+    assert path_problem(str(shared), owners=ROOT_ONLY) == f"{shared}: writable by group or others (mode 1777)"
+    assert path_problem(str(shared), owners=ROOT_ONLY, leaf_sticky_ok=True) is None
+    shared.chmod(0o777)  # without the sticky bit anyone may rename inner away and put theirs there
+    assert "writable by group or others (mode 0777)" in str(path_problem(str(spec(inner)), owners=ROOT_ONLY))
+
+
+def test_a_root_symlink_is_judged_by_where_it_leads(base: Path) -> None:
+    """The attack of issue 17: a link in a root spec dir to a 0666 file of a user."""
+    home = base / "home"
+    home.mkdir()
+    target = spec(home, 0o666)
+    os.chown(home, OTHER, OTHER)
+    os.chown(target, OTHER, OTHER)
+    link = base / "evil.yaml"
+    link.symlink_to(target)
+    assert path_problem(str(link), owners=ROOT_ONLY) == f"{target}: owned by uid {OTHER}, not root"
+    os.chown(home, 0, 0)
+    os.chown(target, 0, 0)
+    target.chmod(0o644)
+    assert path_problem(str(link), owners=ROOT_ONLY) is None
+    os.lchown(link, OTHER, OTHER)  # a link of another user: they could make it lead elsewhere
+    assert path_problem(str(link), owners=ROOT_ONLY) == f"{link}: owned by uid {OTHER}, not root"
+
+
+def test_a_missing_path_is_a_problem(base: Path) -> None:
+    assert path_problem(str(base / "gone"), owners=ROOT_ONLY) == f"{base / 'gone'}: No such file or directory"
+
+
+def test_the_reading_user_is_trusted_too(base: Path) -> None:
+    assert owners_of_trust() == {0, os.geteuid()}
+    path = spec(base)
+    os.chown(path, OTHER, OTHER)
+    assert path_problem(str(path), owners=frozenset({0, OTHER})) is None
+
+
+def test_seen_directories_are_remembered(base: Path) -> None:
+    seen: dict[str, str] = {}
+    assert path_problem(str(spec(base)), owners=ROOT_ONLY, seen=seen) is None
+    assert seen[str(base)] == "" and seen["/"] == ""
+    seen[str(base)] = "planted"  # a remembered answer is used, not asked again
+    assert path_problem(str(base / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == "planted"
+
+
+def test_an_open_file_is_judged_by_fstat(base: Path) -> None:
+    path = spec(base)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert fd_problem(fd, "entry", owners=ROOT_ONLY) is None
+        os.fchmod(fd, 0o666)
+        assert fd_problem(fd, "entry", owners=ROOT_ONLY) == "entry: writable by group or others (mode 0666)"
+        os.fchmod(fd, 0o644)
+        os.fchown(fd, OTHER, OTHER)
+        assert fd_problem(fd, "entry", owners=ROOT_ONLY) == f"entry: owned by uid {OTHER}, not root"
+    finally:
+        os.close(fd)
