@@ -86,6 +86,39 @@ def _entry_problem(path: str, owners: frozenset[int], *, sticky_ok: bool) -> str
     return f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
 
 
+def repairs(path: str, *, owners: frozenset[int] | None = None) -> list[list[str]]:
+    """The commands that would make ``path`` root's alone: ``chown`` or ``chmod`` of every entry at
+    fault, along the path as written and where it leads (a missing entry has no repair)."""
+    owners = owners if owners is not None else owners_of_trust()
+    absolute = os.path.abspath(path)
+    found: list[list[str]] = []
+    for chain in dict.fromkeys((absolute, os.path.realpath(absolute))):
+        current, leaf = chain, True
+        while True:
+            for command in _entry_repairs(current, owners, sticky_ok=not leaf):
+                if command not in found:
+                    found.append(command)
+            if current == "/":
+                break
+            current, leaf = os.path.dirname(current), False
+    return found
+
+
+def _entry_repairs(path: str, owners: frozenset[int], *, sticky_ok: bool) -> list[list[str]]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    commands = []
+    if st.st_uid not in owners:
+        commands.append(
+            ["chown", "-h", "root:", path] if stat.S_ISLNK(st.st_mode) else ["chown", "root:", path]
+        )
+    if _entry_problem(path, frozenset({st.st_uid}), sticky_ok=sticky_ok) is not None:
+        commands.append(["chmod", "go-w", path])
+    return commands
+
+
 def fd_problem(fd: int, name: str, *, owners: frozenset[int] | None = None) -> str | None:
     """The same test for an open file or directory (``fstat``): its owner and mode, nothing above it."""
     owners = owners if owners is not None else owners_of_trust()

@@ -24,7 +24,7 @@ import stat
 from cdictk import __version__
 from cdictk.cdi.apply import EditsSource
 from cdictk.cdi.names import parse_qualified_name
-from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths
+from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths, untrusted
 from cdictk.errors import CdictkError, Problem
 from cdictk.fsutil import read_fd
 
@@ -69,6 +69,10 @@ class SpecCache:
 
     def problem_list(self) -> list[Problem]:
         return [Problem(*problem) for problem in self.problems]
+
+    def untrusted(self) -> list[Problem]:
+        """The spec files and directories skipped because someone other than root could change them."""
+        return [problem for problem in self.problem_list() if untrusted(problem)]
 
     def resolve(self, requested: Sequence[str]) -> list[EditsSource]:
         """The edit blocks for ``requested``, all of them, or a CdictkError that names what is wrong:
@@ -154,16 +158,22 @@ def cache_data(registry: Registry) -> dict[str, Any]:
 
 
 def load_specs(
-    dirs: Sequence[str], store: ParseCache | None = None, *, require_dirs: bool = False
+    dirs: Sequence[str],
+    store: ParseCache | None = None,
+    *,
+    require_dirs: bool = False,
+    trusted_only: bool = True,
 ) -> SpecCache:
     """The spec cache of ``dirs``: from ``store`` when the spec files are what it was built from.
 
     ``require_dirs``: a spec dir that cannot be read is a problem (what ``--spec-dir`` asks for); such a
-    cache is not stored, its key being the files alone.
+    cache is not stored, its key being the files alone. ``trusted_only``: see
+    :mod:`cdictk.cdi.specdirs`; the files skipped are in the key (as problems), so a chown or chmod
+    is seen at the next start like an edit.
     """
     from cdictk.parsecache import entry_name  # noqa: PLC0415
 
-    key, stamp = _snapshot(dirs) if store is not None and not require_dirs else (None, [])
+    key, stamp = _snapshot(dirs, trusted_only) if store is not None and not require_dirs else (None, [])
     name = entry_name(ENTRY, "\0".join(dirs))
     if store is not None and key is not None:
         data = store.load(name, key)
@@ -171,25 +181,25 @@ def load_specs(
             return SpecCache(data)
     from cdictk.cdi.registry import load_registry  # noqa: PLC0415 - the slow path
 
-    data = cache_data(load_registry(dirs, require_dirs=require_dirs))
-    if store is not None and key is not None and _snapshot(dirs) == (key, stamp):  # nothing changed
+    data = cache_data(load_registry(dirs, require_dirs=require_dirs, trusted_only=trusted_only))
+    if store is not None and key is not None and _snapshot(dirs, trusted_only) == (key, stamp):
         store.store(name, key, data)
     return SpecCache(data)
 
 
-def spec_key(dirs: Sequence[str]) -> list[Any] | None:
+def spec_key(dirs: Sequence[str], *, trusted_only: bool = True) -> list[Any] | None:
     """What the registry's result depends on: the spec files' text; None when one is not UTF-8."""
-    return _snapshot(dirs)[0]
+    return _snapshot(dirs, trusted_only)[0]
 
 
-def _snapshot(dirs: Sequence[str]) -> tuple[list[Any] | None, list[Any]]:
+def _snapshot(dirs: Sequence[str], trusted_only: bool) -> tuple[list[Any] | None, list[Any]]:
     """The cache key (None: do not cache) and each spec file's inode, size, mtime and ctime."""
     key: list[Any] | None = [_FORMAT, __version__, _code_stamp()]
     stamp: list[Any] = []
     for directory in dirs:
         problems: list[Any] = []
         files: list[Any] = []
-        for path in spec_paths(directory, problems):
+        for path in spec_paths(directory, problems, trusted_only=trusted_only):
             text, stat_of = _read(path)
             stamp.append([path, stat_of])
             files.append([path, text])

@@ -51,13 +51,18 @@ class Registry:
         return any(name.startswith(kind + "=") for name in self.devices)
 
 
-def load_registry(dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, require_dirs: bool = False) -> Registry:
-    """Load every spec in ``dirs``. A missing directory is silent unless ``require_dirs``."""
+def load_registry(
+    dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, require_dirs: bool = False, trusted_only: bool = True
+) -> Registry:
+    """Load every spec in ``dirs``. A missing directory is silent unless ``require_dirs``; a spec that
+    someone other than root could change is skipped unless not ``trusted_only``."""
     registry = Registry(tuple(dirs))
     # qualified name -> priority -> every definition of it at that priority
     definitions: dict[str, dict[int, list[RegisteredDevice]]] = {}
     for priority, directory in enumerate(registry.dirs):
-        for path in spec_paths(directory, registry.problems, require_dirs=require_dirs):
+        for path in spec_paths(
+            directory, registry.problems, require_dirs=require_dirs, trusted_only=trusted_only
+        ):
             try:
                 spec = load_spec(path)
             except InvalidSpecError as exc:

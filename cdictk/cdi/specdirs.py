@@ -1,5 +1,12 @@
 """Which files of a CDI spec directory are specs: ``*.json`` and ``*.yaml``, lexical order, no recursion.
 
+Only specs that root alone could have written: a spec's hooks become hooks of the container that the
+runtime runs as root, so a spec file, its directory and everything on the way to them (along the
+names and where symlinks lead) must belong to root (or to the reading user) and be writable by nobody
+else (:mod:`cdictk.trust`). Anything else is skipped with a problem that names it and why; the CDI
+reference library does no such check. ``trusted_only=False`` (``accept-untrusted-specs``) is for
+rootless and test setups.
+
 Its own module so that the runtime shim can list the spec dirs (to check its spec cache) without
 importing the spec loader. Standard library only.
 """
@@ -9,14 +16,19 @@ from __future__ import annotations
 import os
 
 from cdictk.errors import Problem
+from cdictk.trust import path_problem
 
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".json", ".yaml")
 MAX_SPEC_BYTES = 8 << 20  # a spec file larger than this is refused
+UNTRUSTED = "not trusted, skipped"  # how a problem of trust starts
 
 
-def spec_paths(directory: str, problems: list[Problem], *, require_dirs: bool = False) -> list[str]:
-    """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``."""
+def spec_paths(
+    directory: str, problems: list[Problem], *, require_dirs: bool = False, trusted_only: bool = True
+) -> list[str]:
+    """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``,
+    and so does each file skipped for trust."""
     try:
         with os.scandir(directory) as entries:
             names = sorted(
@@ -31,4 +43,24 @@ def spec_paths(directory: str, problems: list[Problem], *, require_dirs: bool = 
     except OSError as exc:
         problems.append(Problem(directory, "", f"cannot read spec directory: {exc.strerror}"))
         return []
-    return [os.path.join(directory, name) for name in names]
+    paths = [os.path.join(directory, name) for name in names]
+    if not trusted_only or not paths:
+        return paths
+    seen: dict[str, str] = {}
+    why = path_problem(directory, seen=seen)
+    if why is not None:
+        problems.append(Problem(directory, "", f"{UNTRUSTED}: {why}"))
+        return []
+    trusted = []
+    for path in paths:
+        why = path_problem(path, seen=seen)
+        if why is None:
+            trusted.append(path)
+        else:
+            problems.append(Problem(path, "", f"{UNTRUSTED}: {why}"))
+    return trusted
+
+
+def untrusted(problem: Problem) -> bool:
+    """Whether ``problem`` is a spec file or directory skipped for trust."""
+    return problem.reason.startswith(UNTRUSTED)

@@ -70,15 +70,18 @@ def validate_file(path: str) -> Report:
     return report
 
 
-def validate_dirs(dirs: Sequence[str], *, require_dirs: bool) -> tuple[list[Report], list[Problem]]:
-    """Reports for every spec file in ``dirs``, and the problems between files (conflicts, bad dirs)."""
+def validate_dirs(
+    dirs: Sequence[str], *, require_dirs: bool, trusted_only: bool = True
+) -> tuple[list[Report], list[Problem]]:
+    """Reports for every spec file in ``dirs``, and the problems between files (conflicts, bad dirs,
+    files skipped for trust)."""
     reports = [
         validate_file(path)
         for directory in dirs
-        for path in spec_paths(directory, [], require_dirs=require_dirs)
+        for path in spec_paths(directory, [], require_dirs=require_dirs, trusted_only=trusted_only)
     ]
     seen = {problem for report in reports for problem in report.problems}
-    registry = load_registry(dirs, require_dirs=require_dirs)
+    registry = load_registry(dirs, require_dirs=require_dirs, trusted_only=trusted_only)
     return reports, [problem for problem in registry.problems if problem not in seen]
 
 

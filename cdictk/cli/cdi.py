@@ -15,13 +15,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _spec_dir_option(command: F) -> F:
+    """``--spec-dir`` and ``--accept-untrusted-specs``, for every command that reads the spec dirs."""
+    command = click.option(
+        "--accept-untrusted-specs",
+        is_flag=True,
+        help="Also read spec files that someone other than root (or you) could change: their hooks "
+        "run as root in containers. For rootless and test setups; see docs/security.md.",
+    )(command)
     return click.option(
         "--spec-dir",
         "spec_dirs",
         multiple=True,
         metavar="DIR",
         help="CDI spec directory; repeat for several, a later one wins over an earlier one. "
-        "Default: /etc/cdi, then /var/run/cdi (missing defaults are skipped quietly).",
+        "Default: /etc/cdi, then /var/run/cdi (missing defaults are skipped quietly). Spec files "
+        "that someone other than root could change are skipped with a warning.",
     )(command)
 
 
@@ -44,7 +52,7 @@ def cdi_group() -> None:
 @cdi_group.command("validate")
 @click.argument("files", nargs=-1, metavar="[FILE]...")
 @_spec_dir_option
-def validate_command(files: tuple[str, ...], spec_dirs: tuple[str, ...]) -> int:
+def validate_command(files: tuple[str, ...], spec_dirs: tuple[str, ...], accept_untrusted_specs: bool) -> int:
     """Check CDI spec files: strict parsing, the CDI library's rules and cdictk's JSON schema.
 
     With no FILE, every spec in the spec directories is checked, and devices that two specs of the same
@@ -61,7 +69,7 @@ def validate_command(files: tuple[str, ...], spec_dirs: tuple[str, ...]) -> int:
         reports = [validate_file(path) for path in files]
     else:
         dirs, required = _dirs(spec_dirs)
-        reports, between = validate_dirs(dirs, require_dirs=required)
+        reports, between = validate_dirs(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
         if not reports and not between:
             print(f"no CDI spec files in {', '.join(dirs)}")
 
@@ -80,7 +88,7 @@ def validate_command(files: tuple[str, ...], spec_dirs: tuple[str, ...]) -> int:
 @cdi_group.command("list")
 @_spec_dir_option
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {name, spec} objects.")
-def list_command(spec_dirs: tuple[str, ...], as_json: bool) -> int:
+def list_command(spec_dirs: tuple[str, ...], accept_untrusted_specs: bool, as_json: bool) -> int:
     """List the CDI devices in the spec directories by qualified name (vendor.com/class=name).
 
     Devices come out sorted, one per line, as a CDI-aware runtime would resolve them. Spec files that
@@ -90,7 +98,7 @@ def list_command(spec_dirs: tuple[str, ...], as_json: bool) -> int:
     from cdictk.cdi.registry import load_registry  # noqa: PLC0415
 
     dirs, required = _dirs(spec_dirs)
-    registry = load_registry(dirs, require_dirs=required)
+    registry = load_registry(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
     # A directory the user named that cannot be read is an error; problems inside the dirs are warnings.
     bad_dirs = [p for p in registry.problems if required and p.file in dirs and not p.field]
     _print_problems("error", bad_dirs)
@@ -125,7 +133,11 @@ def list_command(spec_dirs: tuple[str, ...], as_json: bool) -> int:
 )
 @click.argument("config", metavar="CONFIG.json")
 def inject_command(
-    devices: tuple[str, ...], spec_dirs: tuple[str, ...], output: str | None, config: str
+    devices: tuple[str, ...],
+    spec_dirs: tuple[str, ...],
+    accept_untrusted_specs: bool,
+    output: str | None,
+    config: str,
 ) -> int:
     """Apply CDI devices to an OCI runtime config, as a CDI-aware runtime (containerd, CRI-O) does.
 
@@ -143,7 +155,7 @@ def inject_command(
     else:
         oci = read_config(config)
     dirs, required = _dirs(spec_dirs)
-    specs = load_specs(dirs, require_dirs=required)
+    specs = load_specs(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
     _print_problems("warning", specs.problem_list())
     apply_edits(oci, specs.resolve(devices), config if config != "-" else "<stdin>")
     target = output or ("-" if config == "-" else config)

@@ -12,6 +12,7 @@ engine of :data:`~cdictk.configure.engines.ENGINES` reads its own config under `
 from __future__ import annotations
 
 import os
+import shlex
 
 from cdictk.configure.change import Inspection
 from cdictk.configure.engines import ENGINES, Engine
@@ -43,7 +44,7 @@ def _finding(engine: Engine, seen: Inspection) -> Finding:
             engine.label,
             Status.WARN,
             f"{seen.detail}: {engine.unconfigured}",
-            f"cdictk runtime configure --runtime {engine.name} --enable-cdi",
+            shlex.join(["cdictk", "runtime", "configure", "--runtime", engine.name, "--enable-cdi"]),
         )
     return Finding(engine.label, Status.OK, seen.detail)
 
@@ -74,6 +75,6 @@ def _settings(host_root: str) -> Finding:
             "cdictk settings",
             Status.FAIL,
             f"{exc} (cdictk-runtime refuses every command)",
-            f"fix it, or start again from: cdictk config default > {path}",
+            f"fix it, or start again from: cdictk config default > {shlex.quote(path)}",
         )
     return Finding("cdictk settings", Status.OK, path)

@@ -28,27 +28,27 @@ def gather(roots: Roots, spec_dirs: list[str], kind: str, host_root: str) -> Inf
     node = check_node(roots)
     fresh = _fresh_spec(roots, node, kind, host_root)
     check = SpecCheck(
-        kind, node.facts, fresh, host_root, "cdictk cdi generate" + root_flags(roots, host_root)
+        kind, node.facts, fresh, host_root, ("cdictk", "cdi", "generate", *root_flags(roots, host_root))
     )
     specs, spec_findings = check_specs(spec_dirs, check)
     findings = [*node.findings, *spec_findings, *check_engines(host_root)]
     return InfoReport(roots, node, specs, findings)
 
 
-def root_flags(roots: Roots, host_root: str = "/") -> str:
-    """The root options info was given, for the commands it suggests (empty when all are defaults)."""
+def root_flags(roots: Roots, host_root: str = "/") -> list[str]:
+    """The root options info was given, for the commands it suggests (none when all are defaults)."""
     flags = []
     if roots.driver != "/":
-        flags.append(f"--driver-root {roots.driver}")
+        flags += ["--driver-root", roots.driver]
     if roots.dev != roots.driver:
-        flags.append(f"--dev-root {roots.dev}")
+        flags += ["--dev-root", roots.dev]
     if roots.proc != "/proc":
-        flags.append(f"--proc-root {roots.proc}")
+        flags += ["--proc-root", roots.proc]
     if roots.sys != "/sys":
-        flags.append(f"--sys-root {roots.sys}")
+        flags += ["--sys-root", roots.sys]
     if host_root != "/":
-        flags.append(f"--host-root {host_root}")
-    return "".join(" " + flag for flag in flags)
+        flags += ["--host-root", host_root]
+    return flags
 
 
 def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> bytes | None:

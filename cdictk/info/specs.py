@@ -11,25 +11,29 @@ wrong thing (NVIDIA's #885 and #1828, stale specs after driver upgrades and MIG 
 - its devices named by UUID (as ``cdictk cdi generate`` and NVIDIA's tools name them) are not the
   node's GPUs and MIG devices: one is missing, or it names one that no longer exists.
 
-Two files defining the same device (the runtimes drop it) fail as well. A spec that is not stale but
-differs from what ``cdictk cdi generate`` writes now (other options, an older cdictk) is reported
-without failing. Specs of other kinds are only checked for being readable, and a problem there is a
-warning whose fix never writes over them.
+Two files defining the same device (the runtimes drop it) fail as well, and so does a spec file that
+someone other than root could change (cdictk skips it; other runtimes would run its hooks as root).
+A spec that is not stale but differs from what ``cdictk cdi generate`` writes now (other options, an
+older cdictk) is reported without failing. Specs of other kinds are only checked for being readable,
+and a problem there is a warning whose fix never writes over them.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import stat
 from dataclasses import dataclass
 
 from cdictk.cdi.load import read_document
 from cdictk.cdi.model import ContainerEdits, Spec
 from cdictk.cdi.registry import load_registry
+from cdictk.cdi.specdirs import untrusted
 from cdictk.errors import CdictkError
 from cdictk.info.checks import Finding, Status
 from cdictk.node.facts import NodeFacts
 from cdictk.node.roots import join
+from cdictk.trust import repairs
 
 MAX_SHOWN = 3  # paths or names shown in a finding
 
@@ -39,7 +43,7 @@ class SpecState:
     path: str
     kind: str  # "" when the file cannot be read
     devices: int
-    status: str  # "current", "differs", "stale", "invalid"
+    status: str  # "current", "differs", "stale", "invalid", "untrusted"
     reason: str
 
 
@@ -51,10 +55,10 @@ class SpecCheck:
     facts: NodeFacts | None
     fresh: bytes | None  # what ``cdictk cdi generate`` writes now with its defaults; None: unknown
     host_root: str = "/"  # where the specs' host paths are looked up
-    generate: str = "cdictk cdi generate"  # the command, with the roots info was given
+    generate: tuple[str, ...] = ("cdictk", "cdi", "generate")  # the command, with info's roots
 
     def regenerate(self, path: str) -> str:
-        return f"{self.generate} --output {path}"
+        return shlex.join([*self.generate, "--output", path])
 
 
 def check_specs(dirs: list[str], check: SpecCheck) -> tuple[list[SpecState], list[Finding]]:
@@ -63,7 +67,16 @@ def check_specs(dirs: list[str], check: SpecCheck) -> tuple[list[SpecState], lis
     states: list[SpecState] = []
     findings: list[Finding] = []
     loaded = {spec_file.path for spec_file in registry.spec_files}
-    unusable = [p for p in registry.problems if p.file not in loaded and not p.field.startswith("devices[")]
+    for problem in filter(untrusted, registry.problems):
+        states.append(SpecState(problem.file, _declared_kind(problem.file), 0, "untrusted", problem.reason))
+        findings.append(
+            Finding(f"spec {problem.file}", Status.FAIL, problem.reason, _trust_fix(problem.file))
+        )
+    unusable = [
+        p
+        for p in registry.problems
+        if p.file not in loaded and not p.field.startswith("devices[") and not untrusted(p)
+    ]
     for path in sorted({p.file for p in unusable}):
         kind = _declared_kind(path)
         reason = next(str(p) for p in unusable if p.file == path)
@@ -74,7 +87,12 @@ def check_specs(dirs: list[str], check: SpecCheck) -> tuple[list[SpecState], lis
         else:
             detail = f"invalid, not a {check.kind} spec: {reason}"
             findings.append(
-                Finding(label, Status.WARN, detail, f"fix or remove it (cdictk cdi validate {path})")
+                Finding(
+                    label,
+                    Status.WARN,
+                    detail,
+                    f"fix or remove it ({shlex.join(['cdictk', 'cdi', 'validate', path])})",
+                )
             )
     for spec_file in registry.spec_files:
         state = _check(spec_file.path, spec_file.spec, check)
@@ -98,6 +116,15 @@ def check_specs(dirs: list[str], check: SpecCheck) -> tuple[list[SpecState], lis
         detail = f"no usable {check.kind} spec in {', '.join(dirs)}: CDI runtimes cannot give GPUs"
         findings.append(Finding("specs", Status.FAIL, detail, check.regenerate(target)))
     return states, findings
+
+
+def _trust_fix(path: str) -> str:
+    """Make it root's if its content is yours, else remove it: what a planted file calls for."""
+    commands = " && ".join(shlex.join(command) for command in repairs(path))
+    if os.path.isdir(path):
+        return commands
+    removal = shlex.join(["rm", path])
+    return f"{commands}, if you wrote it; else {removal}" if commands else removal
 
 
 def _declared_kind(path: str) -> str:

@@ -52,12 +52,18 @@ def apply_requests(
         warn(note)
     if not requests.devices and not requests.driver_only:
         return False
-    _inject(config, requests, settings, where, cache)
+    _inject(config, requests, settings, where, cache, warn=warn)
     return True
 
 
 def _inject(
-    config: dict[str, object], requests: Requests, settings: Settings, where: str, cache: ParseCache
+    config: dict[str, object],
+    requests: Requests,
+    settings: Settings,
+    where: str,
+    cache: ParseCache,
+    *,
+    warn: Callable[[str], None],
 ) -> None:
     from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
     from cdictk.cdi.cache import load_specs  # noqa: PLC0415
@@ -66,7 +72,9 @@ def _inject(
 
     devices, kind = requests.devices, settings.default_kind
     try:
-        specs = load_specs(settings.spec_dirs, cache)
+        specs = load_specs(settings.spec_dirs, cache, trusted_only=not settings.accept_untrusted_specs)
+        for skipped in specs.untrusted():
+            warn(str(skipped))
         wanted = requests.driver_only or any(device.startswith(kind + "=") for device in devices)
         if wanted and settings.generate_when_missing and not specs.has_kind(kind):
             specs = specs.with_spec(_spec_in_memory(settings), IN_MEMORY)

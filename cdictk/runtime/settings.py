@@ -30,6 +30,10 @@ DEFAULT_CONFIG = """\
 runtimes = ["runc", "crun"]
 # Where CDI specs are read from; for a device defined in several, the last directory wins.
 spec-dirs = ["/etc/cdi", "/var/run/cdi"]
+# Spec files that someone other than root could change (a file, a directory on the way to it, or
+# where a symlink leads, owned by another user or writable by group or others) are skipped with a
+# warning: their hooks would run as root. True reads them anyway (rootless and test setups only).
+accept-untrusted-specs = false
 
 [node]
 # When no spec in spec-dirs defines the default kind (below), cdictk-runtime discovers the node and
@@ -56,7 +60,7 @@ accept-volume-mounts = false
 """
 
 _KEYS: dict[str, dict[str, type]] = {
-    "runtime": {"runtimes": list, "spec-dirs": list},
+    "runtime": {"runtimes": list, "spec-dirs": list, "accept-untrusted-specs": bool},
     "node": {
         "generate-when-missing": bool,
         "driver-root": str,
@@ -80,6 +84,7 @@ class SettingsError(Exception):
 class Settings:
     __slots__ = (
         "accept_env_unprivileged",
+        "accept_untrusted_specs",
         "accept_volume_mounts",
         "annotation_prefixes",
         "default_kind",
@@ -95,6 +100,7 @@ class Settings:
     def __init__(self) -> None:
         self.runtimes = ["runc", "crun"]
         self.spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+        self.accept_untrusted_specs = False
         self.default_kind = "nvidia.com/gpu"
         self.annotation_prefixes = ["cdi.k8s.io/"]
         self.accept_env_unprivileged = True

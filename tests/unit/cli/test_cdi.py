@@ -320,3 +320,42 @@ def test_version_through_python_m() -> None:
         [sys.executable, "-m", "cdictk", "--version"], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0 and result.stdout.startswith("cdictk, version ")
+
+
+def plant(spec_dir: Path) -> Path:
+    """A spec of another user, with a hook of theirs: the attack of issue 17, item 1."""
+    path = spec_dir / "planted.yaml"
+    path.write_text(
+        SPEC.replace('name: "1"', 'name: "planted"')
+        + "  hooks: [{hookName: createRuntime, path: /home/user/evil}]\n"
+    )
+    os.chown(path, 12345, 12345)
+    return path
+
+
+def test_inject_skips_a_spec_of_another_user_and_warns(
+    capsys: pytest.CaptureFixture[str], spec_dir: Path, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    plant(spec_dir)
+    config = tmp_path / "config.json"
+    config.write_text('{"ociVersion": "1.0.2", "process": {"env": []}}')
+    base = ["cdi", "inject", "--spec-dir", str(spec_dir), "-d", "vendor.com/gpu=planted", str(config)]
+    code, _, err = run(capsys, *base)
+    assert code == 1 and f"warning: {spec_dir / 'planted.yaml'}: not trusted, skipped" in err
+    assert "/home/user/evil" not in config.read_text()
+    code, _, err = run(capsys, *base[:2], "--accept-untrusted-specs", *base[2:])
+    assert code == 0, err
+    assert "/home/user/evil" in config.read_text()
+
+
+def test_list_and_validate_name_the_skipped_file(capsys: pytest.CaptureFixture[str], spec_dir: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    planted = plant(spec_dir)
+    code, out, err = run(capsys, "cdi", "list", "--spec-dir", str(spec_dir))
+    assert code == 0 and "vendor.com/gpu=planted" not in out and "vendor.com/gpu=0" in out
+    assert f"warning: {planted}: not trusted, skipped" in err
+    code, out, err = run(capsys, "cdi", "validate", "--spec-dir", str(spec_dir))
+    assert code == 1 and f"error: {planted}: not trusted, skipped" in err

@@ -261,3 +261,50 @@ def test_a_registered_runtime_whose_program_is_missing_is_a_warning(tmp_path: Pa
     found = {f.check: f for f in check_engines(str(tmp_path))}
     assert "/usr/local/bin/cdictk-runtime, which is missing" in found["cdictk-runtime"].detail
     assert "cdictk-runtime registered" in found["docker"].detail
+
+
+def test_a_planted_spec_is_a_failure_with_its_fix(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17: a spec of another user is skipped, and info says so and how to repair it."""
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    node = make_node("single")
+    output = generate(node, tmp_path / "cdi")
+    planted = tmp_path / "cdi" / "extra.yaml"
+    planted.write_text(
+        "cdiVersion: 0.5.0\nkind: example.com/x\ndevices: [{name: a, containerEdits: {env: [A=1]}}]\n"
+    )
+    os.chown(planted, 12345, 12345)
+    planted.chmod(0o666)
+    code, report = info(node, tmp_path / "cdi", capsys)
+    found = finding(report, f"spec {planted}")
+    assert code == 1 and found["status"] == "fail"
+    assert found["detail"] == f"not trusted, skipped: {planted}: owned by uid 12345, not root"
+    assert found["fix"] == (
+        f"chown root: {planted} && chmod go-w {planted}, if you wrote it; else rm {planted}"
+    )
+    assert finding(report, f"spec {output}")["status"] == "ok"  # the node's own spec is still read
+    assert {"path": str(planted), "status": "untrusted"}.items() <= next(
+        spec for spec in report["specs"] if spec["path"] == str(planted)
+    ).items()
+    for command in found["fix"].split(", if")[0].split(" && "):
+        words = shlex.split(command)
+        os.chown(words[2], 0, 0) if words[0] == "chown" else Path(words[2]).chmod(0o644)
+    assert info(node, tmp_path / "cdi", capsys)[0] == 0
+
+
+def test_suggested_commands_are_quoted(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 17: a spec named 'y;id;.yaml' gave '... --output /.../y;id;.yaml', which runs id when pasted."""
+    node = make_node("single")
+    spec_dir = tmp_path / "cdi"
+    output = generate(node, spec_dir)
+    hostile = spec_dir / "y;id;.yaml"
+    output.rename(hostile)
+    Path(node.lib_dir, f"libcuda.so.{node.version}").unlink()  # stale now: info suggests regenerating it
+    code, report = info(node, spec_dir, capsys)
+    fix = finding(report, "spec")["fix"]
+    assert code == 1 and shlex.split(fix)[-2:] == ["--output", str(hostile)]
+    assert f"'{hostile}'" in fix

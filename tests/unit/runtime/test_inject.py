@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,25 @@ def test_an_ignored_request_is_a_warning(tmp_path: Path) -> None:
     warnings: list[str] = []
     assert not apply_requests(config, refusing, "config.json", ParseCache(None), warnings.append)
     assert len(warnings) == 1 and "ignored" in warnings[0]
+
+
+def test_a_spec_of_another_user_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    """Issue 17, item 1: a planted spec's createRuntime hook must not reach config.json."""
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    node = settings(tmp_path)
+    planted = tmp_path / "cdi" / "planted.yaml"
+    planted.write_text(
+        "cdiVersion: 0.5.0\nkind: example.com/x\ndevices:\n- name: a\n  containerEdits:\n"
+        "    hooks: [{hookName: createRuntime, path: /home/user/evil}]\n"
+    )
+    os.chown(planted, 12345, 12345)
+    config: dict[str, Any] = {"annotations": {"cdi.k8s.io/x": "example.com/x=a"}}
+    warnings: list[str] = []
+    with pytest.raises(InjectError, match=r"example\.com/x=a: unresolvable CDI device"):
+        apply_requests(config, node, "config.json", ParseCache(str(tmp_path / "c")), warnings.append)
+    assert warnings == [f"{planted}: not trusted, skipped: {planted}: owned by uid 12345, not root"]
+    assert "hooks" not in config
+    node.accept_untrusted_specs = True  # rootless and test setups
+    assert apply_requests(config, node, "config.json", ParseCache(None), print)
+    assert config["hooks"]["createRuntime"][0]["path"] == "/home/user/evil"

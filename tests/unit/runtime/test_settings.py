@@ -32,12 +32,13 @@ def test_the_default_file_says_exactly_the_defaults(
 def test_values_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "config.toml"
     path.write_text(
-        '[runtime]\nruntimes = ["/usr/bin/crun"]\nspec-dirs = ["/srv/cdi"]\n'
+        '[runtime]\nruntimes = ["/usr/bin/crun"]\nspec-dirs = ["/srv/cdi"]\naccept-untrusted-specs = true\n'
         '[requests]\naccept-env-unprivileged = false\ndefault-kind = "example.com/gpu"\n'
     )
     monkeypatch.setenv("CDICTK_CONFIG", str(path))
     settings = load_settings()
     assert settings.runtimes == ["/usr/bin/crun"] and settings.spec_dirs == ["/srv/cdi"]
+    assert settings.accept_untrusted_specs is True and Settings().accept_untrusted_specs is False
     assert settings.accept_env_unprivileged is False and settings.default_kind == "example.com/gpu"
 
 

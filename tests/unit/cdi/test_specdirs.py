@@ -1,0 +1,113 @@
+"""Which files of a spec dir are read: specs only, and only the ones root alone could have written.
+
+The attack of issue 17: a spec file in a spec dir, or a symlink there to a file of an unprivileged
+user, was loaded, and its createRuntime hook (a program of that user's) ran as root.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from cdictk.cdi.cache import load_specs
+from cdictk.cdi.registry import load_registry
+from cdictk.cdi.specdirs import spec_paths, untrusted
+from cdictk.errors import Problem
+
+OTHER = 12345  # another user: a uid nobody on the machine has
+
+SPEC = """\
+cdiVersion: 0.5.0
+kind: example.com/gpu
+devices:
+- name: "{name}"
+  containerEdits:
+    hooks: [{{hookName: createRuntime, path: /home/user/evil}}]
+"""
+
+
+@pytest.fixture
+def spec_dir(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    directory = tmp_path / "cdi"
+    directory.mkdir(mode=0o755)
+    (directory / "good.yaml").write_text(SPEC.format(name="good"))
+    return directory
+
+
+def plant(spec_dir: Path, name: str = "planted", *, mode: int = 0o644, owner: int = OTHER) -> Path:
+    path = spec_dir / f"{name}.yaml"
+    path.write_text(SPEC.format(name=name))
+    path.chmod(mode)
+    os.chown(path, owner, owner)
+    return path
+
+
+def test_only_spec_names_are_listed(spec_dir: Path) -> None:
+    (spec_dir / "notes.txt").write_text("x")
+    (spec_dir / "sub.yaml").mkdir()
+    assert spec_paths(str(spec_dir), []) == [str(spec_dir / "good.yaml")]
+
+
+def test_a_file_of_another_user_is_skipped_with_why(spec_dir: Path) -> None:
+    planted = plant(spec_dir)
+    problems: list[Problem] = []
+    assert spec_paths(str(spec_dir), problems) == [str(spec_dir / "good.yaml")]
+    assert [str(problem) for problem in problems] == [
+        f"{planted}: not trusted, skipped: {planted}: owned by uid {OTHER}, not root"
+    ]
+    assert untrusted(problems[0])
+    assert spec_paths(str(spec_dir), [], trusted_only=False) == [str(spec_dir / "good.yaml"), str(planted)]
+
+
+def test_a_root_file_others_can_write_is_skipped(spec_dir: Path) -> None:
+    planted = plant(spec_dir, mode=0o666, owner=0)
+    assert planted.stat().st_uid == 0
+    problems: list[Problem] = []
+    assert spec_paths(str(spec_dir), problems) == [str(spec_dir / "good.yaml")]
+    assert "writable by group or others (mode 0666)" in problems[0].reason
+
+
+def test_a_link_to_a_file_of_another_user_is_skipped(spec_dir: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, OTHER, OTHER)
+    target = plant(home, mode=0o666)
+    (spec_dir / "link.yaml").symlink_to(target)
+    problems: list[Problem] = []
+    assert spec_paths(str(spec_dir), problems) == [str(spec_dir / "good.yaml")]
+    assert problems[0].file == str(spec_dir / "link.yaml") and str(target) in problems[0].reason
+
+
+def test_a_directory_others_can_write_is_skipped_whole(spec_dir: Path) -> None:
+    spec_dir.chmod(0o777)
+    problems: list[Problem] = []
+    assert spec_paths(str(spec_dir), problems) == []
+    assert [str(problem) for problem in problems] == [
+        f"{spec_dir}: not trusted, skipped: {spec_dir}: writable by group or others (mode 0777)"
+    ]
+
+
+def test_the_registry_and_the_cache_skip_it(spec_dir: Path) -> None:
+    plant(spec_dir)
+    registry = load_registry([str(spec_dir)])
+    assert registry.device_names() == ["example.com/gpu=good"]
+    assert load_specs([str(spec_dir)]).device_names() == ["example.com/gpu=good"]
+    assert len(load_specs([str(spec_dir)]).untrusted()) == 1
+    everything = load_specs([str(spec_dir)], trusted_only=False)
+    assert everything.device_names() == ["example.com/gpu=good", "example.com/gpu=planted"]
+    assert everything.untrusted() == []
+
+
+def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path) -> None:
+    """The stored index is keyed on the files' text: a chmod alone must still change what is read."""
+    from cdictk.parsecache import ParseCache
+
+    store = ParseCache(str(tmp_path / "store"))
+    planted = plant(spec_dir, owner=0)
+    assert "example.com/gpu=planted" in load_specs([str(spec_dir)], store).device_names()
+    planted.chmod(0o666)
+    assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]
