@@ -19,6 +19,10 @@ from cdictk.configure.engines import ENGINES, Engine
 from cdictk.info.checks import Finding, Status
 from cdictk.node.roots import join
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cdictk.runtime.settings import Settings
+
 
 def check_engines(host_root: str) -> list[Finding]:
     findings: list[Finding] = []
@@ -69,7 +73,7 @@ def _settings(host_root: str) -> Finding:
     if not os.path.exists(path):
         return Finding("cdictk settings", Status.OK, f"{path}: none, the defaults")
     try:
-        load_settings(path)
+        settings = load_settings(path)
     except SettingsError as exc:
         return Finding(
             "cdictk settings",
@@ -77,4 +81,26 @@ def _settings(host_root: str) -> Finding:
             f"{exc} (cdictk-runtime refuses every command)",
             f"fix it, or start again from: cdictk config default > {shlex.quote(path)}",
         )
+    risky = [(key, why) for key, why, is_on in _risks(settings) if is_on]
+    if risky:
+        detail = f"{path}: " + "; ".join(why for _, why in risky)
+        keys = " and ".join(f"{key} = false" for key, _ in risky)
+        return Finding("cdictk settings", Status.WARN, detail, f"set {keys} in {path}")
     return Finding("cdictk settings", Status.OK, path)
+
+
+def _risks(settings: Settings) -> list[tuple[str, str, bool]]:
+    """The settings that open a trust boundary (docs/security.md): key, what it lets in, whether on."""
+    return [
+        (
+            "requests.accept-env-unprivileged",
+            "unprivileged containers get GPUs from their own environment (CUDA images set "
+            "NVIDIA_VISIBLE_DEVICES=all: a pod that asked for none gets every GPU)",
+            settings.accept_env_unprivileged,
+        ),
+        (
+            "runtime.accept-untrusted-specs",
+            "spec files that users other than root could change are read, and their hooks run as root",
+            settings.accept_untrusted_specs,
+        ),
+    ]

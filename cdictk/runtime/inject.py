@@ -28,11 +28,20 @@ class InjectError(Exception):
 
 
 def apply_requests(
-    config: object, settings: Settings, where: str, cache: ParseCache, warn: Callable[[str], None]
+    config: object,
+    settings: Settings,
+    where: str,
+    cache: ParseCache,
+    warn: Callable[[str], None],
+    *,
+    env_granted: bool = False,
 ) -> bool:
     """Apply the devices ``config`` asks for, in place; False (and ``config`` untouched) when none.
 
-    A request the policy ignores goes to ``warn``, one line each.
+    A request the policy ignores goes to ``warn``, one line each. ``env_granted``: the engine itself
+    asked for ``NVIDIA_VISIBLE_DEVICES`` (dockerd adds the legacy prestart hook, and sets the variable
+    last in the environment, only for ``docker run --gpus``), so it is honoured in an unprivileged
+    container too.
     """
     from cdictk.runtime.requests import Policy, RequestError, requests_from_config  # noqa: PLC0415
 
@@ -42,8 +51,9 @@ def apply_requests(
         policy = Policy(
             annotation_prefixes=settings.annotation_prefixes,
             default_kind=settings.default_kind,
-            accept_env_unprivileged=settings.accept_env_unprivileged,
+            accept_env_unprivileged=settings.accept_env_unprivileged or env_granted,
             accept_volume_mounts=settings.accept_volume_mounts,
+            env_kinds=settings.env_kinds,
         )
         requests = requests_from_config(config, policy)
     except RequestError as exc:

@@ -8,7 +8,14 @@ A container asks for devices in one of three ways, highest priority first, as NV
 2. when the policy accepts them, bind mounts of ``/dev/null`` onto
    ``/var/run/nvidia-container-devices/<request>``;
 3. ``NVIDIA_VISIBLE_DEVICES`` in the process environment (the last occurrence wins, as in the exec'd
-   environment), honoured for unprivileged containers only when the policy says so.
+   environment), honoured for unprivileged containers only when the policy says so, which by default
+   it does not: CUDA images set ``NVIDIA_VISIBLE_DEVICES=all`` in their own ``ENV``, so an image alone
+   would otherwise get every GPU of the node past the scheduler (NVIDIA's default lets it).
+
+Environment and volume-mount requests name devices of the default kind; a qualified name of another
+kind is refused unless the policy lists that kind (``env_kinds``): an image must not reach devices of
+other vendors or management devices through them. Annotations, which the engine or the orchestrator
+sets, may name any kind.
 
 The first source that asks for anything decides; the others are not read. Unqualified device ids
 (``0``, ``0:1``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``all``) become ``<default kind>=<id>``.
@@ -59,20 +66,28 @@ class RequestError(Exception):
 class Policy:
     """What the node's operator allows; the defaults are NVIDIA's."""
 
-    __slots__ = ("accept_env_unprivileged", "accept_volume_mounts", "annotation_prefixes", "default_kind")
+    __slots__ = (
+        "accept_env_unprivileged",
+        "accept_volume_mounts",
+        "annotation_prefixes",
+        "default_kind",
+        "env_kinds",
+    )
 
     annotation_prefixes: tuple[str, ...]
     default_kind: str
     accept_env_unprivileged: bool
     accept_volume_mounts: bool
+    env_kinds: frozenset[str]  # the kinds env and volume requests may name: the default kind and these
 
     def __init__(
         self,
         *,
         annotation_prefixes: Iterable[str] = ("cdi.k8s.io/",),
         default_kind: str = "nvidia.com/gpu",
-        accept_env_unprivileged: bool = True,
+        accept_env_unprivileged: bool = False,
         accept_volume_mounts: bool = False,
+        env_kinds: Iterable[str] = (),
     ) -> None:
         prefixes = (
             (annotation_prefixes,) if isinstance(annotation_prefixes, str) else tuple(annotation_prefixes)
@@ -83,8 +98,13 @@ class Policy:
         problem = kind_problem(default_kind)
         if problem:
             raise RequestError(f"default kind: {problem}")
+        for kind in env_kinds:
+            problem = kind_problem(kind)
+            if problem:
+                raise RequestError(f"env kinds: {problem}")
         self.annotation_prefixes = prefixes
         self.default_kind = default_kind
+        self.env_kinds = frozenset((default_kind, *env_kinds))
         self.accept_env_unprivileged = accept_env_unprivileged
         self.accept_volume_mounts = accept_volume_mounts
 
@@ -92,7 +112,7 @@ class Policy:
         return (
             f"Policy(annotation_prefixes={self.annotation_prefixes!r}, default_kind={self.default_kind!r}, "
             f"accept_env_unprivileged={self.accept_env_unprivileged!r}, "
-            f"accept_volume_mounts={self.accept_volume_mounts!r})"
+            f"accept_volume_mounts={self.accept_volume_mounts!r}, env_kinds={sorted(self.env_kinds)!r})"
         )
 
 
@@ -148,19 +168,21 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
     if devices is None and policy.accept_volume_mounts:
         requests = _mount_requests(config)
         if requests:
-            devices = _resolve(requests, policy.default_kind)
+            devices = _resolve(requests, policy)
             source = SOURCE_VOLUME_MOUNTS if devices is not None else ""
             devices = devices or []
     notes: list[str] = []
     if devices is None:
         value = env.get(VISIBLE_DEVICES)
         if value is not None and (policy.accept_env_unprivileged or _privileged(config)):
-            devices = _from_env(value, policy.default_kind)
+            devices = _from_env(value, policy)
             source = SOURCE_ENV if devices is not None else ""
         elif value and value != "void":
             notes.append(
-                f"{VISIBLE_DEVICES}={quote(value)} ignored: the container is unprivileged and "
-                "accept-env-unprivileged is false"
+                f"{VISIBLE_DEVICES}={quote(value)} ignored: an unprivileged container's environment "
+                "grants no GPU (requests.accept-env-unprivileged is false); ask with a CDI name "
+                f"(--device {policy.default_kind}=0), a {_first(policy.annotation_prefixes)} annotation, "
+                "docker run --gpus, or a device plugin's cdi or volume-mounts strategy"
             )
     capabilities, problem = _capabilities(env.get(DRIVER_CAPABILITIES))
     if problem and source:
@@ -239,22 +261,27 @@ def _cdi_mount_name(request: str, label: str) -> str:
     return rest
 
 
-def _from_env(value: str, kind: str) -> list[str] | None:
+def _first(prefixes: tuple[str, ...]) -> str:
+    return prefixes[0] + "*" if prefixes else "CDI"
+
+
+def _from_env(value: str, policy: Policy) -> list[str] | None:
     """The devices ``NVIDIA_VISIBLE_DEVICES`` asks for; None when it asks for no GPU container at all."""
     if not value:
         return None
     items = value.split(",")
     if "" in items:
         raise RequestError(f"{VISIBLE_DEVICES}: {quote(value)}: empty item in the device list")
-    return _resolve([(VISIBLE_DEVICES, item) for item in items], kind)
+    return _resolve([(VISIBLE_DEVICES, item) for item in items], policy)
 
 
-def _resolve(requests: list[tuple[str, str]], kind: str) -> list[str] | None:
+def _resolve(requests: list[tuple[str, str]], policy: Policy) -> list[str] | None:
     """Qualified names for (label, request) pairs.
 
     ``void`` anywhere -> None (once the other items are checked), ``none`` -> the driver-only marker,
-    ``all`` -> ``<kind>=all``.
+    ``all`` -> ``<kind>=all``; a qualified name must be of one of the policy's ``env_kinds``.
     """
+    kind = policy.default_kind
     void = any(request == "void" for _, request in requests)
     names: list[str] = []
     for label, request in requests:
@@ -268,6 +295,12 @@ def _resolve(requests: list[tuple[str, str]], kind: str) -> list[str] | None:
             problem = qualified_name_problem(request)
             if problem:
                 raise RequestError(f"{label}: {quote(request)}: {problem}")
+            asked = request.partition("=")[0]
+            if asked not in policy.env_kinds:
+                raise RequestError(
+                    f"{label}: {quote(request)}: kind {asked} cannot be asked for this way "
+                    f"(requests.env-kinds names those besides {kind}; or use a CDI annotation)"
+                )
             names.append(request)
         elif is_device_id(request):
             names.append(f"{kind}={request}")

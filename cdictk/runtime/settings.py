@@ -52,9 +52,15 @@ sys-root = "/sys"
 default-kind = "nvidia.com/gpu"
 # Annotations whose keys start with one of these ask for CDI devices (comma lists of names).
 annotation-prefixes = ["cdi.k8s.io/"]
-# Honour NVIDIA_VISIBLE_DEVICES in containers without CAP_SYS_ADMIN. Set it to false where users can
-# set environment variables but must not pick GPUs (device plugins then use annotations).
-accept-env-unprivileged = true
+# Honour NVIDIA_VISIBLE_DEVICES in containers without CAP_SYS_ADMIN. Off: CUDA images set
+# NVIDIA_VISIBLE_DEVICES=all themselves, so an unprivileged container (a pod that asked for no GPU)
+# would get every GPU. Ask with a CDI name, an annotation, docker run --gpus (the legacy hook) or a
+# device plugin's cdi or volume-mounts strategy instead. True is NVIDIA's default, for nodes where
+# only trusted users start containers.
+accept-env-unprivileged = false
+# Kinds besides default-kind that NVIDIA_VISIBLE_DEVICES and volume mounts may name
+# ("example.com/gpu=0"); annotations may name any kind.
+env-kinds = []
 # Honour requests made as /dev/null mounts onto /var/run/nvidia-container-devices/<device>.
 accept-volume-mounts = false
 """
@@ -73,6 +79,7 @@ _KEYS: dict[str, dict[str, type]] = {
         "annotation-prefixes": list,
         "accept-env-unprivileged": bool,
         "accept-volume-mounts": bool,
+        "env-kinds": list,
     },
 }
 
@@ -90,6 +97,7 @@ class Settings:
         "default_kind",
         "dev_root",
         "driver_root",
+        "env_kinds",
         "generate_when_missing",
         "proc_root",
         "runtimes",
@@ -103,7 +111,8 @@ class Settings:
         self.accept_untrusted_specs = False
         self.default_kind = "nvidia.com/gpu"
         self.annotation_prefixes = ["cdi.k8s.io/"]
-        self.accept_env_unprivileged = True
+        self.accept_env_unprivileged = False
+        self.env_kinds: list[str] = []
         self.accept_volume_mounts = False
         self.generate_when_missing = True
         self.driver_root = "/"
@@ -192,6 +201,10 @@ def _apply(settings: Settings, document: Mapping[str, object], path: str) -> Non
     problem = kind_problem(settings.default_kind)
     if problem:
         raise SettingsError(f"{path}: requests.default-kind: {problem}")
+    for extra in settings.env_kinds:
+        problem = kind_problem(extra)
+        if problem:
+            raise SettingsError(f"{path}: requests.env-kinds: {extra}: {problem}")
     for key in ("driver_root", "dev_root", "proc_root", "sys_root"):
         if not getattr(settings, key).startswith("/"):
             raise SettingsError(f"{path}: node.{key.replace('_', '-')} must be an absolute path")

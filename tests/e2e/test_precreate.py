@@ -22,7 +22,10 @@ def hooks_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
     spec_dir.mkdir()
     (spec_dir / "e2e.yaml").write_text(dump_yaml(e2e_spec(fake_gpu_host, "nvidia.com/gpu")))
     settings = tmp_path / "config.toml"
-    settings.write_text(f"[runtime]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n")
+    # These tests ask through the environment, which the default refuses (one test shows it).
+    settings.write_text(
+        f"[runtime]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n[requests]\naccept-env-unprivileged = true\n"
+    )
     hook = json.loads(SHIPPED.read_text())
     assert hook["stages"] == ["precreate"] and hook["hook"]["env"]
     launcher = install_launchers(str(tmp_path / "launchers"))[1]  # what the README installs

@@ -38,7 +38,13 @@ def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
     return directory
 
 
-def shim_command(runtime: Runtime, spec_dir: Path, extra: str = "") -> tuple[list[str], dict[str, str]]:
+# Most tests here ask through NVIDIA_VISIBLE_DEVICES, which the default settings refuse.
+ACCEPT_ENV = "[requests]\naccept-env-unprivileged = true\n"
+
+
+def shim_command(
+    runtime: Runtime, spec_dir: Path, extra: str = ACCEPT_ENV
+) -> tuple[list[str], dict[str, str]]:
     """The shim through the launcher an engine runs (``#!python -IS``), with its global options, and
     an environment naming a private settings file (the runtime under test, ``spec_dir``, ``extra``).
     Its parse cache is the test's own: the first call of a test fills it, later ones use it."""
@@ -58,7 +64,9 @@ def shim_command(runtime: Runtime, spec_dir: Path, extra: str = "") -> tuple[lis
     return [str(launcher), "--root", str(runtime.state_dir)], env
 
 
-def shim(runtime: Runtime, spec_dir: Path, *args: str, extra: str = "") -> subprocess.CompletedProcess[str]:
+def shim(
+    runtime: Runtime, spec_dir: Path, *args: str, extra: str = ACCEPT_ENV
+) -> subprocess.CompletedProcess[str]:
     """Runs the shim (see :func:`shim_command`) and captures its output."""
     command, env = shim_command(runtime, spec_dir, extra)
     return subprocess.run(
@@ -84,8 +92,11 @@ def gpu_bundle(
     return bundle
 
 
-def run(runtime: Runtime, spec_dir: Path, bundle: Path) -> subprocess.CompletedProcess[str]:
-    return shim(runtime, spec_dir, "run", "--bundle", str(bundle), f"cdictk-shim-{uuid.uuid4().hex[:12]}")
+def run(
+    runtime: Runtime, spec_dir: Path, bundle: Path, extra: str = ACCEPT_ENV
+) -> subprocess.CompletedProcess[str]:
+    name = f"cdictk-shim-{uuid.uuid4().hex[:12]}"
+    return shim(runtime, spec_dir, "run", "--bundle", str(bundle), name, extra=extra)
 
 
 def test_visible_devices_index(runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path) -> None:
@@ -111,6 +122,51 @@ def test_visible_devices_all_and_annotations(
     assert result.returncode == 0, result.stderr
     assert "can't open '/dev/nvidia0': No such file or directory" in result.stdout
     assert f"can't open '/dev/nvidia1': {ENXIO}" in result.stdout
+
+
+def test_an_image_alone_gets_no_gpu_by_default(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 17, item 8: CUDA images set NVIDIA_VISIBLE_DEVICES=all; a pod that asked for none got all."""
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=all",))
+    result = run(runtime, spec_dir, bundle, extra="")
+    assert result.returncode == 0, result.stderr
+    assert "can't open '/dev/nvidia0': No such file or directory" in result.stdout
+    assert "can't open '/dev/nvidia1': No such file or directory" in result.stdout
+    assert result.stderr.startswith('cdictk-runtime: warning: NVIDIA_VISIBLE_DEVICES="all" ignored: ')
+    (tmp_path / "bundle").rename(tmp_path / "first")
+    annotated = {"cdi.k8s.io/gpus": "nvidia.com/gpu=1"}  # what a device plugin or the engine asks
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=all",), annotations=annotated)
+    result = run(runtime, spec_dir, bundle, extra="")
+    assert result.returncode == 0, result.stderr
+    assert f"can't open '/dev/nvidia1': {ENXIO}" in result.stdout
+    assert "can't open '/dev/nvidia0': No such file or directory" in result.stdout
+
+
+def test_a_spec_of_another_user_never_reaches_the_config(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 17, item 1: a planted spec's createRuntime hook ran as root through cdictk-runtime."""
+    marker = tmp_path / "hook-ran"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil.chmod(0o755)
+    planted = spec_dir / "planted.yaml"
+    planted.write_text(
+        "cdiVersion: 0.5.0\nkind: example.com/x\ndevices:\n- name: a\n  containerEdits:\n"
+        f"    hooks: [{{hookName: createRuntime, path: {evil}}}]\n"
+    )
+    os.chown(planted, 12345, 12345)
+    bundle = gpu_bundle(tmp_path, rootfs, annotations={"cdi.k8s.io/x": "example.com/x=a"})
+    result = run(runtime, spec_dir, bundle)
+    assert result.returncode == 1 and not marker.exists()
+    assert f"{planted}: not trusted, skipped: {planted}: owned by uid 12345, not root" in result.stderr
+    assert "example.com/x=a: unresolvable CDI device" in result.stderr
+    (tmp_path / "bundle").rename(tmp_path / "first")
+    bundle = gpu_bundle(tmp_path, rootfs, annotations={"cdi.k8s.io/x": "example.com/x=a"})
+    result = run(runtime, spec_dir, bundle, extra="accept-untrusted-specs = true\n")  # in [runtime]
+    assert result.returncode == 0, result.stderr
+    assert marker.exists()  # the control: the same spec, trusted by the setting, does run its hook
 
 
 def test_void_leaves_the_config_byte_for_byte(
@@ -197,7 +253,7 @@ def test_a_node_without_a_spec_gets_one_made_in_memory(
     node = make_node("single")
     empty = tmp_path / "no-specs"
     empty.mkdir()
-    node_settings = (
+    node_settings = ACCEPT_ENV + (
         f"[node]\ndriver-root = {json.dumps(node.root)}\ndev-root = {json.dumps(node.root)}\n"
         f"proc-root = {json.dumps(node.proc)}\nsys-root = {json.dumps(node.sys)}\n"
     )

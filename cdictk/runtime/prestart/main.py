@@ -133,7 +133,8 @@ def prepare(state_bytes: bytes, log: Log) -> None:
     cache = ParseCache.from_environment()
     settings = load_settings(cache=cache)
 
-    if not apply_requests(edited, settings, path, cache, log.warn):
+    # dockerd adds this hook only for `docker run --gpus`, with the variable it sets: the engine's request.
+    if not apply_requests(edited, settings, path, cache, log.warn, env_granted=True):
         log.debug("the container asks for no GPU: left alone")
         return
     _refuse_mig_management(config)

@@ -183,6 +183,25 @@ def test_a_settings_file_the_shim_cannot_read_fails(
     assert code == 1 and settings["status"] == "fail" and settings["fix"].startswith("fix it")
 
 
+def test_settings_that_open_a_trust_boundary_are_flagged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "config.toml"
+    monkeypatch.setenv("CDICTK_CONFIG", str(path))
+    path.write_text("[requests]\naccept-env-unprivileged = false\n")
+    assert check_engines(str(tmp_path))[0].status is Status.OK
+    path.write_text("[requests]\naccept-env-unprivileged = true\n")
+    found = check_engines(str(tmp_path))[0]
+    assert found.status is Status.WARN and "a pod that asked for none gets every GPU" in found.detail
+    assert found.fix == f"set requests.accept-env-unprivileged = false in {path}"
+    path.write_text("[runtime]\naccept-untrusted-specs = true\n[requests]\naccept-env-unprivileged = true\n")
+    found = check_engines(str(tmp_path))[0]
+    assert "their hooks run as root" in found.detail
+    assert found.fix.startswith(
+        "set requests.accept-env-unprivileged = false and runtime.accept-untrusted-specs"
+    )
+
+
 def test_engines_under_the_host_root(tmp_path: Path) -> None:
     assert [f.check for f in check_engines(str(tmp_path))] == ["cdictk settings"]  # nothing installed
     docker = tmp_path / "etc/docker/daemon.json"

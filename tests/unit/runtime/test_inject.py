@@ -31,6 +31,7 @@ def settings(tmp_path: Path) -> Settings:
     result = Settings()
     result.spec_dirs = [str(tmp_path / "cdi")]
     result.generate_when_missing = False
+    result.accept_env_unprivileged = True  # these tests ask through the environment
     return result
 
 
@@ -69,6 +70,7 @@ def test_none_without_a_spec_of_the_kind_is_one_line(tmp_path: Path) -> None:
     empty = Settings()
     empty.spec_dirs = [str(tmp_path / "nothing")]
     empty.generate_when_missing = False
+    empty.accept_env_unprivileged = True
     with pytest.raises(InjectError, match=r'"none": no CDI spec of kind nvidia\.com/gpu in '):
         apply_requests(config, empty, "config.json", ParseCache(None), print)
     assert config == {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=none"]}}

@@ -24,7 +24,9 @@ def environment(tmp_path: Path) -> dict[str, str]:
     (tmp_path / "cdi").mkdir(exist_ok=True)
     (tmp_path / "cdi" / "a.yaml").write_text(SPEC)
     settings = tmp_path / "config.toml"
-    settings.write_text(f'[runtime]\nspec-dirs = ["{tmp_path / "cdi"}"]\n')
+    settings.write_text(
+        f'[runtime]\nspec-dirs = ["{tmp_path / "cdi"}"]\n[requests]\naccept-env-unprivileged = true\n'
+    )
     return {"CDICTK_CONFIG": str(settings), "CDICTK_CACHE_DIR": os.environ["CDICTK_CACHE_DIR"]}
 
 

@@ -45,8 +45,12 @@ def config(
     return result
 
 
+# Most tests here are about what a request says, so they read it as a node that accepts env requests.
+ACCEPT = Policy(accept_env_unprivileged=True)
+
+
 def request(cfg: dict[str, Any], policy: Policy | None = None) -> Requests:
-    return requests_from_config(cfg, policy or Policy())
+    return requests_from_config(cfg, policy or ACCEPT)
 
 
 def devices(*env: str, **kwargs: Any) -> list[str]:
@@ -69,7 +73,7 @@ def null_mount(destination: str, source: str = "/dev/null") -> dict[str, Any]:
     return {"destination": destination, "type": "bind", "source": source, "options": ["ro", "rbind"]}
 
 
-VOLUMES = Policy(accept_volume_mounts=True)
+VOLUMES = Policy(accept_volume_mounts=True, accept_env_unprivileged=True, env_kinds=["vendor.com/net"])
 
 
 # --- NVIDIA_VISIBLE_DEVICES values ------------------------------------------------------------------
@@ -89,7 +93,7 @@ VOLUMES = Policy(accept_volume_mounts=True)
         ("0:1", ["nvidia.com/gpu=0:1"]),
         ("0:0,1:3", ["nvidia.com/gpu=0:0", "nvidia.com/gpu=1:3"]),
         ("nvidia.com/gpu=0", ["nvidia.com/gpu=0"]),
-        ("vendor.com/class=dev_1:2.3", ["vendor.com/class=dev_1:2.3"]),
+        ("nvidia.com/gpu=dev_1:2.3", ["nvidia.com/gpu=dev_1:2.3"]),
         (
             f"1,{UUID},nvidia.com/gpu=2,0:1",
             ["nvidia.com/gpu=1", f"nvidia.com/gpu={UUID}", "nvidia.com/gpu=2", "nvidia.com/gpu=0:1"],
@@ -103,8 +107,34 @@ def test_visible_devices_values(value: str, expected: list[str]) -> None:
     assert result.capabilities == DEFAULT_CAPABILITIES
 
 
+def test_env_and_mounts_name_only_the_kinds_the_policy_lists() -> None:
+    """Issue 17, item 2: an image asked for example.com/x=a through NVIDIA_VISIBLE_DEVICES, and got it."""
+    assert error(config("NVIDIA_VISIBLE_DEVICES=0,example.com/x=a")) == (
+        'NVIDIA_VISIBLE_DEVICES: "example.com/x=a": kind example.com/x cannot be asked for this way '
+        "(requests.env-kinds names those besides nvidia.com/gpu; or use a CDI annotation)"
+    )
+    mount = config(mounts=[null_mount(f"{DEVICES_ROOT}/cdi/example.com/x/a")])
+    assert "kind example.com/x cannot be asked for this way" in error(
+        mount, Policy(accept_volume_mounts=True)
+    )
+    widened = Policy(accept_env_unprivileged=True, env_kinds=["example.com/x"])
+    assert request(config("NVIDIA_VISIBLE_DEVICES=example.com/x=a"), widened).devices == ["example.com/x=a"]
+    annotated = config(annotations={"cdi.k8s.io/x": "example.com/x=a"})
+    assert request(annotated, Policy()).devices == ["example.com/x=a"]  # the engine's policy, not ours
+    with pytest.raises(RequestError, match=r"^env kinds: "):
+        Policy(env_kinds=["example.com"])
+
+
+def test_a_cuda_image_alone_gets_no_gpu_by_default() -> None:
+    """Issue 17, item 8: CUDA images set NVIDIA_VISIBLE_DEVICES=all; a pod that asked for none got all."""
+    result = request(config("NVIDIA_VISIBLE_DEVICES=all", bounding=UNPRIVILEGED), Policy())
+    assert (result.devices, result.source) == ([], "") and "ignored" in result.notes[0]
+
+
 def test_unqualified_ids_take_the_policy_kind() -> None:
-    policy = Policy(default_kind="example.com/accel")
+    policy = Policy(
+        default_kind="example.com/accel", env_kinds=["nvidia.com/gpu"], accept_env_unprivileged=True
+    )
     result = request(config("NVIDIA_VISIBLE_DEVICES=0,nvidia.com/gpu=1"), policy)
     assert result.devices == ["example.com/accel=0", "nvidia.com/gpu=1"]
     assert request(config("NVIDIA_VISIBLE_DEVICES=all"), policy).devices == ["example.com/accel=all"]
@@ -239,10 +269,10 @@ def test_a_long_bad_value_is_cut_in_the_message() -> None:
 
 # --- privilege ---------------------------------------------------------------------------------------
 
-REFUSE = Policy(accept_env_unprivileged=False)
+REFUSE = Policy()  # the default
 
 
-def test_env_from_an_unprivileged_container_is_honoured_by_default() -> None:
+def test_env_from_an_unprivileged_container_is_honoured_when_the_policy_accepts_it() -> None:
     assert devices("NVIDIA_VISIBLE_DEVICES=0", bounding=UNPRIVILEGED) == ["nvidia.com/gpu=0"]
 
 
@@ -254,8 +284,10 @@ def test_env_from_an_unprivileged_container_is_ignored_when_the_policy_refuses_i
         result = request(config(f"NVIDIA_VISIBLE_DEVICES={value}", bounding=bounding), REFUSE)
         assert (result.devices, result.source) == ([], "")
         assert result.notes == [
-            f'NVIDIA_VISIBLE_DEVICES="{value}" ignored: the container is unprivileged and '
-            "accept-env-unprivileged is false"
+            f'NVIDIA_VISIBLE_DEVICES="{value}" ignored: an unprivileged container\'s environment grants '
+            "no GPU (requests.accept-env-unprivileged is false); ask with a CDI name "
+            "(--device nvidia.com/gpu=0), a cdi.k8s.io/* annotation, docker run --gpus, or a device "
+            "plugin's cdi or volume-mounts strategy"
         ]
     assert request(config("NVIDIA_VISIBLE_DEVICES=void", bounding=bounding), REFUSE).notes == []
 
@@ -589,11 +621,12 @@ def test_a_config_that_is_not_an_object() -> None:
 # --- policy, syntax helpers, objects -----------------------------------------------------------------
 
 
-def test_policy_defaults_are_nvidia_s() -> None:
+def test_policy_defaults_are_nvidia_s_but_closed_to_image_env() -> None:
     policy = Policy()
     assert policy.annotation_prefixes == ("cdi.k8s.io/",)
     assert policy.default_kind == "nvidia.com/gpu"
-    assert policy.accept_env_unprivileged is True
+    assert policy.env_kinds == {"nvidia.com/gpu"}
+    assert policy.accept_env_unprivileged is False  # NVIDIA's is True: issue 17, item 2
     assert policy.accept_volume_mounts is False
     assert "default_kind='nvidia.com/gpu'" in repr(policy)
     with pytest.raises(AttributeError):

@@ -42,6 +42,17 @@ def test_values_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert settings.accept_env_unprivileged is False and settings.default_kind == "example.com/gpu"
 
 
+def test_env_requests_are_closed_by_default_and_env_kinds_are_checked(tmp_path: Path) -> None:
+    defaults = Settings()
+    assert defaults.accept_env_unprivileged is False and defaults.env_kinds == []
+    path = tmp_path / "config.toml"
+    path.write_text('[requests]\nenv-kinds = ["example.com/gpu"]\n')
+    assert load_settings(str(path)).env_kinds == ["example.com/gpu"]
+    path.write_text('[requests]\nenv-kinds = ["example.com"]\n')
+    with pytest.raises(SettingsError, match=r"requests\.env-kinds: example\.com: invalid kind"):
+        load_settings(str(path))
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

@@ -17,6 +17,7 @@ def settings(spec_dir: Path) -> Settings:
     result = Settings()
     result.spec_dirs = [str(spec_dir)]
     result.generate_when_missing = False
+    result.accept_env_unprivileged = True  # these tests ask through the environment
     return result
 
 
@@ -127,11 +128,13 @@ def test_a_warning_for_an_ignored_request_and_the_container_starts(
     bundle = write_bundle(tmp_path, config)
     before = (bundle / "config.json").read_bytes()
     refusing = settings(tmp_path / "no-specs")
-    refusing.accept_env_unprivileged = False
+    refusing.accept_env_unprivileged = Settings().accept_env_unprivileged  # the default refuses
     prepare_bundle(str(bundle), refusing, ParseCache(None))
     assert (bundle / "config.json").read_bytes() == before
     err = capsys.readouterr().err
     assert err == (
-        'cdictk-runtime: warning: NVIDIA_VISIBLE_DEVICES="0" ignored: the container is unprivileged and '
-        "accept-env-unprivileged is false\n"
+        'cdictk-runtime: warning: NVIDIA_VISIBLE_DEVICES="0" ignored: an unprivileged container\'s '
+        "environment grants no GPU (requests.accept-env-unprivileged is false); ask with a CDI name "
+        "(--device nvidia.com/gpu=0), a cdi.k8s.io/* annotation, docker run --gpus, or a device plugin's "
+        "cdi or volume-mounts strategy\n"
     )

@@ -384,7 +384,8 @@ def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: N
     bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     config = json.loads(bundle.config.read_text())
     settings = load_settings(str(settings_file(tmp_path, node.spec_dir, generate=False)))
-    assert apply_requests(config, settings, str(bundle.config), ParseCache.from_environment(), print)
+    cache = ParseCache.from_environment()
+    assert apply_requests(config, settings, str(bundle.config), cache, print, env_granted=True)
     assert config["linux"]["devices"] and config["mounts"]  # the shim's work
     bundle.config.write_text(json.dumps(config))
     before = bundle.config.read_bytes()
