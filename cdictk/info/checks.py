@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 
@@ -13,19 +14,20 @@ from cdictk.node.facts import NodeFacts, discover
 from cdictk.node.modes import Mode
 from cdictk.node.roots import Roots
 
-CREATE_NODES = "cdictk system create-device-nodes --control-devices --load-kernel-modules"
+CREATE_NODES = ("cdictk", "system", "create-device-nodes", "--control-devices", "--load-kernel-modules")
 
 
 def create_nodes_command(roots: Roots) -> str:
-    """:data:`CREATE_NODES` with the roots info was given (create-device-nodes takes no sys root)."""
-    flags = ""
+    """:data:`CREATE_NODES` with the roots info was given (create-device-nodes takes no sys root),
+    quoted for a shell."""
+    flags = []
     if roots.driver != "/":
-        flags += f" --driver-root {roots.driver}"
+        flags += ["--driver-root", roots.driver]
     if roots.dev != roots.driver:
-        flags += f" --dev-root {roots.dev}"
+        flags += ["--dev-root", roots.dev]
     if roots.proc != "/proc":
-        flags += f" --proc-root {roots.proc}"
-    return CREATE_NODES + flags
+        flags += ["--proc-root", roots.proc]
+    return shlex.join([*CREATE_NODES, *flags])
 
 
 class Status(Enum):

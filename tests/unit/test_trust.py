@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.trust import fd_problem, owners_of_trust, path_problem
+from cdictk.trust import fd_problem, owners_of_trust, path_problem, repairs
 
 OTHER = 12345  # a uid nobody on the machine has: "another user"
 ROOT_ONLY = frozenset({0})
@@ -119,3 +119,24 @@ def test_an_open_file_is_judged_by_fstat(base: Path) -> None:
         assert fd_problem(fd, "entry", owners=ROOT_ONLY) == f"entry: owned by uid {OTHER}, not root"
     finally:
         os.close(fd)
+
+
+def test_repairs_name_every_entry_at_fault(base: Path) -> None:
+    inner = base / "cdi"
+    inner.mkdir()
+    inner.chmod(0o777)
+    path = spec(inner, 0o666)
+    os.chown(path, OTHER, OTHER)
+    assert repairs(str(path), owners=ROOT_ONLY) == [
+        ["chown", "root:", str(path)],
+        ["chmod", "go-w", str(path)],
+        ["chmod", "go-w", str(inner)],
+    ]
+    link = base / "link.yaml"
+    link.symlink_to(path)
+    os.lchown(link, OTHER, OTHER)
+    assert repairs(str(link), owners=ROOT_ONLY)[0] == ["chown", "-h", "root:", str(link)]
+    os.chown(path, 0, 0)
+    path.chmod(0o644)
+    inner.chmod(0o755)
+    assert repairs(str(path), owners=ROOT_ONLY) == []
