@@ -12,6 +12,8 @@ import stat
 
 from cdictk.errors import CdictkError
 
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
+
 
 def atomic_write(
     path: str, data: bytes, *, mode: int | None = None, keep_mode: bool = True
@@ -89,6 +91,54 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def make_dirs(path: str, mode: int = 0o755) -> None:
+    """Create ``path`` and each missing directory above it with exactly ``mode``, whatever the umask.
+
+    ``os.makedirs`` gives the parents it creates 0777 less the umask: 0777 under root's umask 000. A
+    directory that exists is used as it is (a link to one included, as ``os.makedirs`` does); one we
+    create is opened with ``O_NOFOLLOW`` before its mode is set, so a link swapped in meanwhile is
+    never chmod'ed through. Something in the way that is not a directory is a FileExistsError.
+    """
+    path = os.path.abspath(path)
+    missing: list[str] = []
+    head = path
+    while True:
+        try:
+            fd = os.open(head, _DIR_FLAGS)
+            break
+        except FileNotFoundError:
+            if head == "/":
+                raise
+            head, name = os.path.split(head)
+            missing.append(name)
+        except NotADirectoryError:
+            raise _in_the_way(head) from None
+    try:
+        for name in reversed(missing):
+            try:
+                os.mkdir(name, mode, dir_fd=fd)  # born with at most mode: the umask only takes away
+                made = True
+            except FileExistsError:
+                made = False  # made by someone else meanwhile
+            try:
+                child = os.open(name, _DIR_FLAGS | (os.O_NOFOLLOW if made else 0), dir_fd=fd)
+            except (FileNotFoundError, NotADirectoryError):  # a file, or a dangling link
+                raise _in_the_way(os.path.join(head, name)) from None
+            os.close(fd)
+            fd = child
+            head = os.path.join(head, name)
+            if made:
+                os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
+
+
+def _in_the_way(path: str) -> FileExistsError:
+    import errno  # noqa: PLC0415 - an error path: not an import on every container start
+
+    return FileExistsError(errno.EEXIST, "exists and is not a directory", path)
 
 
 def read_capped(path: str, limit: int) -> bytes:

@@ -47,6 +47,15 @@ def private_runtime_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
     return directory
 
 
+@pytest.fixture
+def umask_000() -> Iterator[None]:
+    """Root's umask at its loosest (what a careless service manager may hand us): whatever is
+    created gets the mode it is created with."""
+    old = os.umask(0)
+    yield
+    os.umask(old)
+
+
 @pytest.fixture(scope="session")
 def stub_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Compiled stub libraries, shared by every node of the session (gcc runs once per SONAME)."""

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, read_capped
+from cdictk.fsutil import atomic_write, make_dirs, read_capped
 
 MAX_CONFIG_BYTES = 16 << 20
 BACKUP_SUFFIX = ".cdictk.orig"
@@ -67,7 +67,7 @@ def locked(path: str, *, create: bool = True) -> Iterator[None]:
         yield
         return
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
+        make_dirs(directory)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise CdictkError(directory, "", exc.strerror or str(exc)) from None
@@ -119,7 +119,7 @@ def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = T
         return True
     directory = os.path.dirname(current.path)
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)  # conf.d/ may not exist yet
+        make_dirs(directory)  # conf.d/ may not exist yet
     except OSError as exc:
         raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
     atomic_write(current.path, new.encode("utf-8"))

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdictk.errors import CdictkError, Problem
+from cdictk.fsutil import make_dirs
 from cdictk.node.devnodes import all_nvidia_nodes
 from cdictk.node.nodecreate import (
     Majors,
@@ -162,9 +163,8 @@ def _open_dir(path: str, *, create: bool) -> int | None:
     parent, name = os.path.split(os.path.abspath(path))
     try:
         if create:
-            os.makedirs(parent, 0o755, exist_ok=True)
             with contextlib.suppress(FileExistsError):  # what is there is checked by the open
-                os.mkdir(path, 0o755)
+                make_dirs(path)
         parent_fd = os.open(parent, _DIR_FLAGS)
     except FileNotFoundError:
         if create:

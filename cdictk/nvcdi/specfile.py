@@ -48,11 +48,11 @@ def read(path: str) -> OnDisk:
 
 def write(path: str, data: bytes) -> Stamp:
     """Write ``data`` atomically with mode 0644; the stamp of the file as written."""
-    from cdictk.fsutil import atomic_write  # noqa: PLC0415
+    from cdictk.fsutil import atomic_write, make_dirs  # noqa: PLC0415
 
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
+        make_dirs(directory)
     except OSError as exc:
         raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
     return stamp_of(atomic_write(path, data, mode=0o644, keep_mode=False))

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, read_capped
+from cdictk.fsutil import atomic_write, make_dirs, read_capped
 
 
 def test_new_file_gets_the_given_mode(tmp_path: Path) -> None:
@@ -105,3 +105,64 @@ def test_read_capped_stops_at_the_cap_for_files_without_a_size() -> None:
     # /proc files report size 0 but have content: the cap still applies while reading.
     with pytest.raises(CdictkError, match="over the 4-byte limit"):
         read_capped("/proc/self/status", 4)
+
+
+def modes(top: Path, *names: str) -> list[int]:
+    return [stat.S_IMODE((top / name).stat().st_mode) for name in names]
+
+
+@pytest.mark.usefixtures("umask_000")
+def test_make_dirs_gives_every_directory_it_creates_the_mode_under_umask_000(tmp_path: Path) -> None:
+    make_dirs(str(tmp_path / "a" / "b" / "c"))
+    assert modes(tmp_path, "a", "a/b", "a/b/c") == [0o755, 0o755, 0o755]
+    make_dirs(str(tmp_path / "private" / "cache"), 0o700)
+    assert modes(tmp_path, "private", "private/cache") == [0o700, 0o700]
+
+
+def test_make_dirs_sets_the_mode_a_strict_umask_would_narrow(tmp_path: Path) -> None:
+    old = os.umask(0o077)
+    try:
+        make_dirs(str(tmp_path / "a" / "b"))
+    finally:
+        os.umask(old)
+    assert modes(tmp_path, "a", "a/b") == [0o755, 0o755]
+
+
+def test_make_dirs_leaves_what_exists_as_it_is(tmp_path: Path) -> None:
+    (tmp_path / "shared").mkdir(mode=0o777)
+    (tmp_path / "shared").chmod(0o1777)
+    (tmp_path / "link").symlink_to(tmp_path / "shared")  # an existing link to a directory is used
+    make_dirs(str(tmp_path / "link" / "new"))
+    make_dirs(str(tmp_path / "link" / "new"))  # and again: nothing to do
+    assert modes(tmp_path, "shared", "shared/new") == [0o1777, 0o755]
+
+
+@pytest.mark.parametrize("in_the_way", ["file", "dangling link"])
+def test_make_dirs_refuses_what_is_not_a_directory(tmp_path: Path, in_the_way: str) -> None:
+    blocker = tmp_path / "a"
+    if in_the_way == "file":
+        blocker.write_text("")
+    else:
+        blocker.symlink_to(tmp_path / "nowhere")
+    for path in (blocker, blocker / "b"):
+        with pytest.raises(FileExistsError):
+            make_dirs(str(path))
+    assert not (tmp_path / "nowhere").exists()
+
+
+def test_make_dirs_never_chmods_through_a_link_swapped_in_for_what_it_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    victim = tmp_path / "victim"
+    victim.mkdir(mode=0o700)
+    real_mkdir = os.mkdir
+
+    def mkdir_then_swap(name: str, mode: int = 0o777, *, dir_fd: int | None = None) -> None:
+        real_mkdir(name, mode, dir_fd=dir_fd)
+        os.rmdir(name, dir_fd=dir_fd)
+        os.symlink(victim, name, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_swap)
+    with pytest.raises(OSError):
+        make_dirs(str(tmp_path / "made"))
+    assert modes(tmp_path, "victim") == [0o700]

@@ -77,3 +77,18 @@ def test_lock_serialises_runs(tmp_path: Path) -> None:
         order.append("first")
     thread.join(5)
     assert order == ["first", "second"]
+
+
+@pytest.mark.usefixtures("umask_000")
+def test_directories_made_for_a_config_are_0755_parents_too_under_umask_000(tmp_path: Path) -> None:
+    config = tmp_path / "etc" / "containerd" / "conf.d" / "99-cdictk.toml"
+    with writer.locked(str(config)):
+        assert writer.commit(writer.read(str(config), follow_symlinks=False), "x = 1\n", dry_run=False)
+    drop_in = tmp_path / "etc" / "crio" / "crio.conf.d" / "99-cdictk.conf"
+    current = writer.read(str(drop_in), follow_symlinks=False)
+    assert writer.commit(current, "y = 2\n", dry_run=False, backup=False)  # a drop-in, not locked
+    made = ["etc", "etc/containerd", "etc/containerd/conf.d", "etc/crio", "etc/crio/crio.conf.d"]
+    assert {name: oct((tmp_path / name).stat().st_mode & 0o7777) for name in made} == dict.fromkeys(
+        made, "0o755"
+    )
+    assert (config.stat().st_mode & 0o7777, drop_in.stat().st_mode & 0o7777) == (0o644, 0o644)
