@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Sequence
 
@@ -25,6 +26,9 @@ def cli() -> None:
     Errors are one line on stderr, `cdictk: error: <file>: <field>: <reason>`, with exit status 1;
     nothing is written when a command fails.
     """
+    # Root's umask may be 000: what a command creates without a mode of its own (a directory for a
+    # spec or a config) must not come out world-writable. The writers set their files' modes anyway.
+    os.umask(0o022)
 
 
 @cli.command(

@@ -224,3 +224,16 @@ def test_output_name_runtimes_would_ignore_is_warned_about(
     node = make_node("single")
     code, _, err = generate(capsys, node, "-o", str(tmp_path / "nvidia.yml"))
     assert code == 0 and "CDI runtimes only load .yaml and .json files from their spec directories" in err
+
+
+@pytest.mark.usefixtures("umask_000")
+def test_output_under_new_directories_is_never_world_writable_under_umask_000(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    output = tmp_path / "a" / "b" / "cdi" / "nvidia.yaml"
+    code, _, err = generate(capsys, make_node("single"), "-o", str(output))
+    assert code == 0, err
+    made = [tmp_path / "a", tmp_path / "a" / "b", output.parent]
+    assert [oct(path.stat().st_mode & 0o7777) for path in made] == ["0o755"] * 3
+    assert oct(output.stat().st_mode & 0o7777) == "0o644"
+    assert os.umask(0) == 0o022  # the command set it, for whatever it creates without a mode of its own
