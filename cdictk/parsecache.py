@@ -8,9 +8,11 @@ seen at once.
 
 The directory is ``/run/cdictk`` for root (tmpfs: a reboot clears it); ``CDICTK_CACHE_DIR`` names
 another, and an empty value turns the cache off. An entry is only read from a directory and file
-owned by this user that no one else can write, through ``O_NOFOLLOW``; anything odd (a foreign
-owner, a link, a torn or malformed file) makes the entry a miss, never an error: the files are
-parsed as if there were no cache. Entries are written to a temporary file, fsynced and renamed.
+owned by this user that no one else can write, under parents only root (or this user) could change
+(:mod:`cdictk.trust`); the directory is opened once with ``O_NOFOLLOW`` and used through that
+descriptor alone, so a directory swapped for a link after the check is never used. Anything odd (a
+foreign owner, a link, a torn or malformed file) makes the entry a miss, never an error: the files
+are parsed as if there were no cache. Entries are written to a temporary file, fsynced and renamed.
 Standard library only.
 """
 
@@ -20,7 +22,8 @@ import os
 import stat
 
 from cdictk import strictjson
-from cdictk.fsutil import read_fd
+from cdictk.fsutil import make_dirs, read_fd
+from cdictk.trust import path_problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -60,17 +63,21 @@ class ParseCache:
 
     def load(self, name: str, key: Any) -> Any:
         """The value stored under ``name`` for ``key``; None when there is none to trust."""
-        if self.directory is None or not _private(self.directory, os.lstat, stat.S_IFDIR):
+        directory = self._open_directory(create=False)
+        if directory is None:
             return None
         try:
             fd = os.open(
-                os.path.join(self.directory, name + ".json"),
+                name + ".json",
                 os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                dir_fd=directory,
             )
         except OSError:
             return None
+        finally:
+            os.close(directory)
         try:
-            if not _private(fd, os.fstat, stat.S_IFREG) or os.fstat(fd).st_size > MAX_ENTRY:
+            if not _private(fd, stat.S_IFREG) or os.fstat(fd).st_size > MAX_ENTRY:
                 return None
             data = read_fd(fd, MAX_ENTRY)
             if data is None:
@@ -90,39 +97,71 @@ class ParseCache:
             return
         try:
             data = strictjson.dumps({"key": key, "value": value})
-            if len(data) > MAX_ENTRY:  # load would refuse it: rewriting it every start helps no one
-                return
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
-        except (OSError, ValueError):
+        except ValueError:
             return
-        if not _private(self.directory, os.lstat, stat.S_IFDIR):
+        if len(data) > MAX_ENTRY:  # load would refuse it: rewriting it every start helps no one
             return
-        path = os.path.join(self.directory, name + ".json")
-        tmp = f"{path}.{os.urandom(6).hex()}.tmp"
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        except OSError:
+        directory = self._open_directory(create=True)
+        if directory is None:
             return
+        entry = name + ".json"
+        tmp = f"{entry}.{os.urandom(6).hex()}.tmp"
         try:
             try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.rename(tmp, path)
-        except OSError:
-            try:  # noqa: SIM105 - contextlib is one more import on every container start
-                os.unlink(tmp)
+                fd = os.open(
+                    tmp,
+                    os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    0o600,
+                    dir_fd=directory,
+                )
             except OSError:
-                pass
+                return
+            try:
+                try:
+                    view = memoryview(data)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.rename(tmp, entry, src_dir_fd=directory, dst_dir_fd=directory)
+            except OSError:
+                try:  # noqa: SIM105 - contextlib is one more import on every container start
+                    os.unlink(tmp, dir_fd=directory)
+                except OSError:
+                    pass
+        finally:
+            os.close(directory)
+
+    def _open_directory(self, *, create: bool) -> int | None:
+        """A descriptor of the directory when it is ours alone, or None.
+
+        Its parents first, by path: if someone else could rename the directory or a parent, the
+        directory could be theirs by the time it is used. Then the directory is opened once without
+        following a link, checked through the descriptor and used only through it: one swapped for a
+        link after the check is never read or written.
+        """
+        if self.directory is None:
+            return None
+        try:
+            if create:
+                # 0700 for the parents it makes too: nothing under them is anyone else's business.
+                make_dirs(self.directory, 0o700)
+            if path_problem(os.path.dirname(os.path.abspath(self.directory)), leaf_sticky_ok=True):
+                return None
+            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        if not _private(fd, stat.S_IFDIR):
+            os.close(fd)
+            return None
+        return fd
 
 
-def _private(target: Any, stat_of: Any, kind: int) -> bool:
-    """Whether ``target`` is of ``kind`` (lstat: not a link), ours, and writable by no one else."""
+def _private(fd: int, kind: int) -> bool:
+    """Whether the open ``fd`` is of ``kind``, ours, and writable by no one else."""
     try:
-        st = stat_of(target)
+        st = os.fstat(fd)
     except OSError:
         return False
     return stat.S_IFMT(st.st_mode) == kind and st.st_uid == os.geteuid() and not st.st_mode & 0o022

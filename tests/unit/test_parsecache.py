@@ -77,6 +77,70 @@ def test_a_directory_that_is_a_link_is_not_used(tmp_path: Path) -> None:
     assert ParseCache(str(tmp_path / "link")).load("e", [1]) is None
 
 
+def swap_for_a_link_after_the_check(monkeypatch: pytest.MonkeyPatch, directory: Path, target: Path) -> None:
+    """The race a user who could rename the directory would run: as soon as the cache looks at
+    anything but the directory itself, the directory is moved aside and a link to ``target`` takes
+    its name (renameat2's exchange, in one step)."""
+    real_open = os.open
+    swapped = False
+
+    def open_after_swap(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        nonlocal swapped
+        if not swapped and path != str(directory):
+            swapped = True
+            directory.rename(directory.with_name("moved-aside"))
+            directory.symlink_to(target)
+        return real_open(path, flags, mode, dir_fd=dir_fd)
+
+    monkeypatch.setattr(os, "open", open_after_swap)
+
+
+def test_a_directory_swapped_for_a_link_after_the_check_is_not_written_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory, target = tmp_path / "c", tmp_path / "chosen-by-the-user"
+    cache = ParseCache(str(directory))
+    cache.store("e", [1], "good")
+    target.mkdir(mode=0o700)
+    swap_for_a_link_after_the_check(monkeypatch, directory, target)
+    cache.store("f", [1], "new")
+    assert os.listdir(target) == []
+    assert sorted(os.listdir(tmp_path / "moved-aside")) == ["e.json", "f.json"]
+
+
+def test_a_directory_swapped_for_a_link_after_the_check_is_not_read_through(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory, target = tmp_path / "c", tmp_path / "chosen-by-the-user"
+    ParseCache(str(directory)).store("e", [1], "good")
+    ParseCache(str(target)).store("e", [1], "planted")  # root's file, in a place of the user's choosing
+    swap_for_a_link_after_the_check(monkeypatch, directory, target)
+    assert ParseCache(str(directory)).load("e", [1]) == "good"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the parent to another user")
+def test_a_directory_under_a_parent_someone_else_owns_is_not_used(tmp_path: Path) -> None:
+    parent = tmp_path / "user"
+    cache = ParseCache(str(parent / "c"))
+    cache.store("e", [1], "good")
+    os.chown(parent, 12345, 12345)  # the user could rename c away and put another in its place
+    assert cache.load("e", [1]) is None
+    cache.store("f", [1], "new")
+    assert os.listdir(parent / "c") == ["e.json"]
+    fresh = ParseCache(str(parent / "new"))
+    fresh.store("e", [1], "x")
+    assert os.listdir(parent / "new") == []
+
+
+def test_a_directory_under_a_sticky_world_writable_parent_is_used(tmp_path: Path) -> None:
+    shared = tmp_path / "tmp"
+    shared.mkdir()
+    shared.chmod(0o1777)  # as /tmp: nobody but root may rename root's entries there
+    cache = ParseCache(str(shared / "c"))
+    cache.store("e", [1], "good")
+    assert cache.load("e", [1]) == "good"
+
+
 def test_what_cannot_be_stored_is_skipped_quietly(tmp_path: Path) -> None:
     cache = ParseCache(str(tmp_path / "c"))
     cache.store("e", [1], {1j: "not JSON"})
