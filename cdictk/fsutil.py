@@ -16,7 +16,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def atomic_write(
-    path: str, data: bytes, *, mode: int | None = None, keep_mode: bool = True
+    path: str, data: bytes, *, mode: int | None = None, keep_mode: bool = True, sweep: bool = False
 ) -> os.stat_result:
     """Replace ``path`` with ``data`` atomically; return the new file's status as written.
 
@@ -24,6 +24,11 @@ def atomic_write(
     ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A symlink at
     ``path`` is refused rather than replaced by a regular file or followed. The status comes from the
     descriptor, not from ``path``, which someone may have replaced or removed by the time it returns.
+
+    ``sweep``: first remove the temporary files that killed writers of ``path`` left
+    (:func:`sweep_temps`), and hold a lock on our own from its creation to its rename, so that another
+    writer's sweep leaves it alone: every writer of a path that is swept must pass it. Off by default:
+    the shim writes ``config.json`` on every container create, into a bundle nobody sweeps.
     """
     directory = os.path.dirname(path) or "."
     try:
@@ -40,12 +45,9 @@ def atomic_write(
     if old is not None and keep_mode:
         final_mode = stat.S_IMODE(old.st_mode)
 
-    # A random name: a temp file left by a crash never blocks the next write.
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.urandom(6).hex()}.tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        raise CdictkError(path, "", f"cannot create a temporary file: {exc.strerror}") from None
+    if sweep:
+        sweep_temps(path)
+    fd, tmp = _create_temp(path, lock=sweep)
     try:
         try:
             view = memoryview(data)
@@ -59,9 +61,9 @@ def atomic_write(
             os.fchmod(fd, final_mode)
             os.fsync(fd)
             status = os.fstat(fd)
+            os.rename(tmp, path)  # before the close: a sweep must never find our temp file unlocked
         finally:
             os.close(fd)
-        os.rename(tmp, path)
     except OSError as exc:
         _unlink(tmp)
         raise CdictkError(path, "", f"cannot write: {exc.strerror}") from None
@@ -70,6 +72,79 @@ def atomic_write(
         raise
     _fsync_directory(directory)
     return status
+
+
+def _create_temp(path: str, *, lock: bool) -> tuple[int, str]:
+    """A new temporary file next to ``path`` (descriptor, path), locked when asked."""
+    directory, name = os.path.split(path)
+    for _ in range(3):
+        # A random name: a temp file left by a crash never blocks the next write.
+        tmp = os.path.join(directory, f".{name}.{os.urandom(6).hex()}.tmp")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise CdictkError(path, "", f"cannot create a temporary file: {exc.strerror}") from None
+        if not lock:
+            return fd, tmp
+        import fcntl  # noqa: PLC0415 - only writers that sweep pay for it
+
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            # A sweep may have taken it in the instant between the open and the lock: then it is
+            # unlinked by the time we hold the lock, and a fresh name is needed.
+            if os.fstat(fd).st_nlink:
+                return fd, tmp
+        except OSError as exc:
+            os.close(fd)
+            _unlink(tmp)
+            raise CdictkError(path, "", f"cannot lock a temporary file: {exc.strerror}") from None
+        os.close(fd)
+    raise CdictkError(path, "", "cannot keep a temporary file: removed as soon as made")
+
+
+def sweep_temps(path: str) -> None:
+    """Remove the temporary files that writers of ``path`` killed mid-write left beside it.
+
+    A sweeping writer holds an exclusive ``flock`` on its temporary file from its creation until its
+    rename (see :func:`atomic_write`), and the kernel drops it when the writer dies: a temporary file
+    we can lock without waiting has no writer left. Only the names atomic_write makes are looked at
+    (``.NAME.`` + 12 hex digits + ``.tmp``), and only regular files. Best effort: whatever cannot be
+    listed, locked or removed stays.
+    """
+    import fcntl  # noqa: PLC0415 - not on the shim's path
+
+    directory, name = os.path.split(path)
+    prefix = f".{name}."
+    try:
+        dfd = os.open(directory or ".", _DIR_FLAGS)
+    except OSError:
+        return
+    try:
+        for entry in os.listdir(dfd):
+            middle = entry[len(prefix) : -len(".tmp")]
+            if not (entry.startswith(prefix) and entry.endswith(".tmp") and _is_temp_token(middle)):
+                continue
+            try:
+                seen = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
+                if not stat.S_ISREG(seen.st_mode):
+                    continue
+                fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.fstat(fd).st_ino == seen.st_ino:  # the file we looked at, not one renamed in since
+                    os.unlink(entry, dir_fd=dfd)
+            except OSError:
+                pass  # locked: its writer is alive
+            finally:
+                os.close(fd)
+    finally:
+        os.close(dfd)
+
+
+def _is_temp_token(text: str) -> bool:
+    return len(text) == 12 and not set(text) - set("0123456789abcdef")
 
 
 def _fsync_directory(directory: str) -> None:

@@ -5,7 +5,8 @@
 - One run at a time: an exclusive lock on the config's directory, held from reading to writing.
 - Before the first change to a file, a one-time copy ``<file>.cdictk.orig`` of what was there.
 - Writes are atomic and keep the file's mode and owner; an unchanged file is not written (its mtime
-  stays); ``dry_run`` prints a unified diff instead.
+  stays); ``dry_run`` prints a unified diff instead. Temporary files a killed run left beside a config
+  are removed by the next run (:func:`cdictk.fsutil.sweep_temps`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, make_dirs, read_capped
+from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps
 
 MAX_CONFIG_BYTES = 16 << 20
 BACKUP_SUFFIX = ".cdictk.orig"
@@ -101,6 +102,8 @@ def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = T
     ``backup=False`` for files that are cdictk's own (a drop-in): there is nothing of the user's to keep.
     """
     if new == current.text or (current.text is None and not new):
+        if not dry_run:
+            sweep_temps(current.path)  # a killed run's leftovers go even when there is nothing to write
         return False  # an absent file and an empty one are the same config
     if dry_run:
         sys.stdout.write(diff(current.path, current.text, new))
@@ -122,7 +125,7 @@ def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = T
         make_dirs(directory)  # conf.d/ may not exist yet
     except OSError as exc:
         raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
-    atomic_write(current.path, new.encode("utf-8"))
+    atomic_write(current.path, new.encode("utf-8"), sweep=True)
     return True
 
 
@@ -144,4 +147,4 @@ def _backup(path: str, text: str) -> None:
         mode = stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
         mode = 0o644
-    atomic_write(backup, text.encode("utf-8"), mode=mode)
+    atomic_write(backup, text.encode("utf-8"), mode=mode, sweep=True)

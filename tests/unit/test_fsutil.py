@@ -1,3 +1,4 @@
+import fcntl
 import os
 import stat
 from pathlib import Path
@@ -5,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, make_dirs, read_capped
+from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps
 
 
 def test_new_file_gets_the_given_mode(tmp_path: Path) -> None:
@@ -166,3 +167,62 @@ def test_make_dirs_never_chmods_through_a_link_swapped_in_for_what_it_made(
     with pytest.raises(OSError):
         make_dirs(str(tmp_path / "made"))
     assert modes(tmp_path, "victim") == [0o700]
+
+
+def temp_of(path: Path, token: str) -> Path:
+    return path.with_name(f".{path.name}.{token}.tmp")
+
+
+def test_a_sweeping_write_removes_a_dead_writers_temp_files_and_keeps_a_live_ones(tmp_path: Path) -> None:
+    target = tmp_path / "nvidia.yaml"
+    stale = temp_of(target, "0123456789ab")  # left by a writer killed mid-write: nobody holds its lock
+    live = temp_of(target, "ba9876543210")  # a concurrent writer's, locked while it writes
+    others = [
+        temp_of(target, "backup"),  # not a name atomic_write makes
+        temp_of(tmp_path / "other.yaml", "0123456789ab"),  # another file's
+    ]
+    for path in (stale, live, *others):
+        path.write_text("half")
+    with live.open("rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        atomic_write(str(target), b"spec", sweep=True)
+        assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in (target, live, *others))
+    atomic_write(str(target), b"spec", sweep=False)  # the shim's way: no sweep
+    assert live.exists()
+
+
+def test_a_sweeping_writers_temp_file_survives_another_writers_sweep(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "nvidia.yaml"
+    real_fsync = os.fsync
+
+    def fsync_while_another_run_sweeps(fd: int) -> None:
+        sweep_temps(str(target))  # a second `cdi generate` starting while we write
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_while_another_run_sweeps)
+    atomic_write(str(target), b"spec", sweep=True)
+    assert target.read_bytes() == b"spec"
+    assert os.listdir(tmp_path) == ["nvidia.yaml"]
+
+
+def test_a_temp_file_swept_before_its_writer_locked_it_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = tmp_path / "nvidia.yaml"
+    real_open = os.open
+    swept: list[str] = []
+
+    def open_then_sweep(path: str, flags: int, mode: int = 0o777, *, dir_fd: int | None = None) -> int:
+        fd = real_open(path, flags, mode, dir_fd=dir_fd)
+        if flags & os.O_CREAT and not swept:
+            swept.append(path)
+            sweep_temps(str(target))  # the instant between the temp file's creation and its lock
+        return fd
+
+    monkeypatch.setattr(os, "open", open_then_sweep)
+    atomic_write(str(target), b"spec", sweep=True)
+    assert not os.path.exists(swept[0])
+    assert target.read_bytes() == b"spec"
+    assert os.listdir(tmp_path) == ["nvidia.yaml"]

@@ -92,3 +92,17 @@ def test_directories_made_for_a_config_are_0755_parents_too_under_umask_000(tmp_
         made, "0o755"
     )
     assert (config.stat().st_mode & 0o7777, drop_in.stat().st_mode & 0o7777) == (0o644, 0o644)
+
+
+def test_a_killed_runs_temp_file_is_removed_by_the_next_run(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text("x = 1\n")
+    stale = tmp_path / ".config.toml.0123456789ab.tmp"  # kill -9 between the write and the rename
+    stale.write_text("x = ")
+    assert not writer.commit(writer.read(str(path), follow_symlinks=False), "x = 1\n", dry_run=True)
+    assert stale.exists()  # a dry run changes nothing
+    assert not writer.commit(writer.read(str(path), follow_symlinks=False), "x = 1\n", dry_run=False)
+    assert not stale.exists()
+    stale.write_text("x = ")
+    assert writer.commit(writer.read(str(path), follow_symlinks=False), "x = 2\n", dry_run=False)
+    assert sorted(os.listdir(tmp_path)) == ["config.toml", "config.toml.cdictk.orig"]
