@@ -238,8 +238,8 @@ def generate_command(  # click passes every option by keyword
             return 0
         print(f"cdictk: {output}: {problem}", file=sys.stderr)
         return 1
-    written, _ = specfile.update(output, data)
-    done = f"wrote {output}" if written else f"{output}: unchanged"
+    written, _, replaced = specfile.update(output, data)
+    done = specfile.wrote(output, replaced) if written else f"{output}: unchanged"
     print(f"{done} ({made.summary})", file=sys.stderr)
     return 0
 

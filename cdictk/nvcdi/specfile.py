@@ -1,7 +1,10 @@
 """Where a generated spec goes: the output policy of ``cdictk cdi generate``, once or ``--watch``.
 
-The file is written atomically with mode 0644 (runtimes of any user must be able to read it) and not
-at all when its bytes and mode are right already, so spec watchers see no event for nothing. Anything
+The file is written atomically with mode 0644 (runtimes of any user must be able to read it), owned by
+the writer, and not at all when its bytes, mode and owner are right already, so spec watchers see no
+event for nothing. A file with the same bytes that someone else owns (or with another mode) is
+replaced all the same: its hooks run as root, and its owner could change them at any time. Temporary
+files a killed run left beside it are removed on the next run (:func:`cdictk.fsutil.sweep_temps`). Anything
 but a regular file at the path (a symlink, a FIFO, /dev/stdout) is refused before it is opened:
 reading a FIFO would hang, and the atomic rename would replace a link rather than write through it.
 ``--check`` compares without writing. ``--watch`` regenerates when the node's fingerprint or the file
@@ -27,7 +30,7 @@ Stamp = tuple[int, ...]
 @dataclass(frozen=True, slots=True)
 class OnDisk:
     data: bytes | None  # None: no file
-    mode_ok: bool  # 0644 already
+    not_ours: str | None  # why the file is not as we leave it ("owned by uid 1000"), None when it is
     stamp: Stamp | None  # what the file was when read, to notice a later change by someone else
 
 
@@ -36,14 +39,21 @@ def read(path: str) -> OnDisk:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return OnDisk(None, True, None)
+        return OnDisk(None, None, None)
     except OSError as exc:
         raise CdictkError(path, "", exc.strerror or str(exc)) from None
     if not stat.S_ISREG(info.st_mode):
         raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
     from cdictk.fsutil import read_capped  # noqa: PLC0415
 
-    return OnDisk(read_capped(path, MAX_SPEC_BYTES), stat.S_IMODE(info.st_mode) == 0o644, stamp_of(info))
+    return OnDisk(read_capped(path, MAX_SPEC_BYTES), _not_ours(info), stamp_of(info))
+
+
+def _not_ours(info: os.stat_result) -> str | None:
+    if info.st_uid != os.geteuid():
+        return f"owned by uid {info.st_uid}"
+    mode = stat.S_IMODE(info.st_mode)
+    return None if mode == 0o644 else f"with mode {mode:04o}"
 
 
 def write(path: str, data: bytes) -> Stamp:
@@ -55,15 +65,32 @@ def write(path: str, data: bytes) -> Stamp:
         make_dirs(directory)
     except OSError as exc:
         raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
-    return stamp_of(atomic_write(path, data, mode=0o644, keep_mode=False))
+    return stamp_of(atomic_write(path, data, mode=0o644, keep_mode=False, sweep=True))
 
 
-def update(path: str, data: bytes) -> tuple[bool, Stamp | None]:
-    """Write ``data`` unless the file holds it already with the right mode: (written, stamp)."""
-    current = read(path)
-    if current.data == data and current.mode_ok:
-        return False, current.stamp
-    return True, write(path, data)
+def update(path: str, data: bytes) -> tuple[bool, Stamp | None, str | None]:
+    """Write ``data`` unless the file is ours and holds it already: (written, stamp, replaced), where
+    ``replaced`` says why a file that held ``data`` already was replaced ("owned by uid 1000")."""
+    return settle(path, data, read(path))
+
+
+def settle(path: str, data: bytes, current: OnDisk) -> tuple[bool, Stamp | None, str | None]:
+    """:func:`update` with the file as read already."""
+    if current.data != data:
+        return True, write(path, data), None
+    if current.not_ours is not None:
+        return True, write(path, data), current.not_ours
+    from cdictk.fsutil import sweep_temps  # noqa: PLC0415
+
+    sweep_temps(path)  # a killed run's leftovers go even when there is nothing to write
+    return False, current.stamp, None
+
+
+def wrote(path: str, replaced: str | None) -> str:
+    """What to say once ``path`` is written; ``replaced``: why the same bytes were written again."""
+    if replaced is None:
+        return f"wrote {path}"
+    return f"wrote {path}: replaced the same spec {replaced}"
 
 
 def check(path: str, data: bytes) -> str | None:
@@ -75,7 +102,7 @@ def check(path: str, data: bytes) -> str | None:
 
 
 def stamp_of(st: os.stat_result) -> Stamp:
-    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid)
 
 
 def path_stamp(path: str) -> Stamp | None:
@@ -110,7 +137,8 @@ class WatchedSpec:
     def fingerprint(self) -> object:
         from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
 
-        # The output is part of it: a spec deleted, replaced or chmod'ed by someone else is put back.
+        # The output is part of it: a spec deleted, replaced, chmod'ed or chown'ed by someone else is
+        # put back.
         # Its own stamp, not a flag: two changes by others in a row must differ from each other too.
         stamp = path_stamp(self._output)
         return node_fingerprint(self._roots), "ours" if stamp == self._written else stamp
@@ -128,10 +156,9 @@ class WatchedSpec:
             current = read(self._output)
         except CdictkError as exc:  # a link, a directory, a FIFO: waiting will not change it
             raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from None
-        stamp = current.stamp
-        if current.data != data or not current.mode_ok:
-            stamp = write(self._output, data)
-            self._say(f"wrote {self._output} ({made.summary})")
+        written, stamp, replaced = settle(self._output, data, current)
+        if written:
+            self._say(f"{wrote(self._output, replaced)} ({made.summary})")
         # The stamp of the file as written or read, never a second look at the path: a spec removed in
         # between would be remembered as "ours, missing", and never be put back.
         self._written = stamp

@@ -237,3 +237,18 @@ def test_output_under_new_directories_is_never_world_writable_under_umask_000(
     assert [oct(path.stat().st_mode & 0o7777) for path in made] == ["0o755"] * 3
     assert oct(output.stat().st_mode & 0o7777) == "0o644"
     assert os.umask(0) == 0o022  # the command set it, for whatever it creates without a mode of its own
+
+
+def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the spec to another user")
+    node = make_node("single")
+    output = tmp_path / "nvidia.yaml"
+    generate(capsys, node, "-o", str(output))
+    os.chown(output, 12345, 12345)  # the same bytes, 0644: its owner could still edit the hooks
+    code, _, err = generate(capsys, node, "-o", str(output))
+    assert code == 0 and f"wrote {output}: replaced the same spec owned by uid 12345 (" in err
+    assert "unchanged" not in err
+    assert output.stat().st_uid == 0
