@@ -143,13 +143,20 @@ class ParseCache:
         """
         if self.directory is None:
             return None
+        directory = os.path.abspath(self.directory)
         try:
-            if create:
+            if create and not os.path.lexists(directory):
+                existing = os.path.dirname(directory)
+                while not os.path.lexists(existing):
+                    existing = os.path.dirname(existing)
+                # Nothing is made under a directory someone else could have pointed elsewhere.
+                if path_problem(existing, leaf_sticky_ok=True):
+                    return None
                 # 0700 for the parents it makes too: nothing under them is anyone else's business.
-                make_dirs(self.directory, 0o700)
-            if path_problem(os.path.dirname(os.path.abspath(self.directory)), leaf_sticky_ok=True):
+                make_dirs(directory, 0o700)
+            if path_problem(os.path.dirname(directory), leaf_sticky_ok=True):
                 return None
-            fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return None
         if not _private(fd, stat.S_IFDIR):
