@@ -77,6 +77,10 @@ def _entry_problem(path: str, owners: frozenset[int], *, sticky_ok: bool) -> str
         st = os.lstat(path)
     except OSError as exc:
         return f"{path}: {exc.strerror}"
+    return _stat_problem(path, st, owners, sticky_ok=sticky_ok)
+
+
+def _stat_problem(path: str, st: os.stat_result, owners: frozenset[int], *, sticky_ok: bool) -> str | None:
     if st.st_uid not in owners:
         return f"{path}: owned by uid {st.st_uid}, not root"
     if stat.S_ISLNK(st.st_mode) or not st.st_mode & _WRITABLE:
@@ -117,6 +121,76 @@ def _entry_repairs(path: str, owners: frozenset[int], *, sticky_ok: bool) -> lis
     if _entry_problem(path, frozenset({st.st_uid}), sticky_ok=sticky_ok) is not None:
         commands.append(["chmod", "go-w", path])
     return commands
+
+
+def tree_problem(
+    root: str, *, owners: frozenset[int] | None = None, seen: dict[str, str] | None = None
+) -> str | None:
+    """Why ``root`` or anything under it is not root's alone, or None: a package Python imports from.
+
+    ``root`` is checked as :func:`path_problem` checks it, then every directory and file under it,
+    whatever its name (``__pycache__`` too: Python reads what it finds there). A link in the tree is
+    checked along its own chain and where it leads, and a directory it leads to is walked as well.
+    A launcher runs this on every start, so each entry costs one ``fstatat`` and little else.
+    """
+    owners = owners if owners is not None else owners_of_trust()
+    problem = path_problem(root, owners=owners, seen=seen)
+    pending = [os.path.realpath(root)]
+    walked = set()
+    while pending and problem is None:
+        directory = pending.pop()
+        if directory in walked:  # two links to one directory, or a loop
+            continue
+        walked.add(directory)
+        try:
+            problem = _directory_problem(directory, owners, seen, pending)
+        except OSError as exc:
+            problem = f"{directory}: {exc.strerror}"
+    return problem
+
+
+def _directory_problem(
+    directory: str, owners: frozenset[int], seen: dict[str, str] | None, pending: list[str]
+) -> str | None:
+    """The first entry of ``directory`` (checked already, as are its parents) that is not root's alone;
+    the directories in it go on ``pending``."""
+    # Listed through a descriptor, each entry's fstatat skips the walk down from / that a path costs.
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    link = f"{directory}/{entry.name}"
+                    problem = path_problem(link, owners=owners, seen=seen)
+                    if problem is not None:
+                        return problem
+                    if os.path.isdir(link):
+                        pending.append(os.path.realpath(link))
+                elif st.st_uid not in owners or st.st_mode & _WRITABLE:
+                    return _stat_problem(f"{directory}/{entry.name}", st, owners, sticky_ok=False)
+                elif stat.S_ISDIR(st.st_mode):
+                    pending.append(f"{directory}/{entry.name}")
+    finally:
+        os.close(fd)
+    return None
+
+
+def first_problem(paths: list[str], trees: list[str], *, owners: frozenset[int] | None = None) -> str | None:
+    """The first of ``paths`` (:func:`path_problem`) and ``trees`` (:func:`tree_problem`) with a problem.
+
+    One memo of directories for all: the paths of one Python share most of their parents.
+    """
+    seen: dict[str, str] = {}
+    for path in paths:
+        problem = path_problem(path, owners=owners, seen=seen)
+        if problem is not None:
+            return problem
+    for tree in trees:
+        problem = tree_problem(tree, owners=owners, seen=seen)
+        if problem is not None:
+            return problem
+    return None
 
 
 def fd_problem(fd: int, name: str, *, owners: frozenset[int] | None = None) -> str | None:
