@@ -3,7 +3,7 @@
 Engines run the runtime shim for every container command and podman runs the precreate hook for
 every container. pip's console scripts start Python with ``site`` (every ``.pth`` file of every
 installed package) and import :mod:`re` before our code runs: about 10 ms per start on a small
-machine, a third of the shim's budget. A launcher is a four-line script whose ``#!`` line runs this
+machine, a third of the shim's budget. A launcher is a short script whose ``#!`` line runs this
 Python with ``-I -S`` and whose body puts back on ``sys.path`` what ``site`` would have added for that
 Python (asked of it with ``-I``: no working directory, no ``PYTHON*`` variables), after the standard
 library, and the package's own directory. On a distribution's Python that includes the distribution's
@@ -13,6 +13,11 @@ directory off the import path when the launcher runs.
 
 Written by ``cdictk runtime install-launchers``, atomically, mode 0755. The paths are this Python's:
 after moving or upgrading Python, install them again.
+
+Engines run them as root, so nobody else may be able to change what they run (:mod:`cdictk.trust`).
+Before writing, the install checks all that Python reads as root: the interpreter and its
+``pyvenv.cfg``, the standard library, every ``sys.path`` entry and every file and directory of the
+cdictk package, and the directory written to.
 """
 
 from __future__ import annotations
@@ -20,6 +25,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from typing import NamedTuple
+
+from cdictk import trust
 
 LAUNCHERS = {
     "cdictk-runtime": "cdictk.runtime.shim",
@@ -39,50 +47,84 @@ class LauncherError(Exception):
     """A launcher cannot be written: one line."""
 
 
-def import_paths(python: str) -> list[str]:
-    """Where ``python`` finds cdictk and its dependencies once ``site`` has run.
+class Reads(NamedTuple):
+    """What a launcher's Python reads as root (:func:`python_reads`)."""
 
-    The directory holding the ``cdictk`` package that ``python`` imports (this one's, if it imports
-    none; an editable install may reach it through an import hook rather than a path), then the
-    directories ``python -I`` has on ``sys.path`` that ``python -I -S`` lacks.
+    imports: list[str]  # what the launcher adds to sys.path: the package's directory first
+    paths: list[str]  # the interpreter, its pyvenv.cfg, the standard library, every sys.path entry
+    trees: list[str]  # the cdictk package: every directory and file under it
+
+
+def _venv_configs(python: str) -> list[str]:
+    """The ``pyvenv.cfg`` files ``python`` may read when it starts: beside it or one directory up,
+    along the path as written and where it leads (its ``home`` says where the standard library is)."""
+    found = []
+    for executable in (os.path.abspath(python), os.path.realpath(python)):
+        for directory in (os.path.dirname(executable), os.path.dirname(os.path.dirname(executable))):
+            config = os.path.join(directory, "pyvenv.cfg")
+            if os.path.lexists(config) and config not in found:
+                found.append(config)
+    return found
+
+
+def python_reads(python: str) -> Reads:
+    """Where ``python`` finds cdictk and its dependencies once ``site`` has run, and what it reads.
+
+    The launcher adds to ``sys.path`` the directory holding the ``cdictk`` package that ``python``
+    imports (this one's, if it imports none; an editable install may reach it through an import hook
+    rather than a path), then the directories ``python -I`` has on ``sys.path`` that ``python -I -S``
+    lacks. Read as root besides: ``python``, its ``pyvenv.cfg``, its standard library and every entry
+    of its ``-I -S`` path (a missing one, such as ``python311.zip``, by the directory it would be in).
     """
-    with_site, package = _ask(python, "-I")
-    without_site, _ = _ask(python, "-I", "-S")
+    package, _, _, *with_site = _ask(python, "-I")
+    _, stdlib, platstdlib, *without_site = _ask(python, "-I", "-S")
     if not package:
         import cdictk  # noqa: PLC0415
 
         package = os.path.dirname(os.path.dirname(os.path.abspath(cdictk.__file__)))
-    paths = [package]
+    imports = [package]
     for path in with_site:
-        if path not in without_site and path not in paths and os.path.isabs(path) and os.path.isdir(path):
-            paths.append(path)
-    return paths
+        if path not in without_site and path not in imports and os.path.isabs(path) and os.path.isdir(path):
+            imports.append(path)
+    read = [python, *_venv_configs(python), stdlib, platstdlib, *without_site, *imports]
+    paths = [_existing(os.path.abspath(path)) for path in read if os.path.isabs(path)]
+    return Reads(imports, list(dict.fromkeys(paths)), [os.path.join(package, "cdictk")])
 
 
+def _existing(path: str) -> str:
+    """``path``, or the directory above it that exists: whoever could write there could make it."""
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    return path
+
+
+# The package is found, not imported: importing it would run its code before it is checked.
 _ASK = """\
-import os, sys
-try:
-    import cdictk
-    package = os.path.dirname(os.path.dirname(os.path.abspath(cdictk.__file__)))
-except ImportError:
-    package = ""
-print("\\0".join([package, *sys.path]))
+import importlib.util, os, sys, sysconfig
+spec = importlib.util.find_spec("cdictk")
+origin = spec.origin if spec is not None and spec.origin else ""
+package = os.path.dirname(os.path.dirname(os.path.abspath(origin))) if origin else ""
+stdlib = [sysconfig.get_path("stdlib"), sysconfig.get_path("platstdlib")]
+print("\\0".join([package, *stdlib, *sys.path]))
 """
 
 
-def _ask(python: str, *flags: str) -> tuple[list[str], str]:
-    """``python``'s sys.path with ``flags``, and the directory holding the cdictk it imports ("": none)."""
+def _ask(python: str, *flags: str) -> list[str]:
+    """As ``python`` with ``flags`` has them: the directory holding the cdictk package it finds ("":
+    none), its standard library and platform library, then its ``sys.path``."""
+    answer = _run(python, [*flags, "-c", _ASK]).decode(errors="surrogateescape")
+    return answer.rstrip("\n").split("\0")
+
+
+def _run(python: str, arguments: list[str]) -> bytes:
     try:
-        result = subprocess.run(
-            [python, *flags, "-c", _ASK], capture_output=True, text=True, timeout=60, check=False, cwd="/"
-        )
+        result = subprocess.run([python, *arguments], capture_output=True, timeout=60, check=False, cwd="/")
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LauncherError(f"{python}: cannot run it: {exc}") from None
     if result.returncode != 0:
-        last = (result.stderr.strip().splitlines() or ["no output"])[-1]
+        last = (result.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
         raise LauncherError(f"{python}: cannot run it: {last}")
-    package, *path = result.stdout.rstrip("\n").split("\0")
-    return path, package
+    return result.stdout
 
 
 def launcher_text(module: str, python: str, paths: list[str], command: str = "launchers") -> str:
@@ -120,51 +162,6 @@ def install_legacy_hook(
         raise LauncherError(f"{path}: exists and is not cdictk's (NVIDIA's hook?); --force keeps it aside")
     written = _install(directory, {LEGACY_HOOK: LAUNCHERS["cdictk-prestart"]}, python, "legacy-hook", foreign)
     return written[0]
-
-
-def _require_root_controlled(path: str, *, itself: bool = True, directory: bool = True) -> None:
-    """Engines run the launchers as root: nobody else may be able to change what they run.
-
-    Checked twice: along ``path`` as written (every symlink on it must be root's too, since its owner
-    could point it elsewhere later) and along where it leads. Each directory must belong to root (or to
-    whoever installs) and be writable by nobody else; one above ``path`` may be world-writable only
-    with the sticky bit (``/tmp``), which keeps others from renaming what is in it. A file (not
-    ``directory``) must not be writable by others either.
-    """
-    absolute = os.path.abspath(path)
-    _require_chain(absolute, itself=itself, directory=directory)
-    real = os.path.realpath(absolute)
-    if real != absolute:
-        _require_chain(real, itself=itself, directory=directory)
-
-
-def _require_chain(path: str, *, itself: bool, directory: bool) -> None:
-    import stat  # noqa: PLC0415
-
-    owners = {0, os.geteuid()}
-    first = True
-    while True:
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            raise LauncherError(f"{path}: {exc.strerror}") from None
-        why = ""
-        if st.st_uid not in owners:
-            why = f"owned by uid {st.st_uid}, not root"
-        elif stat.S_ISLNK(st.st_mode):
-            pass  # a root-owned link: where it leads is the other chain's to check
-        elif st.st_mode & 0o022 and (
-            (first and (itself or not directory))
-            or not (stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX)
-        ):
-            why = f"writable by others (mode {stat.S_IMODE(st.st_mode):04o})"
-        if why:
-            raise LauncherError(
-                f"{path}: {why}: someone other than root could change what engines run as root"
-            )
-        if path == "/":
-            return
-        path, first = os.path.dirname(path), False
 
 
 def _keep_aside(path: str) -> None:
@@ -208,20 +205,13 @@ def _install(
     python = python or sys.executable
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise LauncherError(f"{python}: not an absolute path to an executable Python")
-    paths = import_paths(python)
-    _require_root_controlled(python, directory=False)
-    for trusted in paths:
-        _require_root_controlled(trusted)
-    texts = {name: launcher_text(module, python, paths, command) for name, module in launchers.items()}
-    existing = directory
-    while not os.path.exists(existing):  # check before making anything, and once made
-        existing = os.path.dirname(existing)
-    _require_root_controlled(existing, itself=existing == directory)
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-    except OSError as exc:
-        raise LauncherError(f"{directory}: {exc.strerror}") from None
-    _require_root_controlled(directory)
+    _require_trusted(trust.first_problem([python, *_venv_configs(python)], []))  # before running it
+    reads = python_reads(python)
+    _require_trusted(trust.first_problem(reads.paths, reads.trees))
+    texts = {
+        name: launcher_text(module, python, reads.imports, command) for name, module in launchers.items()
+    }
+    _make_directory(directory)
     written = []
     for name, text in texts.items():
         path = os.path.join(directory, name)
@@ -233,3 +223,21 @@ def _install(
             raise LauncherError(str(exc)) from None
         written.append(path)
     return written
+
+
+def _make_directory(directory: str) -> None:
+    """Make ``directory`` if missing; nothing is made under a directory not root's."""
+    existing = directory
+    while not os.path.exists(existing):  # check before making anything, and once made
+        existing = os.path.dirname(existing)
+    _require_trusted(trust.path_problem(existing, leaf_sticky_ok=existing != directory))
+    try:
+        os.makedirs(directory, mode=0o755, exist_ok=True)
+    except OSError as exc:
+        raise LauncherError(f"{directory}: {exc.strerror}") from None
+    _require_trusted(trust.path_problem(directory))
+
+
+def _require_trusted(problem: str | None) -> None:
+    if problem is not None:
+        raise LauncherError(f"{problem}: someone other than root could change what engines run as root")

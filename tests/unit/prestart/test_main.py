@@ -15,7 +15,7 @@ def test_a_legacy_hook_written_before_the_move_still_runs(tmp_path: Path) -> Non
     """What ``install-legacy-hook`` wrote then: docker run --gpus must keep working after an upgrade."""
     path = tmp_path / "nvidia-container-runtime-hook"
     python = sys.executable
-    path.write_text(launcher_text("cdictk.prestart.main", python, launchers.import_paths(python)))
+    path.write_text(launcher_text("cdictk.prestart.main", python, launchers.python_reads(python).imports))
     os.chmod(path, 0o755)
     assert "from cdictk.prestart.main import main" in path.read_text()
     result = subprocess.run([path, "--help"], capture_output=True, text=True, env={}, check=False)

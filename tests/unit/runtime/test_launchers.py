@@ -8,6 +8,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -186,7 +187,7 @@ def test_a_directory_others_could_write_to_is_refused(tmp_path: Path, mode: int,
     directory.chmod(mode)
     with pytest.raises(
         LauncherError,
-        match=r"(writable by others \(mode \d+\)|not root): someone other than root could change",
+        match=r"(writable by group or others \(mode \d+\)|not root): someone other than root could change",
     ):
         launchers.install_legacy_hook(str(directory))
     with pytest.raises(LauncherError, match="could change what engines run as root"):
@@ -198,7 +199,7 @@ def test_an_ancestor_others_could_write_to_is_refused_unless_sticky(tmp_path: Pa
     parent = tmp_path / "shared"
     parent.mkdir()
     parent.chmod(0o777)
-    with pytest.raises(LauncherError, match=f"{parent}: writable by others"):
+    with pytest.raises(LauncherError, match=f"{parent}: writable by group or others"):
         launchers.install_legacy_hook(str(parent / "bin"))
     parent.chmod(0o1777)  # like /tmp: others cannot rename what root made in it
     assert launchers.install_legacy_hook(str(parent / "bin")) == str(
@@ -235,7 +236,7 @@ def test_nothing_is_made_under_a_directory_others_could_write_to(tmp_path: Path)
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)
-    with pytest.raises(LauncherError, match="writable by others"):
+    with pytest.raises(LauncherError, match="writable by group or others"):
         launchers.install_legacy_hook(str(shared / "sub" / "bin"))
     assert os.listdir(shared) == []
 
@@ -248,7 +249,9 @@ def test_an_interpreter_or_import_path_others_could_change_is_refused(tmp_path: 
     writable = tmp_path / "venv-python3"
     shutil.copy(sys.executable, writable)
     writable.chmod(0o777)
-    with pytest.raises(LauncherError, match=r"writable by others .*could change what engines run as root"):
+    with pytest.raises(
+        LauncherError, match=r"writable by group or others .*could change what engines run as root"
+    ):
         launchers.install_legacy_hook(str(tmp_path / "bin"), python=str(writable))
     assert not (tmp_path / "bin").exists()
 
@@ -278,3 +281,103 @@ def test_an_interpreter_reached_through_someone_elses_directory_is_refused(tmp_p
     with pytest.raises(LauncherError, match="owned by uid 1234, not root"):
         launchers.install_legacy_hook(str(tmp_path / "bin"), python=str(venv / "python"))
     assert not (tmp_path / "bin").exists()
+
+
+# What Python reads as root besides the import path: issue 17. A venv of this Python's base
+# interpreter in tmp_path, with a copy of cdictk in its site-packages, all root's; each test loosens
+# one thing as another user could have, and the install must refuse it.
+
+OTHER = 12345  # a uid nobody on the machine has: "another user"
+VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
+
+
+@pytest.fixture
+def venv(tmp_path: Path) -> Path:
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    base = os.path.join(sys.base_prefix, "bin", VERSION)
+    if not os.access(base, os.X_OK):
+        pytest.skip(f"{base}: this Python's base interpreter is not there")
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python3").symlink_to(base)
+    home = os.path.dirname(base)
+    (venv / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\n")
+    source = REPO / "cdictk"
+    shutil.copytree(
+        source,
+        venv / "lib" / VERSION / "site-packages" / "cdictk",
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
+    return venv
+
+
+def package(venv: Path) -> Path:
+    return venv / "lib" / VERSION / "site-packages" / "cdictk"
+
+
+def test_a_copy_of_cdictk_in_a_venv_gets_launchers_that_run_it(venv: Path, tmp_path: Path) -> None:
+    launcher = install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))[1]
+    text = Path(launcher).read_text()
+    assert repr(str(package(venv).parent)) in text and str(REPO) not in text
+    config = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}).encode()
+    result = subprocess.run([launcher], input=config, capture_output=True, env={}, check=False)
+    assert (result.returncode, result.stdout, result.stderr) == (0, config, b"")
+
+
+def test_a_pyvenv_cfg_others_can_write_is_refused(venv: Path, tmp_path: Path) -> None:
+    """Its home says where the standard library is: a user pointed it at a prefix whose os.py ran
+    as root."""
+    config = venv / "pyvenv.cfg"
+    config.chmod(0o666)
+    with pytest.raises(
+        LauncherError, match=f"^{config}: writable by group or others \\(mode 0666\\): someone"
+    ):
+        install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))
+    config.chmod(0o644)
+    os.chown(config, OTHER, OTHER)
+    with pytest.raises(LauncherError, match=f"^{config}: owned by uid {OTHER}, not root"):
+        install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))
+    assert not (tmp_path / "l").exists()
+
+
+def test_a_package_directory_of_another_user_is_refused(venv: Path, tmp_path: Path) -> None:
+    runtime = package(venv) / "runtime"
+    os.chown(runtime, OTHER, OTHER)  # they could put their own shim.py there
+    with pytest.raises(LauncherError, match=f"^{runtime}: owned by uid {OTHER}, not root: someone"):
+        install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))
+    assert not (tmp_path / "l").exists()
+
+
+@pytest.mark.parametrize("name", ["runtime/shim.py", "__init__.py", "runtime/prestart"])
+def test_a_package_entry_others_can_write_is_refused(venv: Path, tmp_path: Path, name: str) -> None:
+    """Every file and directory of the package: a launcher imports modules it does not name."""
+    loose = package(venv) / name
+    loose.chmod(0o777)
+    with pytest.raises(LauncherError, match=f"^{loose}: writable by group or others \\(mode 0777\\)"):
+        install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))
+
+
+def test_a_standard_library_others_can_write_is_refused(venv: Path, tmp_path: Path) -> None:
+    """A venv whose home is a prefix of links to this Python's standard library, in a directory a
+    user could add an os.py to."""
+    stdlib = tmp_path / "prefix" / "lib" / VERSION
+    (stdlib / "lib-dynload").mkdir(parents=True)  # directories of their own: chmod follows links
+    (tmp_path / "prefix" / "bin").mkdir()
+    real = sysconfig.get_path("stdlib")
+    for name in os.listdir(real):
+        if name not in ("site-packages", "lib-dynload"):
+            (stdlib / name).symlink_to(os.path.join(real, name))
+    for name in os.listdir(os.path.join(real, "lib-dynload")):
+        (stdlib / "lib-dynload" / name).symlink_to(os.path.join(real, "lib-dynload", name))
+    (venv / "pyvenv.cfg").write_text(
+        f"home = {tmp_path / 'prefix' / 'bin'}\ninclude-system-site-packages = false\n"
+    )
+    python = str(venv / "bin" / "python3")
+    assert install_launchers(str(tmp_path / "l"), python=python)  # the prefix as it is: root's
+    for directory in (stdlib, stdlib / "lib-dynload"):
+        assert not directory.is_symlink()
+        directory.chmod(0o777)
+        with pytest.raises(LauncherError, match=f"^{directory}: writable by group or others"):
+            install_launchers(str(tmp_path / "l"), python=python)
+        directory.chmod(0o755)
