@@ -226,15 +226,20 @@ def _install(
 
 
 def _make_directory(directory: str) -> None:
-    """Make ``directory`` if missing; nothing is made under a directory not root's."""
+    """Make ``directory`` and the missing ones above it, 0755 whatever the umask (os.makedirs gives
+    the parents it makes 0777 under a umask of 000); nothing is made under a directory not root's."""
+    missing = []
     existing = directory
-    while not os.path.exists(existing):  # check before making anything, and once made
+    while not os.path.lexists(existing):
+        missing.append(existing)
         existing = os.path.dirname(existing)
-    _require_trusted(trust.path_problem(existing, leaf_sticky_ok=existing != directory))
-    try:
-        os.makedirs(directory, mode=0o755, exist_ok=True)
-    except OSError as exc:
-        raise LauncherError(f"{directory}: {exc.strerror}") from None
+    _require_trusted(trust.path_problem(existing, leaf_sticky_ok=bool(missing)))
+    for path in reversed(missing):
+        try:
+            os.mkdir(path, 0o755)
+            os.chmod(path, 0o755)  # noqa: S103 (as /usr/local/bin is): what a umask took away
+        except OSError as exc:
+            raise LauncherError(f"{path}: {exc.strerror}") from None
     _require_trusted(trust.path_problem(directory))
 
 

@@ -381,3 +381,22 @@ def test_a_standard_library_others_can_write_is_refused(venv: Path, tmp_path: Pa
         with pytest.raises(LauncherError, match=f"^{directory}: writable by group or others"):
             install_launchers(str(tmp_path / "l"), python=python)
         directory.chmod(0o755)
+
+
+@pytest.mark.parametrize("umask", [0o000, 0o077])
+def test_the_directories_made_are_0755_whatever_the_umask(tmp_path: Path, umask: int) -> None:
+    """os.makedirs leaves the parents it makes 0777 under a umask of 000: root's, writable by all."""
+    directory = tmp_path / "opt" / "x" / "libexec" / "cdictk"
+    old = os.umask(umask)
+    try:
+        install_launchers(str(directory))
+    finally:
+        os.umask(old)
+    for made in (
+        directory,
+        directory.parent,
+        directory.parent.parent,
+        tmp_path / "opt",
+        directory / "cdictk-runtime",
+    ):
+        assert stat.S_IMODE(made.stat().st_mode) == 0o755, made
