@@ -14,8 +14,9 @@ only as safe as every name on the way to it, so the check walks from the file up
 
 The walk is done along the path as written and along its resolved form. Nothing here opens a file:
 a path that passes cannot be changed by anyone but root afterwards, so opening it later reads what
-was checked. Standard library only, and no cdictk import: it must be usable before anything else of
-cdictk is trusted (a launcher checks its import path with it).
+was checked. Standard library only (``os`` and ``stat``), and no cdictk import: a launcher runs this
+module's code, carried in its own text, before it trusts anything of cdictk
+(:mod:`cdictk.runtime.startcheck`).
 """
 
 from __future__ import annotations

@@ -17,7 +17,9 @@ after moving or upgrading Python, install them again.
 Engines run them as root, so nobody else may be able to change what they run (:mod:`cdictk.trust`).
 Before writing, the install checks all that Python reads as root: the interpreter and its
 ``pyvenv.cfg``, the standard library, every ``sys.path`` entry and every file and directory of the
-cdictk package, and the directory written to.
+cdictk package, and the directory written to. Each start checks the same again before it imports
+cdictk (:mod:`cdictk.runtime.startcheck`), which catches a loosening after the install; what Python
+reads before a script's first line (``pyvenv.cfg``, the standard library) it has read by then.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import sys
 from typing import NamedTuple
 
 from cdictk import trust
+from cdictk.runtime import startcheck
 
 LAUNCHERS = {
     "cdictk-runtime": "cdictk.runtime.shim",
@@ -116,9 +119,11 @@ def _ask(python: str, *flags: str) -> list[str]:
     return answer.rstrip("\n").split("\0")
 
 
-def _run(python: str, arguments: list[str]) -> bytes:
+def _run(python: str, arguments: list[str], stdin: bytes = b"") -> bytes:
     try:
-        result = subprocess.run([python, *arguments], capture_output=True, timeout=60, check=False, cwd="/")
+        result = subprocess.run(
+            [python, *arguments], input=stdin, capture_output=True, timeout=60, check=False, cwd="/"
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise LauncherError(f"{python}: cannot run it: {exc}") from None
     if result.returncode != 0:
@@ -127,15 +132,27 @@ def _run(python: str, arguments: list[str]) -> bytes:
     return result.stdout
 
 
-def launcher_text(module: str, python: str, paths: list[str], command: str = "launchers") -> str:
-    """The launcher's text: ``#!python -IS``, then ``module``'s ``main()`` with ``paths`` importable."""
+def _check_code(python: str) -> tuple[str, bytes]:
+    """:mod:`cdictk.trust` compiled by ``python``, for the start check; and ``python``'s cache tag."""
+    answer = _run(python, ["-I", "-S", "-c", startcheck.COMPILE], startcheck.trust_source().encode())
+    tag, _, code = answer.partition(b"\0")
+    return tag.decode(), code
+
+
+def launcher_text(
+    module: str, python: str, reads: Reads, check: tuple[str, bytes], command: str = "launchers"
+) -> str:
+    """The launcher's text: ``#!python -IS``, the start check of ``reads`` (``check``: what
+    :func:`_check_code` gives), then ``module``'s ``main()`` with ``reads.imports`` importable."""
     shebang = f"#!{python} -IS"
     if len(shebang) > _SHEBANG_MAX or any(c in python for c in " \t\n"):
         raise LauncherError(f"{python}: the kernel cannot run this interpreter path from a #! line")
+    tag, code = check
     return (
         f"{shebang}\n"
         f"{_MARK}{command}`; why: cdictk/runtime/launchers.py\n"
-        f"import sys; sys.path += {paths!r}\n"
+        f"{startcheck.check_lines(tag, code, reads.paths, reads.trees, trust.owners_of_trust())}"
+        f"sys.path += {reads.imports!r}\n"
         f"from {module} import main; sys.exit(main())\n"
     )
 
@@ -208,9 +225,8 @@ def _install(
     _require_trusted(trust.first_problem([python, *_venv_configs(python)], []))  # before running it
     reads = python_reads(python)
     _require_trusted(trust.first_problem(reads.paths, reads.trees))
-    texts = {
-        name: launcher_text(module, python, reads.imports, command) for name, module in launchers.items()
-    }
+    check = _check_code(python)
+    texts = {name: launcher_text(module, python, reads, check, command) for name, module in launchers.items()}
     _make_directory(directory)
     written = []
     for name, text in texts.items():

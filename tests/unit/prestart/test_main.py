@@ -8,14 +8,17 @@ import sys
 from pathlib import Path
 
 from cdictk.runtime import launchers
-from cdictk.runtime.launchers import launcher_text
 
 
 def test_a_legacy_hook_written_before_the_move_still_runs(tmp_path: Path) -> None:
     """What ``install-legacy-hook`` wrote then: docker run --gpus must keep working after an upgrade."""
     path = tmp_path / "nvidia-container-runtime-hook"
     python = sys.executable
-    path.write_text(launcher_text("cdictk.prestart.main", python, launchers.python_reads(python).imports))
+    paths = launchers.python_reads(python).imports
+    path.write_text(
+        f"#!{python} -IS\n# Written by `cdictk runtime install-legacy-hook`; why: cdictk/runtime/launchers.py\n"
+        f"import sys; sys.path += {paths!r}\nfrom cdictk.prestart.main import main; sys.exit(main())\n"
+    )
     os.chmod(path, 0o755)
     assert "from cdictk.prestart.main import main" in path.read_text()
     result = subprocess.run([path, "--help"], capture_output=True, text=True, env={}, check=False)

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import sysconfig
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -16,21 +17,26 @@ import pytest
 from cdictk.cli.main import main
 from cdictk.cli.runtime import default_runtime_path
 from cdictk.runtime import launchers
-from cdictk.runtime.launchers import LauncherError, install_launchers, launcher_text
+from cdictk.runtime.launchers import LauncherError, Reads, install_launchers, launcher_text
 from tests import REPO
+
+READS = Reads(["/opt/a", "/opt/b"], ["/usr/bin/python3", "/opt/a"], ["/opt/a/cdictk"])
+CHECK = ("cpython-311", b"code")
 
 
 def test_a_launcher_runs_this_python_isolated_without_site() -> None:
-    text = launcher_text("cdictk.runtime.shim", "/usr/bin/python3", ["/opt/a", "/opt/b"])
+    text = launcher_text("cdictk.runtime.shim", "/usr/bin/python3", READS, CHECK)
     lines = text.splitlines()
     assert lines[0] == "#!/usr/bin/python3 -IS"  # one argument: the kernel passes the rest as one
     assert "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.runtime.shim import main" in text
+    check = text.index("_problem = first_problem(['/usr/bin/python3', '/opt/a'], ['/opt/a/cdictk']")
+    assert check < text.index("sys.path +=")  # nothing of cdictk is importable before the check
 
 
 @pytest.mark.parametrize("python", ["/opt/my python/bin/python3", "/" + "p" * 260])
 def test_an_interpreter_a_shebang_cannot_name_is_refused(python: str) -> None:
     with pytest.raises(LauncherError, match="#! line"):
-        launcher_text("m", python, [])
+        launcher_text("m", python, READS, CHECK)
 
 
 def test_installed_launchers_run(tmp_path: Path) -> None:
@@ -381,6 +387,65 @@ def test_a_standard_library_others_can_write_is_refused(venv: Path, tmp_path: Pa
         with pytest.raises(LauncherError, match=f"^{directory}: writable by group or others"):
             install_launchers(str(tmp_path / "l"), python=python)
         directory.chmod(0o755)
+
+
+VOID = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}).encode()
+
+
+def open_directory(path: Path) -> None:
+    """What Python leaves when it writes compiled files as root under a umask of 000."""
+    path.mkdir()
+    path.chmod(0o777)
+
+
+@pytest.mark.parametrize(
+    ("loosen", "why"),
+    [
+        (
+            lambda venv: (package(venv) / "runtime" / "shim.py").chmod(0o666),
+            "writable by group or others (mode 0666)",
+        ),
+        (lambda venv: os.chown(package(venv) / "cdi", OTHER, OTHER), f"owned by uid {OTHER}, not root"),
+        (
+            lambda venv: open_directory(package(venv) / "cdi" / "__pycache__"),
+            "writable by group or others (mode 0777)",
+        ),
+        (lambda venv: (venv / "pyvenv.cfg").chmod(0o646), "writable by group or others (mode 0646)"),
+        (lambda venv: package(venv).parent.chmod(0o777), "writable by group or others (mode 0777)"),
+    ],
+    ids=[
+        "a file made 0666",
+        "a directory given away",
+        "a __pycache__ made 0777",
+        "pyvenv.cfg",
+        "site-packages",
+    ],
+)
+def test_a_launcher_refuses_to_start_once_something_is_loosened(
+    venv: Path, tmp_path: Path, loosen: Callable[[Path], object], why: str
+) -> None:
+    """Checked again on every start, before anything of cdictk is imported: one line, status 1."""
+    launcher = install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))[1]
+    loosen(venv)
+    result = subprocess.run([launcher], input=VOID, capture_output=True, env={}, check=False, text=False)
+    err = result.stderr.decode()
+    assert (result.returncode, result.stdout, err.count("\n")) == (1, b"", 1), err
+    assert err.startswith(f"{launcher}: error: {venv}") and err.endswith(
+        f"{why}: someone other than root could change what runs as root; cdictk not started\n"
+    )
+
+
+def test_a_launcher_refuses_another_python_than_it_was_written_for(tmp_path: Path) -> None:
+    launcher = Path(install_launchers(str(tmp_path / "l"))[1])
+    tag = sys.implementation.cache_tag
+    launcher.write_text(launcher.read_text().replace(tag, "cpython-299"))  # as a 3.99 would have
+    result = subprocess.run(
+        [launcher], input=VOID.decode(), capture_output=True, text=True, env={}, check=False
+    )
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"{launcher}: error: written for cpython-299, run by {tag}: run `cdictk runtime install-launchers` again\n"
+    )
 
 
 @pytest.mark.parametrize("umask", [0o000, 0o077])
