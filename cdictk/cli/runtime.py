@@ -207,6 +207,10 @@ def install_launchers_command(*, directory: str) -> int:
     configure` registers the runtime launcher when it is installed in the default directory; point
     podman's precreate hook (hooks/oci-hooks.d/cdictk-precreate.json) at the other. Run it again after
     moving or upgrading Python.
+
+    Engines run them as root: the interpreter and its pyvenv.cfg, the standard library, every import
+    path, every file and directory of the cdictk package and DIR must be root's and writable by nobody
+    else. The install refuses what is not, and each launcher checks it all again before it starts.
     """
     from cdictk.runtime.launchers import LauncherError, install_launchers  # noqa: PLC0415
 
