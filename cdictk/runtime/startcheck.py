@@ -20,9 +20,10 @@ from cdictk import trust
 
 # Run by the launcher's Python (-I -S): its cache tag, then the marshalled code of the module on
 # stdin, without docstrings. (Its __future__ import costs nothing more: cdictk's modules all import it.)
+# Named in <>, which linecache never opens: a traceback would read a cdictk/trust.py in the cwd.
 COMPILE = """\
 import marshal, sys
-code = compile(sys.stdin.read(), "cdictk/trust.py", "exec", optimize=2)
+code = compile(sys.stdin.read(), "<cdictk/trust.py>", "exec", optimize=2)
 sys.stdout.buffer.write(sys.implementation.cache_tag.encode() + b"\\0" + marshal.dumps(code))
 """
 
