@@ -250,12 +250,13 @@ def _make_directory(directory: str) -> None:
         missing.append(existing)
         existing = os.path.dirname(existing)
     _require_trusted(trust.path_problem(existing, leaf_sticky_ok=bool(missing)))
-    for path in reversed(missing):
+    if missing:
+        from cdictk.fsutil import make_dirs  # noqa: PLC0415
+
         try:
-            os.mkdir(path, 0o755)
-            os.chmod(path, 0o755)  # noqa: S103 (as /usr/local/bin is): what a umask took away
+            make_dirs(directory)
         except OSError as exc:
-            raise LauncherError(f"{path}: {exc.strerror}") from None
+            raise LauncherError(f"{exc.filename or directory}: {exc.strerror}") from None
     _require_trusted(trust.path_problem(directory))
 
 
