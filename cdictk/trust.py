@@ -23,6 +23,14 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from importlib.machinery import ModuleSpec
+    from types import ModuleType
+    from typing import Any
 
 _WRITABLE = 0o022  # group or others
 
@@ -192,6 +200,76 @@ def first_problem(paths: list[str], trees: list[str], *, owners: frozenset[int] 
         if problem is not None:
             return problem
     return None
+
+
+class UntrustedImport(Exception):
+    """A module file Python was about to load that someone other than root could change."""
+
+
+class GuardedFinder:
+    """Python's path finder, refusing to hand over a module whose file someone else could change.
+
+    A launcher puts it in the place of ``PathFinder`` on ``sys.meta_path`` (:func:`guard_imports`).
+    Every module found on ``sys.path`` (source, bytecode, extension) is checked before Python reads
+    it: the file (owner and mode; a link along its chain and where it leads) and its directory as
+    :func:`path_problem` checks a path, and so the cached bytecode Python would read instead, and the
+    ``__pycache__`` it sits in. Only what is imported is looked at, each directory once: a start of
+    the runtime shim imports twenty modules of a package of hundreds of files.
+    """
+
+    def __init__(self, finder: Any, owners: frozenset[int]) -> None:
+        self._finder = finder
+        self._owners = owners
+        self._seen: dict[str, str] = {}
+        self._directories: dict[str, str | None] = {}
+
+    def find_spec(
+        self, name: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> ModuleSpec | None:
+        spec: ModuleSpec | None = self._finder.find_spec(name, path, target)
+        if spec is not None and spec.has_location and spec.origin:
+            problem = self._file_problem(spec.origin, missing_ok=False)
+            if problem is None and spec.cached:
+                problem = self._file_problem(spec.cached, missing_ok=True)
+            if problem is not None:
+                raise UntrustedImport(
+                    f"{problem}: someone other than root could change it; {name} not loaded"
+                )
+        return spec
+
+    def __getattr__(self, name: str) -> Any:  # invalidate_caches, find_distributions: the finder's
+        return getattr(self._finder, name)
+
+    def _file_problem(self, path: str, *, missing_ok: bool) -> str | None:
+        directory = os.path.dirname(path)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            # No bytecode yet: Python may read one written into its directory meanwhile.
+            return self._directory_problem(directory, missing_ok=True) if missing_ok else None
+        except OSError as exc:
+            return f"{path}: {exc.strerror}"
+        if stat.S_ISLNK(st.st_mode):
+            return path_problem(path, owners=self._owners, seen=self._seen)
+        return _stat_problem(path, st, self._owners, sticky_ok=False) or self._directory_problem(
+            directory, missing_ok=False
+        )
+
+    def _directory_problem(self, directory: str, *, missing_ok: bool) -> str | None:
+        if directory not in self._directories:
+            if missing_ok and not os.path.lexists(directory):
+                return None
+            self._directories[directory] = path_problem(directory, owners=self._owners, seen=self._seen)
+        return self._directories[directory]
+
+
+def guard_imports(owners: frozenset[int]) -> None:
+    """Put a :class:`GuardedFinder` in the place of the path finder of ``sys.meta_path``."""
+    for index, finder in enumerate(sys.meta_path):
+        if getattr(finder, "__name__", "") == "PathFinder":
+            sys.meta_path[index] = GuardedFinder(finder, owners)
+            return
+    raise UntrustedImport("no path finder on sys.meta_path to guard: cdictk not started")
 
 
 def fd_problem(fd: int, name: str, *, owners: frozenset[int] | None = None) -> str | None:

@@ -151,9 +151,9 @@ def launcher_text(
     return (
         f"{shebang}\n"
         f"{_MARK}{command}`; why: cdictk/runtime/launchers.py\n"
-        f"{startcheck.check_lines(tag, code, reads.paths, reads.trees, trust.owners_of_trust())}"
+        f"{startcheck.check_lines(tag, code, reads.paths, trust.owners_of_trust())}"
         f"sys.path += {reads.imports!r}\n"
-        f"from {module} import main; sys.exit(main())\n"
+        f"{startcheck.main_lines(module)}"
     )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdictk import trust
-from cdictk.runtime.startcheck import COMPILE, check_lines, trust_source
+from cdictk.runtime.startcheck import COMPILE, check_lines, main_lines, trust_source
 
 ROOT_ONLY = frozenset({0})
 
@@ -30,19 +30,31 @@ def compiled() -> tuple[str, bytes]:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
+    """A package the launcher imports from: ``cdictk.shim`` (run), ``cdictk.other`` (never imported)."""
     if os.geteuid() != 0:
         pytest.skip("the files are root's in a launcher's world: run as root")
     package = tmp_path / "site" / "cdictk"
     (package / "__pycache__").mkdir(parents=True)
-    for name in ("__init__.py", "shim.py", "__pycache__/shim.cpython-311.pyc"):
-        (package / name).write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "shim.py").write_text("def main() -> int:\n    print('started')\n    return 0\n")
+    (package / "other.py").write_text("")
+    subprocess.run([sys.executable, "-I", "-S", "-m", "compileall", "-q", str(package)], check=True)
     return package
 
 
-def script(path: Path, paths: list[str], trees: list[str]) -> Path:
+def script(path: Path, paths: list[str], site: Path) -> Path:
+    """A launcher of ``cdictk.shim`` from ``site``, with the start check of ``paths``."""
     tag, code = compiled()
-    path.write_text(check_lines(tag, code, paths, trees, ROOT_ONLY) + "print('started')\n")
+    path.write_text(
+        check_lines(tag, code, paths, ROOT_ONLY)
+        + f"sys.path += [{str(site)!r}]\n"
+        + main_lines("cdictk.shim")
+    )
     return path
+
+
+def start(launcher: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-I", "-S", launcher], capture_output=True, text=True, check=False)
 
 
 def test_the_code_is_trusts_compiled_by_the_launchers_python_without_docstrings() -> None:
@@ -54,37 +66,57 @@ def test_the_code_is_trusts_compiled_by_the_launchers_python_without_docstrings(
 
 
 def test_nothing_loosened_runs_on(tree: Path, tmp_path: Path) -> None:
-    checked = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], [str(tree)])
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", checked], capture_output=True, text=True, check=False
+    launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
+    assert (start(launcher).returncode, start(launcher).stdout, start(launcher).stderr) == (
+        0,
+        "started\n",
+        "",
     )
-    assert (result.returncode, result.stdout, result.stderr) == (0, "started\n", "")
 
 
-@pytest.mark.parametrize("name", ["shim.py", "__pycache__/shim.cpython-311.pyc", "__pycache__", "."])
-def test_a_loosened_entry_stops_it_with_one_line(tree: Path, tmp_path: Path, name: str) -> None:
-    checked = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], [str(tree)])
+@pytest.mark.parametrize(
+    "name", ["shim.py", f"__pycache__/shim.{sys.implementation.cache_tag}.pyc", "__pycache__", "."]
+)
+def test_a_loosened_module_is_refused_before_python_reads_it(tree: Path, tmp_path: Path, name: str) -> None:
+    launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
     loose = tree / name
     loose.chmod(0o666 if loose.is_file() else 0o777)
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", checked], capture_output=True, text=True, check=False
-    )
+    result = start(launcher)
     mode = "0666" if loose.is_file() else "0777"
+    module = "cdictk" if name in ("__pycache__", ".") else "cdictk.shim"  # the package's own files first
     assert (result.returncode, result.stdout) == (1, "")
     assert result.stderr == (
-        f"{checked}: error: {os.path.normpath(loose)}: writable by group or others (mode {mode}): "
-        "someone other than root could change what runs as root; cdictk not started\n"
+        f"{launcher}: error: {os.path.normpath(loose)}: writable by group or others (mode {mode}): "
+        f"someone other than root could change it; {module} not loaded\n"
     )
 
 
-def test_a_path_is_checked_before_any_tree(tree: Path, tmp_path: Path) -> None:
-    checked = script(tmp_path / "launcher", [str(tree.parent)], [str(tree)])
+def test_a_module_linked_to_a_file_of_another_user_is_refused(tree: Path, tmp_path: Path) -> None:
+    launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
+    theirs = tmp_path / "theirs.py"
+    theirs.write_text("import os; os.system('id')\n")
+    os.chown(theirs, 12345, 12345)
+    (tree / "shim.py").unlink()
+    (tree / "shim.py").symlink_to(theirs)
+    for pyc in (tree / "__pycache__").glob("shim.*"):
+        pyc.unlink()
+    result = start(launcher)
+    assert result.returncode == 1 and f"{theirs}: owned by uid 12345, not root" in result.stderr
+
+
+def test_only_what_is_imported_is_looked_at(tree: Path, tmp_path: Path) -> None:
+    launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
+    (tree / "other.py").chmod(0o666)  # never imported: nothing Python runs is at stake
+    assert start(launcher).stdout == "started\n"
+
+
+def test_the_paths_are_checked_before_anything_is_imported(tree: Path, tmp_path: Path) -> None:
+    launcher = script(tmp_path / "launcher", [str(tree.parent)], tree.parent)
     os.chown(tree / "shim.py", 12345, 12345)
     tree.parent.chmod(0o775)
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", checked], capture_output=True, text=True, check=False
-    )
+    result = start(launcher)
     assert result.returncode == 1
-    assert result.stderr.startswith(
-        f"{checked}: error: {tree.parent}: writable by group or others (mode 0775)"
+    assert result.stderr == (
+        f"{launcher}: error: {tree.parent}: writable by group or others (mode 0775): "
+        "someone other than root could change what runs as root; cdictk not started\n"
     )
