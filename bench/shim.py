@@ -262,9 +262,11 @@ def main() -> int:
 
 
 def write_settings(path: Path, runtime: str, spec_dir: Path) -> Path:
-    """A cdictk config.toml (named by CDICTK_CONFIG), as an operator would write for the shim."""
+    """A cdictk config.toml (named by CDICTK_CONFIG), as an operator would write for the shim. The
+    bench asks through NVIDIA_VISIBLE_DEVICES, which only a node that accepts env requests honours."""
     path.write_text(
         f"[runtime]\nruntimes = [{json.dumps(runtime)}]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n"
+        "[requests]\naccept-env-unprivileged = true\n"
     )
     return path
 

@@ -14,9 +14,10 @@ only as safe as every name on the way to it, so the check walks from the file up
 
 The walk is done along the path as written and along its resolved form. Nothing here opens a file:
 a path that passes cannot be changed by anyone but root afterwards, so opening it later reads what
-was checked. Standard library only (``os`` and ``stat``), and no cdictk import: a launcher runs this
-module's code, carried in its own text, before it trusts anything of cdictk
-(:mod:`cdictk.runtime.startcheck`).
+was checked. Standard library only (``os``, ``stat``, ``sys``), and no cdictk import: a launcher runs
+this module's code, carried in its own text, before it trusts anything of cdictk
+(:mod:`cdictk.runtime.startcheck`); so it holds what a start needs and nothing else, and the checks
+made off the start path (a whole package tree, the repairs) are in :mod:`cdictk.trustscan`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,10 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-_WRITABLE = 0o022  # group or others
+    # A directory checked already -> (its problem as a parent, whether a symlink is on its way to /).
+    Seen = dict[str, tuple[str | None, bool]]
+
+WRITABLE = 0o022  # group or others
 
 
 def owners_of_trust() -> frozenset[int]:
@@ -45,158 +49,71 @@ def path_problem(
     *,
     owners: frozenset[int] | None = None,
     leaf_sticky_ok: bool = False,
-    seen: dict[str, str] | None = None,
+    seen: Seen | None = None,
 ) -> str | None:
     """Why ``path`` is not root's alone ("PATH: owned by uid 1000"), or None when it is.
 
     ``leaf_sticky_ok``: ``path`` is a directory we only look up names in (the parent of something to be
     made), so a sticky world-writable one is fine. ``seen`` memoises directories across calls (the
-    spec dirs' files share their parents); it maps a checked directory to its problem ("" for none).
+    spec dirs' files share their parents): pass the same empty dict to each.
     """
     owners = owners if owners is not None else owners_of_trust()
     absolute = os.path.abspath(path)
-    problem = _chain_problem(absolute, owners, leaf_sticky_ok, seen)
-    if problem is not None:
+    problem, linked = _chain_problem(absolute, owners, leaf_sticky_ok, seen)
+    if problem is not None or not linked:  # no symlink on the way: where it leads is what was checked
         return problem
     real = os.path.realpath(absolute)
     if real == absolute:
         return None
-    return _chain_problem(real, owners, leaf_sticky_ok, seen)
+    return _chain_problem(real, owners, leaf_sticky_ok, seen)[0]
 
 
 def _chain_problem(
-    path: str, owners: frozenset[int], leaf_sticky_ok: bool, seen: dict[str, str] | None
-) -> str | None:
+    path: str, owners: frozenset[int], leaf_sticky_ok: bool, seen: Seen | None
+) -> tuple[str | None, bool]:
+    """The problem of ``path`` or of a directory above it, and whether a symlink is on the way."""
+    found: list[tuple[str, str | None, bool]] = []  # (entry, its own problem, is a link), leaf first
+    above: tuple[str | None, bool] = (None, False)  # what holds above the last entry looked at
     leaf = True
     while True:
         if not leaf and seen is not None and path in seen:
-            return seen[path] or None
-        problem = _entry_problem(path, owners, sticky_ok=leaf_sticky_ok or not leaf)
-        if not leaf and seen is not None:
-            seen[path] = problem or ""
-        if problem is not None:
-            return problem
-        if path == "/":
-            return None
+            above = seen[path]
+            break
+        try:
+            st = os.lstat(path)
+        except OSError as exc:
+            found.append((path, f"{path}: {exc.strerror}", False))
+            break
+        problem = stat_problem(path, st, owners, sticky_ok=leaf_sticky_ok or not leaf)
+        found.append((path, problem, stat.S_ISLNK(st.st_mode)))
+        if problem is not None or path == "/":
+            break
         path, leaf = os.path.dirname(path), False
+    problem, linked = above
+    for index in range(len(found) - 1, -1, -1):  # from the top down: each holds for all below it
+        entry, own, link = found[index]
+        problem, linked = own or problem, link or linked
+        if index and seen is not None:  # the leaf is judged as a leaf: never remembered as a parent
+            seen[entry] = (problem, linked)
+    return problem, linked
 
 
-def _entry_problem(path: str, owners: frozenset[int], *, sticky_ok: bool) -> str | None:
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"{path}: {exc.strerror}"
-    return _stat_problem(path, st, owners, sticky_ok=sticky_ok)
-
-
-def _stat_problem(path: str, st: os.stat_result, owners: frozenset[int], *, sticky_ok: bool) -> str | None:
+def stat_problem(path: str, st: os.stat_result, owners: frozenset[int], *, sticky_ok: bool) -> str | None:
     if st.st_uid not in owners:
         return f"{path}: owned by uid {st.st_uid}, not root"
-    if stat.S_ISLNK(st.st_mode) or not st.st_mode & _WRITABLE:
+    if stat.S_ISLNK(st.st_mode) or not st.st_mode & WRITABLE:
         return None
     if sticky_ok and stat.S_ISDIR(st.st_mode) and st.st_mode & stat.S_ISVTX:
         return None
     return f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
 
 
-def repairs(path: str, *, owners: frozenset[int] | None = None) -> list[list[str]]:
-    """The commands that would make ``path`` root's alone: ``chown`` or ``chmod`` of every entry at
-    fault, along the path as written and where it leads (a missing entry has no repair)."""
-    owners = owners if owners is not None else owners_of_trust()
-    absolute = os.path.abspath(path)
-    found: list[list[str]] = []
-    for chain in dict.fromkeys((absolute, os.path.realpath(absolute))):
-        current, leaf = chain, True
-        while True:
-            for command in _entry_repairs(current, owners, sticky_ok=not leaf):
-                if command not in found:
-                    found.append(command)
-            if current == "/":
-                break
-            current, leaf = os.path.dirname(current), False
-    return found
-
-
-def _entry_repairs(path: str, owners: frozenset[int], *, sticky_ok: bool) -> list[list[str]]:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return []
-    commands = []
-    if st.st_uid not in owners:
-        commands.append(
-            ["chown", "-h", "root:", path] if stat.S_ISLNK(st.st_mode) else ["chown", "root:", path]
-        )
-    if _entry_problem(path, frozenset({st.st_uid}), sticky_ok=sticky_ok) is not None:
-        commands.append(["chmod", "go-w", path])
-    return commands
-
-
-def tree_problem(
-    root: str, *, owners: frozenset[int] | None = None, seen: dict[str, str] | None = None
-) -> str | None:
-    """Why ``root`` or anything under it is not root's alone, or None: a package Python imports from.
-
-    ``root`` is checked as :func:`path_problem` checks it, then every directory and file under it,
-    whatever its name (``__pycache__`` too: Python reads what it finds there). A link in the tree is
-    checked along its own chain and where it leads, and a directory it leads to is walked as well.
-    A launcher runs this on every start, so each entry costs one ``fstatat`` and little else.
-    """
-    owners = owners if owners is not None else owners_of_trust()
-    problem = path_problem(root, owners=owners, seen=seen)
-    pending = [os.path.realpath(root)]
-    walked = set()
-    while pending and problem is None:
-        directory = pending.pop()
-        if directory in walked:  # two links to one directory, or a loop
-            continue
-        walked.add(directory)
-        try:
-            problem = _directory_problem(directory, owners, seen, pending)
-        except OSError as exc:
-            problem = f"{directory}: {exc.strerror}"
-    return problem
-
-
-def _directory_problem(
-    directory: str, owners: frozenset[int], seen: dict[str, str] | None, pending: list[str]
-) -> str | None:
-    """The first entry of ``directory`` (checked already, as are its parents) that is not root's alone;
-    the directories in it go on ``pending``."""
-    # Listed through a descriptor, each entry's fstatat skips the walk down from / that a path costs.
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISLNK(st.st_mode):
-                    link = f"{directory}/{entry.name}"
-                    problem = path_problem(link, owners=owners, seen=seen)
-                    if problem is not None:
-                        return problem
-                    if os.path.isdir(link):
-                        pending.append(os.path.realpath(link))
-                elif st.st_uid not in owners or st.st_mode & _WRITABLE:
-                    return _stat_problem(f"{directory}/{entry.name}", st, owners, sticky_ok=False)
-                elif stat.S_ISDIR(st.st_mode):
-                    pending.append(f"{directory}/{entry.name}")
-    finally:
-        os.close(fd)
-    return None
-
-
-def first_problem(paths: list[str], trees: list[str], *, owners: frozenset[int] | None = None) -> str | None:
-    """The first of ``paths`` (:func:`path_problem`) and ``trees`` (:func:`tree_problem`) with a problem.
-
-    One memo of directories for all: the paths of one Python share most of their parents.
-    """
-    seen: dict[str, str] = {}
+def paths_problem(paths: list[str], *, owners: frozenset[int] | None = None) -> str | None:
+    """The first of ``paths`` that is not root's alone (:func:`path_problem`), or None; one memo of
+    directories for all, since the paths of one Python share most of their parents."""
+    seen: Seen = {}
     for path in paths:
         problem = path_problem(path, owners=owners, seen=seen)
-        if problem is not None:
-            return problem
-    for tree in trees:
-        problem = tree_problem(tree, owners=owners, seen=seen)
         if problem is not None:
             return problem
     return None
@@ -220,7 +137,7 @@ class GuardedFinder:
     def __init__(self, finder: Any, owners: frozenset[int]) -> None:
         self._finder = finder
         self._owners = owners
-        self._seen: dict[str, str] = {}
+        self._seen: Seen = {}
         self._directories: dict[str, str | None] = {}
 
     def find_spec(
@@ -251,7 +168,7 @@ class GuardedFinder:
             return f"{path}: {exc.strerror}"
         if stat.S_ISLNK(st.st_mode):
             return path_problem(path, owners=self._owners, seen=self._seen)
-        return _stat_problem(path, st, self._owners, sticky_ok=False) or self._directory_problem(
+        return stat_problem(path, st, self._owners, sticky_ok=False) or self._directory_problem(
             directory, missing_ok=False
         )
 
@@ -270,14 +187,3 @@ def guard_imports(owners: frozenset[int]) -> None:
             sys.meta_path[index] = GuardedFinder(finder, owners)
             return
     raise UntrustedImport("no path finder on sys.meta_path to guard: cdictk not started")
-
-
-def fd_problem(fd: int, name: str, *, owners: frozenset[int] | None = None) -> str | None:
-    """The same test for an open file or directory (``fstat``): its owner and mode, nothing above it."""
-    owners = owners if owners is not None else owners_of_trust()
-    st = os.fstat(fd)
-    if st.st_uid not in owners:
-        return f"{name}: owned by uid {st.st_uid}, not root"
-    if st.st_mode & _WRITABLE:
-        return f"{name}: writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
-    return None

@@ -18,6 +18,10 @@ import os
 from cdictk.errors import Problem
 from cdictk.trust import path_problem
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cdictk.trust import Seen
+
 DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".json", ".yaml")
 MAX_SPEC_BYTES = 8 << 20  # a spec file larger than this is refused
@@ -46,7 +50,7 @@ def spec_paths(
     paths = [os.path.join(directory, name) for name in names]
     if not trusted_only or not paths:
         return paths
-    seen: dict[str, str] = {}
+    seen: Seen = {}
     why = path_problem(directory, seen=seen)
     if why is not None:
         problems.append(Problem(directory, "", f"{UNTRUSTED}: {why}"))

@@ -33,7 +33,7 @@ from cdictk.errors import CdictkError
 from cdictk.info.checks import Finding, Status
 from cdictk.node.facts import NodeFacts
 from cdictk.node.roots import join
-from cdictk.trust import repairs
+from cdictk.trustscan import repairs
 
 MAX_SHOWN = 3  # paths or names shown in a finding
 

@@ -29,7 +29,7 @@ import subprocess
 import sys
 from typing import NamedTuple
 
-from cdictk import trust
+from cdictk import trust, trustscan
 from cdictk.runtime import startcheck
 
 LAUNCHERS = {
@@ -222,9 +222,9 @@ def _install(
     python = python or sys.executable
     if not os.path.isabs(python) or not os.access(python, os.X_OK):
         raise LauncherError(f"{python}: not an absolute path to an executable Python")
-    _require_trusted(trust.first_problem([python, *_venv_configs(python)], []))  # before running it
+    _require_trusted(trust.paths_problem([python, *_venv_configs(python)]))  # before running it
     reads = python_reads(python)
-    _require_trusted(trust.first_problem(reads.paths, reads.trees))
+    _require_trusted(trustscan.first_problem(reads.paths, reads.trees))
     check = _check_code(python)
     texts = {name: launcher_text(module, python, reads, check, command) for name, module in launchers.items()}
     _make_directory(directory)

@@ -8,12 +8,13 @@ the install walks, is ten times the files a start imports.
 
 It cannot import :mod:`cdictk.trust` to do so: that import would run code of the very package it is
 about to check. So the launcher carries that module's code in its own text and calls
-:func:`cdictk.trust.first_problem` and :func:`cdictk.trust.guard_imports`: one implementation of the
+:func:`cdictk.trust.paths_problem` and :func:`cdictk.trust.guard_imports`: one implementation of the
 rules, at install and at start, tested as the module it is.
 
 The code is carried compiled (:mod:`marshal`, by the launcher's own Python when it is written), not
 as source: Python parses a script's text on every start, and the module costs about 0.5 ms to compile
-on a small machine, against 0.1 ms to read as bytes. A Python of another version cannot load
+on a small machine, against 0.1 ms to read as bytes. The bytes are written in hex: Python reads a
+long plain string faster than a bytes literal full of escapes. A Python of another version cannot load
 them; the launcher then stops with one line that says to write it again.
 """
 
@@ -42,8 +43,8 @@ import marshal, os, sys
 os.umask(os.umask(0o022) | 0o022)
 if sys.implementation.cache_tag != {tag!r}:
     sys.exit(f"{{sys.argv[0]}}: error: written for {tag}, run by {{sys.implementation.cache_tag}}: {again}")
-exec(marshal.loads({code!r}))
-_problem = first_problem({paths!r}, [], owners=frozenset({owners!r}))
+exec(marshal.loads(bytes.fromhex({code!r})))
+_problem = paths_problem({paths!r}, owners=frozenset({owners!r}))
 if _problem is not None:
     sys.exit(f"{{sys.argv[0]}}: error: {{_problem}}: {why}")
 guard_imports(frozenset({owners!r}))
@@ -71,7 +72,7 @@ def check_lines(tag: str, code: bytes, paths: list[str], owners: frozenset[int])
     ``tag`` and ``code``: what :data:`COMPILE` printed, run by the launcher's Python on
     :func:`trust_source`.
     """
-    return _LINES.format(tag=tag, code=code, paths=paths, owners=sorted(owners), why=_WHY, again=_AGAIN)
+    return _LINES.format(tag=tag, code=code.hex(), paths=paths, owners=sorted(owners), why=_WHY, again=_AGAIN)
 
 
 def main_lines(module: str) -> str:

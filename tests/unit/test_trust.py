@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
-from cdictk.trust import fd_problem, first_problem, owners_of_trust, path_problem, repairs, tree_problem
+from cdictk.trust import owners_of_trust, path_problem, paths_problem
+
+if TYPE_CHECKING:
+    from cdictk.trust import Seen
 
 OTHER = 12345  # a uid nobody on the machine has: "another user"
 ROOT_ONLY = frozenset({0})
@@ -100,117 +104,43 @@ def test_the_reading_user_is_trusted_too(base: Path) -> None:
 
 
 def test_seen_directories_are_remembered(base: Path) -> None:
-    seen: dict[str, str] = {}
+    seen: Seen = {}
     assert path_problem(str(spec(base)), owners=ROOT_ONLY, seen=seen) is None
-    assert seen[str(base)] == "" and seen["/"] == ""
-    seen[str(base)] = "planted"  # a remembered answer is used, not asked again
+    assert seen[str(base)] == (None, False) and seen["/"] == (None, False)
+    seen[str(base)] = ("planted", False)  # a remembered answer is used, not asked again
     assert path_problem(str(base / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == "planted"
 
 
-def test_an_open_file_is_judged_by_fstat(base: Path) -> None:
-    path = spec(base)
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        assert fd_problem(fd, "entry", owners=ROOT_ONLY) is None
-        os.fchmod(fd, 0o666)
-        assert fd_problem(fd, "entry", owners=ROOT_ONLY) == "entry: writable by group or others (mode 0666)"
-        os.fchmod(fd, 0o644)
-        os.fchown(fd, OTHER, OTHER)
-        assert fd_problem(fd, "entry", owners=ROOT_ONLY) == f"entry: owned by uid {OTHER}, not root"
-    finally:
-        os.close(fd)
-
-
-def test_repairs_name_every_entry_at_fault(base: Path) -> None:
-    inner = base / "cdi"
-    inner.mkdir()
-    inner.chmod(0o777)
-    path = spec(inner, 0o666)
-    os.chown(path, OTHER, OTHER)
-    assert repairs(str(path), owners=ROOT_ONLY) == [
-        ["chown", "root:", str(path)],
-        ["chmod", "go-w", str(path)],
-        ["chmod", "go-w", str(inner)],
-    ]
-    link = base / "link.yaml"
-    link.symlink_to(path)
-    os.lchown(link, OTHER, OTHER)
-    assert repairs(str(link), owners=ROOT_ONLY)[0] == ["chown", "-h", "root:", str(link)]
-    os.chown(path, 0, 0)
-    path.chmod(0o644)
-    inner.chmod(0o755)
-    assert repairs(str(path), owners=ROOT_ONLY) == []
-
-
-@pytest.fixture
-def package(base: Path) -> Path:
-    """A package as pip leaves it: root's directories 0755, files 0644, a __pycache__."""
-    root = base / "cdictk"
-    for directory in (root, root / "runtime", root / "runtime" / "__pycache__"):
-        directory.mkdir(mode=0o755)
-    for name in ("__init__.py", "runtime/__init__.py", "runtime/shim.py", "runtime/__pycache__/shim.pyc"):
-        (root / name).write_text("")
-        (root / name).chmod(0o644)
-    return root
-
-
-def test_a_tree_of_root_files_is_trusted(package: Path) -> None:
-    assert tree_problem(str(package), owners=ROOT_ONLY) is None
-
-
-@pytest.mark.parametrize("name", ["runtime/shim.py", "runtime/__pycache__/shim.pyc", "runtime/__pycache__"])
-def test_any_entry_of_the_tree_others_can_write_is_not(package: Path, name: str) -> None:
-    """Python reads sources, compiled files and whatever it finds in the directories."""
-    (package / name).chmod(0o777)
-    assert tree_problem(str(package), owners=ROOT_ONLY) == (
-        f"{package / name}: writable by group or others (mode 0777)"
-    )
-
-
-def test_a_directory_of_another_user_in_the_tree_is_not(package: Path) -> None:
-    os.chown(package / "runtime", OTHER, OTHER)  # they could swap shim.py for their own
-    assert (
-        tree_problem(str(package), owners=ROOT_ONLY)
-        == f"{package / 'runtime'}: owned by uid {OTHER}, not root"
-    )
-
-
-def test_a_sticky_directory_in_the_tree_is_not(package: Path) -> None:
-    """Anyone may add a module to a sticky directory: it is fine above a tree, never in it."""
-    (package / "runtime").chmod(0o1777)
-    assert "writable by group or others (mode 1777)" in str(tree_problem(str(package), owners=ROOT_ONLY))
-
-
-def test_a_link_in_the_tree_is_walked_where_it_leads(package: Path, base: Path) -> None:
-    elsewhere = base / "schemas"
-    elsewhere.mkdir(mode=0o755)
-    (elsewhere / "loop").symlink_to(package)  # walked once, not forever
-    (package / "schemas").symlink_to(elsewhere)
-    assert tree_problem(str(package), owners=ROOT_ONLY) is None
-    loose = elsewhere / "spec.json"
-    loose.write_text("{}")
-    loose.chmod(0o666)
-    assert tree_problem(str(package), owners=ROOT_ONLY) == f"{loose}: writable by group or others (mode 0666)"
-    loose.unlink()
-    os.lchown(package / "schemas", OTHER, OTHER)
-    assert (
-        tree_problem(str(package), owners=ROOT_ONLY)
-        == f"{package / 'schemas'}: owned by uid {OTHER}, not root"
-    )
-
-
-def test_a_tree_is_checked_up_to_the_root_too(package: Path, base: Path) -> None:
+def test_a_problem_above_is_remembered_for_the_directories_below(base: Path) -> None:
+    """A directory remembered as fine must not hide a directory above it that is not."""
+    inner = base / "a" / "b"
+    inner.mkdir(parents=True)
     base.chmod(0o777)
-    assert tree_problem(str(package), owners=ROOT_ONLY) == f"{base}: writable by group or others (mode 0777)"
-    assert tree_problem(str(base / "gone"), owners=ROOT_ONLY) == f"{base / 'gone'}: No such file or directory"
+    seen: Seen = {}
+    why = f"{base}: writable by group or others (mode 0777)"
+    assert path_problem(str(spec(inner)), owners=ROOT_ONLY, seen=seen) == why
+    (inner / "other.yaml").write_text("x")
+    assert path_problem(str(inner / "other.yaml"), owners=ROOT_ONLY, seen=seen) == why
 
 
-def test_the_first_problem_of_paths_then_trees(package: Path, base: Path) -> None:
-    file = spec(base)
-    assert first_problem([str(file)], [str(package)], owners=ROOT_ONLY) is None
-    (package / "runtime" / "shim.py").chmod(0o666)
-    assert "shim.py: writable" in str(first_problem([str(file)], [str(package)], owners=ROOT_ONLY))
-    file.chmod(0o666)
-    assert first_problem([str(file)], [str(package)], owners=ROOT_ONLY) == (
-        f"{file}: writable by group or others (mode 0666)"
+def test_a_link_on_the_way_is_remembered_so_where_it_leads_is_checked(base: Path, tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, OTHER, OTHER)
+    spec(theirs)
+    (base / "via").symlink_to(theirs)
+    seen: Seen = {}
+    for _ in range(2):  # the second time from what was remembered
+        assert path_problem(str(base / "via" / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == (
+            f"{theirs}: owned by uid {OTHER}, not root"
+        )
+
+
+def test_the_first_of_several_paths_with_a_problem(base: Path) -> None:
+    good, bad = spec(base), base / "bad.yaml"
+    bad.write_text("x")
+    bad.chmod(0o666)
+    assert paths_problem([str(good)], owners=ROOT_ONLY) is None
+    assert paths_problem([str(good), str(bad)], owners=ROOT_ONLY) == (
+        f"{bad}: writable by group or others (mode 0666)"
     )

@@ -29,7 +29,7 @@ def test_a_launcher_runs_this_python_isolated_without_site() -> None:
     lines = text.splitlines()
     assert lines[0] == "#!/usr/bin/python3 -IS"  # one argument: the kernel passes the rest as one
     assert "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.runtime.shim import main" in text
-    check = text.index("_problem = first_problem(['/usr/bin/python3', '/opt/a'], []")
+    check = text.index("_problem = paths_problem(['/usr/bin/python3', '/opt/a']")
     guard = text.index("guard_imports(frozenset(")
     assert check < guard < text.index("sys.path +=")  # nothing of cdictk is importable before the check
 

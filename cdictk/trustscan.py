@@ -1,0 +1,124 @@
+"""The thorough trust checks, made off the container start path: a whole package tree, and repairs.
+
+``cdictk runtime install-launchers`` walks the package it will run as root; ``cdictk info`` prints the
+commands that would make an untrusted spec root's. The rules are :mod:`cdictk.trust`'s; this module
+is kept out of it because a launcher carries that module's code in its text on every start. Standard
+library only.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+
+from cdictk.trust import WRITABLE, owners_of_trust, path_problem, paths_problem, stat_problem
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from cdictk.trust import Seen
+
+
+def first_problem(paths: list[str], trees: list[str], *, owners: frozenset[int] | None = None) -> str | None:
+    """The first of ``paths`` (:func:`cdictk.trust.path_problem`) and ``trees`` (:func:`tree_problem`)
+    with a problem; the paths first, then the trees."""
+    problem = paths_problem(paths, owners=owners)
+    if problem is not None:
+        return problem
+    seen: Seen = {}
+    for tree in trees:
+        problem = tree_problem(tree, owners=owners, seen=seen)
+        if problem is not None:
+            return problem
+    return None
+
+
+def repairs(path: str, *, owners: frozenset[int] | None = None) -> list[list[str]]:
+    """The commands that would make ``path`` root's alone: ``chown`` or ``chmod`` of every entry at
+    fault, along the path as written and where it leads (a missing entry has no repair)."""
+    owners = owners if owners is not None else owners_of_trust()
+    absolute = os.path.abspath(path)
+    found: list[list[str]] = []
+    for chain in dict.fromkeys((absolute, os.path.realpath(absolute))):
+        current, leaf = chain, True
+        while True:
+            for command in _entry_repairs(current, owners, sticky_ok=not leaf):
+                if command not in found:
+                    found.append(command)
+            if current == "/":
+                break
+            current, leaf = os.path.dirname(current), False
+    return found
+
+
+def _entry_repairs(path: str, owners: frozenset[int], *, sticky_ok: bool) -> list[list[str]]:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return []
+    commands = []
+    if st.st_uid not in owners:
+        commands.append(
+            ["chown", "-h", "root:", path] if stat.S_ISLNK(st.st_mode) else ["chown", "root:", path]
+        )
+    if _entry_problem(path, frozenset({st.st_uid}), sticky_ok=sticky_ok) is not None:
+        commands.append(["chmod", "go-w", path])
+    return commands
+
+
+def tree_problem(root: str, *, owners: frozenset[int] | None = None, seen: Seen | None = None) -> str | None:
+    """Why ``root`` or anything under it is not root's alone, or None: a package Python imports from.
+
+    ``root`` is checked as :func:`path_problem` checks it, then every directory and file under it,
+    whatever its name (``__pycache__`` too: Python reads what it finds there). A link in the tree is
+    checked along its own chain and where it leads, and a directory it leads to is walked as well.
+    Each entry costs one ``fstatat`` and little else.
+    """
+    owners = owners if owners is not None else owners_of_trust()
+    problem = path_problem(root, owners=owners, seen=seen)
+    pending = [os.path.realpath(root)]
+    walked = set()
+    while pending and problem is None:
+        directory = pending.pop()
+        if directory in walked:  # two links to one directory, or a loop
+            continue
+        walked.add(directory)
+        try:
+            problem = _directory_problem(directory, owners, seen, pending)
+        except OSError as exc:
+            problem = f"{directory}: {exc.strerror}"
+    return problem
+
+
+def _directory_problem(
+    directory: str, owners: frozenset[int], seen: Seen | None, pending: list[str]
+) -> str | None:
+    """The first entry of ``directory`` (checked already, as are its parents) that is not root's alone;
+    the directories in it go on ``pending``."""
+    # Listed through a descriptor, each entry's fstatat skips the walk down from / that a path costs.
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    link = f"{directory}/{entry.name}"
+                    problem = path_problem(link, owners=owners, seen=seen)
+                    if problem is not None:
+                        return problem
+                    if os.path.isdir(link):
+                        pending.append(os.path.realpath(link))
+                elif st.st_uid not in owners or st.st_mode & WRITABLE:
+                    return stat_problem(f"{directory}/{entry.name}", st, owners, sticky_ok=False)
+                elif stat.S_ISDIR(st.st_mode):
+                    pending.append(f"{directory}/{entry.name}")
+    finally:
+        os.close(fd)
+    return None
+
+
+def _entry_problem(path: str, owners: frozenset[int], *, sticky_ok: bool) -> str | None:
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    return stat_problem(path, st, owners, sticky_ok=sticky_ok)
