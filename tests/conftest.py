@@ -48,6 +48,18 @@ def private_runtime_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
 
 
 @pytest.fixture
+def root_dir(tmp_path: Path) -> Path:
+    """A root-owned 0755 directory (tmp_path's parents are root's, /tmp sticky), for tests that give
+    files to another user: skipped unless root, who alone can."""
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    base = tmp_path / "base"
+    base.mkdir(mode=0o755)
+    base.chmod(0o755)
+    return base
+
+
+@pytest.fixture
 def umask_000() -> Iterator[None]:
     """Root's umask at its loosest (what a careless service manager may hand us): whatever is
     created gets the mode it is created with."""

@@ -9,79 +9,61 @@ from typing import TYPE_CHECKING
 import pytest
 
 from cdictk.trust import owners_of_trust, path_problem, paths_problem
+from tests.owners import OTHER, ROOT_ONLY, plain_file
 
 if TYPE_CHECKING:
     from cdictk.trust import Seen
 
-OTHER = 12345  # a uid nobody on the machine has: "another user"
-ROOT_ONLY = frozenset({0})
+
+def test_a_root_file_in_root_directories_is_trusted(root_dir: Path) -> None:
+    assert path_problem(str(plain_file(root_dir)), owners=ROOT_ONLY) is None
 
 
-@pytest.fixture
-def base(tmp_path: Path) -> Path:
-    """A root-owned 0755 directory; tmp_path's parents are root's, /tmp sticky."""
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
-    base = tmp_path / "base"
-    base.mkdir(mode=0o755)
-    base.chmod(0o755)
-    return base
-
-
-def spec(directory: Path, mode: int = 0o644) -> Path:
-    path = directory / "nvidia.yaml"
-    path.write_text("x")
-    path.chmod(mode)
-    return path
-
-
-def test_a_root_file_in_root_directories_is_trusted(base: Path) -> None:
-    assert path_problem(str(spec(base)), owners=ROOT_ONLY) is None
-
-
-def test_a_file_of_another_user_is_not(base: Path) -> None:
-    path = spec(base)
+def test_a_file_of_another_user_is_not(root_dir: Path) -> None:
+    path = plain_file(root_dir)
     os.chown(path, OTHER, OTHER)
     assert path_problem(str(path), owners=ROOT_ONLY) == f"{path}: owned by uid {OTHER}, not root"
 
 
 @pytest.mark.parametrize("mode", [0o666, 0o664, 0o646])
-def test_a_file_others_can_write_is_not(base: Path, mode: int) -> None:
-    path = spec(base, mode)
+def test_a_file_others_can_write_is_not(root_dir: Path, mode: int) -> None:
+    path = plain_file(root_dir, mode)
     assert path_problem(str(path), owners=ROOT_ONLY) == (
         f"{path}: writable by group or others (mode {mode:04o})"
     )
 
 
-def test_a_parent_of_another_user_is_not(base: Path) -> None:
-    inner = base / "cdi"
+def test_a_parent_of_another_user_is_not(root_dir: Path) -> None:
+    inner = root_dir / "cdi"
     inner.mkdir()
-    path = spec(inner)
+    path = plain_file(inner)
     os.chown(inner, OTHER, OTHER)
     assert path_problem(str(path), owners=ROOT_ONLY) == f"{inner}: owned by uid {OTHER}, not root"
 
 
-def test_a_sticky_parent_is_fine_but_not_as_the_directory_read(base: Path) -> None:
-    shared = base / "shared"
+def test_a_sticky_parent_is_fine_but_not_as_the_directory_read(root_dir: Path) -> None:
+    shared = root_dir / "shared"
     shared.mkdir()
     shared.chmod(0o1777)
     inner = shared / "cdi"
     inner.mkdir(mode=0o755)
-    assert path_problem(str(spec(inner)), owners=ROOT_ONLY) is None
+    assert path_problem(str(plain_file(inner)), owners=ROOT_ONLY) is None
     assert path_problem(str(shared), owners=ROOT_ONLY) == f"{shared}: writable by group or others (mode 1777)"
     assert path_problem(str(shared), owners=ROOT_ONLY, leaf_sticky_ok=True) is None
     shared.chmod(0o777)  # without the sticky bit anyone may rename inner away and put theirs there
-    assert "writable by group or others (mode 0777)" in str(path_problem(str(spec(inner)), owners=ROOT_ONLY))
+    assert "writable by group or others (mode 0777)" in str(
+        path_problem(str(plain_file(inner)), owners=ROOT_ONLY)
+    )
 
 
-def test_a_root_symlink_is_judged_by_where_it_leads(base: Path) -> None:
+def test_a_root_symlink_is_judged_by_where_it_leads(root_dir: Path) -> None:
     """The attack of issue 17: a link in a root spec dir to a 0666 file of a user."""
-    home = base / "home"
+    home = root_dir / "home"
     home.mkdir()
-    target = spec(home, 0o666)
+    target = plain_file(home, 0o666)
     os.chown(home, OTHER, OTHER)
     os.chown(target, OTHER, OTHER)
-    link = base / "evil.yaml"
+    link = root_dir / "evil.yaml"
     link.symlink_to(target)
     assert path_problem(str(link), owners=ROOT_ONLY) == f"{target}: owned by uid {OTHER}, not root"
     os.chown(home, 0, 0)
@@ -92,52 +74,55 @@ def test_a_root_symlink_is_judged_by_where_it_leads(base: Path) -> None:
     assert path_problem(str(link), owners=ROOT_ONLY) == f"{link}: owned by uid {OTHER}, not root"
 
 
-def test_a_missing_path_is_a_problem(base: Path) -> None:
-    assert path_problem(str(base / "gone"), owners=ROOT_ONLY) == f"{base / 'gone'}: No such file or directory"
+def test_a_missing_path_is_a_problem(root_dir: Path) -> None:
+    assert (
+        path_problem(str(root_dir / "gone"), owners=ROOT_ONLY)
+        == f"{root_dir / 'gone'}: No such file or directory"
+    )
 
 
-def test_the_reading_user_is_trusted_too(base: Path) -> None:
+def test_the_reading_user_is_trusted_too(root_dir: Path) -> None:
     assert owners_of_trust() == {0, os.geteuid()}
-    path = spec(base)
+    path = plain_file(root_dir)
     os.chown(path, OTHER, OTHER)
     assert path_problem(str(path), owners=frozenset({0, OTHER})) is None
 
 
-def test_seen_directories_are_remembered(base: Path) -> None:
+def test_seen_directories_are_remembered(root_dir: Path) -> None:
     seen: Seen = {}
-    assert path_problem(str(spec(base)), owners=ROOT_ONLY, seen=seen) is None
-    assert seen[str(base)] == (None, False) and seen["/"] == (None, False)
-    seen[str(base)] = ("planted", False)  # a remembered answer is used, not asked again
-    assert path_problem(str(base / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == "planted"
+    assert path_problem(str(plain_file(root_dir)), owners=ROOT_ONLY, seen=seen) is None
+    assert seen[str(root_dir)] == (None, False) and seen["/"] == (None, False)
+    seen[str(root_dir)] = ("planted", False)  # a remembered answer is used, not asked again
+    assert path_problem(str(root_dir / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == "planted"
 
 
-def test_a_problem_above_is_remembered_for_the_directories_below(base: Path) -> None:
+def test_a_problem_above_is_remembered_for_the_directories_below(root_dir: Path) -> None:
     """A directory remembered as fine must not hide a directory above it that is not."""
-    inner = base / "a" / "b"
+    inner = root_dir / "a" / "b"
     inner.mkdir(parents=True)
-    base.chmod(0o777)
+    root_dir.chmod(0o777)
     seen: Seen = {}
-    why = f"{base}: writable by group or others (mode 0777)"
-    assert path_problem(str(spec(inner)), owners=ROOT_ONLY, seen=seen) == why
+    why = f"{root_dir}: writable by group or others (mode 0777)"
+    assert path_problem(str(plain_file(inner)), owners=ROOT_ONLY, seen=seen) == why
     (inner / "other.yaml").write_text("x")
     assert path_problem(str(inner / "other.yaml"), owners=ROOT_ONLY, seen=seen) == why
 
 
-def test_a_link_on_the_way_is_remembered_so_where_it_leads_is_checked(base: Path, tmp_path: Path) -> None:
+def test_a_link_on_the_way_is_remembered_so_where_it_leads_is_checked(root_dir: Path, tmp_path: Path) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     os.chown(theirs, OTHER, OTHER)
-    spec(theirs)
-    (base / "via").symlink_to(theirs)
+    plain_file(theirs)
+    (root_dir / "via").symlink_to(theirs)
     seen: Seen = {}
     for _ in range(2):  # the second time from what was remembered
-        assert path_problem(str(base / "via" / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == (
+        assert path_problem(str(root_dir / "via" / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == (
             f"{theirs}: owned by uid {OTHER}, not root"
         )
 
 
-def test_the_first_of_several_paths_with_a_problem(base: Path) -> None:
-    good, bad = spec(base), base / "bad.yaml"
+def test_the_first_of_several_paths_with_a_problem(root_dir: Path) -> None:
+    good, bad = plain_file(root_dir), root_dir / "bad.yaml"
     bad.write_text("x")
     bad.chmod(0o666)
     assert paths_problem([str(good)], owners=ROOT_ONLY) is None

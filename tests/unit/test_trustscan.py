@@ -4,49 +4,25 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import pytest
 
 from cdictk.trustscan import first_problem, repairs, tree_problem
-
-if TYPE_CHECKING:
-    pass
-
-OTHER = 12345  # a uid nobody on the machine has: "another user"
-ROOT_ONLY = frozenset({0})
+from tests.owners import OTHER, ROOT_ONLY, plain_file
 
 
-@pytest.fixture
-def base(tmp_path: Path) -> Path:
-    """A root-owned 0755 directory; tmp_path's parents are root's, /tmp sticky."""
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
-    base = tmp_path / "base"
-    base.mkdir(mode=0o755)
-    base.chmod(0o755)
-    return base
-
-
-def spec(directory: Path, mode: int = 0o644) -> Path:
-    path = directory / "nvidia.yaml"
-    path.write_text("x")
-    path.chmod(mode)
-    return path
-
-
-def test_repairs_name_every_entry_at_fault(base: Path) -> None:
-    inner = base / "cdi"
+def test_repairs_name_every_entry_at_fault(root_dir: Path) -> None:
+    inner = root_dir / "cdi"
     inner.mkdir()
     inner.chmod(0o777)
-    path = spec(inner, 0o666)
+    path = plain_file(inner, 0o666)
     os.chown(path, OTHER, OTHER)
     assert repairs(str(path), owners=ROOT_ONLY) == [
         ["chown", "root:", str(path)],
         ["chmod", "go-w", str(path)],
         ["chmod", "go-w", str(inner)],
     ]
-    link = base / "link.yaml"
+    link = root_dir / "link.yaml"
     link.symlink_to(path)
     os.lchown(link, OTHER, OTHER)
     assert repairs(str(link), owners=ROOT_ONLY)[0] == ["chown", "-h", "root:", str(link)]
@@ -57,9 +33,9 @@ def test_repairs_name_every_entry_at_fault(base: Path) -> None:
 
 
 @pytest.fixture
-def package(base: Path) -> Path:
+def package(root_dir: Path) -> Path:
     """A package as pip leaves it: root's directories 0755, files 0644, a __pycache__."""
-    root = base / "cdictk"
+    root = root_dir / "cdictk"
     for directory in (root, root / "runtime", root / "runtime" / "__pycache__"):
         directory.mkdir(mode=0o755)
     for name in ("__init__.py", "runtime/__init__.py", "runtime/shim.py", "runtime/__pycache__/shim.pyc"):
@@ -95,8 +71,8 @@ def test_a_sticky_directory_in_the_tree_is_not(package: Path) -> None:
     assert "writable by group or others (mode 1777)" in str(tree_problem(str(package), owners=ROOT_ONLY))
 
 
-def test_a_link_in_the_tree_is_walked_where_it_leads(package: Path, base: Path) -> None:
-    elsewhere = base / "schemas"
+def test_a_link_in_the_tree_is_walked_where_it_leads(package: Path, root_dir: Path) -> None:
+    elsewhere = root_dir / "schemas"
     elsewhere.mkdir(mode=0o755)
     (elsewhere / "loop").symlink_to(package)  # walked once, not forever
     (package / "schemas").symlink_to(elsewhere)
@@ -113,14 +89,19 @@ def test_a_link_in_the_tree_is_walked_where_it_leads(package: Path, base: Path) 
     )
 
 
-def test_a_tree_is_checked_up_to_the_root_too(package: Path, base: Path) -> None:
-    base.chmod(0o777)
-    assert tree_problem(str(package), owners=ROOT_ONLY) == f"{base}: writable by group or others (mode 0777)"
-    assert tree_problem(str(base / "gone"), owners=ROOT_ONLY) == f"{base / 'gone'}: No such file or directory"
+def test_a_tree_is_checked_up_to_the_root_too(package: Path, root_dir: Path) -> None:
+    root_dir.chmod(0o777)
+    assert (
+        tree_problem(str(package), owners=ROOT_ONLY) == f"{root_dir}: writable by group or others (mode 0777)"
+    )
+    assert (
+        tree_problem(str(root_dir / "gone"), owners=ROOT_ONLY)
+        == f"{root_dir / 'gone'}: No such file or directory"
+    )
 
 
-def test_the_first_problem_of_paths_then_trees(package: Path, base: Path) -> None:
-    file = spec(base)
+def test_the_first_problem_of_paths_then_trees(package: Path, root_dir: Path) -> None:
+    file = plain_file(root_dir)
     assert first_problem([str(file)], [str(package)], owners=ROOT_ONLY) is None
     (package / "runtime" / "shim.py").chmod(0o666)
     assert "shim.py: writable" in str(first_problem([str(file)], [str(package)], owners=ROOT_ONLY))
