@@ -210,7 +210,8 @@ def install_launchers_command(*, directory: str) -> int:
 
     Engines run them as root: the interpreter and its pyvenv.cfg, the standard library, every import
     path, every file and directory of the cdictk package and DIR must be root's and writable by nobody
-    else. The install refuses what is not, and each launcher checks it all again before it starts.
+    else. The install refuses what is not; each launcher checks the interpreter, pyvenv.cfg, the
+    standard library and the import path again when it starts, and each module file as it is imported.
     """
     from cdictk.runtime.launchers import LauncherError, install_launchers  # noqa: PLC0415
 

@@ -17,9 +17,11 @@ after moving or upgrading Python, install them again.
 Engines run them as root, so nobody else may be able to change what they run (:mod:`cdictk.trust`).
 Before writing, the install checks all that Python reads as root: the interpreter and its
 ``pyvenv.cfg``, the standard library, every ``sys.path`` entry and every file and directory of the
-cdictk package, and the directory written to. Each start checks the same again before it imports
-cdictk (:mod:`cdictk.runtime.startcheck`), which catches a loosening after the install; what Python
-reads before a script's first line (``pyvenv.cfg``, the standard library) it has read by then.
+cdictk package, and the directory written to. Each start checks the interpreter, ``pyvenv.cfg``, the
+standard library and the ``sys.path`` entries again before it imports cdictk, then each module file
+as Python imports it (:mod:`cdictk.runtime.startcheck`), which catches a loosening after the install;
+what Python reads before a script's first line (``pyvenv.cfg``, the standard library) it has read by
+then.
 """
 
 from __future__ import annotations
