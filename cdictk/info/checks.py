@@ -83,6 +83,15 @@ def check_node(roots: Roots) -> NodeReport:
         models[gpu.name] = models.get(gpu.name, 0) + 1
     names = ", ".join(f"{count} x {name}" for name, count in models.items())
     report.findings.append(Finding("gpus", Status.OK, f"{names} (found by {report.facts.mode.value})"))
+    if report.facts.faulty:
+        report.findings.append(
+            Finding(
+                "gpu faults",
+                Status.FAIL,
+                f"{'; '.join(report.facts.faulty)}: left out of the spec (containers asking for it fail)",
+                "check `nvidia-smi -q` and dmesg for Xid errors; reset or replace the GPU",
+            )
+        )
     migs = [mig for gpu in gpus for mig in gpu.migs]
     mig_gpus = [gpu.index for gpu in gpus if gpu.mig_enabled]
     if mig_gpus:

@@ -39,6 +39,7 @@ class NodeFacts:
     mig_minors: procfs.MigMinors | None
     caps_major: int | None
     warnings: list[str] = field(default_factory=list)
+    faulty: list[str] = field(default_factory=list)  # GPUs NVML could not describe, left out: "GPU 3: ..."
 
 
 def find_nvml_library(roots: Roots, dirs: list[str]) -> str | None:
@@ -53,6 +54,7 @@ def find_nvml_library(roots: Roots, dirs: list[str]) -> str | None:
 def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PIPE_DIR) -> NodeFacts:
     recipe = MODES[mode]
     warnings: list[str] = []
+    faulty: list[str] = []
     modules = procfs.read_loaded_modules(roots)
     majors = procfs.read_char_majors(roots)
     candidates = candidate_dirs(roots, warnings)
@@ -61,7 +63,7 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
     gpus: list[Gpu] = []
     used = mode
     if recipe.gpus in (GpuSource.NVML_ELSE_PROCFS, GpuSource.NVML):
-        gpus, nvml_version, used = _gpus_from_nvml(roots, recipe.gpus, candidates, warnings)
+        gpus, nvml_version, used = _gpus_from_nvml(roots, recipe.gpus, candidates, warnings, faulty)
         version = version or nvml_version
     if recipe.gpus is GpuSource.PROCFS or used is Mode.PROCFS:
         gpus, used = gpus_from_procfs(procfs.read_proc_gpus(roots)), Mode.PROCFS
@@ -72,7 +74,8 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
             f"libcuda.so.<version> under {roots.driver}" + module_hint(modules)
         )
     if recipe.gpus is not GpuSource.NONE and not gpus:
-        raise DiscoveryError(f"no NVIDIA GPUs found ({used.value})" + module_hint(modules))
+        lost = f"; NVML could not describe {'; '.join(faulty)}" if faulty else ""
+        raise DiscoveryError(f"no NVIDIA GPUs found ({used.value}){lost}" + module_hint(modules))
 
     gpu_nodes = {}
     for gpu in gpus:
@@ -97,25 +100,32 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
         mig_minors=procfs.read_mig_minors(roots, mig_gpus) if mig_gpus else None,
         caps_major=majors.get("nvidia-caps"),
         warnings=warnings,
+        faulty=faulty,
     )
 
 
 def _gpus_from_nvml(
-    roots: Roots, source: GpuSource, candidates: list[str], warnings: list[str]
+    roots: Roots, source: GpuSource, candidates: list[str], warnings: list[str], faulty: list[str]
 ) -> tuple[list[Gpu], str | None, Mode]:
-    from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (pynvml is heavy)
+    """The GPUs NVML reports. procfs stands in only where there is no NVML at all: an NVML that
+    failed, hung or left a GPU out is never papered over with procfs, which knows nothing of MIG and
+    would advertise a GPU in MIG mode as a full GPU."""
+    from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (its query runs a child)
 
     library = find_nvml_library(roots, candidates)
     try:
         if library is None:
-            raise NvmlError(f"not found under {roots.driver}", library=NVML_LIBRARY)
-        version, gpus = query_nvml(library)
+            raise NvmlError(f"not found under {roots.driver}", library=NVML_LIBRARY, absent=True)
+        answer = query_nvml(library)
     except NvmlError as exc:
-        if source is GpuSource.NVML:
+        if source is GpuSource.NVML or not exc.absent:
             raise
         warnings.append(f"{exc}; falling back to /proc/driver/nvidia/gpus (full GPUs only, no MIG)")
         return [], None, Mode.PROCFS
-    return gpus, version, Mode.NVML
+    for line in answer.left_out:
+        faulty.append(line)
+        warnings.append(f"{line}: NVML cannot describe it; left out of the spec (the other GPUs are kept)")
+    return answer.gpus, answer.version, Mode.NVML
 
 
 def module_hint(modules: set[str] | None) -> str:

@@ -1,11 +1,13 @@
 """NVML, the one wrapper of ``libnvidia-ml``, two ways in, one :class:`NvmlError`.
 
 - :func:`query_nvml`: GPUs and MIG devices for discovery, with pynvml over the driver root's
-  ``libnvidia-ml.so.1``. pynvml loads ``libnvidia-ml.so.1`` by name from the host's loader path; a driver
-  root (a driver container, a fake node) needs that library instead, so the module's library handle is
-  set to the one opened before ``nvmlInit``, and pynvml's function-pointer cache is cleared on both sides
-  of the query so that no pointer into another library survives. pynvml is imported on first use (tens
-  of milliseconds).
+  ``libnvidia-ml.so.1``, asked in a forked child that gets :data:`NVML_DEADLINE` to answer: a driver
+  stuck in the kernel (a GPU after some Xid errors) never returns from ``nvmlInit``, and a generate,
+  ``--watch`` or ``info`` waiting on it would never end. A GPU NVML cannot describe (lost, failing) is
+  left out with a warning; the others are reported as NVML reports them. pynvml loads
+  ``libnvidia-ml.so.1`` by name from the host's loader path; a driver root (a driver container, a fake
+  node) needs that library instead, so the module's library handle is set to the one opened before
+  ``nvmlInit``.
 - :class:`NvmlLibrary`: the few facts the prestart hook checks ``NVIDIA_REQUIRE_*`` against (the CUDA
   and driver versions, a GPU's compute capability and brand), by ctypes: that runs on container
   starts, where pynvml's import would cost more than the query.
@@ -31,14 +33,37 @@ if TYPE_CHECKING:
 
 class NvmlError(CdictkError):
     """NVML could not be loaded or answered with an error. ``library`` names it in the message (the
-    discovery's); ``function`` and ``code`` say which call failed and how (the prestart hook's)."""
+    discovery's); ``function`` and ``code`` say which call failed and how (the prestart hook's);
+    ``absent``: there is no usable library at all (as opposed to one that answered badly or not)."""
 
     def __init__(
-        self, reason: str, *, library: str = "", function: str = "", code: int | None = None
+        self,
+        reason: str,
+        *,
+        library: str = "",
+        function: str = "",
+        code: int | None = None,
+        absent: bool = False,
     ) -> None:
         super().__init__(library, "NVML" if library else "", reason)
         self.function = function
         self.code = code
+        self.absent = absent
+
+
+NVML_DEADLINE = 10.0  # seconds for the whole query: a healthy driver answers in a fraction of one
+
+
+class NvmlAnswer:
+    """What :func:`query_nvml` found. (A plain class: the prestart hook imports this module on
+    container starts, where typing's NamedTuple would cost an import of re.)"""
+
+    __slots__ = ("gpus", "left_out", "version")
+
+    def __init__(self, version: str, gpus: list[Gpu], left_out: list[str]) -> None:
+        self.version = version
+        self.gpus = gpus
+        self.left_out = left_out  # one line per GPU NVML could not describe: "GPU 3: GPU is lost"
 
 
 NVML_SUCCESS = 0
@@ -67,33 +92,113 @@ BRANDS = {
 UNKNOWN_BRAND = "unknown"
 
 
-def query_nvml(library: str) -> tuple[str, list[Gpu]]:
-    """The driver version and every GPU (with its MIG devices) that the NVML at ``library`` reports."""
+def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
+    """The driver version and every GPU (with its MIG devices) that the NVML at ``library`` reports,
+    asked in a forked child that is killed after ``deadline`` seconds (default :data:`NVML_DEADLINE`).
+
+    Forked, not spawned: the child has pynvml and cdictk loaded already (a new interpreter would add
+    tens of milliseconds to every generate); what it sends back is JSON, checked here.
+    """
+    import json  # noqa: PLC0415 - discovery only: the prestart hook imports this module too
+    import os  # noqa: PLC0415
+    import select  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import pynvml  # noqa: F401, PLC0415 - imported once here, so that every child has it
+
+    deadline = NVML_DEADLINE if deadline is None else deadline
+    reader, writer = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: answer, then leave without running the parent's exit handlers
+        status = 0
+        try:
+            os.close(reader)
+            data = memoryview(json.dumps(answer_here(library)).encode())
+            while data:
+                data = data[os.write(writer, data) :]
+        except BaseException:  # whatever it is, the parent reports a failed query
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(writer)
+    chunks: list[bytes] = []
+    end = time.monotonic() + deadline
+    try:
+        while True:
+            left = end - time.monotonic()
+            if left <= 0 or not select.select([reader], [], [], left)[0]:
+                _abandon(pid)
+                raise NvmlError(
+                    f"no answer within {deadline:g} s: the driver may be hung (nvidia-smi would hang "
+                    "too); check dmesg for Xid errors",
+                    library=library,
+                )
+            chunk = os.read(reader, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(reader)
+    _, status = os.waitpid(pid, 0)
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError:
+        raise NvmlError(f"the query failed (child status {status})", library=library) from None
+    if "error" in answer:
+        raise NvmlError(answer["error"], library=library, absent=answer.get("absent", False))
+    return NvmlAnswer(answer["version"], [_gpu_of(gpu) for gpu in answer["gpus"]], answer["left_out"])
+
+
+def _abandon(pid: int) -> None:
+    """Kill a child stuck in NVML; reap it if it dies at once (one stuck in the kernel may not)."""
+    import os  # noqa: PLC0415
+    import signal  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    os.kill(pid, signal.SIGKILL)
+    for _ in range(20):
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return
+        time.sleep(0.05)
+
+
+def _gpu_of(data: dict[str, Any]) -> Gpu:
+    from cdictk.node.gpus import Gpu, MigDevice  # noqa: PLC0415
+
+    return Gpu(**{**data, "migs": tuple(MigDevice(**mig) for mig in data["migs"])})
+
+
+def answer_here(library: str) -> dict[str, Any]:
+    """The query, in this process (the child's side of :func:`query_nvml`), as plain data."""
+    from dataclasses import asdict  # noqa: PLC0415
+
     import pynvml  # noqa: PLC0415 (lazy: see module docstring)
 
     try:
         handle = ctypes.CDLL(library)
     except OSError as exc:
-        raise NvmlError(f"cannot load: {exc}", library=library) from None
+        return {"error": f"cannot load: {exc}", "absent": True}
     _reset(pynvml, handle)
     try:
-        try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
-            raise NvmlError(f"nvmlInit failed: {exc}", library=library) from None
-        try:
-            version = _text(pynvml.nvmlSystemGetDriverVersion())
-            gpus = [_gpu(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())]
-        # A library that is not NVML, or answers with bytes pynvml cannot decode, raises other errors
-        # (AttributeError, UnicodeDecodeError, ctypes.ArgumentError): all mean "no usable NVML".
-        except Exception as exc:
-            raise NvmlError(str(exc) or type(exc).__name__, library=library) from None
-        finally:
-            with contextlib.suppress(Exception):
-                pynvml.nvmlShutdown()
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"error": f"nvmlInit failed: {exc}"}
+    # A library that is not NVML, or answers with bytes pynvml cannot decode, raises other errors
+    # (AttributeError, UnicodeDecodeError, ctypes.ArgumentError) than NVMLError.
+    try:
+        version = _text(pynvml.nvmlSystemGetDriverVersion())
+        gpus, left_out = [], []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            try:
+                gpus.append(asdict(_gpu(pynvml, index)))
+            except Exception as exc:  # one GPU NVML cannot describe: the others are still right
+                left_out.append(f"GPU {index}: {str(exc) or type(exc).__name__}")
+    except Exception as exc:
+        return {"error": str(exc) or type(exc).__name__}
     finally:
-        _reset(pynvml, None)
-    return version, gpus
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+    return {"version": version, "gpus": gpus, "left_out": left_out}
 
 
 def _reset(pynvml: Any, library: Any) -> None:

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Values from nvml.h; callers compare against them numerically. */
 #define NVML_SUCCESS 0
@@ -31,6 +32,7 @@
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_UNKNOWN 999
 
 #define NVML_DEVICE_PCI_BUS_ID_BUFFER_SIZE 32
@@ -84,6 +86,7 @@ enum fake_mig_mode { FAKE_MIG_DISABLED, FAKE_MIG_ENABLED, FAKE_MIG_UNSUPPORTED }
 struct fake_device {
     int used;
     int is_mig;
+    int lost; /* "GPU is lost" from nvmlDeviceGetHandleByIndex, as after an Xid 79 */
     unsigned int gpu; /* own index for a GPU, parent index for a MIG device */
     char uuid[FAKE_STR_SIZE];
     char name[FAKE_STR_SIZE];
@@ -104,6 +107,7 @@ struct fake_state {
     char driver[FAKE_DRIVER_SIZE];
     int cuda;
     int init_error;
+    int init_hang; /* nvmlInit never returns, as with a driver stuck in the kernel */
     unsigned int gpu_count;
     struct fake_device gpus[FAKE_MAX_GPUS];
     struct fake_device migs[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
@@ -361,11 +365,12 @@ static int fake_record_driver(struct fake_line *l, struct fake_state *st)
 
 static int fake_record_init(struct fake_line *l, struct fake_state *st)
 {
-    unsigned long long code;
+    unsigned long long code, hang;
 
-    if (fake_num(l, "error", 1, 0, INT_MAX, &code) != 0)
+    if (fake_num(l, "error", 0, 0, INT_MAX, &code) != 0 || fake_num(l, "hang", 0, 0, 1, &hang) != 0)
         return -1;
     st->init_error = (int)code;
+    st->init_hang = (int)hang;
     return fake_check_all_seen(l);
 }
 
@@ -393,7 +398,7 @@ static int fake_parse_arch(const char *s, int *major, int *minor)
 
 static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
 {
-    unsigned int index, brand;
+    unsigned int index, brand, lost;
     struct fake_device *d;
     const char *mig, *bus, *arch;
 
@@ -408,9 +413,11 @@ static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
         fake_str(l, "name", d->name, sizeof d->name) != 0 ||
         fake_uint(l, "maxmig", 0, FAKE_MAX_MIGS, FAKE_MAX_MIGS, &d->max_mig) != 0 ||
         fake_uint(l, "pciid", 0, FAKE_DEFAULT_PCI_ID, UINT_MAX, &d->pci_id) != 0 ||
-        fake_uint(l, "brand", 0, NVML_BRAND_NVIDIA, INT_MAX, &brand) != 0)
+        fake_uint(l, "brand", 0, NVML_BRAND_NVIDIA, INT_MAX, &brand) != 0 ||
+        fake_uint(l, "lost", 0, 0, 1, &lost) != 0)
         return -1;
     d->brand = (int)brand;
+    d->lost = (int)lost;
 
     arch = fake_get(l, "arch");
     d->arch_major = FAKE_DEFAULT_ARCH_MAJOR;
@@ -673,6 +680,9 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
     rc = fake_read_config(path, &staged);
     if (rc != NVML_SUCCESS)
         return rc;
+    if (staged.init_hang)
+        for (;;)
+            pause();
     if (staged.init_error != 0)
         return staged.init_error;
     /* Parsed aside and copied only on success so a bad config never leaves a
@@ -764,6 +774,8 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
         return NVML_ERROR_UNINITIALIZED;
     if (device == NULL || index >= live.gpu_count)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (live.gpus[index].lost)
+        return NVML_ERROR_GPU_IS_LOST;
     *device = &live.gpus[index];
     return NVML_SUCCESS;
 }

@@ -44,6 +44,7 @@ class FakeGpu:
     max_mig: int = 7
     arch: str = "9.0"  # CUDA compute capability, major.minor (an H100's)
     brand: int = NVML_BRAND_NVIDIA  # an nvmlBrandType_t value
+    lost: bool = False  # nvmlDeviceGetHandleByIndex answers "GPU is lost", as after an Xid 79
 
 
 @dataclass(frozen=True)
@@ -67,18 +68,19 @@ class FakeNvmlConfig:
     gpus: list[FakeGpu]
     migs: list[FakeMig]
     init_error: int = 0  # an NVML_ERROR_* code that nvmlInit returns instead of succeeding
+    init_hang: bool = False  # nvmlInit never returns, as with a driver stuck in the kernel
 
     def render(self) -> str:
         lines = [f"driver version={_value(self.driver_version)} cuda={self.cuda_version}"]
-        if self.init_error:
-            lines.append(f"init error={self.init_error}")
+        if self.init_error or self.init_hang:
+            lines.append(f"init error={self.init_error} hang={int(self.init_hang)}")
         for gpu in self.gpus:
             if gpu.mig not in MIG_MODES:
                 raise ValueError(f"FakeGpu {gpu.index}: mig must be one of {MIG_MODES}, not {gpu.mig!r}")
             lines.append(
                 f"gpu index={gpu.index} minor={gpu.minor} uuid={_value(gpu.uuid)} bus={_value(gpu.bus_id)}"
                 f" name={_value(gpu.name)} mig={gpu.mig} maxmig={gpu.max_mig}"
-                f" arch={_value(gpu.arch)} brand={gpu.brand}"
+                f" arch={_value(gpu.arch)} brand={gpu.brand} lost={int(gpu.lost)}"
             )
         for mig in self.migs:
             lines.append(

@@ -116,16 +116,41 @@ def test_procfs_gpu_without_uuid_keeps_its_index_name(
     assert "GPU 0 has no UUID (procfs did not list one): no uuid name for it" in err
 
 
-def test_nvml_answers_that_pynvml_cannot_decode_fall_back_to_procfs(
+def test_a_gpu_pynvml_cannot_decode_is_left_out_not_papered_over_with_procfs(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
     node = make_node("single")
     conf = Path(node.lib_dir, "fake-nvml.conf")
     conf.write_bytes(conf.read_bytes().replace(b'name="NVIDIA H100 80GB HBM3"', b'name="bad\xff"'))
     code, _, err = generate(capsys, node, "-o", "-")
-    assert code == 0 and "falling back to /proc/driver/nvidia/gpus" in err
-    code, _, err = generate(capsys, node, "-o", "-", "--mode", "nvml")
-    assert code == 1 and err.startswith("cdictk: error: ") and err.count("\n") == 1
+    assert code == 1 and "falling back" not in err
+    assert err.startswith("cdictk: error: no NVIDIA GPUs found (nvml); NVML could not describe GPU 0: ")
+
+
+def test_a_hung_nvml_ends_generate_within_its_deadline_and_keeps_the_spec(
+    capsys: pytest.CaptureFixture[str],
+    make_node: NodeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18: nvmlInit that never returns (a driver stuck after Xid errors) hung generate forever."""
+    import time
+
+    from cdictk.node import nvml
+
+    node = make_node("single")
+    output = tmp_path / "nvidia.yaml"
+    assert generate(capsys, node, "-o", str(output))[0] == 0
+    before = output.read_bytes()
+    config = node.nvml_config()
+    config.init_hang = True
+    node.write_nvml_config(config)
+    monkeypatch.setattr(nvml, "NVML_DEADLINE", 1.0)
+    started = time.monotonic()
+    code, _, err = generate(capsys, node, "-o", str(output))
+    assert time.monotonic() - started < 10
+    assert code == 1 and err.count("\n") == 1 and "no answer within 1 s: the driver may be hung" in err
+    assert output.read_bytes() == before
 
 
 def test_driver_version_prefers_the_library_libcuda_so_1_points_at(make_node: NodeFactory) -> None:

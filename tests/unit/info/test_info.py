@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +182,22 @@ def test_a_settings_file_the_shim_cannot_read_fails(
     code, report = info(node, tmp_path / "cdi", capsys)
     settings = finding(report, "cdictk settings")
     assert code == 1 and settings["status"] == "fail" and settings["fix"].startswith("fix it")
+
+
+def test_a_gpu_nvml_reports_lost_is_named(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    node = make_node("eight")
+    generate(node, tmp_path / "cdi")
+    config = node.nvml_config()
+    config.gpus[3] = replace(config.gpus[3], lost=True)
+    node.write_nvml_config(config)
+    code, report = info(node, tmp_path / "cdi", capsys)
+    fault = finding(report, "gpu faults")
+    assert (
+        code == 1 and fault["status"] == "fail" and fault["detail"].startswith("GPU 3: GPU is lost: left out")
+    )
+    assert finding(report, "mig")["status"] == "ok"  # the healthy GPUs' MIG devices are still seen
 
 
 def test_settings_that_open_a_trust_boundary_are_flagged(

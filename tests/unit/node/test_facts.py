@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -169,7 +170,9 @@ def test_nvml_through_pynvml(make_node: NodeFactory) -> None:
     roots = roots_of(node)
     library = find_nvml_library(roots, candidate_dirs(roots, []))
     assert library == f"{node.lib_dir}/libnvidia-ml.so.{V}"
-    version, gpus = query_nvml(library)
+    answer = query_nvml(library)
+    version, gpus = answer.version, answer.gpus
+    assert answer.left_out == []
     assert version == V and len(gpus) == 8
     first = gpus[0]
     assert first.mig_enabled and first.bus_id == "0000:18:00.0" and first.name == "NVIDIA H100 80GB HBM3"
@@ -190,6 +193,35 @@ def test_nvml_failure_is_an_nvml_error(make_node: NodeFactory) -> None:
         query_nvml(f"{node.lib_dir}/libnvidia-ml.so.1")
     with pytest.raises(NvmlError, match="cannot load"):
         query_nvml(f"{node.lib_dir}/no-such-library.so")
+
+
+def test_a_lost_gpu_is_left_out_and_the_others_stay_as_nvml_reports_them(make_node: NodeFactory) -> None:
+    """Issue 18: GPU 3 "lost" made discovery fall back to procfs for all GPUs, MIG devices gone."""
+    node = make_node("eight")
+    healthy = discover(roots_of(node), Mode.AUTO)
+    config = node.nvml_config()
+    config.gpus[3] = replace(config.gpus[3], lost=True)
+    node.write_nvml_config(config)
+    facts = discover(roots_of(node), Mode.AUTO)
+    assert facts.mode is Mode.NVML
+    assert facts.gpus == [gpu for gpu in healthy.gpus if gpu.index != 3]  # MIG devices and all
+    assert facts.faulty == ["GPU 3: GPU is lost"]
+    assert any(
+        "GPU 3: GPU is lost: NVML cannot describe it; left out" in warning for warning in facts.warnings
+    )
+
+
+def test_an_nvml_that_fails_or_hangs_is_an_error_never_a_procfs_fallback(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    config = node.nvml_config()
+    config.init_error = 999
+    node.write_nvml_config(config)
+    with pytest.raises(NvmlError, match="nvmlInit failed"):
+        discover(roots_of(node), Mode.AUTO)  # procfs would advertise the MIG GPU as a full GPU
+    config.init_error, config.init_hang = 0, True
+    node.write_nvml_config(config)
+    with pytest.raises(NvmlError, match=r"no answer within 0\.5 s: the driver may be hung"):
+        query_nvml(f"{node.lib_dir}/libnvidia-ml.so.1", deadline=0.5)
 
 
 def test_discover_falls_back_to_procfs_without_nvml(make_node: NodeFactory) -> None:
