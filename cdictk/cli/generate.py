@@ -98,6 +98,12 @@ def _warn(message: str) -> None:
 )
 @click.option("--no-all-device", is_flag=True, help="Do not write the merged 'all' device.")
 @click.option(
+    "--include-display-gpus",
+    is_flag=True,
+    help="Give a DGX Station's display GPU ('DGX Display') a device too; by default it has none and is "
+    "not in 'all', as with NVIDIA's generator.",
+)
+@click.option(
     "--device-id",
     "device_ids",
     multiple=True,
@@ -150,6 +156,7 @@ def generate_command(  # click passes every option by keyword
     ldconfig_path: str | None,
     disabled_hooks: tuple[str, ...],
     no_all_device: bool,
+    include_display_gpus: bool,
     device_ids: tuple[str, ...],
     target_version: str | None,
     check: bool,
@@ -210,6 +217,7 @@ def generate_command(  # click passes every option by keyword
         disabled_hooks=frozenset(disabled_hooks),
         ldconfig_path=ldconfig_path,
         all_device=not no_all_device,
+        include_display_gpus=include_display_gpus,
         device_ids=device_ids,
         target_version=target_version,
     )

@@ -2,9 +2,11 @@
 
 A generate mode names the kinds it wants (:data:`cdictk.node.modes.MODES`). ``gpus`` gives a device per
 full GPU (its node, its DRM card and render nodes and their by-path links) and per MIG device (the
-parent's node and its two capability nodes), as ``--device-id`` selects them; ``all-nodes`` gives one
-``all`` device with every NVIDIA node (management mode). A new kind is a function here and a row in
-:data:`DEVICES`.
+parent's node and its two capability nodes, and the parent's DRM nodes and links for a ``+gfx``
+profile, whose instances do graphics), as ``--device-id`` selects them. The display GPU of a DGX
+Station ("DGX Display") is no device, as in NVIDIA's enumeration, unless the options include it.
+``all-nodes`` gives one ``all`` device with every NVIDIA node (management mode). A new kind is a
+function here and a row in :data:`DEVICES`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.options import Parts, SpecOptions
 
 ALL_DEVICE = "all"
+DISPLAY_GPU_NAMES = frozenset({"DGX Display", "NVIDIA DGX Display"})  # a DGX Station's display GPU
 Named = tuple[list[str], Parts]  # a device's names (one per naming strategy) and its parts
 
 
@@ -29,6 +32,12 @@ def gpu_devices(facts: NodeFacts, options: SpecOptions, warnings: list[str]) -> 
     named: list[Named] = []
     wanted = _select(facts, options.device_ids)
     for gpu in facts.gpus:
+        if gpu.name in DISPLAY_GPU_NAMES and not options.include_display_gpus:
+            warnings.append(
+                f"GPU {gpu.index} ({gpu.name}) drives the workstation's displays: no device for it "
+                "(--include-display-gpus gives it one)"
+            )
+            continue
         if Strategy.UUID in options.strategies and not gpu.uuid:
             warnings.append(f"GPU {gpu.index} has no UUID (procfs did not list one): no uuid name for it")
         if gpu.mig_enabled and not gpu.migs and (gpu.index, None) in wanted:
@@ -113,4 +122,9 @@ def _mig_parts(facts: NodeFacts, gpu: Gpu, mig: MigDevice, warnings: list[str]) 
             f"{label}: nvidia-caps nodes missing and no nvidia-caps major in /proc/devices; left out"
         )
         return None
-    return Parts(nodes=[parent, *(cap for cap in caps if cap is not None)])
+    parts = Parts(nodes=[parent, *(cap for cap in caps if cap is not None)])
+    drm = facts.drm.get(gpu.bus_id)
+    if drm is not None and "gfx" in mig.profile.split("+")[1:]:  # 1g.24gb+gfx: graphics in the instance
+        parts.nodes += drm.nodes
+        parts.links += drm.links
+    return parts

@@ -20,6 +20,7 @@ class SpecOptions:
     all_device: bool = True
     device_ids: tuple[str, ...] = ()  # empty: every device
     target_version: str | None = None  # the newest cdiVersion the spec's readers accept
+    include_display_gpus: bool = False  # a DGX Station's "DGX Display" GPU gets a device too
 
 
 @dataclass(slots=True)

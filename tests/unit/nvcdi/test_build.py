@@ -107,6 +107,42 @@ def test_by_path_links_become_a_device_hook_only_with_a_hook_program() -> None:
     assert not spec.devices[0].container_edits.hooks and not spec.container_edits.hooks
 
 
+def test_a_gfx_mig_device_gets_its_parents_drm_nodes_and_links() -> None:
+    """Issue 18: a +gfx instance (RTX PRO 6000 Blackwell) does graphics; NVIDIA gives it the DRM nodes."""
+    migs = (MigDevice(0, 0, 1, 0, "MIG-g", "1g.24gb+gfx"), MigDevice(0, 1, 2, 0, "MIG-c", "1g.24gb"))
+    base = facts(
+        [Gpu(0, 0, "GPU-0", "0000:01:00.0", "RTX PRO 6000", True, migs)],
+        minors=MigMinors(1, 2, {(0, 1, None): 12, (0, 1, 0): 13, (0, 2, None): 21, (0, 2, 0): 22}),
+    )
+    base.drm = {
+        "0000:01:00.0": DrmInfo(
+            [node("/dev/dri/card1", 226, 1), node("/dev/dri/renderD128", 226, 128)],
+            [("../card1", "/dev/dri/by-path/pci-0000:01:00.0-card")],
+        )
+    }
+    spec, _ = build_spec(base, SpecOptions(strategies=(Strategy.INDEX,), hook_program=None))
+    gfx, compute = (spec.devices[0].container_edits, spec.devices[1].container_edits)
+    assert {"/dev/dri/card1", "/dev/dri/renderD128"} <= {n.path for n in gfx.device_nodes}
+    assert not any(n.path.startswith("/dev/dri") for n in compute.device_nodes)
+
+
+def test_the_dgx_display_gpu_is_no_device_unless_asked_for() -> None:
+    """Issue 18: NVIDIA's enumeration skips a DGX Station's display GPU; it is not in 'all' either."""
+    gpus = [
+        Gpu(0, 0, "GPU-0", "0000:01:00.0", "NVIDIA A100"),
+        Gpu(1, 1, "GPU-1", "0000:02:00.0", "DGX Display"),
+    ]
+    spec, warnings = build_spec(facts(gpus), SpecOptions(strategies=(Strategy.INDEX,)))
+    assert [d.name for d in spec.devices] == ["0", "all"]
+    assert [n.path for n in spec.devices[-1].container_edits.device_nodes] == ["/dev/nvidia0"]
+    assert warnings == [
+        "GPU 1 (DGX Display) drives the workstation's displays: no device for it (--include-display-gpus gives it one)"
+    ]
+    gpus[1] = Gpu(1, 1, "GPU-1", "0000:02:00.0", "NVIDIA DGX Display")
+    spec, _ = build_spec(facts(gpus), SpecOptions(strategies=(Strategy.INDEX,), include_display_gpus=True))
+    assert [d.name for d in spec.devices] == ["0", "1", "all"]
+
+
 def test_fit_version() -> None:
     spec = Spec(
         cdi_version="0.7.0",
