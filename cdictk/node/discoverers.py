@@ -105,7 +105,7 @@ def _files(find: Callable[[driverfiles.Found], None]) -> Found:
 
 
 def binaries(context: Context) -> Found:
-    return _files(lambda found: driverfiles.find_binaries(context.roots, found))
+    return _files(lambda found: driverfiles.find_binaries(context.roots, found, context.candidates))
 
 
 def firmware(context: Context) -> Found:

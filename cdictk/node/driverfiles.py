@@ -24,7 +24,11 @@ BINARIES = (
     "nvidia-imex",
     "nvidia-imex-ctl",
 )
-BINARY_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+BINARY_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")  # on PATH
+# Where driver trees keep their programs off the default PATH: GKE's /usr/local/nvidia (its /usr/bin holds
+# wrapper scripts that exec these), and bin/ beside a library directory of the driver (see binary_dirs).
+DRIVER_BIN_DIRS = ("/usr/local/nvidia/bin",)
+ELF_MAGIC = b"\x7fELF"
 SOCKETS = (
     ("/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"),
     ("/run/nvidia-fabricmanager/socket", "/var/run/nvidia-fabricmanager/socket"),
@@ -111,15 +115,44 @@ def _list_in_root(roots: Roots, directory: str) -> tuple[str, list[str]]:
         return real, []
 
 
-def find_binaries(roots: Roots, found: Found) -> None:
+def binary_dirs(lib_dirs: list[str]) -> list[str]:
+    """Where the driver's programs may be: the PATH directories, then the driver trees' own
+    (:data:`DRIVER_BIN_DIRS`, and ``bin`` beside a ``lib`` or ``lib64`` directory of the driver)."""
+    dirs = [*BINARY_DIRS, *DRIVER_BIN_DIRS]
+    for directory in lib_dirs:
+        if os.path.basename(directory) in ("lib", "lib64"):
+            beside = os.path.join(os.path.dirname(directory), "bin")
+            if beside not in dirs:
+                dirs.append(beside)
+    return dirs
+
+
+def find_binaries(roots: Roots, found: Found, lib_dirs: list[str] | None = None) -> None:
+    """The driver's programs: for each, the first ELF file of that name (a wrapper script, as GKE puts
+    on PATH, would exec a path the container lacks). One found off PATH is mounted at ``/usr/bin``,
+    where every image's PATH finds it."""
     for name in BINARIES:
-        for directory in BINARY_DIRS:
+        scripts = []
+        for directory in binary_dirs(lib_dirs or []):
             host = _regular_in_root(roots, f"{directory}/{name}")
-            if host is not None:
-                found.files.append(DriverFile(f"{directory}/{name}", host, FileKind.BINARY))
-                break
+            if host is None:
+                continue
+            if not _is_elf(host):
+                scripts.append(f"{directory}/{name}")
+                continue
+            path = f"{directory}/{name}" if directory in BINARY_DIRS else f"/usr/bin/{name}"
+            found.files.append(DriverFile(path, host, FileKind.BINARY))
+            break
         else:
-            found.missing.append(name)
+            found.missing.append(f"{name} (only {scripts[0]}, not an ELF program)" if scripts else name)
+
+
+def _is_elf(path: str) -> bool:
+    try:
+        with open(path, "rb") as file:
+            return file.read(4) == ELF_MAGIC
+    except OSError:
+        return False
 
 
 def firmware_dirs(roots: Roots) -> list[str]:

@@ -150,7 +150,8 @@ def _soname(reader: SonameReader, path: str) -> str | None:
 
 
 def library_links(roots: Roots, dirs: list[str], libraries: list[DriverLibrary]) -> list[tuple[str, str]]:
-    """Host symlinks to the libraries, plus each library's SONAME link where the host lacks it.
+    """Host symlinks to the libraries, plus each library's SONAME link where the host lacks it, and
+    the GBM and indirect-GLX names the GL loaders look for (:data:`_LOADER_LINKS`).
 
     The SONAME link is what the dynamic loader opens (``libcuda.so.1``); ldconfig would make it too, but
     a container should not depend on ldconfig having run to find its driver. When several files share
@@ -175,7 +176,24 @@ def library_links(roots: Roots, dirs: list[str], libraries: list[DriverLibrary])
         soname_link = f"{directory}/{library.soname}"
         if library.soname and library.soname != base and not os.path.lexists(join(roots.driver, soname_link)):
             links[soname_link] = base  # in natural order, so the newest version sets it last
+        for prefix, name, target in _LOADER_LINKS:
+            link = f"{directory}/{name}"
+            if (
+                base.startswith(prefix)
+                and link not in links
+                and not os.path.lexists(join(roots.driver, link))
+            ):
+                links[link] = target or base
     return sorted((target, link) for link, target in links.items())
+
+
+# Links that the GL loaders look up by a name of their own, made as NVIDIA makes them when the host
+# lacks them: (the library's name prefix, the link beside it, its target; "" for the library itself).
+# GBM loads gbm/<drm driver>_gbm.so; GLVND's indirect GLX loads libGLX_indirect.so.0.
+_LOADER_LINKS = (
+    ("libnvidia-allocator.so.", "gbm/nvidia-drm_gbm.so", "../libnvidia-allocator.so.1"),
+    ("libGLX_nvidia.so.", "libGLX_indirect.so.0", ""),
+)
 
 
 def version_from_libraries(roots: Roots, dirs: list[str]) -> str | None:

@@ -77,6 +77,36 @@ def test_generated_spec_through_inject(
     check_inside(result.stdout)
 
 
+def test_a_wrapper_script_on_the_host_path_is_not_what_the_container_gets(
+    runtime: Runtime, rootfs: Path, make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """Issue 18, on a real GKE-style H100 node: /usr/bin/nvidia-smi is a script that execs
+    /usr/local/nvidia/bin/nvidia-smi; mounted as the binary, it failed in every container."""
+    node = make_node("single")
+    driver_bin = Path(node.root, "usr/local/nvidia/bin")
+    driver_bin.mkdir(parents=True)
+    wrapper = Path(node.root, "usr/bin/nvidia-smi")
+    wrapper.rename(driver_bin / "nvidia-smi")
+    wrapper.write_text('#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi "$@"\n')
+    wrapper.chmod(0o755)
+    spec = generated_spec(node, tmp_path / "cdi")
+    own_rootfs = tmp_path / "rootfs"  # the runtime makes the mount points in it: not in the shared one
+    shutil.copytree(rootfs, own_rootfs, symlinks=True)
+    bundle = make_bundle(tmp_path / "bundle", own_rootfs, "/usr/bin/nvidia-smi")
+    injected = cdictk(
+        "cdi", "inject", "--spec-dir", str(spec.parent), "-d", "nvidia.com/gpu=0", str(bundle / "config.json")
+    )
+    assert injected.returncode == 0, injected.stderr
+    config = json.loads((bundle / "config.json").read_text())
+    config.pop("hooks", None)  # what is asked here is the mount alone
+    (bundle / "config.json").write_text(json.dumps(config))
+    mounts = {m["destination"]: m["source"] for m in config["mounts"]}
+    assert mounts["/usr/bin/nvidia-smi"] == str(driver_bin / "nvidia-smi")
+    _, result = runtime.run(bundle)
+    assert result.returncode == 0, f"{runtime.name} failed: {result.stderr}{result.stdout}"
+    assert result.stdout.splitlines() == ["fake"]  # the driver's program, found on the image's PATH
+
+
 @pytest.fixture
 def podman_generated_spec(make_node: NodeFactory) -> Iterator[Path]:
     spec = generated_spec(make_node("single"), PODMAN_SPEC_DIR)

@@ -222,6 +222,9 @@ def _symlink(target: str, link: str) -> None:
     os.symlink(target, link)
 
 
+PROGRAM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_program.c")
+
+
 def _stub(soname: str, out: str, cache_dir: str, gcc: str) -> None:
     """A real shared object with ``soname``, compiled once per SONAME into ``cache_dir``."""
     key = hashlib.sha256(soname.encode()).hexdigest()[:16]
@@ -258,7 +261,7 @@ def build_node(root: str, preset: Preset | str, cache_dir: str) -> FakeNode:
     os.makedirs(cache_dir, exist_ok=True)
     node = FakeNode(root, preset)
     _libraries(node, cache_dir, tools)
-    _driver_files(node)
+    _driver_files(node, cache_dir, tools.gcc)
     _devices(node)
     _procfs(node)
     _sysfs(node)
@@ -296,9 +299,32 @@ def _libraries(node: FakeNode, cache_dir: str, tools: NodeTools) -> None:
     subprocess.run([tools.ldconfig, "-X", "-r", node.root], check=True)
 
 
-def _driver_files(node: FakeNode) -> None:
-    for binary in BINARIES:
-        _write(f"{node.root}/usr/bin/{binary}", "#!/bin/sh\necho fake\n", 0o755)
+def _program(out: str, cache_dir: str, gcc: str) -> None:
+    """A driver program's stand-in (fake_program.c): a static ELF that prints "fake", runnable in any
+    rootfs (busybox's too), compiled once per source text into ``cache_dir``."""
+    with open(PROGRAM_SOURCE, "rb") as source:
+        key = hashlib.sha256(source.read()).hexdigest()[:16]
+    cached = os.path.join(cache_dir, f"program-{key}")
+    if not os.path.exists(cached):
+        flags = [
+            "-static",
+            "-nostdlib",
+            "-nostartfiles",
+            "-O1",
+            "-fno-stack-protector",
+            "-fno-pie",
+            "-no-pie",
+        ]
+        subprocess.run([gcc, *flags, "-o", cached + ".tmp", PROGRAM_SOURCE], check=True)
+        os.replace(cached + ".tmp", cached)
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    shutil.copyfile(cached, out)
+    os.chmod(out, 0o755)
+
+
+def _driver_files(node: FakeNode, cache_dir: str, gcc: str) -> None:
+    for binary in BINARIES:  # the driver's programs are ELF: a wrapper script on a host is not one
+        _program(f"{node.root}/usr/bin/{binary}", cache_dir, gcc)
     for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
         _write(f"{node.root}/lib/firmware/nvidia/{node.version}/{name}", "firmware\n")
     for config in CONFIGS:

@@ -144,6 +144,40 @@ def test_missing_soname_link_is_added(make_node: NodeFactory) -> None:
     assert (f"libcudadebugger.so.{V}", f"{LIB_DIR}/libcudadebugger.so.1") in scan.links
 
 
+def test_the_gl_loaders_links_are_made_when_the_host_lacks_them(make_node: NodeFactory) -> None:
+    """Issue 18: GBM and GLVND's indirect GLX look these names up; NVIDIA makes them, and so do we."""
+    node = make_node("single")
+    os.unlink(f"{node.lib_dir}/gbm/nvidia-drm_gbm.so")
+    os.unlink(f"{node.lib_dir}/libGLX_indirect.so.0")
+    roots = roots_of(node)
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    assert ("../libnvidia-allocator.so.1", f"{LIB_DIR}/gbm/nvidia-drm_gbm.so") in scan.links
+    assert (f"libGLX_nvidia.so.{V}", f"{LIB_DIR}/libGLX_indirect.so.0") in scan.links
+    os.symlink("libGLX_mesa.so.0", f"{node.lib_dir}/libGLX_indirect.so.0")  # the host's choice stands
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    assert not any(link.endswith("/libGLX_indirect.so.0") for _, link in scan.links)
+
+
+def test_a_wrapper_script_is_not_the_driver_binary(make_node: NodeFactory) -> None:
+    """GKE's layout: /usr/bin/nvidia-smi execs /usr/local/nvidia/bin/nvidia-smi, the ELF program."""
+    node = make_node("single")
+    elf = Path(node.root, "usr/local/nvidia/bin/nvidia-smi")
+    elf.parent.mkdir(parents=True)
+    Path(node.root, "usr/bin/nvidia-smi").rename(elf)
+    Path(node.root, "usr/bin/nvidia-smi").write_text("#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi\n")
+    found = driverfiles.Found()
+    driverfiles.find_binaries(roots_of(node), found)
+    smi = next(f for f in found.files if f.path.endswith("/nvidia-smi"))
+    assert (smi.path, smi.host_path) == ("/usr/bin/nvidia-smi", str(elf))  # on every image's PATH
+    elf.unlink()
+    found = driverfiles.Found()
+    driverfiles.find_binaries(roots_of(node), found)
+    assert "nvidia-smi (only /usr/bin/nvidia-smi, not an ELF program)" in found.missing
+    assert (
+        driverfiles.binary_dirs(["/opt/driver/lib64", "/usr/lib/x86_64-linux-gnu"])[-1] == "/opt/driver/bin"
+    )
+
+
 def test_driver_files(make_node: NodeFactory) -> None:
     node = make_node("eight")
     roots = roots_of(node)
