@@ -28,6 +28,7 @@ BINARY_DIRS = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/s
 # Where driver trees keep their programs off the default PATH: GKE's /usr/local/nvidia (its /usr/bin holds
 # wrapper scripts that exec these), and bin/ beside a library directory of the driver (see binary_dirs).
 DRIVER_BIN_DIRS = ("/usr/local/nvidia/bin",)
+FIRMWARE_DIR = "/lib/firmware"  # in the container: the kernel's default, a real path on every image
 ELF_MAGIC = b"\x7fELF"
 SOCKETS = (
     ("/run/nvidia-persistenced/socket", "/var/run/nvidia-persistenced/socket"),
@@ -180,7 +181,10 @@ def find_firmware(roots: Roots, version: str, found: Found) -> None:
                 host = _regular_in_root(roots, f"{where}/{name}")
                 if host is not None:
                     taken.add(name)
-                    found.files.append(DriverFile(f"{where}/{name}", host, FileKind.FIRMWARE))
+                    # Where the image's tools look whatever the host's layout (merged /usr or not,
+                    # a custom firmware path): /lib/firmware, as NVIDIA mounts it.
+                    container = f"{FIRMWARE_DIR}/nvidia/{version}/{name}"
+                    found.files.append(DriverFile(container, host, FileKind.FIRMWARE))
     if not taken:
         found.missing.append(f"GSP firmware for {version}")
 

@@ -144,6 +144,21 @@ def test_missing_soname_link_is_added(make_node: NodeFactory) -> None:
     assert (f"libcudadebugger.so.{V}", f"{LIB_DIR}/libcudadebugger.so.1") in scan.links
 
 
+def test_firmware_goes_to_lib_firmware_whatever_the_hosts_layout(make_node: NodeFactory) -> None:
+    node = make_node("single")
+    custom = Path(node.root, "opt/fw/nvidia", V)
+    custom.mkdir(parents=True)
+    for name in os.listdir(f"{node.root}/lib/firmware/nvidia/{V}"):
+        os.rename(f"{node.root}/lib/firmware/nvidia/{V}/{name}", custom / name)
+    Path(node.sys, "module/firmware_class/parameters").mkdir(parents=True, exist_ok=True)
+    Path(node.sys, "module/firmware_class/parameters/path").write_text("/opt/fw\n")
+    found = driverfiles.Found()
+    driverfiles.find_firmware(roots_of(node), V, found)
+    assert [(f.path, f.host_path) for f in found.files if f.path.endswith("gsp_ga10x.bin")] == [
+        (f"/lib/firmware/nvidia/{V}/gsp_ga10x.bin", str(custom / "gsp_ga10x.bin"))
+    ]
+
+
 def test_the_gl_loaders_links_are_made_when_the_host_lacks_them(make_node: NodeFactory) -> None:
     """Issue 18: GBM and GLVND's indirect GLX look these names up; NVIDIA makes them, and so do we."""
     node = make_node("single")
