@@ -66,7 +66,7 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
         gpus, nvml_version, used = _gpus_from_nvml(roots, recipe.gpus, candidates, warnings, faulty)
         version = version or nvml_version
     if recipe.gpus is GpuSource.PROCFS or used is Mode.PROCFS:
-        gpus, used = gpus_from_procfs(procfs.read_proc_gpus(roots)), Mode.PROCFS
+        gpus, used = _full_gpus_from_procfs(roots, warnings), Mode.PROCFS
     version = version or version_from_libraries(roots, candidates)
     if not version:
         raise DiscoveryError(
@@ -126,6 +126,21 @@ def _gpus_from_nvml(
         faulty.append(line)
         warnings.append(f"{line}: NVML cannot describe it; left out of the spec (the other GPUs are kept)")
     return answer.gpus, answer.version, Mode.NVML
+
+
+def _full_gpus_from_procfs(roots: Roots, warnings: list[str]) -> list[Gpu]:
+    """The GPUs procfs lists, less those in MIG mode: procfs knows no MIG device, and a GPU in MIG
+    mode given as a full GPU would fail every container given it."""
+    gpus = []
+    for gpu in gpus_from_procfs(procfs.read_proc_gpus(roots)):
+        if procfs.has_gpu_instances(roots, gpu.minor):
+            warnings.append(
+                f"GPU {gpu.index} ({gpu.uuid or gpu.bus_id}) is in MIG mode, whose devices only NVML "
+                "lists: left out (generate with NVML)"
+            )
+        else:
+            gpus.append(gpu)
+    return gpus
 
 
 def module_hint(modules: set[str] | None) -> str:

@@ -172,3 +172,14 @@ def parse_mig_minors(text: str, gpus: set[int] | None = None) -> MigMinors:
 def read_mig_minors(roots: Roots, gpus: set[int] | None = None) -> MigMinors | None:
     text = read_text(roots.in_proc("driver/nvidia-caps/mig-minors"))
     return parse_mig_minors(text, gpus) if text is not None else None
+
+
+def has_gpu_instances(roots: Roots, minor: int) -> bool:
+    """Whether the driver lists GPU instances of the GPU with ``minor``
+    (``/proc/driver/nvidia/capabilities/gpu<minor>/mig/gi<N>``): the GPU is in MIG mode. (A GPU in MIG
+    mode without instances lists none: procfs cannot tell it from a full GPU.)"""
+    try:
+        names = os.listdir(roots.in_proc(f"driver/nvidia/capabilities/gpu{minor}/mig"))
+    except OSError:
+        return False
+    return any(name.startswith("gi") and name[2:].isdigit() for name in names)

@@ -277,9 +277,11 @@ def test_discover_falls_back_to_procfs_without_nvml(make_node: NodeFactory) -> N
     node = make_node("eight")
     os.unlink(f"{node.lib_dir}/libnvidia-ml.so.1")
     facts = discover(roots_of(node), Mode.AUTO)
-    assert facts.mode is Mode.PROCFS and len(facts.gpus) == 8
+    # GPU 0 is in MIG mode: procfs knows no MIG device, so it is left out, never given as a full GPU.
+    assert facts.mode is Mode.PROCFS and [gpu.index for gpu in facts.gpus] == [1, 2, 3, 4, 5, 6, 7]
     assert not any(gpu.mig_enabled for gpu in facts.gpus)
     assert any("falling back to /proc/driver/nvidia/gpus" in w for w in facts.warnings)
+    assert any(w.startswith("GPU 0 (") and "is in MIG mode" in w for w in facts.warnings)
     with pytest.raises(NvmlError, match="not found under"):
         discover(roots_of(node), Mode.NVML)
 

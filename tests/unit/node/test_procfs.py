@@ -85,3 +85,14 @@ def test_numbers_the_kernel_cannot_have_are_ignored() -> None:
     assert parse_devices(text) == {"nvidia-frontend": 195}
     minors = parse_mig_minors("gpu0/gi1/access 99999999999\ngpu0/gi2/access 12\nconfig \u00b2\n")
     assert minors.access == {(0, 2, None): 12} and minors.config is None
+
+
+def test_gpu_instances_tell_a_gpu_in_mig_mode(tmp_path: Path) -> None:
+    roots = Roots(driver="/", dev="/", proc=str(tmp_path), sys="/sys")
+    mig = tmp_path / "driver/nvidia/capabilities/gpu3/mig"
+    assert not procfs.has_gpu_instances(roots, 3)  # no capabilities at all
+    (mig / "config").parent.mkdir(parents=True)
+    (mig / "giX").mkdir()
+    assert not procfs.has_gpu_instances(roots, 3)
+    (mig / "gi7").mkdir()
+    assert procfs.has_gpu_instances(roots, 3) and not procfs.has_gpu_instances(roots, 0)
