@@ -30,7 +30,17 @@ def read_document(path: str, *, json_only: bool = False) -> Any:
 
 def load_spec(path: str) -> Spec:
     """A valid spec from ``path``; CdictkError (InvalidSpecError for rule breaks) otherwise."""
-    spec = decode_spec(read_document(path), path)
+    return _checked(decode_spec(read_document(path), path), path)
+
+
+def load_spec_data(data: bytes, name: str) -> Spec:
+    """A valid spec from ``data`` (standard input, say), named ``name`` in messages."""
+    if len(data) > MAX_SPEC_BYTES:
+        raise CdictkError(name, "", f"larger than {MAX_SPEC_BYTES} bytes")
+    return _checked(decode_spec(parse_document(data, name), name), name)
+
+
+def _checked(spec: Spec, path: str) -> Spec:
     problems = check_spec(spec, path)
     if problems:
         raise InvalidSpecError(problems)

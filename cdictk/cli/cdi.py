@@ -1,4 +1,4 @@
-"""``cdictk cdi validate | list | inject``."""
+"""``cdictk cdi validate | list | inject | transform root``."""
 
 from __future__ import annotations
 
@@ -164,4 +164,79 @@ def inject_command(
         sys.stdout.flush()
     else:
         write_config(target, oci)
+    return 0
+
+
+@cdi_group.group("transform")
+def transform_group() -> None:
+    """Rewrite an existing CDI spec."""
+
+
+def _absolute(_ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not value.startswith("/"):
+        raise click.BadParameter(f"{value!r} is not an absolute path", param=param)
+    return value
+
+
+@transform_group.command("root")
+@click.option(
+    "--from", "old", required=True, metavar="PATH", callback=_absolute, help="The root the spec has."
+)
+@click.option(
+    "--to", "new", required=True, metavar="PATH", callback=_absolute, help="The root it should have."
+)
+@click.option(
+    "--relative-to",
+    type=click.Choice(["host", "container"]),
+    default="host",
+    show_default=True,
+    help="host: the paths the runtime opens on the host; container: the paths the container sees.",
+)
+@click.option("--input", "source", default="-", metavar="FILE|-", show_default=True, help="The spec to read.")
+@click.option(
+    "--output", "target", default="-", metavar="FILE|-", show_default=True, help="Where to write the result."
+)
+@click.option(
+    "--format", "fmt", type=click.Choice(["yaml", "json"]), help="Default: from --output's name, else yaml."
+)
+def transform_root_command(  # click passes every option by keyword
+    *, old: str, new: str, relative_to: str, source: str, target: str, fmt: str | None
+) -> int:
+    """Move a spec's paths from one root to another (NVIDIA's `nvidia-ctk cdi transform root`).
+
+    For a spec generated where the driver sits under another root than the runtime sees it (a driver
+    container, GKE's /home/kubernetes/bin/nvidia). Only whole path components match: --from /driver
+    moves /driver/lib, never /driver-backup. With --relative-to host (the default) device and mount
+    host paths, hook programs and the arguments of hooks that run on the host move; with container,
+    device and mount container paths and the arguments of createContainer and startContainer hooks.
+    The result is checked as `cdictk cdi validate` checks a spec and written atomically; nothing is
+    written when anything fails. (cdictk's own hook names its script by a host path among its
+    arguments: for cdictk's specs, generate with --driver-root and --host-root instead.)
+    """
+    from cdictk.cdi.dump import dump  # noqa: PLC0415
+    from cdictk.cdi.load import load_spec, load_spec_data  # noqa: PLC0415
+    from cdictk.cdi.rules import check_spec  # noqa: PLC0415
+    from cdictk.cdi.specdirs import MAX_SPEC_BYTES  # noqa: PLC0415
+    from cdictk.cdi.transform import transform_root  # noqa: PLC0415
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+
+    spec = (
+        load_spec_data(sys.stdin.buffer.read(MAX_SPEC_BYTES + 1), "<stdin>")
+        if source == "-"
+        else load_spec(source)
+    )
+    transform_root(spec, old, new, relative_to=relative_to)
+    problems = check_spec(spec, target)
+    if problems:
+        raise CdictkError(
+            problems[0].file, problems[0].field, f"the transformed spec is invalid: {problems[0].reason}"
+        )
+    text = dump(spec, fmt or ("json" if target.endswith(".json") else "yaml")).encode()
+    if target == "-":
+        sys.stdout.buffer.write(text)
+        sys.stdout.flush()
+    else:
+        from cdictk.nvcdi.specfile import write  # noqa: PLC0415
+
+        write(target, text)
     return 0

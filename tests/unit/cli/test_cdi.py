@@ -359,3 +359,20 @@ def test_list_and_validate_name_the_skipped_file(capsys: pytest.CaptureFixture[s
     assert f"warning: {planted}: not trusted, skipped" in err
     code, out, err = run(capsys, "cdi", "validate", "--spec-dir", str(spec_dir))
     assert code == 1 and f"error: {planted}: not trusted, skipped" in err
+
+
+def test_transform_root_writes_the_moved_spec(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    source = tmp_path / "in.yaml"
+    source.write_text(
+        "cdiVersion: 0.5.0\nkind: vendor.com/gpu\ndevices:\n- name: '0'\n  containerEdits:\n"
+        "    mounts: [{hostPath: /run/nvidia/driver/usr/lib/libcuda.so.1, containerPath: /usr/lib/libcuda.so.1}]\n"
+    )
+    target = tmp_path / "cdi" / "out.json"
+    args = ["cdi", "transform", "root", "--from", "/run/nvidia/driver", "--to", "/"]
+    code, _, err = run(capsys, *args, "--input", str(source), "--output", str(target))
+    assert code == 0, err
+    mount = json.loads(target.read_text())["devices"][0]["containerEdits"]["mounts"][0]
+    assert mount == {"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"}
+    assert target.stat().st_mode & 0o777 == 0o644
+    code, _, err = run(capsys, *args, "--input", str(tmp_path / "missing.yaml"), "--output", str(target))
+    assert code == 1 and err.count("\n") == 1 and "missing.yaml" in err
