@@ -60,7 +60,8 @@ def _entry_repairs(path: str, owners: frozenset[int], *, sticky_ok: bool) -> lis
         commands.append(
             ["chown", "-h", "root:", path] if stat.S_ISLNK(st.st_mode) else ["chown", "root:", path]
         )
-    if _entry_problem(path, frozenset({st.st_uid}), sticky_ok=sticky_ok) is not None:
+    # Its mode alone (its owner is judged above): the same stat, with its owner taken as trusted.
+    if stat_problem(path, st, frozenset({st.st_uid}), sticky_ok=sticky_ok) is not None:
         commands.append(["chmod", "go-w", path])
     return commands
 
@@ -114,11 +115,3 @@ def _directory_problem(
     finally:
         os.close(fd)
     return None
-
-
-def _entry_problem(path: str, owners: frozenset[int], *, sticky_ok: bool) -> str | None:
-    try:
-        st = os.lstat(path)
-    except OSError as exc:
-        return f"{path}: {exc.strerror}"
-    return stat_problem(path, st, owners, sticky_ok=sticky_ok)

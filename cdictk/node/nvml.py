@@ -113,7 +113,7 @@ def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
         status = 0
         try:
             os.close(reader)
-            data = memoryview(json.dumps(answer_here(library)).encode())
+            data = memoryview(json.dumps(_answer(library)).encode())
             while data:
                 data = data[os.write(writer, data) :]
         except BaseException:  # whatever it is, the parent reports a failed query
@@ -168,8 +168,8 @@ def _gpu_of(data: dict[str, Any]) -> Gpu:
     return Gpu(**{**data, "migs": tuple(MigDevice(**mig) for mig in data["migs"])})
 
 
-def answer_here(library: str) -> dict[str, Any]:
-    """The query, in this process (the child's side of :func:`query_nvml`), as plain data."""
+def _answer(library: str) -> dict[str, Any]:
+    """The query, run in the forked child of :func:`query_nvml`, as plain data for the pipe."""
     from dataclasses import asdict  # noqa: PLC0415
 
     import pynvml  # noqa: PLC0415 (lazy: see module docstring)
