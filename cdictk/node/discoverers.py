@@ -105,11 +105,13 @@ def _files(find: Callable[[driverfiles.Found], None]) -> Found:
 
 
 def binaries(context: Context) -> Found:
-    return _files(lambda found: driverfiles.find_binaries(context.roots, found, context.candidates))
+    dirs = context.libraries().dirs
+    return _files(lambda found: driverfiles.find_binaries(context.roots, found, dirs))
 
 
 def firmware(context: Context) -> Found:
-    return _files(lambda found: driverfiles.find_firmware(context.roots, context.version, found))
+    dirs = context.libraries().dirs
+    return _files(lambda found: driverfiles.find_firmware(context.roots, context.version, found, dirs))
 
 
 def ipc(context: Context) -> Found:
@@ -117,7 +119,8 @@ def ipc(context: Context) -> Found:
 
 
 def configs(context: Context) -> Found:
-    return _files(lambda found: driverfiles.find_configs(context.roots, found))
+    dirs = context.libraries().dirs
+    return _files(lambda found: driverfiles.find_configs(context.roots, found, dirs))
 
 
 def xorg_modules(context: Context) -> Found:

@@ -116,16 +116,24 @@ def _list_in_root(roots: Roots, directory: str) -> tuple[str, list[str]]:
         return real, []
 
 
+def tree_dirs(lib_dirs: list[str], name: str) -> list[str]:
+    """``name`` (bin, share, firmware) beside each ``lib`` or ``lib64`` directory of the driver: how a
+    driver tree of its own lays itself out (GKE's /usr/local/nvidia/{bin,lib64,share,firmware}, the same
+    tree given as the driver root: /bin, /lib64, ...)."""
+    dirs: list[str] = []
+    for directory in lib_dirs:
+        if os.path.basename(directory) in ("lib", "lib64"):
+            beside = os.path.join(os.path.dirname(directory), name)
+            if beside not in dirs:
+                dirs.append(beside)
+    return dirs
+
+
 def binary_dirs(lib_dirs: list[str]) -> list[str]:
     """Where the driver's programs may be: the PATH directories, then the driver trees' own
     (:data:`DRIVER_BIN_DIRS`, and ``bin`` beside a ``lib`` or ``lib64`` directory of the driver)."""
     dirs = [*BINARY_DIRS, *DRIVER_BIN_DIRS]
-    for directory in lib_dirs:
-        if os.path.basename(directory) in ("lib", "lib64"):
-            beside = os.path.join(os.path.dirname(directory), "bin")
-            if beside not in dirs:
-                dirs.append(beside)
-    return dirs
+    return dirs + [directory for directory in tree_dirs(lib_dirs, "bin") if directory not in dirs]
 
 
 def find_binaries(roots: Roots, found: Found, lib_dirs: list[str] | None = None) -> None:
@@ -156,7 +164,10 @@ def _is_elf(path: str) -> bool:
         return False
 
 
-def firmware_dirs(roots: Roots) -> list[str]:
+def firmware_dirs(roots: Roots, lib_dirs: list[str] | None = None) -> list[str]:
+    """Where the kernel's firmware loader looks (a custom path first), then ``firmware`` beside the
+    driver's library directories (GKE's /usr/local/nvidia/firmware, which its custom path names on the
+    host but which a driver root at /usr/local/nvidia sees as /firmware)."""
     release = os.uname().release  # the host kernel's: firmware is loaded by this kernel
     dirs = []
     custom = (read_text(roots.in_sys("module/firmware_class/parameters/path")) or "").strip()
@@ -168,13 +179,13 @@ def firmware_dirs(roots: Roots) -> list[str]:
         f"/lib/firmware/{release}",
         "/lib/firmware",
     ]
-    return dirs
+    return dirs + [directory for directory in tree_dirs(lib_dirs or [], "firmware") if directory not in dirs]
 
 
-def find_firmware(roots: Roots, version: str, found: Found) -> None:
+def find_firmware(roots: Roots, version: str, found: Found, lib_dirs: list[str] | None = None) -> None:
     """``nvidia/<version>/gsp*.bin``, searched where the kernel's firmware loader searches."""
     taken: set[str] = set()
-    for directory in firmware_dirs(roots):
+    for directory in firmware_dirs(roots, lib_dirs):
         where, names = _list_in_root(roots, f"{directory}/nvidia/{version}")
         for name in names:
             if name.startswith("gsp") and name.endswith(".bin") and name not in taken:
@@ -202,15 +213,27 @@ def find_ipc(roots: Roots, found: Found, mps_pipe_dir: str = MPS_PIPE_DIR) -> No
         found.files.append(DriverFile(mps_pipe_dir, host, FileKind.DIRECTORY))
 
 
-def find_configs(roots: Roots, found: Found) -> None:
-    """Vulkan, EGL, GLVND, OpenCL, OptiX and Xorg config files, each at the first place it is found."""
+def find_configs(roots: Roots, found: Found, lib_dirs: list[str] | None = None) -> None:
+    """Vulkan, EGL, GLVND, OpenCL, OptiX and Xorg config files, each at the first place it is found.
+
+    In ``/etc``, ``/usr/local/share`` or ``/usr/share`` a file keeps its path: the loaders search all
+    three in every image. In a driver tree's own ``share`` (GKE's /usr/local/nvidia/share) it goes where
+    the image's loaders look: ``/etc`` for the OpenCL ICD loader, which reads nothing else, and
+    ``/usr/share`` for the others.
+    """
+    trees = [
+        directory for directory in tree_dirs(lib_dirs or [], "share") if directory not in CONFIG_SEARCH_DIRS
+    ]
     for relative in CONFIG_FILES:
-        for directory in CONFIG_SEARCH_DIRS:
+        for directory in (*CONFIG_SEARCH_DIRS, *trees):
             path = f"{directory}/{relative}"
             host = _regular_in_root(roots, path)
-            if host is not None:
-                found.files.append(DriverFile(path, host, FileKind.CONFIG))
-                break
+            if host is None:
+                continue
+            if directory in trees:
+                path = f"/etc/{relative}" if relative.startswith("OpenCL/") else f"/usr/share/{relative}"
+            found.files.append(DriverFile(path, host, FileKind.CONFIG))
+            break
 
 
 def find_xorg_modules(roots: Roots, version: str, lib_dirs: list[str], found: Found) -> None:

@@ -12,6 +12,7 @@ from cdictk.errors import CdictkError
 from cdictk.node import devnodes, driverfiles, procfs
 from cdictk.node.devnodes import NodeInfo
 from cdictk.node.discoverers import Context, Found, discover_common
+from cdictk.node.drivercontainer import in_driver_container
 from cdictk.node.drm import DrmInfo, drm_for_gpu
 from cdictk.node.gpus import Gpu, gpus_from_procfs
 from cdictk.node.libraries import candidate_dirs, version_from_libraries
@@ -58,6 +59,9 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
     modules = procfs.read_loaded_modules(roots)
     majors = procfs.read_char_majors(roots)
     candidates = candidate_dirs(roots, warnings)
+    moved = in_driver_container(roots, candidates, warnings)
+    if moved is not None:
+        roots, candidates = moved
 
     version = procfs.read_driver_version(roots)
     gpus: list[Gpu] = []

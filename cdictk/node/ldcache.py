@@ -73,6 +73,10 @@ class CacheEntry:
 class LdCacheError(Exception):
     """The cache cannot be read or is not a well-formed ld.so.cache; the message says what is wrong."""
 
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing  # there is no file at all (a driver tree such as /usr/local/nvidia has none)
+
 
 def parse_ld_cache(data: bytes) -> list[CacheEntry]:
     """The ELF libc6 entries of an ld.so.cache image, in file order."""
@@ -173,6 +177,8 @@ def read_ld_cache(path: str, max_bytes: int = 64 << 20) -> list[CacheEntry]:
             data = handle.read(size + 1)
             if len(data) > size:
                 data += handle.read(max_bytes + 1 - len(data))
+    except FileNotFoundError as exc:
+        raise LdCacheError(f"cannot read: {exc.strerror or exc}", missing=True) from exc
     except OSError as exc:
         raise LdCacheError(f"cannot read: {exc.strerror or exc}") from exc
     if len(data) > max_bytes:

@@ -33,6 +33,7 @@ USUAL_LIB_DIRS = (
     "/lib/x86_64-linux-gnu",
     "/lib/aarch64-linux-gnu",
     "/lib64",
+    "/usr/local/nvidia/lib64",  # GKE's driver tree, which the host's ld.so.cache does not list
 )
 # Subdirectories whose files belong to the driver too (VDPAU) or whose links point into it (GBM).
 _LIBRARY_SUBDIRS = ("vdpau",)
@@ -72,7 +73,8 @@ def candidate_dirs(roots: Roots, warnings: list[str]) -> list[str]:
     try:
         entries = read_ld_cache(cache_path)
     except LdCacheError as exc:
-        warnings.append(f"{cache_path}: {exc}; searching the usual library directories instead")
+        if not exc.missing:  # a missing cache is a driver tree's normal state: the usual dirs are searched
+            warnings.append(f"{cache_path}: {exc}; searching the usual library directories instead")
         entries = []
     seen: set[str] = set()
     for directory in [os.path.dirname(entry.path) for entry in entries if entry.bits == 64] + list(

@@ -7,7 +7,10 @@
   which is why building a node needs root;
 - ``proc/`` and ``sys/`` are plain trees with the files the NVIDIA modules would show.
 
-The driver root and the dev root are the node's root; procfs is ``<root>/proc``, sysfs ``<root>/sys``.
+The node's root stands for its ``/``; procfs is ``<root>/proc``, sysfs ``<root>/sys``, and the device nodes
+are in ``<root>/dev``. Where the driver's files go is the preset's :class:`Layout`: Debian's multiarch
+directories, RHEL's ``lib64`` (merged ``/usr``), a ``.run`` install, GKE's ``/usr/local/nvidia`` tree
+with wrapper scripts on the host's PATH, or a driver container's root at ``/run/nvidia/driver``.
 """
 
 from __future__ import annotations
@@ -114,12 +117,61 @@ CONFIGS = (
 
 
 @dataclass(frozen=True)
+class Layout:
+    """Where a driver install puts its files: paths inside ``tree``, the driver's own tree on the node
+    (``/`` for a distribution's packages), which is what ``--driver-root`` names to point at it."""
+
+    name: str
+    lib_dir: str
+    xorg_dirs: tuple[str, str] | None  # nvidia_drv.so's, libglxserver_nvidia's; None: no Xorg modules
+    bin_dir: str = "/usr/bin"
+    firmware_dir: str = "/lib/firmware"
+    share_dir: str = "/usr/share"
+    etc_dir: str | None = "/etc"  # OpenCL's vendor file; None: the install has none
+    tree: str = "/"
+    wrappers: bool = False  # the host's /usr/bin holds scripts that exec the tree's programs (GKE)
+    cached: bool = True  # an ld.so.cache in the tree lists lib_dir
+    merged_usr: bool = False  # /lib, /lib64, /bin and /sbin are links into /usr
+    firmware_param: str = ""  # /sys/module/firmware_class/parameters/path
+    dev_in_tree: bool = False  # the tree has the device nodes too (a driver container's /dev)
+    dev_root: str | None = None  # --dev-root with --driver-root at the tree (None: the tree itself)
+
+
+DEBIAN_XORG = (f"{LIB_DIR}/nvidia/xorg",) * 2
+LIB64_XORG = ("/usr/lib64/xorg/modules/drivers", "/usr/lib64/xorg/modules/extensions")
+LAYOUTS = {
+    layout.name: layout
+    for layout in (
+        Layout("debian", LIB_DIR, DEBIAN_XORG),
+        Layout("rhel", "/usr/lib64", LIB64_XORG, firmware_dir="/usr/lib/firmware", merged_usr=True),
+        Layout("runfile", "/usr/lib64", LIB64_XORG),
+        Layout(
+            "gke",
+            "/lib64",
+            None,
+            bin_dir="/bin",
+            firmware_dir="/firmware",
+            share_dir="/share",
+            etc_dir=None,
+            tree="/usr/local/nvidia",
+            wrappers=True,
+            cached=False,
+            firmware_param="/usr/local/nvidia/firmware",
+            dev_root="/",
+        ),
+        Layout("driver-container", LIB_DIR, DEBIAN_XORG, tree="/run/nvidia/driver", dev_in_tree=True),
+    )
+}
+
+
+@dataclass(frozen=True)
 class Preset:
     name: str
     driver_version: str
     gpus: tuple[FakeGpu, ...]
     migs: tuple[FakeMig, ...] = ()
     sockets: bool = False
+    layout: Layout = LAYOUTS["debian"]
 
 
 def fake_gpu(index: int, bus: int, *, mig: str = "disabled") -> FakeGpu:
@@ -157,6 +209,10 @@ PRESETS = {
         (_mig(0, 2, "3g.40gb", 3, 40192), _mig(1, 7, "1g.10gb", 1, 9856), _mig(2, 8, "1g.10gb", 1, 9856)),
         sockets=True,
     ),
+    **{
+        name: Preset(name, "580.95.05", (fake_gpu(0, BUSES[0]),), layout=LAYOUTS[name])
+        for name in ("rhel", "runfile", "gke", "driver-container")
+    },
 }
 
 
@@ -186,8 +242,23 @@ class FakeNode:
         return os.path.join(self.root, "sys")
 
     @property
+    def tree(self) -> str:
+        """The host path of the driver's own tree (the root itself for a distribution's packages)."""
+        return self.root + self.preset.layout.tree.rstrip("/")
+
+    @property
     def lib_dir(self) -> str:
-        return self.root + LIB_DIR
+        return self.tree + self.preset.layout.lib_dir
+
+    @property
+    def container_lib_dir(self) -> str:
+        """The driver's library directory as a spec generated with :meth:`cli_args` names it."""
+        layout = self.preset.layout
+        return (
+            layout.lib_dir
+            if layout.tree == "/run/nvidia/driver"
+            else layout.tree.rstrip("/") + layout.lib_dir
+        )
 
     @property
     def version(self) -> str:
@@ -195,6 +266,12 @@ class FakeNode:
 
     def cli_args(self) -> list[str]:
         return ["--driver-root", self.root, "--proc-root", self.proc, "--sys-root", self.sys]
+
+    def tree_cli_args(self) -> list[str]:
+        """``--driver-root`` at the driver's own tree (``/usr/local/nvidia``), as an operator may give it."""
+        dev = self.preset.layout.dev_root
+        dev_args = ["--dev-root", self.root + dev.rstrip("/")] if dev is not None else []
+        return ["--driver-root", self.tree, *dev_args, "--proc-root", self.proc, "--sys-root", self.sys]
 
     def nvml_config(self) -> FakeNvmlConfig:
         return FakeNvmlConfig(self.version, 13000, list(self.preset.gpus), list(self.preset.migs))
@@ -260,6 +337,10 @@ def build_node(root: str, preset: Preset | str, cache_dir: str) -> FakeNode:
     preset = PRESETS[preset] if isinstance(preset, str) else preset
     os.makedirs(cache_dir, exist_ok=True)
     node = FakeNode(root, preset)
+    if preset.layout.merged_usr:
+        for name in ("lib", "lib64", "bin", "sbin"):
+            os.makedirs(f"{root}/usr/{name}", exist_ok=True)
+            os.symlink(f"usr/{name}", f"{root}/{name}")
     _libraries(node, cache_dir, tools)
     _driver_files(node, cache_dir, tools.gcc)
     _devices(node)
@@ -270,7 +351,7 @@ def build_node(root: str, preset: Preset | str, cache_dir: str) -> FakeNode:
 
 
 def _libraries(node: FakeNode, cache_dir: str, tools: NodeTools) -> None:
-    version = node.version
+    version, layout = node.version, node.preset.layout
     for library in LIBRARIES:
         _stub(
             library.soname.format(v=version),
@@ -284,19 +365,24 @@ def _libraries(node: FakeNode, cache_dir: str, tools: NodeTools) -> None:
     _symlink(os.path.basename(nvml), os.path.join(node.lib_dir, "libnvidia-ml.so.1"))
     _symlink("libnvidia-ml.so.1", os.path.join(node.lib_dir, "libnvidia-ml.so"))
     _symlink("../libnvidia-allocator.so.1", os.path.join(node.lib_dir, "gbm/nvidia-drm_gbm.so"))
-    xorg = os.path.join(node.lib_dir, "nvidia/xorg")
-    _stub("nvidia_drv.so", os.path.join(xorg, "nvidia_drv.so"), cache_dir, tools.gcc)
-    _stub(
-        f"libglxserver_nvidia.so.{version}",
-        os.path.join(xorg, f"libglxserver_nvidia.so.{version}"),
-        cache_dir,
-        tools.gcc,
-    )
-    _symlink(f"libglxserver_nvidia.so.{version}", os.path.join(xorg, "libglxserver_nvidia.so"))
-    _write(node.root + "/etc/ld.so.conf", f"{LIB_DIR}\n")
-    os.makedirs(node.root + "/var/cache/ldconfig", exist_ok=True)
+    if layout.xorg_dirs is not None:
+        drivers, extensions = (node.tree + directory for directory in layout.xorg_dirs)
+        _stub("nvidia_drv.so", os.path.join(drivers, "nvidia_drv.so"), cache_dir, tools.gcc)
+        glx = f"libglxserver_nvidia.so.{version}"
+        _stub(glx, os.path.join(extensions, glx), cache_dir, tools.gcc)
+        _symlink(glx, os.path.join(extensions, "libglxserver_nvidia.so"))
+    if layout.cached:
+        _ld_cache(node.tree, layout.lib_dir, tools)
+    if node.tree != node.root:  # the host's own cache, which lists no driver
+        os.makedirs(node.root + LIB_DIR, exist_ok=True)
+        _ld_cache(node.root, LIB_DIR, tools)
+
+
+def _ld_cache(root: str, lib_dir: str, tools: NodeTools) -> None:
+    _write(root + "/etc/ld.so.conf", f"{lib_dir}\n")
+    os.makedirs(root + "/var/cache/ldconfig", exist_ok=True)
     # -X: the links above are the host's links as the driver installer left them; do not add others.
-    subprocess.run([tools.ldconfig, "-X", "-r", node.root], check=True)
+    subprocess.run([tools.ldconfig, "-X", "-r", root], check=True)
 
 
 def _program(out: str, cache_dir: str, gcc: str) -> None:
@@ -323,12 +409,19 @@ def _program(out: str, cache_dir: str, gcc: str) -> None:
 
 
 def _driver_files(node: FakeNode, cache_dir: str, gcc: str) -> None:
+    layout = node.preset.layout
     for binary in BINARIES:  # the driver's programs are ELF: a wrapper script on a host is not one
-        _program(f"{node.root}/usr/bin/{binary}", cache_dir, gcc)
+        _program(f"{node.tree}{layout.bin_dir}/{binary}", cache_dir, gcc)
+        if layout.wrappers:  # GKE's /usr/bin/nvidia-smi: `exec /usr/local/nvidia/bin/nvidia-smi "$@"`
+            program = f"{layout.tree.rstrip('/')}{layout.bin_dir}/{binary}"
+            _write(f"{node.root}/usr/bin/{binary}", f'#!/bin/sh\nexec {program} "$@"\n', 0o755)
     for name in ("gsp_ga10x.bin", "gsp_tu10x.bin"):
-        _write(f"{node.root}/lib/firmware/nvidia/{node.version}/{name}", "firmware\n")
+        _write(f"{node.tree}{layout.firmware_dir}/nvidia/{node.version}/{name}", "firmware\n")
     for config in CONFIGS:
-        _write(node.root + config, "{}\n")
+        if config.startswith("/usr/share/"):
+            _write(node.tree + layout.share_dir + config.removeprefix("/usr/share"), "{}\n")
+        elif layout.etc_dir is not None:
+            _write(node.tree + layout.etc_dir + config.removeprefix("/etc"), "{}\n")
     if node.preset.sockets:
         path = node.root + "/run/nvidia-persistenced/socket"
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -338,7 +431,12 @@ def _driver_files(node: FakeNode, cache_dir: str, gcc: str) -> None:
 
 
 def _devices(node: FakeNode) -> None:
-    dev = node.root + "/dev"
+    _device_nodes(node, node.root + "/dev")
+    if node.preset.layout.dev_in_tree:
+        _device_nodes(node, node.tree + "/dev")
+
+
+def _device_nodes(node: FakeNode, dev: str) -> None:
     _mknod(f"{dev}/nvidiactl", 195, 255)
     _mknod(f"{dev}/nvidia-modeset", 195, 254)
     _mknod(f"{dev}/nvidia-uvm", UVM_MAJOR, 0)
@@ -352,7 +450,8 @@ def _devices(node: FakeNode) -> None:
         _mknod(f"{dev}/dri/{render}", DRM_MAJOR, 128 + gpu.index, 0o660, RENDER_GID)
         _symlink(f"../{card}", f"{dev}/dri/by-path/pci-{sysfs_bus(gpu)}-card")
         _symlink(f"../{render}", f"{dev}/dri/by-path/pci-{sysfs_bus(gpu)}-render")
-    _mig_cap_nodes(node)
+    if dev == node.root + "/dev":
+        _mig_cap_nodes(node)
     if len(node.preset.gpus) > 1:
         _mknod(f"{dev}/nvidia-nvswitchctl", 234, 255)  # belongs to the NVSwitch driver: never in a spec
 
@@ -428,4 +527,4 @@ def _sysfs(node: FakeNode) -> None:
         drm = f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}/drm"
         os.makedirs(f"{drm}/card{gpu.index + 1}", exist_ok=True)
         os.makedirs(f"{drm}/renderD{128 + gpu.index}", exist_ok=True)
-    _write(f"{node.sys}/module/firmware_class/parameters/path", "\n")
+    _write(f"{node.sys}/module/firmware_class/parameters/path", node.preset.layout.firmware_param + "\n")

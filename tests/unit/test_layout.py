@@ -16,6 +16,7 @@ CONCERNS = {
     "test_quickstart_script.py",  # ./quickstart
     "test_readme.py",  # README.md and docs/
     "cli/test_generate_faults.py",  # cdi generate on broken nodes
+    "cli/test_generate_layouts.py",  # cdi generate on every driver layout
     "cli/test_generate_watch.py",  # cdi generate --watch
     "hooks/test_hardening.py",  # every hook against hostile images
     "info/test_info.py",  # cdictk info as a whole
