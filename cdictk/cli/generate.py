@@ -39,7 +39,9 @@ def _warn(message: str) -> None:
     default="/",
     show_default=True,
     metavar="DIR",
-    help="Root of the driver's files (libraries, binaries, configs), e.g. /run/nvidia/driver.",
+    help="Root of the driver's files (libraries, binaries, configs), e.g. /usr/local/nvidia (with "
+    "--dev-root /) or /run/nvidia/driver. A root without a driver whose run/nvidia/driver holds one (a "
+    "driver container) uses that tree, with a warning.",
 )
 @click.option("--dev-root", metavar="DIR", help="Root holding dev/nvidia*. Default: the driver root.")
 @click.option(
