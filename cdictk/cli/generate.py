@@ -87,7 +87,8 @@ def _warn(message: str) -> None:
     "--separate-hooks",
     is_flag=True,
     help="One hook process per step (create-symlinks, enable-cuda-compat, update-ldcache, "
-    "disable-device-node-modification), as NVIDIA's specs have, instead of cdictk's single batched hook.",
+    "disable-device-node-modification, update-application-profile), as NVIDIA's specs have, instead of "
+    "cdictk's single batched hook.",
 )
 @click.option("--ldconfig-path", metavar="PATH", help="Host ldconfig the update-ldcache hook runs.")
 @click.option(
@@ -96,7 +97,7 @@ def _warn(message: str) -> None:
     multiple=True,
     metavar="NAME",
     help="Leave out a hook: create-symlinks, enable-cuda-compat, update-ldcache, "
-    "disable-device-node-modification, or all. Repeatable.",
+    "disable-device-node-modification, update-application-profile, or all. Repeatable.",
 )
 @click.option("--no-all-device", is_flag=True, help="Do not write the merged 'all' device.")
 @click.option(

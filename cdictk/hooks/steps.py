@@ -151,7 +151,8 @@ class Step:
 _COMPAT = ("host-driver-version", "host-cuda-version", "cuda-compat-container-root")
 
 # What a generated spec's batched hook does, in the order it does it: links first, then the driver
-# params mask, then CUDA compat (an ld.so.conf.d entry), then the ld cache that reads it.
+# params mask, then CUDA compat (an ld.so.conf.d entry), then the ld cache that reads it, then the
+# application profile (from the device nodes the runtime made).
 BATCHED = (
     Step(
         "create-symlinks",
@@ -184,6 +185,14 @@ BATCHED = (
         lists=("folder",),
         triggers=("folder",),
     ),
+    Step(
+        "update-application-profile",
+        "limit EGL and Vulkan to the container's GPUs (an EGLVisibleDGPUDevices application profile)",
+        "cdictk.hooks.appprofile",
+        flags=("update-application-profile",),
+        triggers=("update-application-profile",),
+        batch_only=("update-application-profile",),
+    ),
 )
 STEPS = (
     *BATCHED,
@@ -196,7 +205,7 @@ STEPS = (
     ),
     Step(
         "batch",
-        "links, device links, params mask, CUDA compat and ld cache in one process (cdictk's specs)",
+        "links, device links, params mask, CUDA compat, ld cache and application profile in one process",
         "cdictk.hooks.steps",
         values=tuple(name for step in BATCHED for name in step.values),
         lists=tuple(name for step in BATCHED for name in step.lists),

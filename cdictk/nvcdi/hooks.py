@@ -28,6 +28,7 @@ ENABLE_CUDA_COMPAT = BY_NAME["enable-cuda-compat"].name
 UPDATE_LDCACHE = BY_NAME["update-ldcache"].name
 BATCH = BY_NAME["batch"].name
 DISABLE_DEVICE_NODE_MODIFICATION = BY_NAME["disable-device-node-modification"].name
+UPDATE_APPLICATION_PROFILE = BY_NAME["update-application-profile"].name
 # What --disable-hook names: every step the batched hook runs.
 HOOK_NAMES = tuple(step.name for step in BATCHED)
 # Explicit and non-empty: runtimes would otherwise hand a hook nothing or their own environment.
@@ -92,7 +93,8 @@ def common_hooks(
     disabled: frozenset[str],
 ) -> list[Hook]:
     """Links first, then CUDA compat (it writes an ld.so.conf.d entry), then the ld cache that reads it,
-    then (as NVIDIA's specs have it) the driver params that stop NVML in the container from mknod-ing.
+    then (as NVIDIA's specs have it) the driver params that stop NVML in the container from mknod-ing
+    and the application profile that shows EGL and Vulkan only the container's GPUs.
 
     ``device_links`` (the devices' by-path links) go into the batched hook, which makes each only when
     its device node is in the container; separate hooks leave them to each device's own edits.
@@ -119,6 +121,8 @@ def common_hooks(
         hooks.append(program.hook(UPDATE_LDCACHE, args))
     if DISABLE_DEVICE_NODE_MODIFICATION not in disabled:
         hooks.append(program.hook(DISABLE_DEVICE_NODE_MODIFICATION, []))
+    if UPDATE_APPLICATION_PROFILE not in disabled:
+        hooks.append(program.hook(UPDATE_APPLICATION_PROFILE, []))
     return hooks
 
 
@@ -141,7 +145,10 @@ def _batch_args(
             args += ["--ldconfig-path", ldconfig_path]
         for directory in library_dirs:
             args += ["--folder", directory]
+    # The last two only alongside other work: alone, they would start a hook process for what is
+    # usually nothing.
     if args and DISABLE_DEVICE_NODE_MODIFICATION not in disabled:
-        # Only alongside other work: alone, it would start a hook process for what is usually nothing.
         args.append(f"--{DISABLE_DEVICE_NODE_MODIFICATION}")
+    if args and UPDATE_APPLICATION_PROFILE not in disabled:
+        args.append(f"--{UPDATE_APPLICATION_PROFILE}")
     return args

@@ -1,7 +1,8 @@
 """Every driver layout, end to end: a spec generated on the fake node (with the default driver root and
 with ``--driver-root`` at the driver's own tree) is injected into a runc bundle on a Debian image, and
 the container runs ``nvidia-smi`` from its PATH (the node's ELF stub, never GKE's wrapper script) and a
-program that dlopens ``libcuda.so.1`` through the ld cache the spec's hook rebuilt.
+program that dlopens ``libcuda.so.1`` through the ld cache the spec's hook rebuilt; the hook's application
+profile limits EGL and Vulkan to the container's GPU.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def test_a_container_runs_nvidia_smi_and_loads_libcuda(
     assert generated.returncode == 0, generated.stderr
     lib_dir = node.preset.layout.lib_dir if at_tree else node.container_lib_dir
 
-    bundle = make_bundle(tmp_path / "bundle", image, "nvidia-smi; cuda-probe; ls /dev/nvidia0")
+    profile = "/etc/nvidia/nvidia-application-profiles-rc.d/10-container.conf"
+    bundle = make_bundle(
+        tmp_path / "bundle", image, f"nvidia-smi; cuda-probe; ls /dev/nvidia0; cat {profile}"
+    )
     config_path = bundle / "config.json"
     injected = cdictk(
         "cdi", "inject", "--spec-dir", str(spec_dir), "-d", "nvidia.com/gpu=0", str(config_path)
@@ -74,4 +78,7 @@ def test_a_container_runs_nvidia_smi_and_loads_libcuda(
         "fake",  # the driver's nvidia-smi, found on the image's PATH
         f"libcuda.so.1 from {lib_dir}/libcuda.so.1 returned 0",
         "/dev/nvidia0",
+        # EGL and Vulkan see GPU 0 alone (the mask of the container's /dev/nvidiaN minors).
+        '{"profiles":[{"name":"_container_","settings":["EGLVisibleDGPUDevices",0x1]}],'
+        '"rules":[{"pattern":[],"profile":"_container_"}]}',
     ]

@@ -110,13 +110,14 @@ def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFact
         "../card1::/dev/dri/by-path/pci-0000:18:00.0-card",
         "../renderD128::/dev/dri/by-path/pci-0000:18:00.0-render",
     ]
-    assert args[-6:] == [
+    assert args[-7:] == [
         f"--host-driver-version={V}",
         "--folder",
         LIB_DIR,
         "--folder",
         f"{LIB_DIR}/vdpau",
         "--disable-device-node-modification",
+        "--update-application-profile",
     ]
     separate = write_spec(capsys, node, tmp_path, "--separate-hooks")
     assert [h.args[4] for h in separate.container_edits.hooks] == [
@@ -124,6 +125,7 @@ def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFact
         "enable-cuda-compat",
         "update-ldcache",
         "disable-device-node-modification",
+        "update-application-profile",
     ]
     assert device(separate, "0").container_edits.hooks[0].args[-4:] == [
         "--link",
@@ -250,6 +252,7 @@ def test_naming_selection_and_hooks_flags(
         ["nvidia-cdi-hook", "create-symlinks"],
         ["nvidia-cdi-hook", "enable-cuda-compat"],
         ["nvidia-cdi-hook", "disable-device-node-modification"],
+        ["nvidia-cdi-hook", "update-application-profile"],
     ]
     spec = write_spec(capsys, node, tmp_path, "--disable-hook", "all", "--device-id", "0")
     assert [d.name for d in spec.devices] == ["0:0", "0:1", "0:2", *(m.uuid for m in node.preset.migs), "all"]

@@ -80,6 +80,7 @@ def test_common_hooks_order_and_disabling() -> None:
             "/lib/vdpau",
         ],
         ["nvidia-cdi-hook", "disable-device-node-modification"],
+        ["nvidia-cdi-hook", "update-application-profile"],
     ]
     fewer = common_hooks(
         program,
@@ -90,7 +91,7 @@ def test_common_hooks_order_and_disabling() -> None:
         ldconfig_path=None,
         disabled=frozenset({"enable-cuda-compat", "disable-device-node-modification"}),
     )
-    assert [hook.args[1] for hook in fewer] == ["update-ldcache"]
+    assert [hook.args[1] for hook in fewer] == ["update-ldcache", "update-application-profile"]
 
 
 def test_batched_hook_carries_every_step_in_order() -> None:
@@ -114,6 +115,7 @@ def test_batched_hook_carries_every_step_in_order() -> None:
         "--folder",
         "/lib",
         "--disable-device-node-modification",
+        "--update-application-profile",
     ]
     only_compat = common_hooks(
         program,
@@ -128,6 +130,7 @@ def test_batched_hook_carries_every_step_in_order() -> None:
         "batch",
         "--host-driver-version=1",
         "--disable-device-node-modification",
+        "--update-application-profile",
     ]
     nothing = common_hooks(
         program,
