@@ -1,7 +1,8 @@
 /*
  * A stand-in for libnvidia-ml.so so that tests exercise the real pynvml code
  * path on machines without an NVIDIA GPU.  Only the calls cdictk makes are
- * provided; anything else fails to resolve, which pynvml reports as
+ * provided, and the few more nvidia-ctk's generator needs for full GPUs (for
+ * bench/compare_generate.py); anything else fails to resolve, which pynvml reports as
  * NVMLError_FunctionNotFound, so a new dependency on NVML shows up in tests
  * instead of silently returning made-up data.
  *
@@ -777,6 +778,50 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
     if (live.gpus[index].lost)
         return NVML_ERROR_GPU_IS_LOST;
     *device = &live.gpus[index];
+    return NVML_SUCCESS;
+}
+
+/* GPU and MIG UUIDs alike, as NVML does. cdictk does not call it; nvidia-ctk's
+ * generator does (for every device it writes), which bench/compare_generate.py
+ * runs on the fake nodes. */
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+    unsigned int g, m;
+
+    if (init_refs == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (uuid == NULL || device == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (g = 0; g < live.gpu_count; g++) {
+        if (strcmp(live.gpus[g].uuid, uuid) == 0) {
+            if (live.gpus[g].lost)
+                return NVML_ERROR_GPU_IS_LOST;
+            *device = &live.gpus[g];
+            return NVML_SUCCESS;
+        }
+        for (m = 0; m < FAKE_MAX_MIGS; m++) {
+            if (live.migs[g][m].used && strcmp(live.migs[g][m].uuid, uuid) == 0) {
+                *device = &live.migs[g][m];
+                return NVML_SUCCESS;
+            }
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/* Full GPUs only. Whether NVML numbers a MIG device handle here (its slot on
+ * the parent?) is not something the fake should guess: it refuses instead, so
+ * code that needs it fails in tests rather than reading a made-up index. */
+nvmlReturn_t nvmlDeviceGetIndex(nvmlDevice_t device, unsigned int *index)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, index, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (d->is_mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *index = d->gpu;
     return NVML_SUCCESS;
 }
 

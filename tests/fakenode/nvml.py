@@ -44,7 +44,7 @@ class FakeGpu:
     max_mig: int = 7
     arch: str = "9.0"  # CUDA compute capability, major.minor (an H100's)
     brand: int = NVML_BRAND_NVIDIA  # an nvmlBrandType_t value
-    lost: bool = False  # nvmlDeviceGetHandleByIndex answers "GPU is lost", as after an Xid 79
+    lost: bool = False  # nvmlDeviceGetHandleByIndex (and ByUUID) answer "GPU is lost", as after an Xid 79
 
 
 @dataclass(frozen=True)

@@ -144,3 +144,29 @@ def test_render_and_build_cache(tmp_path: Path) -> None:
     assert os.path.basename(first) == f"libnvidia-ml.so.{VERSION}"
     assert Path(first).read_bytes() == Path(second).read_bytes() == Path(uncached).read_bytes()
     assert os.stat(second).st_mode & 0o777 == 0o755
+
+
+def test_handles_by_uuid_and_indices(lib: str) -> None:
+    """The two calls only NVIDIA's generator makes (bench/compare_generate.py runs it on the nodes)."""
+    config().write(os.path.dirname(lib))
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetHandleByUUID("GPU-bbbbbbbb-0001")
+    pynvml.nvmlInit()
+    gpu1 = pynvml.nvmlDeviceGetHandleByUUID("GPU-bbbbbbbb-0001")
+    assert pynvml.nvmlDeviceGetMinorNumber(gpu1) == 3
+    assert [pynvml.nvmlDeviceGetIndex(pynvml.nvmlDeviceGetHandleByIndex(i)) for i in range(3)] == [0, 1, 2]
+    mig = pynvml.nvmlDeviceGetHandleByUUID("MIG-22222222-0002")
+    assert pynvml.nvmlDeviceIsMigDeviceHandle(mig).value == 1
+    assert pynvml.nvmlDeviceGetGpuInstanceId(mig) == 9
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetIndex(mig)  # not guessed: see fake_nvml.c
+    for unknown in ("GPU-bbbbbbbb", "GPU-bbbbbbbb-00011", "MIG-11111111-0001", ""):
+        with pytest.raises(pynvml.NVMLError_NotFound):
+            pynvml.nvmlDeviceGetHandleByUUID(unknown)
+    pynvml.nvmlShutdown()
+    config(gpus=[FakeGpu(0, 0, "GPU-lost", "0000:18:00.0", H100, lost=True)], migs=[]).write(
+        os.path.dirname(lib)
+    )
+    pynvml.nvmlInit()
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        pynvml.nvmlDeviceGetHandleByUUID("GPU-lost")
