@@ -25,7 +25,7 @@ import os
 import stat
 
 from cdictk.errors import HookError
-from cdictk.hooks import hostbinary, sandbox
+from cdictk.hooks import hostbinary, ldconf, sandbox
 from cdictk.hooks.steps import DEFAULT_LDCONFIG, Options, Prepared
 
 TYPE_CHECKING = False
@@ -196,10 +196,10 @@ def _check_confs(rootfs: Rootfs) -> None:
         path, included_by = pending.pop()
         lines = _read_conf(rootfs, path, included_by, seen).split(b"\n")
         budget -= 1 + len(lines)
-        for pattern in _includes(path, lines):
+        for pattern in ldconf.includes(path, lines):
             if budget <= 0:
                 break
-            matches, scanned = _glob(rootfs, pattern, budget)
+            matches, scanned = ldconf.glob(rootfs, pattern, budget)
             budget -= 1 + scanned
             pending += [(match, path) for match in matches]
 
@@ -232,76 +232,6 @@ def _read_conf(rootfs: Rootfs, path: str, included_by: str, seen: set[tuple[int,
         return rootfs.read_regular(path, _MAX_CONF_SIZE, same_mount=True)
     except OSError:
         return b""
-
-
-def _includes(path: str, lines: list[bytes]) -> list[str]:
-    """The patterns of the file's ``include`` lines, parsed as glibc's ldconfig parses them."""
-    folder = os.path.dirname(path)
-    patterns = []
-    for raw in lines:
-        line = raw.partition(b"#")[0].lstrip()
-        if line[:7] != b"include" or line[7:8] not in (b" ", b"\t"):
-            continue
-        for token in line[8:].replace(b"\t", b" ").split(b" "):
-            if token:
-                pattern = os.fsdecode(token)
-                patterns.append(pattern if pattern.startswith("/") else f"{folder}/{pattern}")
-    return patterns
-
-
-def _glob(rootfs: Rootfs, pattern: str, limit: int) -> tuple[list[str], int]:
-    """glob(3)'s matches for ``pattern`` and the directory entries read, at most ``limit``.
-
-    Only wildcards ('*', '?') in the last component are expanded, the form every distribution uses;
-    a pattern with others (in a directory name, brackets, escapes) matches nothing here.
-    """
-    folder, _, name = pattern.rpartition("/")
-    if any(c in folder for c in "*?[\\") or any(c in name for c in "[\\"):
-        return [], 0
-    if "*" not in name and "?" not in name:
-        return [pattern], 0
-    try:
-        fd = rootfs.open(folder or "/", os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return [], 0
-    matches = []
-    scanned = 0
-    try:
-        with os.scandir(fd) as entries:
-            for entry in entries:
-                scanned += 1
-                if _matches(entry.name, name):
-                    matches.append(f"{folder}/{entry.name}")
-                if scanned >= limit:
-                    break
-    finally:
-        os.close(fd)
-    return matches, scanned
-
-
-def _matches(name: str, pattern: str) -> bool:
-    """fnmatch(3) for '*' and '?' as glob(3) calls it: a leading '.' only matches itself.
-
-    The fnmatch module would import re on every container start.
-    """
-    if name.startswith(".") and not pattern.startswith("."):
-        return False
-    n = p = 0
-    star = retry = -1
-    while n < len(name):
-        if p < len(pattern) and pattern[p] == "*":
-            star, retry = p, n
-            p += 1
-        elif p < len(pattern) and pattern[p] in ("?", name[n]):
-            n += 1
-            p += 1
-        elif star >= 0:
-            # Let the last '*' take one more character and try the rest again.
-            retry += 1
-            n, p = retry, star + 1
-        else:
-            return False
-    return pattern[p:].strip("*") == ""
 
 
 def _system_folders(rootfs: Rootfs, machine: str) -> list[str]:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.errors import HookError
-from cdictk.hooks import ldcache
+from cdictk.hooks import ldcache, ldconf
 from cdictk.hooks.ldcache import DRIVER_CONF, SYSTEM_CONF, update_ldcache
 from cdictk.rootfs import Rootfs
 from tests import REPO
@@ -402,7 +402,7 @@ def test_wildcards_match_as_glob_matches_them(pattern: str) -> None:
         expected = fnmatch.fnmatchcase(name, pattern) and not (
             name.startswith(".") and not pattern.startswith(".")
         )
-        assert ldcache._matches(name, pattern) == expected, (name, pattern)
+        assert ldconf.matches(name, pattern) == expected, (name, pattern)
 
 
 # Image attacks: every write stays inside the rootfs
