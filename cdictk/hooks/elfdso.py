@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import struct
-from dataclasses import dataclass
 
 FLAG_ELF = 0x0001
 FLAG_ELF_LIBC6 = 0x0003
@@ -33,10 +32,14 @@ _PHDR32 = struct.Struct("<IIIIIIII")
 _LIBC6_INTERPRETERS = (b"/lib/ld-linux.so.2", b"/libx32/ld-linux-x32.so.2", b"/lib64/ld-linux-x86-64.so.2")
 
 
-@dataclass(frozen=True, slots=True)
 class Dso:
-    flags: int
-    soname: bytes | None
+    """A plain class: dataclasses costs the hook milliseconds of imports on every container start."""
+
+    __slots__ = ("flags", "soname")
+
+    def __init__(self, flags: int, soname: bytes | None) -> None:
+        self.flags = flags
+        self.soname = soname
 
 
 def read_dso(fd: int, size: int) -> Dso | None:

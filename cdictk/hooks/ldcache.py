@@ -1,8 +1,11 @@
 """The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
 
 nvidia-cdi-hook compatible: the requested folders go into an ld.so.conf.d drop-in, the container's own
-system library folders into another (the host's ldconfig only knows the host distribution's built-in
-folders), and the host's ldconfig rebuilds the container's ``/etc/ld.so.cache`` and SONAME links.
+system library folders into another, and the container's ``/etc/ld.so.cache`` and SONAME links are
+rebuilt. cdictk writes them itself (:mod:`cdictk.hooks.ldscan`, :mod:`cdictk.hooks.ldsocache`): the
+same bytes and links as glibc's ldconfig, without starting a process, and nothing of the image is run
+or parsed by anything but this code. Only an image that asks for what the writer leaves to ldconfig
+(glibc-hwcaps or legacy hwcap subdirectories, ``dir=type`` lines) gets the host's ldconfig, as before.
 
 Safer than nvidia-cdi-hook in three ways. The files are written from the hook process through
 :class:`~cdictk.rootfs.Rootfs`, which resolves every path inside the rootfs. ldconfig runs in
@@ -16,7 +19,7 @@ deadline that fits a container start, which also ends what the checks cannot for
 multiply, wildcards in directory names, a FIFO behind a library's symlink).
 
 Musl images have no ld.so.cache: there the folders are added to ``/etc/ld-musl-<arch>.path`` and
-ldconfig is not run.
+no cache is written.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import os
 import stat
 
 from cdictk.errors import HookError
-from cdictk.hooks import hostbinary, ldconf, sandbox
+from cdictk.hooks import hostbinary, ldconf
 from cdictk.hooks.steps import DEFAULT_LDCONFIG, Options, Prepared
 
 TYPE_CHECKING = False
@@ -40,7 +43,11 @@ LD_SO_CONF_DEFAULT = b"include /etc/ld.so.conf.d/*.conf\n"
 # "05-" sorts after the CUDA compat hook's "00-" drop-in, so a forward-compatible libcuda still wins.
 DRIVER_CONF = "/etc/ld.so.conf.d/05-cdictk-driver.conf"
 SYSTEM_CONF = "/etc/ld.so.conf.d/zz-cdictk-system.conf"
-LDCONFIG_ARGV = ("ldconfig", "-f", "/etc/ld.so.conf", "-C", "/etc/ld.so.cache")
+LD_SO_CACHE = "/etc/ld.so.cache"
+LDCONFIG_ARGV = ("ldconfig", "-f", LD_SO_CONF, "-C", LD_SO_CACHE)
+CACHE_MODE = 0o644
+# What a cache names as its writer when the image had none to copy the name from.
+GENERATOR = b"cdictk hook update-ldcache (ldconfig's format)"
 CONF_MODE = 0o644
 # A sandboxed run takes 4 to 12 ms on a small image, and ldconfig indexes 1,800 libraries from a cold
 # page cache in 0.34 s: 2 s leaves a slow node room, and bounds what an image that makes it walk
@@ -115,12 +122,54 @@ def _update(
     try:
         _write_confs(rootfs, folders, machine)
         _check_confs(rootfs)
+        if _write_cache(rootfs, machine):
+            return
+        from cdictk.hooks import sandbox  # noqa: PLC0415 - only for the images the writer hands back
+
         try:
             sandbox.run_in_rootfs(rootfs, exe, LDCONFIG_ARGV, timeout=timeout, what="ldconfig")
         except HookError as exc:
             raise HookError(f"{HOOK}: {exc}") from None
     finally:
         os.close(exe)
+
+
+def _write_cache(rootfs: Rootfs, machine: str) -> bool:
+    """Write the cache and the SONAME links ldconfig would write, without running it; False when the
+    image needs something only ldconfig does (:class:`ldscan.Unsupported`)."""
+    from cdictk.hooks import ldscan, ldsocache  # noqa: PLC0415
+
+    try:
+        found = ldscan.scan(rootfs, _builtin_dirs(rootfs, machine), LD_SO_CONF)
+    except ldscan.Unsupported:
+        return False
+    try:
+        rootfs.symlinks(found.links)
+        old = _read_optional(rootfs, LD_SO_CACHE, ldscan.MAX_CACHE_SIZE)
+        generator = ldsocache.read_generator(old) if old else None
+        data = ldsocache.build_cache(found.entries, generator or GENERATOR)
+        rootfs.write_file(LD_SO_CACHE, data, CACHE_MODE)
+    except OSError as exc:
+        raise HookError(
+            f"{HOOK}: cannot write {exc.filename or LD_SO_CACHE} in the container: {exc.strerror}"
+        ) from None
+    return True
+
+
+def _builtin_dirs(rootfs: Rootfs, machine: str) -> tuple[str, ...]:
+    """The directories the image's own ldconfig adds after its configuration: Debian's multiarch
+    ones, else lib64's (which glibc's ``add_system_dir`` turns into lib, lib64 and libx32)."""
+    triplet = _TRIPLETS.get(machine)
+    if triplet is not None and _exists(rootfs, "/etc/debian_version"):
+        return (f"/lib/{triplet}", f"/usr/lib/{triplet}")
+    return ("/lib", "/lib64", "/libx32", "/usr/lib", "/usr/lib64", "/usr/libx32")
+
+
+def _read_optional(rootfs: Rootfs, path: str, limit: int) -> bytes | None:
+    try:
+        return rootfs.read_regular(path, limit, follow=False)
+    except OSError:
+        return None
 
 
 def normalize_ldconfig_path(path: str) -> str:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 
 from cdictk.hooks import ldconf
 from cdictk.hooks.elfdso import FLAG_ELF, FLAG_ELF_LIBC6, read_dso
@@ -25,6 +24,7 @@ from cdictk.hooks.ldsocache import CacheEntry, libkey
 from cdictk.rootfs import Rootfs, reopen_regular
 
 LD_SO_CONF = "/etc/ld.so.conf"
+MAX_CACHE_SIZE = 64 << 20  # the image's old cache, read for the name of its writer
 _MAX_CONF_SIZE = 64 << 10
 _MAX_CONFS = 256  # files read through includes; a real image has a few dozen
 _MAX_DIRS = 256
@@ -41,23 +41,32 @@ class Unsupported(Exception):
     """The image asks for something only ldconfig itself does; the message says what."""
 
 
-@dataclass(slots=True)
+# Plain classes: dataclasses costs the hook milliseconds of imports on every container start.
+
+
 class Scan:
-    entries: list[CacheEntry] = field(default_factory=list)  # in the order ldconfig adds them
-    links: list[tuple[str, str]] = field(default_factory=list)  # (target, link path) to make
+    __slots__ = ("entries", "links")
+
+    def __init__(self) -> None:
+        self.entries: list[CacheEntry] = []  # in the order ldconfig adds them
+        self.links: list[tuple[str, str]] = []  # (target, link path) to make
 
 
-@dataclass(slots=True)
 class _Dir:
-    path: str  # as configured, trailing slashes stripped
-    key: tuple[int, int]
+    __slots__ = ("key", "path")
+
+    def __init__(self, path: str, key: tuple[int, int]) -> None:
+        self.path = path  # as configured, trailing slashes stripped
+        self.key = key
 
 
-@dataclass(slots=True)
 class _Library:
-    name: bytes
-    is_link: bool
-    flags: int
+    __slots__ = ("flags", "is_link", "name")
+
+    def __init__(self, name: bytes, is_link: bool, flags: int) -> None:
+        self.name = name
+        self.is_link = is_link
+        self.flags = flags
 
 
 def scan(rootfs: Rootfs, system_dirs: tuple[str, ...], conf: str = LD_SO_CONF) -> Scan:
@@ -159,45 +168,62 @@ def _scan_dir(rootfs: Rootfs, path: str, result: Scan, budget: list[int]) -> Non
         dir_fd = rootfs.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
         return
-    libraries: dict[bytes, _Library] = {}
     try:
-        with os.scandir(dir_fd) as entries:
-            for entry in entries:
-                budget[0] -= 1
-                if budget[0] < 0:
-                    raise Unsupported(f"more than {_MAX_ENTRIES} directory entries")
-                _consider(rootfs, (dir_fd, path), entry, libraries)
+        with os.scandir(dir_fd) as listing:
+            entries = list(listing)
+        budget[0] -= len(entries)
+        if budget[0] < 0:
+            raise Unsupported(f"more than {_MAX_ENTRIES} directory entries")
+        # Files first, so that a link to a file of the same directory (libfoo.so.1 -> libfoo.so.1.2.3,
+        # most links) reuses what was read from it instead of resolving and reading it again.
+        files: dict[str, tuple[int, bytes | None] | None] = {}
+        libraries: dict[bytes, _Library] = {}
+        links: dict[str, str] = {}
+        for entry in entries:
+            kind = _kind(rootfs, path, entry)
+            if kind == "file":
+                files[entry.name] = _read_file(dir_fd, entry.name)
+                _choose(libraries, os.fsencode(entry.name), False, files[entry.name])
+            elif kind == "link":
+                try:
+                    links[entry.name] = os.readlink(entry.name, dir_fd=dir_fd)
+                except OSError:
+                    continue
+        for name, target in links.items():
+            if "/" not in target and target in files:
+                dso = files[target]
+            else:
+                dso = _read_link(rootfs, f"{path}/{name}")
+            _choose(libraries, os.fsencode(name), True, dso)
+        for soname, library in libraries.items():
+            if not library.is_link and soname != library.name:
+                _link(rootfs, (dir_fd, path), (library.name, soname), links, result)
+            result.entries.append(CacheEntry(soname, os.fsencode(path) + b"/" + soname, library.flags))
     finally:
         os.close(dir_fd)
-    for soname, library in libraries.items():
-        if not library.is_link:
-            _link(rootfs, path, library.name, soname, result)
-        result.entries.append(CacheEntry(soname, os.fsencode(path) + b"/" + soname, library.flags))
 
 
-def _consider(
-    rootfs: Rootfs, where: tuple[int, str], entry: os.DirEntry[str], libraries: dict[bytes, _Library]
-) -> None:
-    """One entry of the directory ``where`` (its descriptor and path), as ldconfig's ``search_dir``
-    weighs it."""
-    dir_fd, path = where
+def _kind(rootfs: Rootfs, path: str, entry: os.DirEntry[str]) -> str | None:
+    """ "file" or "link" for an entry ldconfig reads as a library; None for one it passes over."""
     name = os.fsencode(entry.name)
     is_link = entry.is_symlink()
     is_regular = not is_link and entry.is_file(follow_symlinks=False)
     is_dir = not is_link and entry.is_dir(follow_symlinks=False)
     if not (is_link or is_regular or is_dir):
-        return
-    if not is_dso(name):
-        if not is_regular and entry.name in _HWCAP_NAMES and _is_dir(rootfs, f"{path}/{entry.name}"):
-            raise Unsupported(f"{path}/{entry.name}: a hwcap subdirectory")
-        return
+        return None
+    if entry.name in _HWCAP_NAMES and not is_regular and _is_dir(rootfs, f"{path}/{entry.name}"):
+        raise Unsupported(f"{path}/{entry.name}: a hwcap subdirectory")
+    if not is_dso(name) or is_dir:
+        return None
     if name.endswith(b".#prelink#") or (len(name) >= 17 and name[-17:-6] == b".#prelink#."):
-        return  # prelink's temporary files
-    if is_dir:
-        if entry.name in _HWCAP_NAMES:
-            raise Unsupported(f"{path}/{entry.name}: a hwcap subdirectory")
-        return
-    dso = _read_link(rootfs, f"{path}/{entry.name}") if is_link else _read_file(dir_fd, entry.name)
+        return None  # prelink's temporary files
+    return "link" if is_link else "file"
+
+
+def _choose(
+    libraries: dict[bytes, _Library], name: bytes, is_link: bool, dso: tuple[int, bytes | None] | None
+) -> None:
+    """ldconfig's choice among the directory's files and links of one SONAME."""
     if dso is None:
         return
     flags, soname = dso
@@ -271,37 +297,45 @@ def _is_dir(rootfs: Rootfs, path: str) -> bool:
         os.close(fd)
 
 
-def _link(rootfs: Rootfs, path: str, name: bytes, soname: bytes, result: Scan) -> None:
-    """ldconfig's ``create_links``: the SONAME link to ``name`` unless the SONAME already names that
-    file, or is a file of its own."""
-    if soname == name:
+def _link(
+    rootfs: Rootfs,
+    where: tuple[int, str],
+    names: tuple[bytes, bytes],
+    links: dict[str, str],
+    result: Scan,
+) -> None:
+    """ldconfig's ``create_links`` in the directory ``where`` (descriptor, path): for ``names`` (the
+    library's file and its SONAME), the SONAME link to the file unless the SONAME already leads to the
+    same file, or is a file of its own."""
+    dir_fd, path = where
+    name, soname = names
+    link_name, target = os.fsdecode(soname), os.fsdecode(name)
+    if links.get(link_name) == target:
+        return  # the usual case, settled from the listing: the link is there
+    link = f"{path}/{link_name}"
+    try:
+        info = os.stat(link_name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        result.links.append((target, link))  # missing: made
         return
-    link = f"{path}/{os.fsdecode(soname)}"
+    if not stat.S_ISLNK(info.st_mode):
+        return  # a file of its own: ldconfig leaves it
     try:
         current = rootfs.open(link)
     except OSError:
-        current = -1
-    if current >= 0:
+        result.links.append((target, link))  # a stale link: replaced
+        return
+    try:
+        here = os.fstat(current)
+        # The library's own name may be a link weighed as a file: followed, as ldconfig's stat does.
+        resolved = rootfs.open(f"{path}/{target}")
         try:
-            here = os.fstat(current)
-            target = rootfs.open(f"{path}/{os.fsdecode(name)}")
-            try:
-                there = os.fstat(target)
-            finally:
-                os.close(target)
-        except OSError:
-            return
+            there = os.fstat(resolved)
         finally:
-            os.close(current)
-        if (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino):
-            return
-        try:
-            probe = rootfs.open(link, follow=False)
-            try:
-                if not stat.S_ISLNK(os.fstat(probe).st_mode):
-                    return  # a file of its own: ldconfig leaves it
-            finally:
-                os.close(probe)
-        except OSError:
-            return
-    result.links.append((os.fsdecode(name), link))
+            os.close(resolved)
+    except OSError:
+        return
+    finally:
+        os.close(current)
+    if (here.st_dev, here.st_ino) != (there.st_dev, there.st_ino):
+        result.links.append((target, link))

@@ -11,7 +11,6 @@ byte-for-byte the one ldconfig writes. The dynamic loader reads it by binary sea
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 MAGIC = b"glibc-ld.so.cache1.1"
 _HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, extension offset
@@ -23,12 +22,16 @@ _TAG_GENERATOR = 0
 _ENDIAN_LITTLE = 2
 
 
-@dataclass(frozen=True, slots=True)
 class CacheEntry:
-    soname: bytes  # the key the loader looks up
-    path: bytes  # the directory as configured, "/", the soname
-    flags: int  # FLAG_ELF_LIBC6 | the architecture's (0x0303 for x86-64)
-    hwcap: int = 0  # legacy hwcap bits of the directory (0 for every directory cdictk handles)
+    """One library in the cache (a plain class: dataclasses is too heavy an import for the hook)."""
+
+    __slots__ = ("flags", "hwcap", "path", "soname")
+
+    def __init__(self, soname: bytes, path: bytes, flags: int, hwcap: int = 0) -> None:
+        self.soname = soname  # the key the loader looks up
+        self.path = path  # the directory as configured, "/", the soname
+        self.flags = flags  # FLAG_ELF_LIBC6 | the architecture's (0x0303 for x86-64)
+        self.hwcap = hwcap  # legacy hwcap bits of the directory (0 for every directory cdictk handles)
 
 
 def libkey(name: bytes) -> tuple[tuple[int, int], ...]:
