@@ -11,7 +11,7 @@ PYTHON := $(VENV)/bin/python
 endif
 # The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-SOURCES = cdictk tests bench
+SOURCES = cdictk tests bench examples
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart demo
 .DEFAULT_GOAL := help
