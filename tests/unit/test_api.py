@@ -206,13 +206,17 @@ def test_gc_removes_stale_claims_of_this_producer_only(specs: NodeSpecs, spec_di
     mig_spec = specs.claim_spec("a", ["0:0"])
     mig_spec.kind = "nvidia.com/mig"
     migs.write("a", mig_spec)
-    # Another producer whose file names share our prefix: vendor "nvidia.com-gpu", class "x".
-    (Path(spec_dir) / "nvidia.com-gpu_x_d.yaml").write_text("cdiVersion: 0.3.0\nkind: nvidia.com-gpu/x\n")
+    # Another producer whose file names start with our prefix: class "gpu_x" (claim "d" and "e").
+    (Path(spec_dir) / "nvidia.com-gpu_x_d.yaml").write_text("cdiVersion: 0.3.0\nkind: nvidia.com/gpu_x\n")
+    other = specs.claim_spec("e", ["2"])
+    other.kind = "nvidia.com/gpu_x"
+    TransientSpecs(spec_dir, "nvidia.com", "gpu_x").write("e", other)
     (Path(spec_dir) / "unrelated.json").write_text("{}")
     assert gpus.gc(["b"]) == ["a", "c"]
     assert sorted(os.listdir(spec_dir)) == [
         "nvidia.com-gpu_b.json",
         "nvidia.com-gpu_x_d.yaml",
+        "nvidia.com-gpu_x_e.json",
         "nvidia.com-mig_a.json",
         "unrelated.json",
     ]
