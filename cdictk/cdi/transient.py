@@ -157,13 +157,15 @@ class TransientSpecs:
     def _ours(self, path: str) -> bool:
         """Whether the file is a spec of this producer's kind (its ``kind`` read, YAML as well).
 
-        What :meth:`write` wrote starts with the same two lines in every file: those are compared
-        without a parse, which keeps ``gc`` of thousands of claims within a second.
+        What :meth:`write` wrote starts with the same three lines in every file (``{``, the version,
+        the kind): those are compared without a parse, which keeps ``gc`` of thousands of claims
+        within a second. Anything else is parsed.
         """
         lines = (_head(path) or b"").split(b"\n", 3)
-        if lines[:1] == [b"{"] and len(lines) > 3 and lines[1].startswith(b'  "cdiVersion": '):
-            if lines[2] == self._kind_line:
-                return True
+        fast = len(lines) > 3 and lines[0] == b"{" and lines[1].startswith(b'  "cdiVersion": ')
+        return (fast and lines[2] == self._kind_line) or self._parsed_kind(path)
+
+    def _parsed_kind(self, path: str) -> bool:
         data = _read(path)
         if data is None:
             return False
