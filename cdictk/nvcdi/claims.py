@@ -8,7 +8,8 @@ A claim's spec is those put together: the common edits at the spec's level, and 
 requested device named ``<claim uid>-<id>``; a MIG device carries its parent's node and its GPU and
 compute instances' capability nodes (:mod:`cdictk.nvcdi.devices`). Devices are named by the ids
 :mod:`cdictk.nvcdi.devices` knows: an index (``0``), a MIG device's ``GPU:slot`` (``0:1``), a GPU or
-MIG UUID.
+MIG UUID. ``cdi_version`` fits every spec to older readers, as ``cdictk cdi generate --cdi-version``
+does (podman 4.3 and containerd 1.7 read up to 0.5.0).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ class NodeSpecs:
         max_age: float = 300.0,
         mode: str = "auto",
         hook_path: str | None = None,
+        cdi_version: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         problem = kind_problem(vendor, device_class)
@@ -80,6 +82,7 @@ class NodeSpecs:
             strategies=(Strategy.INDEX, Strategy.UUID),  # device names are then the ids themselves
             hook_program=hook_program(hook_path),
             all_device=False,
+            target_version=cdi_version,
         )
         self._clock = clock
         self._lock = threading.Lock()
@@ -118,6 +121,7 @@ class NodeSpecs:
             cls=self.device_class,
             hook_program=self._options.hook_program,
             device_ids=tuple(device_ids),
+            target_version=self._options.target_version,
         )
         return node_spec(self.roots, self._mode, options, facts=warm.made.facts).spec
 

@@ -119,6 +119,19 @@ def test_a_whole_spec_has_every_device_and_all(specs: NodeSpecs, node: FakeNode)
     assert [device.name for device in specs.spec(["2"]).devices] == ["2", node.preset.gpus[2].uuid, "all"]
 
 
+def test_specs_fit_an_older_reader_when_asked(node: FakeNode) -> None:
+    old = NodeSpecs(node.root, proc_root=node.proc, sys_root=node.sys, cdi_version="0.5.0")
+    assert specs_version(old.claim_spec(CLAIM, ["1", "0:1"])) == "0.5.0"
+    assert specs_version(old.spec()) == "0.5.0"
+    assert any("cdiVersion 0.5.0 has no additionalGids" in warning for warning in old.warnings())
+
+
+def specs_version(spec: api.Spec) -> str:
+    api.validate(spec)
+    assert not spec.container_edits.additional_gids
+    return spec.cdi_version
+
+
 def test_discovery_is_kept_until_max_age_or_refresh(node: FakeNode, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     real = cdictk.nvcdi.nodespec.node_spec
