@@ -228,15 +228,6 @@ def test_a_temp_file_swept_before_its_writer_locked_it_is_made_again(
     assert os.listdir(tmp_path) == ["nvidia.yaml"]
 
 
-def test_a_create_only_write_never_replaces(tmp_path: Path) -> None:
-    target = tmp_path / "nvidia.com-gpu_claim.json"
-    atomic_write(str(target), b"first", no_replace=True)
-    with pytest.raises(FileExistsError):
-        atomic_write(str(target), b"second", no_replace=True)
-    assert target.read_bytes() == b"first"
-    assert os.listdir(tmp_path) == [target.name]
-
-
 def test_a_create_only_write_loses_a_race_without_replacing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -256,20 +247,23 @@ def test_a_create_only_write_loses_a_race_without_replacing(
     assert os.listdir(tmp_path) == [target.name]
 
 
-def test_a_create_only_write_links_where_the_filesystem_lacks_noreplace(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("filesystem", ["with RENAME_NOREPLACE", "without: a hard link"])
+def test_a_create_only_write_never_replaces(
+    filesystem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from cdictk import syscalls
 
     def no_noreplace(*_args: object) -> None:
         raise OSError(22, "Invalid argument")
 
-    monkeypatch.setattr(syscalls, "renameat2", no_noreplace)
+    if filesystem.startswith("without"):
+        monkeypatch.setattr(syscalls, "renameat2", no_noreplace)
     target = tmp_path / "claim.json"
     atomic_write(str(target), b"ours", no_replace=True)
     assert target.read_bytes() == b"ours" and target.stat().st_nlink == 1
     with pytest.raises(FileExistsError):
         atomic_write(str(target), b"again", no_replace=True)
+    assert target.read_bytes() == b"ours"
     assert os.listdir(tmp_path) == [target.name]
 
 
