@@ -356,27 +356,6 @@ def test_without_auto_refresh_only_refresh_rescans(specs: NodeSpecs, spec_dir: s
     assert cache.devices() == [f"nvidia.com/gpu={CLAIM}-1"]
 
 
-def test_priorities_conflicts_and_errors_follow_the_library(tmp_path: Path) -> None:
-    etc, run = tmp_path / "etc", tmp_path / "run"
-    for directory in (etc, run):
-        directory.mkdir()
-    spec = "cdiVersion: 0.3.0\nkind: v.com/c\ndevices:\n- {name: %s, containerEdits: {env: [%s]}}\n"
-    (etc / "a.yaml").write_text(spec % ("dev", "FROM=etc"))
-    (run / "a.yaml").write_text(spec % ("dev", "FROM=run"))
-    (run / "b.yaml").write_text(spec % ("twice", "B=1"))
-    (run / "c.yaml").write_text(spec % ("twice", "C=1"))
-    (run / "d.yaml").write_text("cdiVersion: 0.3.0\nkind: v.com/c\ndevices: []\n")
-    cache = SpecCache([str(etc), str(run)])
-    assert cache.devices() == ["v.com/c=dev"]
-    device = cache.device("v.com/c=dev")
-    assert device is not None and device.container_edits.env == ["FROM=run"]
-    assert cache.spec_file("v.com/c=dev") == str(run / "a.yaml")
-    assert cache.device("v.com/c=twice") is None
-    reasons = sorted(str(problem) for problem in cache.errors())
-    assert any(str(run / "d.yaml") in reason for reason in reasons)
-    assert sum('conflicting device "v.com/c=twice"' in reason for reason in reasons) == 2
-
-
 def test_inject_is_cdi_inject(specs: NodeSpecs, spec_dir: str, cache: SpecCache, tmp_path: Path) -> None:
     names = TransientSpecs(spec_dir).write(CLAIM, specs.claim_spec(CLAIM, ["1", "0:1"]))
     injected = cache.inject(CONFIG, names)
