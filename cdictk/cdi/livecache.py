@@ -100,6 +100,12 @@ class LiveSpecs:
                 self._watch.close()
             self._closed = True
 
+    def __enter__(self) -> LiveSpecs:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
     def _open(self) -> None:
         if self._closed:
             raise ClosedError

@@ -9,12 +9,14 @@ requested device named ``<claim uid>-<id>``; a MIG device carries its parent's n
 compute instances' capability nodes (:mod:`cdictk.nvcdi.devices`). Devices are named by the ids
 :mod:`cdictk.nvcdi.devices` knows: an index (``0``), a MIG device's ``GPU:slot`` (``0:1``), a GPU or
 MIG UUID. ``cdi_version`` fits every spec to older readers, as ``cdictk cdi generate --cdi-version``
-does (podman 4.3 and containerd 1.7 read up to 0.5.0).
+does (podman 4.3 and containerd 1.7 read up to 0.5.0); ``host_root`` is ``--host-root``, for a
+producer that sees the node's ``/`` elsewhere (a DaemonSet's ``/host``).
 """
 
 from __future__ import annotations
 
 import copy
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -64,6 +66,7 @@ class NodeSpecs:
         mode: str = "auto",
         hook_path: str | None = None,
         cdi_version: str | None = None,
+        host_root: str = "/",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         problem = kind_problem(vendor, device_class)
@@ -74,6 +77,7 @@ class NodeSpecs:
         except ValueError:
             raise CdictkError("", "mode", f"unknown mode {mode!r}") from None
         self.roots = Roots.from_options(driver_root, dev_root, proc_root, sys_root)
+        self.host_root = os.path.abspath(host_root)
         self.max_age = max_age
         self.vendor, self.device_class = vendor, device_class
         self._options = SpecOptions(
@@ -123,7 +127,8 @@ class NodeSpecs:
             device_ids=tuple(device_ids),
             target_version=self._options.target_version,
         )
-        return node_spec(self.roots, self._mode, options, facts=warm.made.facts).spec
+        made = node_spec(self.roots, self._mode, options, host_root=self.host_root, facts=warm.made.facts)
+        return made.spec
 
     def claim_spec(self, claim_uid: str, device_ids: Sequence[str]) -> Spec:
         """The transient spec of a claim: the common edits, and a device ``<claim_uid>-<id>`` per id."""
@@ -154,7 +159,7 @@ class NodeSpecs:
             return warm
 
     def _discover(self) -> _Warm:
-        made = node_spec(self.roots, self._mode, self._options)
+        made = node_spec(self.roots, self._mode, self._options, host_root=self.host_root)
         return _Warm(made, {device.name: device for device in made.spec.devices}, self._clock())
 
     def _device(self, warm: _Warm, device_id: str) -> Device:

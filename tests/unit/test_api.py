@@ -126,6 +126,15 @@ def test_specs_fit_an_older_reader_when_asked(node: FakeNode) -> None:
     assert any("cdiVersion 0.5.0 has no additionalGids" in warning for warning in old.warnings())
 
 
+def test_a_producer_that_sees_the_node_elsewhere_writes_the_nodes_paths(node: FakeNode) -> None:
+    seen_at = NodeSpecs(node.root, proc_root=node.proc, sys_root=node.sys, host_root=node.root)
+    spec = seen_at.claim_spec(CLAIM, ["1"])
+    paths = [mount.host_path for mount in spec.container_edits.mounts]
+    paths += [n.host_path or n.path for d in spec.devices for n in d.container_edits.device_nodes]
+    assert "/dev/nvidia1" in paths
+    assert not [path for path in paths if path.startswith(node.root)]
+
+
 def specs_version(spec: api.Spec) -> str:
     api.validate(spec)
     assert not spec.container_edits.additional_gids
