@@ -1,5 +1,6 @@
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,42 @@ def test_a_closed_cache_refuses_calls(dirs: tuple[Path, Path]) -> None:
     cache.close()
     with pytest.raises(ClosedError, match=r"^the spec cache is closed$"):
         cache.refresh()
+
+
+def test_threads_reading_while_a_producer_rewrites_never_see_half_a_spec(dirs: tuple[Path, Path]) -> None:
+    from cdictk.cdi.model import ContainerEdits, Device, Spec
+    from cdictk.cdi.transient import TransientSpecs
+
+    _, run = dirs
+    store = TransientSpecs(str(run), "v.com", "c")
+
+    def spec(count: int) -> Spec:
+        env = [f"VAR{n}={'x' * 200}" for n in range(200)]  # about 40 KiB: many writes' worth
+        devices = [Device(name=f"d{n}", container_edits=ContainerEdits(env=env)) for n in range(count)]
+        return Spec(cdi_version="0.3.0", kind="v.com/c", devices=devices)
+
+    small, large = spec(1), spec(3)
+    store.write("claim", small)
+    cache = LiveSpecs([str(run)])
+    done = threading.Event()
+    seen: set[int] = set()
+    failures: list[str] = []
+
+    def read() -> None:
+        while not done.is_set():
+            if cache.errors():
+                failures.append(str(cache.errors()[0]))
+                return
+            seen.add(len(cache.devices()))
+
+    readers = [threading.Thread(target=read) for _ in range(3)]
+    for reader in readers:
+        reader.start()
+    for round_ in range(60):
+        store.write("claim", large if round_ % 2 else small)
+    done.set()
+    for reader in readers:
+        reader.join()
+    cache.close()
+    assert failures == []
+    assert seen and seen <= {1, 3}  # whole specs only, whichever the readers caught
