@@ -1,8 +1,9 @@
 """Claims prepared through cdictk.api, run by real runtimes on the fake eight-GPU node.
 
 runc and crun run a bundle after ``SpecCache.inject`` of a claim of GPU 1 and MIG device 0:1; podman
-(4.3, a real CDI consumer) runs ``--device <name>`` of claims written to /var/run/cdi by two producers
-side by side, and no longer finds a claim once ``gc`` collected it. The container gets the claimed GPU,
+(4.3) and containerd 2.1's ``ctr run`` (the CDI library v1.0.1, as the kubelet's CRI path uses it) run
+``--device <name>`` of claims written to /var/run/cdi by two producers side by side, and no longer
+find a claim once ``gc`` collected it. The container gets the claimed GPU,
 the MIG device's parent and its two capability nodes (open reaches the absent driver: ENXIO, so the
 device cgroup allowed them), and not the other GPUs.
 
@@ -24,6 +25,11 @@ import pytest
 from cdictk.api import NodeSpecs, SpecCache, TransientSpecs
 from tests.conftest import NodeFactory
 from tests.e2e.conftest import ENXIO, IMAGE, Podman, Runtime
+from tests.e2e.daemons import (
+    containerd_daemon,
+    image_tar_fixture,  # noqa: F401  (pytest finds the image_tar fixture through this import)
+    sid_containerd_dir,
+)
 from tests.e2e.test_runtimes import make_bundle
 from tests.fakenode.node import FakeNode, mig_cap_minor
 
@@ -128,3 +134,29 @@ def test_podman_runs_claims_of_two_producers_and_not_a_collected_one(
     assert code == 0, out
     assert f"can't open '/dev/nvidia2': {ENXIO}" in out
     assert "ls: /dev/nvidia1: No such file or directory" in out
+
+
+def test_containerd_2_runs_claims_and_not_a_collected_one(
+    image_tar: Path,
+    producers: tuple[FakeNode, TransientSpecs, TransientSpecs, NodeSpecs, NodeSpecs],
+) -> None:
+    node, first, second, first_specs, second_specs = producers
+    claim = str(uuid.uuid4())
+    names = first.write(claim, first_specs.claim_spec(claim, ["1", "0:1"]))
+    other = second.write(claim, second_specs.claim_spec(claim, ["2"]))
+    with containerd_daemon(sid_containerd_dir(), "version = 3\n") as containerd:
+        containerd.import_image(image_tar)
+        devices = [arg for name in names for arg in ("--device", name)]
+        result = containerd.run(IMAGE, ["sh", "-c", f"exec 2>&1; {inside(node)}"], options=devices)
+        assert result.returncode == 0, result.stderr + result.stdout
+        check_inside(node, result.stdout)
+
+        assert first.gc([]) == [claim]
+        gone = containerd.run(IMAGE, ["true"], options=["--device", names[0]])
+        assert gone.returncode != 0
+        assert names[0] in gone.stderr, gone.stderr
+        kept = containerd.run(
+            IMAGE, ["sh", "-c", "exec 2>&1; cat /dev/nvidia2; true"], options=["--device", other[0]]
+        )
+        assert kept.returncode == 0, kept.stderr
+        assert f"can't open '/dev/nvidia2': {ENXIO}" in kept.stdout
