@@ -92,6 +92,8 @@ class TransientSpecs:
             raise CdictkError(problems[0].file, problems[0].field, f"invalid spec: {problems[0].reason}")
         self._check_dir(create=True)
         path = self.path(claim_uid)
+        if replace and os.path.lexists(path) and not self._ours(path):
+            raise CdictkError(path, "", f'not a spec of "{self.kind}": another producer\'s, left alone')
         data = dump_json(spec).encode()
         from cdictk.fsutil import atomic_write  # noqa: PLC0415
 
@@ -104,10 +106,13 @@ class TransientSpecs:
         return [f"{vendor}/{cls}={device.name}" for device in spec.devices]
 
     def remove(self, claim_uid: str) -> None:
-        """Remove the claim's spec; nothing to remove is no error (an unprepare may come twice)."""
+        """Remove the claim's spec; nothing to remove is no error (an unprepare may come twice). A file
+        of the name that is not a spec of this producer's kind is left alone."""
         self._check_dir(create=False)
         base = os.path.join(self.spec_dir, self.prefix + _id(claim_uid))
         for suffix in SUFFIXES:
+            if not os.path.lexists(base + suffix) or not self._ours(base + suffix):
+                continue
             try:
                 os.unlink(base + suffix)
             except FileNotFoundError:

@@ -74,6 +74,18 @@ def test_gc_reads_the_kind_where_names_collide(tmp_path: Path) -> None:
     assert sorted(os.listdir(tmp_path)) == ["a-b-c_y.json", "a-b-c_z.json"]
 
 
+def test_write_and_remove_leave_a_colliding_producers_file_alone(tmp_path: Path) -> None:
+    ours, theirs = (
+        TransientSpecs(str(tmp_path), "vendor.com", "gpu"),
+        TransientSpecs(str(tmp_path), "vendor.com", "gpu_x"),
+    )
+    theirs.write("y", claim_spec("y", kind="vendor.com/gpu_x"))  # vendor.com-gpu_x_y.json
+    with pytest.raises(CdictkError, match="another producer's, left alone"):
+        ours.write("x_y", claim_spec("c1"))
+    ours.remove("x_y")
+    assert theirs.list() == ["y"]
+
+
 def test_gc_takes_dead_writers_temp_files(tmp_path: Path) -> None:
     store = TransientSpecs(str(tmp_path), "vendor.com", "gpu")
     (tmp_path / ".vendor.com-gpu_c1.json.0123456789ab.tmp").write_text("half")
