@@ -26,8 +26,7 @@ from cdictk.cdi.load import InvalidSpecError
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdictk.cdi.names import QualifiedName
 from cdictk.cdi.rules import check_spec
-from cdictk.cdi.transient import SpecDirError, SpecExistsError, TransientSpecs
-from cdictk.cdi.transient import transient_spec_name as _transient_spec_name
+from cdictk.cdi.transient import SpecDirError, SpecExistsError, TransientSpecs, transient_spec_name
 from cdictk.cdi.version import minimum_version
 from cdictk.errors import CdictkError, Problem
 from cdictk.node.facts import DiscoveryError
@@ -83,11 +82,6 @@ def parse_qualified_name(text: str) -> QualifiedName:
         return _names.parse_qualified_name(text)
     except ValueError as exc:
         raise InvalidNameError(str(exc)) from None
-
-
-def transient_spec_name(vendor: str, device_class: str, transient_id: str) -> str:
-    """The reference library's name for a transient spec, ``<vendor>-<class>_<id>`` (no suffix)."""
-    return _transient_spec_name(vendor, device_class, transient_id)
 
 
 def annotations_for(plugin: str, device_id: str, names: Iterable[str]) -> dict[str, str]:

@@ -34,6 +34,8 @@ class ClosedError(CdictkError):
 
 
 class LiveSpecs:
+    """The spec dirs as a runtime sees them, kept current; ``cdictk.api.SpecCache``."""
+
     def __init__(
         self,
         spec_dirs: Sequence[str] = DEFAULT_SPEC_DIRS,
