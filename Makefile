@@ -11,13 +11,13 @@ PYTHON := $(VENV)/bin/python
 endif
 # The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-SOURCES = cdictk tests bench
+SOURCES = cdictk tests bench examples
 
-.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart demo
+.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api demo
 .DEFAULT_GOAL := help
 
 help:
-	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart"
+	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -89,3 +89,8 @@ bench-shim: $(VENV)/.cdictk-test-installed
 # against runc with the spec injected beforehand (aim: at most 1.5 times the shim). Needs root.
 bench-prestart: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.prestart --rounds $(ROUNDS)
+
+# The library API's figures (issue 20): a claim's spec built and written, 1,000 claims, gc over 10,000
+# specs, SpecCache's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.
+bench-api: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.api

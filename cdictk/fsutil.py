@@ -12,11 +12,23 @@ import stat
 
 from cdictk.errors import CdictkError
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+AT_FDCWD = -100
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
 def atomic_write(
-    path: str, data: bytes, *, mode: int | None = None, keep_mode: bool = True, sweep: bool = False
+    path: str,
+    data: bytes,
+    *,
+    mode: int | None = None,
+    keep_mode: bool = True,
+    sweep: bool = False,
+    lock: bool = False,
+    no_replace: bool = False,
 ) -> os.stat_result:
     """Replace ``path`` with ``data`` atomically; return the new file's status as written.
 
@@ -28,7 +40,13 @@ def atomic_write(
     ``sweep``: first remove the temporary files that killed writers of ``path`` left
     (:func:`sweep_temps`), and hold a lock on our own from its creation to its rename, so that another
     writer's sweep leaves it alone: every writer of a path that is swept must pass it. Off by default:
-    the shim writes ``config.json`` on every container create, into a bundle nobody sweeps.
+    the shim writes ``config.json`` on every container create, into a bundle nobody sweeps. ``lock``:
+    the lock without the sweep, for a writer whose directory someone else sweeps
+    (:func:`sweep_temps_of`) and that cannot afford to list it on every write.
+
+    ``no_replace``: create ``path`` or fail with FileExistsError, never replace it, even when another
+    writer creates it meanwhile (``renameat2`` with ``RENAME_NOREPLACE``; where a filesystem lacks it,
+    a hard link, which fails the same way).
     """
     directory = os.path.dirname(path) or "."
     try:
@@ -37,6 +55,8 @@ def atomic_write(
         old = None
     except OSError as exc:
         raise CdictkError(path, "", exc.strerror or str(exc)) from None
+    if old is not None and no_replace:
+        raise FileExistsError(17, "File exists", path)  # EEXIST
     if old is not None and stat.S_ISLNK(old.st_mode):
         raise CdictkError(path, "", "is a symlink; refusing to replace it")
     if old is not None and not stat.S_ISREG(old.st_mode):
@@ -47,7 +67,7 @@ def atomic_write(
 
     if sweep:
         sweep_temps(path)
-    fd, tmp = _create_temp(path, lock=sweep)
+    fd, tmp = _create_temp(path, lock=sweep or lock)
     try:
         try:
             view = memoryview(data)
@@ -61,9 +81,15 @@ def atomic_write(
             os.fchmod(fd, final_mode)
             os.fsync(fd)
             status = os.fstat(fd)
-            os.rename(tmp, path)  # before the close: a sweep must never find our temp file unlocked
+            if no_replace:
+                _rename_no_replace(tmp, path)
+            else:
+                os.rename(tmp, path)  # before the close: a sweep must never find our temp file unlocked
         finally:
             os.close(fd)
+    except FileExistsError:
+        _unlink(tmp)
+        raise
     except OSError as exc:
         _unlink(tmp)
         raise CdictkError(path, "", f"cannot write: {exc.strerror}") from None
@@ -72,6 +98,20 @@ def atomic_write(
         raise
     _fsync_directory(directory)
     return status
+
+
+def _rename_no_replace(tmp: str, path: str) -> None:
+    import errno  # noqa: PLC0415 - ctypes and errno: only the writers that must not replace pay for them
+
+    from cdictk import syscalls  # noqa: PLC0415
+
+    try:
+        syscalls.renameat2(AT_FDCWD, tmp, AT_FDCWD, path, syscalls.RENAME_NOREPLACE)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.ENOSYS):  # EINVAL: the filesystem has no NOREPLACE
+            raise
+        os.link(tmp, path)  # as atomic, and fails the same way when path exists
+        os.unlink(tmp)
 
 
 def _create_temp(path: str, *, lock: bool) -> tuple[int, str]:
@@ -111,18 +151,28 @@ def sweep_temps(path: str) -> None:
     (``.NAME.`` + 12 hex digits + ``.tmp``), and only regular files. Best effort: whatever cannot be
     listed, locked or removed stays.
     """
+    directory, name = os.path.split(path)
+    _sweep(directory, lambda target: target == name)
+
+
+def sweep_temps_of(directory: str, prefix: str) -> None:
+    """:func:`sweep_temps` for every file of ``directory`` whose name starts with ``prefix``."""
+    _sweep(directory, lambda target: target.startswith(prefix))
+
+
+def _sweep(directory: str, wanted: Callable[[str], bool]) -> None:
     import fcntl  # noqa: PLC0415 - not on the shim's path
 
-    directory, name = os.path.split(path)
-    prefix = f".{name}."
     try:
         dfd = os.open(directory or ".", _DIR_FLAGS)
     except OSError:
         return
     try:
         for entry in os.listdir(dfd):
-            middle = entry[len(prefix) : -len(".tmp")]
-            if not (entry.startswith(prefix) and entry.endswith(".tmp") and _is_temp_token(middle)):
+            if not (entry.startswith(".") and entry.endswith(".tmp")):
+                continue
+            target, _, token = entry[1 : -len(".tmp")].rpartition(".")
+            if not (_is_temp_token(token) and wanted(target)):
                 continue
             try:
                 seen = os.stat(entry, dir_fd=dfd, follow_symlinks=False)

@@ -2,7 +2,8 @@
 
 Imported only by the hook steps that need them (ctypes costs a few milliseconds per container start):
 openat2 for confined path resolution, namespaces, mounts and pivot_root for the ldconfig sandbox, the new
-mount API for read-only overlays of single files, fchmodat2 for chmod without following links.
+mount API for read-only overlays of single files, fchmodat2 for chmod without following links;
+renameat2 for a create that must not replace a file, and inotify for the library's spec cache.
 Every wrapper raises OSError with the errno, as ``os`` does.
 """
 
@@ -21,6 +22,8 @@ SYS_FSMOUNT = 432
 SYS_OPENAT2 = 437
 SYS_MOUNT_SETATTR = 442
 SYS_FCHMODAT2 = 452
+_RENAMEAT2 = {"x86_64": 316, "aarch64": 276, "ppc64le": 357, "s390x": 347}
+RENAME_NOREPLACE = 0x1
 _PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "ppc64le": 203, "s390x": 217}
 
 RESOLVE_NO_XDEV = 0x01
@@ -55,6 +58,19 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_NOEXEC = 0x8
+
+IN_MODIFY = 0x2
+IN_ATTRIB = 0x4
+IN_CLOSE_WRITE = 0x8
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_ONLYDIR = 0x01000000
+IN_NONBLOCK = os.O_NONBLOCK
+IN_CLOEXEC = os.O_CLOEXEC
 
 PROC_SUPER_MAGIC = 0x9FA0
 TMPFS_MAGIC = 0x01021994
@@ -146,6 +162,33 @@ def fchmodat2(dirfd: int, path: str, mode: int, flags: int) -> None:
         ),
         path,
     )
+
+
+def renameat2(old_dirfd: int, old: str, new_dirfd: int, new: str, flags: int) -> None:
+    """renameat2(2): with RENAME_NOREPLACE, EEXIST instead of replacing ``new``, atomically."""
+    number = _RENAMEAT2.get(os.uname().machine)
+    if number is None:
+        raise OSError(38, f"renameat2: unsupported architecture {os.uname().machine}")
+    _check(
+        _libc.syscall(
+            ctypes.c_long(number),
+            ctypes.c_int(old_dirfd),
+            _path(old),
+            ctypes.c_int(new_dirfd),
+            _path(new),
+            ctypes.c_uint(flags),
+        ),
+        new,
+    )
+
+
+def inotify_init1(flags: int) -> int:
+    return _check(_libc.inotify_init1(ctypes.c_int(flags)))
+
+
+def inotify_add_watch(fd: int, path: str, mask: int) -> int:
+    """The watch descriptor; adding a path watched already returns its descriptor again."""
+    return _check(_libc.inotify_add_watch(ctypes.c_int(fd), _path(path), ctypes.c_uint32(mask)), path)
 
 
 def fstatfs_type(fd: int) -> int:

@@ -22,7 +22,7 @@ import os
 import stat
 
 from cdictk import __version__
-from cdictk.cdi.apply import EditsSource
+from cdictk.cdi.apply import EditsSource, apply_edits
 from cdictk.cdi.names import parse_qualified_name
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths, untrusted
 from cdictk.errors import CdictkError, Problem
@@ -87,6 +87,11 @@ class SpecCache:
             missing = [name for name in requested if name not in self.devices]
             raise UnresolvedDevicesError(list(dict.fromkeys(missing)), self._hint())
         return sources
+
+    def inject(self, config: dict[str, Any], requested: Sequence[str], config_file: str) -> None:
+        """Apply the ``requested`` devices to the OCI ``config`` in place, all or none of them: what
+        ``cdictk cdi inject`` and the library's :meth:`cdictk.api.SpecCache.inject` do."""
+        apply_edits(config, self.resolve(requested), config_file)
 
     def _hint(self) -> str:
         if self.problems:

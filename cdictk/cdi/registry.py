@@ -12,7 +12,7 @@ drops the device when no later directory defines it: the Go library drops it eve
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from cdictk.cdi.load import InvalidSpecError, load_spec
@@ -56,6 +56,14 @@ def load_registry(
 ) -> Registry:
     """Load every spec in ``dirs``. A missing directory is silent unless ``require_dirs``; a spec that
     someone other than root could change is skipped unless not ``trusted_only``."""
+    return read_registry(dirs, load_spec, require_dirs=require_dirs, trusted_only=trusted_only)
+
+
+def read_registry(
+    dirs: Sequence[str], load: Callable[[str], Spec], *, require_dirs: bool = False, trusted_only: bool = True
+) -> Registry:
+    """:func:`load_registry` with ``load`` reading each file: the library's cache passes one that keeps
+    what it read while a file stays the same (:mod:`cdictk.cdi.livecache`)."""
     registry = Registry(tuple(dirs))
     # qualified name -> priority -> every definition of it at that priority
     definitions: dict[str, dict[int, list[RegisteredDevice]]] = {}
@@ -64,7 +72,7 @@ def load_registry(
             directory, registry.problems, require_dirs=require_dirs, trusted_only=trusted_only
         ):
             try:
-                spec = load_spec(path)
+                spec = load(path)
             except InvalidSpecError as exc:
                 registry.problems.extend(exc.problems)
                 continue

@@ -146,7 +146,6 @@ def inject_command(
     '-' reads it from stdin. Injecting the same devices again changes nothing. If any device cannot be
     resolved or applied, nothing is written.
     """
-    from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
     from cdictk.cdi.cache import load_specs  # noqa: PLC0415
     from cdictk.ociconfig import MAX_CONFIG_BYTES, dump_config, parse_config, read_config, write_config  # noqa: PLC0415
 
@@ -157,7 +156,7 @@ def inject_command(
     dirs, required = _dirs(spec_dirs)
     specs = load_specs(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
     _print_problems("warning", specs.problem_list())
-    apply_edits(oci, specs.resolve(devices), config if config != "-" else "<stdin>")
+    specs.inject(oci, devices, config if config != "-" else "<stdin>")
     target = output or ("-" if config == "-" else config)
     if target == "-":
         sys.stdout.buffer.write(dump_config(oci))

@@ -178,22 +178,16 @@ def generate_command(  # click passes every option by keyword
     and nothing is written; so is an output directory that cannot be written, which leaves the old
     spec in place.
     """
-    from cdictk.cdi.names import kind_spec_problem, vendor_or_class_problem  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
     from cdictk.nvcdi import specfile  # noqa: PLC0415
     from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
     from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
     from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
-    from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
+    from cdictk.nvcdi.options import SpecOptions, kind_problem  # noqa: PLC0415
 
-    for what, value in (("--vendor", vendor), ("--class", cls)):
-        problem = vendor_or_class_problem(what.lstrip("-"), value)
-        if problem:
-            raise CdictkError("", what, problem)
-    # Also the CDI specification's own limits: never write a spec that `cdictk cdi validate` refuses.
-    problem = kind_spec_problem(f"{vendor}/{cls}")
-    if problem:
-        raise CdictkError("", "--class" if problem.startswith("invalid class") else "--vendor", problem)
+    wrong = kind_problem(vendor, cls)
+    if wrong is not None:
+        raise CdictkError("", f"--{wrong[0]}", wrong[1])
     unknown = [name for name in disabled_hooks if name not in (*HOOK_NAMES, "all")]
     if unknown:
         raise CdictkError(

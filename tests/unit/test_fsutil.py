@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps
+from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps, sweep_temps_of
 
 
 def test_new_file_gets_the_given_mode(tmp_path: Path) -> None:
@@ -226,3 +226,57 @@ def test_a_temp_file_swept_before_its_writer_locked_it_is_made_again(
     assert not os.path.exists(swept[0])
     assert target.read_bytes() == b"spec"
     assert os.listdir(tmp_path) == ["nvidia.yaml"]
+
+
+def test_a_create_only_write_loses_a_race_without_replacing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer creates the file between our look and our rename: RENAME_NOREPLACE refuses."""
+    target = tmp_path / "claim.json"
+    real_fsync = os.fsync
+
+    def fsync_while_another_writer_creates(fd: int) -> None:
+        if not target.exists():
+            target.write_bytes(b"theirs")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync_while_another_writer_creates)
+    with pytest.raises(FileExistsError):
+        atomic_write(str(target), b"ours", no_replace=True)
+    assert target.read_bytes() == b"theirs"
+    assert os.listdir(tmp_path) == [target.name]
+
+
+@pytest.mark.parametrize("filesystem", ["with RENAME_NOREPLACE", "without: a hard link"])
+def test_a_create_only_write_never_replaces(
+    filesystem: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cdictk import syscalls
+
+    def no_noreplace(*_args: object) -> None:
+        raise OSError(22, "Invalid argument")
+
+    if filesystem.startswith("without"):
+        monkeypatch.setattr(syscalls, "renameat2", no_noreplace)
+    target = tmp_path / "claim.json"
+    atomic_write(str(target), b"ours", no_replace=True)
+    assert target.read_bytes() == b"ours" and target.stat().st_nlink == 1
+    with pytest.raises(FileExistsError):
+        atomic_write(str(target), b"again", no_replace=True)
+    assert target.read_bytes() == b"ours"
+    assert os.listdir(tmp_path) == [target.name]
+
+
+def test_sweeping_by_prefix_takes_dead_writers_temp_files_of_that_prefix_only(tmp_path: Path) -> None:
+    ours = [temp_of(tmp_path / f"nvidia.com-gpu_{n}.json", "0123456789ab") for n in ("a", "b")]
+    live = temp_of(tmp_path / "nvidia.com-gpu_c.json", "ba9876543210")
+    others = [
+        temp_of(tmp_path / "nvidia.com-mig_a.json", "0123456789ab"),  # another producer's
+        temp_of(tmp_path / "nvidia.com-gpu_d.json", "not-a-token"),
+    ]
+    for path in (*ours, live, *others):
+        path.write_text("half")
+    with live.open("rb") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX)
+        sweep_temps_of(str(tmp_path), "nvidia.com-gpu_")
+    assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in (live, *others))

@@ -15,6 +15,7 @@ CONCERNS = {
     "test_packaging.py",  # what a wheel holds
     "test_quickstart_script.py",  # ./quickstart
     "test_readme.py",  # README.md and docs/
+    "test_examples.py",  # the programs in examples/
     "cli/test_generate_faults.py",  # cdi generate on broken nodes
     "cli/test_generate_layouts.py",  # cdi generate on every driver layout
     "cli/test_generate_watch.py",  # cdi generate --watch

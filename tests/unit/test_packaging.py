@@ -18,3 +18,10 @@ def test_every_package_directory_is_listed() -> None:
         if "__pycache__" not in init.parts
     }
     assert found == listed, f"missing from pyproject.toml: {sorted(found - listed)}"
+
+
+def test_the_package_is_marked_typed() -> None:
+    """cdictk.api's users type-check against it (PEP 561): the marker and its package data go together."""
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert (ROOT / "cdictk" / "py.typed").is_file()
+    assert "py.typed" in data["cdictk"]

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from tests.readme import PROJECT, README, Link, anchors, broken, links, quick_start_commands, slug
+from tests.conftest import NodeFactory
+from tests.readme import PROJECT, README, Link, anchors, broken, links, quick_start_commands, section, slug
 
 
 def markdown_files() -> list[Path]:
@@ -75,3 +80,67 @@ def test_slugs_follow_github() -> None:
         == "cdictk-cdi-generate---output-file--options"
     )
     assert anchors("# A\n```sh\n# not a heading\n```\n## A\n") == {"a", "a-1"}
+
+
+API_DOC = PROJECT / "docs" / "api.md"
+
+
+def api_example() -> tuple[str, str]:
+    """docs/api.md's example: its Python block and the output block after it."""
+    body = section(API_DOC.read_text(encoding="utf-8"), "Example")
+    blocks = re.findall(r"^```(\w*)\n(.*?)^```", body, re.DOTALL | re.MULTILINE)
+    code = next(text for lang, text in blocks if lang == "python")
+    output = next(text for lang, text in blocks if lang == "")
+    return code, output
+
+
+def test_the_api_example_runs_as_written_on_the_fake_node(make_node: NodeFactory, tmp_path: Path) -> None:
+    node = make_node("eight")
+    code, output = api_example()
+    script = tmp_path / "example.py"
+    script.write_text(code)
+    env = {
+        **os.environ,
+        "DRIVER_ROOT": node.root,
+        "PROC_ROOT": node.proc,
+        "SYS_ROOT": node.sys,
+        "SPEC_DIR": str(tmp_path / "cdi"),
+    }
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, env=env, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == output
+    assert os.listdir(tmp_path / "cdi") == []
+
+
+def test_the_api_example_uses_only_documented_names_and_passes_mypy_strict(tmp_path: Path) -> None:
+    from cdictk import api
+
+    code, _ = api_example()
+    imported = {
+        alias.name
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cdictk")
+        for alias in node.names
+        if node.module == "cdictk.api"
+    }
+    others = [
+        node.module
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cdictk")
+    ]
+    assert imported and set(others) == {"cdictk.api"}
+    assert imported <= set(api.__all__)
+    text = API_DOC.read_text(encoding="utf-8")
+    assert all(f"`{name}" in text for name in api.__all__), "every exported name is documented"
+    script = tmp_path / "client.py"
+    script.write_text(code)
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(script)],
+        capture_output=True,
+        text=True,
+        cwd=PROJECT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout

@@ -1,6 +1,7 @@
 import os
 from pathlib import Path
 
+from cdictk.cdi.model import Spec
 from cdictk.cdi.registry import load_registry
 
 
@@ -118,3 +119,20 @@ def test_unreadable_dir_does_not_stop_the_scan(tmp_path: Path) -> None:
 def test_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe.yaml")
     assert problems([tmp_path]) == ([], [f"{tmp_path}/pipe.yaml: not a regular file"])
+
+
+def test_read_registry_reads_each_file_through_the_loader_given(tmp_path: Path) -> None:
+    from cdictk.cdi.load import load_spec
+    from cdictk.cdi.registry import read_registry
+
+    write_spec(tmp_path / "etc", "a.yaml", "dev1")
+    write_spec(tmp_path / "etc", "b.yaml", "dev2")
+    seen: list[str] = []
+
+    def counting(path: str) -> Spec:
+        seen.append(os.path.basename(path))
+        return load_spec(path)
+
+    registry = read_registry([str(tmp_path / "etc")], counting)
+    assert seen == ["a.yaml", "b.yaml"]
+    assert registry.device_names() == ["vendor.com/gpu=dev1", "vendor.com/gpu=dev2"]

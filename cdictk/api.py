@@ -1,0 +1,108 @@
+"""cdictk as a Python library: per-claim specs for DRA drivers and device plugins, and a consumer cache.
+
+The names here are the public surface (``docs/api.md``); everything else in cdictk may change. Three
+classes and a few helpers:
+
+- :class:`NodeSpecs`: the node discovered once and kept ``max_age`` seconds; its common edits, a
+  device's edits, a whole spec, and a claim's transient spec with devices ``<claim uid>-<id>``.
+- :class:`TransientSpecs`: one producer's transient spec files in a spec dir: write, remove, gc, list.
+- :class:`SpecCache`: the consumer's view of the spec dirs, kept current with inotify: devices, errors,
+  and injection into an OCI config by the engine of ``cdictk cdi inject``.
+
+Every failure is a :class:`CdictkError` (or a subclass), whose message is one line. Each class is
+safe to share between threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from cdictk.cdi import annotations as _annotations
+from cdictk.cdi import names as _names
+from cdictk.cdi.cache import UnresolvedDevicesError
+from cdictk.cdi.livecache import ClosedError
+from cdictk.cdi.livecache import LiveSpecs as SpecCache
+from cdictk.cdi.load import InvalidSpecError
+from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
+from cdictk.cdi.names import QualifiedName
+from cdictk.cdi.rules import check_spec
+from cdictk.cdi.transient import SpecDirError, SpecExistsError, TransientSpecs, transient_spec_name
+from cdictk.cdi.version import minimum_version
+from cdictk.errors import CdictkError, Problem
+from cdictk.node.facts import DiscoveryError
+from cdictk.nvcdi.claims import NodeSpecs, UnknownDeviceError
+
+__all__ = [
+    "CdictkError",
+    "ClosedError",
+    "ContainerEdits",
+    "Device",
+    "DeviceNode",
+    "DiscoveryError",
+    "Hook",
+    "InvalidNameError",
+    "InvalidSpecError",
+    "Mount",
+    "NodeSpecs",
+    "Problem",
+    "QualifiedName",
+    "Spec",
+    "SpecCache",
+    "SpecDirError",
+    "SpecExistsError",
+    "TransientSpecs",
+    "UnknownDeviceError",
+    "UnresolvedDevicesError",
+    "annotations_for",
+    "devices_from_annotations",
+    "minimum_version",
+    "parse_qualified_name",
+    "qualified_name",
+    "transient_spec_name",
+    "validate",
+]
+
+
+class InvalidNameError(CdictkError, ValueError):
+    """A CDI name, annotation key or annotation value that breaks the reference library's rules; also
+    a ValueError, which the helpers it wraps raised."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__("", "", reason)
+
+
+def qualified_name(vendor: str, device_class: str, name: str) -> str:
+    """``vendor/class=name``, each part checked."""
+    return str(parse_qualified_name(f"{vendor}/{device_class}={name}"))
+
+
+def parse_qualified_name(text: str) -> QualifiedName:
+    """``vendor/class=name`` -> QualifiedName(vendor, cls, name); InvalidNameError when it is not one."""
+    try:
+        return _names.parse_qualified_name(text)
+    except ValueError as exc:
+        raise InvalidNameError(str(exc)) from None
+
+
+def annotations_for(plugin: str, device_id: str, names: Iterable[str]) -> dict[str, str]:
+    """The ``cdi.k8s.io/<plugin>_<device id>`` annotation naming ``names``, as a one-entry dict."""
+    try:
+        return _annotations.update_annotations(None, plugin, device_id, names)
+    except ValueError as exc:
+        raise InvalidNameError(str(exc)) from None
+
+
+def devices_from_annotations(annotations: Mapping[str, str]) -> list[str]:
+    """The CDI device names in ``cdi.k8s.io/`` annotations, keys in sorted order; [] when none."""
+    try:
+        return _annotations.devices_from_annotations(annotations) or []
+    except ValueError as exc:
+        raise InvalidNameError(str(exc)) from None
+
+
+def validate(spec: Spec) -> None:
+    """Check ``spec`` by every rule of the reference library (cdiVersion against its content
+    included); InvalidSpecError carries every problem and shows the first."""
+    problems = check_spec(spec, "<spec>")
+    if problems:
+        raise InvalidSpecError(problems)
