@@ -7,14 +7,18 @@ that a slow spell of this machine hits every row alike, N times each:
   config less its hooks: the difference is what the hooks add to a container start (aim: 25 ms);
 - the batch hook alone, fed the OCI state on stdin, outside any container;
 - ``<python> -I -S <site>/cdictk/hooks/__main__.py noop`` against ``<python> -I -S -c pass``: the entry
-  point's imports over a bare interpreter start (aim: 10 ms).
+  point's imports over a bare interpreter start (aim: 10 ms);
+- with ``--nvidia-cdi-hook PATH`` (NVIDIA's hook program, built ad hoc from its source), the same node's
+  spec generated with ``--hook-path PATH`` (NVIDIA's hooks, one process per step) in a bundle on an
+  overlay of its own: what NVIDIA's hooks add to the same start, and cdictk's over NVIDIA's (aim: 0.5).
 Needs root (mknod'd nodes, the overlay mount, runc). Prints median and best in ms.
-Usage: python -m bench.hooks [--rounds N]   (repository root, in the venv)
+Usage: python -m bench.hooks [--rounds N] [--nvidia-cdi-hook PATH]   (repository root, in the venv)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -33,6 +37,7 @@ from tests.fakenode.node import build_node
 
 START_AIM_MS = 25.0
 IMPORT_AIM_MS = 10.0
+RATIO_AIM = 0.5  # cdictk's hooks add at most half of what NVIDIA's add (issue 19)
 
 
 def timed(command: list[str], stdin: bytes | None = None) -> float:
@@ -78,6 +83,22 @@ def runtimes() -> tuple[list[str], list[str]]:
     return found, notes
 
 
+NVIDIA = "NVIDIA's hooks"
+
+
+def injected(cdictk: list[str], spec_dir: Path, config_path: Path, rootfs: Path) -> dict[str, Any]:
+    """The config of ``true`` on ``rootfs`` with nvidia.com/gpu=0 of the specs in ``spec_dir``."""
+    config = oci_config(rootfs, ["true"])
+    config["root"]["readonly"] = False  # as engines run containers; crun 1.8 makes it ro before hooks
+    config_path.write_text(json.dumps(config))
+    subprocess.run(
+        [*cdictk, "cdi", "inject", "--spec-dir", str(spec_dir), "-d", "nvidia.com/gpu=0", str(config_path)],
+        check=True,
+    )
+    loaded: dict[str, Any] = json.loads(config_path.read_text())
+    return loaded
+
+
 def write_bundle(path: Path, config: dict[str, Any]) -> Path:
     path.mkdir()
     (path / "config.json").write_text(json.dumps(config))
@@ -97,7 +118,12 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--nvidia-cdi-hook", metavar="PATH", help="NVIDIA's hook program, for its rows")
     args = parser.parse_args()
+    nvidia = os.path.abspath(args.nvidia_cdi_hook) if args.nvidia_cdi_hook else None
+    if nvidia is not None and not os.access(nvidia, os.X_OK):
+        print(f"bench/hooks.py: {nvidia} is not an executable", file=sys.stderr)
+        return 1
     if os.geteuid() != 0:
         print("bench/hooks.py needs root: mknod'd device nodes, an overlay mount, runc", file=sys.stderr)
         return 1
@@ -123,25 +149,9 @@ def main() -> int:
             check=True,
             stderr=subprocess.DEVNULL,
         )
-        with overlay(ROOTFS_CACHE / "bookworm-minbase", scratch / "overlay") as rootfs:
-            config_path = scratch / "config.json"
-            config = oci_config(rootfs, ["true"])
-            config["root"]["readonly"] = False  # as engines run containers; crun 1.8 makes it ro before hooks
-            config_path.write_text(json.dumps(config))
-            subprocess.run(
-                [
-                    *cdictk,
-                    "cdi",
-                    "inject",
-                    "--spec-dir",
-                    str(spec_dir),
-                    "-d",
-                    "nvidia.com/gpu=0",
-                    str(config_path),
-                ],
-                check=True,
-            )
-            with_hooks = json.loads(config_path.read_text())
+        with contextlib.ExitStack() as mounts:
+            rootfs = mounts.enter_context(overlay(ROOTFS_CACHE / "bookworm-minbase", scratch / "overlay"))
+            with_hooks = injected(cdictk, spec_dir, scratch / "config.json", rootfs)
             hooks = with_hooks.get("hooks", {}).get("createContainer", [])
             if not hooks:
                 print("bench/hooks.py: the generated spec has no createContainer hook", file=sys.stderr)
@@ -151,6 +161,29 @@ def main() -> int:
                 "hooks": write_bundle(scratch / "with-hooks", with_hooks),
                 "no hooks": write_bundle(scratch / "without-hooks", without_hooks),
             }
+            if nvidia is not None:
+                # NVIDIA's update-ldcache adds a drop-in of a new name on every run: a rootfs of its own.
+                nvidia_dir = scratch / "cdi-nvidia"
+                nvidia_dir.mkdir()
+                subprocess.run(
+                    [
+                        *cdictk,
+                        "cdi",
+                        "generate",
+                        *node.cli_args(),
+                        "--hook-path",
+                        nvidia,
+                        "--output",
+                        str(nvidia_dir / "nvidia.yaml"),
+                    ],
+                    check=True,
+                    stderr=subprocess.DEVNULL,
+                )
+                other = mounts.enter_context(
+                    overlay(ROOTFS_CACHE / "bookworm-minbase", scratch / "overlay-nv")
+                )
+                config = injected(cdictk, nvidia_dir, scratch / "config-nv.json", other)
+                bundles[NVIDIA] = write_bundle(scratch / "nvidia-hooks", config)
             hook = hooks[0]
             python, entry = hook["args"][0], hook["args"][3]
             state = json.dumps(
@@ -191,6 +224,14 @@ def main() -> int:
             times[f"{name} run true, no hooks"]
         )
         print(f"{name}: hooks add {verdict(added, START_AIM_MS)}")
+        if nvidia is not None:
+            theirs = statistics.median(times[f"{name} run true, {NVIDIA}"]) - statistics.median(
+                times[f"{name} run true, no hooks"]
+            )
+            ratio = added / theirs if theirs > 0 else float("inf")
+            met = "met" if ratio <= RATIO_AIM else "missed"
+            print(f"{name}: NVIDIA's hooks add {theirs:+.1f} ms; cdictk/NVIDIA {ratio:.2f} ", end="")
+            print(f"(aim <= {RATIO_AIM}: {met})")
     imports = statistics.median(times[f"python -I -S hooks/__main__.py {noop}"]) - statistics.median(
         times["python -I -S -c pass"]
     )
