@@ -1,0 +1,45 @@
+"""Which platform a node is, for ``--mode auto`` and ``cdictk info``: WSL2, a Jetson, or a GPU host.
+
+Decided in NVIDIA's order: ``libdxcore.so`` in the driver root's ``/usr/lib/wsl/lib`` is WSL2; else
+``/etc/nv_tegra_release`` in the driver root, or a sysfs SoC family starting with "tegra", is a
+Jetson (Tegra); anything else is a host with a discrete GPU. A Jetson without NVML is generated from
+its CSV files; one with NVML (an Orin or Thor with a discrete GPU beside the integrated one) the way
+a GPU host is, with a warning, since that is a guess.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from enum import Enum
+
+from cdictk.node import wsl
+from cdictk.node.csvfiles import TEGRA_RELEASE
+from cdictk.node.procfs import read_text
+from cdictk.node.roots import Roots
+
+SOC_FAMILY = "devices/soc0/family"
+
+
+class Platform(Enum):
+    WSL = "WSL2"
+    TEGRA = "Jetson (Tegra)"
+    GPU_HOST = "GPU host"
+
+
+def is_tegra(roots: Roots) -> bool:
+    try:
+        if stat.S_ISREG(os.stat(roots.in_driver(TEGRA_RELEASE)).st_mode):
+            return True
+    except OSError:
+        pass
+    family = read_text(roots.in_sys(SOC_FAMILY)) or ""
+    return family.strip().lower().startswith("tegra")
+
+
+def detect(roots: Roots) -> Platform:
+    if wsl.has_dxcore(roots):
+        return Platform.WSL
+    if is_tegra(roots):
+        return Platform.TEGRA
+    return Platform.GPU_HOST
