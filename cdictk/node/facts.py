@@ -67,15 +67,14 @@ def discover(
     majors = procfs.read_char_majors(roots)
     candidates: list[str] | None = None
     if mode is Mode.AUTO:
-        candidates = candidate_dirs(roots, warnings)
-        mode = _platform_mode(roots, candidates, warnings)
+        mode, candidates = _platform_mode(roots, warnings)
     recipe = MODES[mode]
-    host_driver = recipe.driver in (DriverSource.HOST, DriverSource.HOST_OPTIONAL)
+    host_driver = recipe.driver is DriverSource.HOST
     if candidates is None:
         # Only the modes that look for the driver's libraries read the ld cache (and warn about it).
         candidates = candidate_dirs(roots, warnings) if host_driver else []
-
-    version = (procfs.read_driver_version(roots) if host_driver else None) or ""
+    in_procfs = recipe.driver in (DriverSource.HOST, DriverSource.PROCFS_OPTIONAL)
+    version = (procfs.read_driver_version(roots) if in_procfs else None) or ""
     gpus: list[Gpu] = []
     used = mode
     if recipe.gpus in (GpuSource.NVML_ELSE_PROCFS, GpuSource.NVML):
@@ -87,7 +86,7 @@ def discover(
         version = version or version_from_libraries(roots, candidates) or ""
     elif recipe.driver is DriverSource.WSL_STORE:
         version = wsl.driver_version(roots, warnings)
-    if recipe.driver is DriverSource.HOST and not version:
+    if host_driver and not version:
         raise DiscoveryError(
             "no NVIDIA driver found: no /proc/driver/nvidia/version, no NVML and no "
             f"libcuda.so.<version> under {roots.driver}" + module_hint(modules)
@@ -124,19 +123,20 @@ def discover(
     )
 
 
-def _platform_mode(roots: Roots, candidates: list[str], warnings: list[str]) -> Mode:
-    """What ``--mode auto`` means on this node (see :mod:`cdictk.node.platform`)."""
+def _platform_mode(roots: Roots, warnings: list[str]) -> tuple[Mode, list[str] | None]:
+    """What ``--mode auto`` means on this node (see :mod:`cdictk.node.platform`), and the library
+    directories when they had to be read to decide."""
     found = platform.detect(roots)
-    if found is Platform.WSL:
-        return Mode.WSL
-    if found is Platform.TEGRA:
-        if find_nvml_library(roots, candidates) is None:
-            return Mode.CSV
-        warnings.append(
-            "a Jetson (Tegra) with NVML: generating for its GPUs with NVML (an Orin or Thor with a "
-            "discrete GPU?); --mode csv writes its integrated GPU from the CSV files"
-        )
-    return Mode.AUTO
+    if found is not Platform.TEGRA:
+        return (Mode.WSL if found is Platform.WSL else Mode.AUTO), None
+    candidates = candidate_dirs(roots, warnings)
+    if find_nvml_library(roots, candidates) is None:
+        return Mode.CSV, candidates
+    warnings.append(
+        "a Jetson (Tegra) with NVML: generating for its GPUs with NVML (an Orin or Thor with a "
+        "discrete GPU?); --mode csv writes its integrated GPU from the CSV files"
+    )
+    return Mode.AUTO, candidates
 
 
 def _gpus_from_nvml(

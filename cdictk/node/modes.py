@@ -39,7 +39,9 @@ class DriverSource(Enum):
     """Where the driver version comes from."""
 
     HOST = "host"  # procfs, else NVML, else libcuda.so.<version>; required
-    HOST_OPTIONAL = "host, optional"  # the same, none needed (Jetson: no procfs version, libcuda.so.1.1)
+    # procfs when it has one, else none (a Jetson: no /proc/driver/nvidia, and libcuda.so.1.1 carries
+    # no driver version in its name)
+    PROCFS_OPTIONAL = "procfs, optional"
     WSL_STORE = "WSL driver store"  # NVML in the store, else a versioned file there; none needed
     NONE = "none"  # not looked for: the mode's nodes belong to other drivers
 
@@ -99,7 +101,7 @@ MODES: dict[Mode, Recipe] = {
         GpuSource.NONE,
         ("csv-files",),
         ("csv-nodes",),
-        DriverSource.HOST_OPTIONAL,
+        DriverSource.PROCFS_OPTIONAL,
         _NOT_ON_TEGRA_OR_WSL,
         device_ids=True,
     ),
