@@ -168,12 +168,13 @@ def find_files(roots: Roots, entries: list[CsvEntry], patterns: tuple[str, ...])
         if entry.type is EntryType.DEV or ignored(entry.path, patterns):
             continue
         links, final = follow(roots, entry.path)
-        found.links += [link for link in links if link not in found.links]
         mode = _mode(join(roots.driver, final)) if final else 0
         is_dir = stat.S_ISDIR(mode)
         if final is None or not (is_dir if entry.type is EntryType.DIR else stat.S_ISREG(mode)):
-            found.missing.append(entry.path)
-        elif final not in mounted:
+            found.missing.append(entry.path)  # and no links to what is not there
+            continue
+        found.links += [link for link in links if link not in found.links]
+        if final not in mounted:
             mounted.add(final)
             found.files.append((final, join(roots.driver, final), is_dir))
     if TEGRA_RELEASE not in mounted and stat.S_ISREG(_mode(roots.in_driver(TEGRA_RELEASE))):

@@ -17,6 +17,7 @@ CONCERNS = {
     "test_readme.py",  # README.md and docs/
     "cli/test_generate_faults.py",  # cdi generate on broken nodes
     "cli/test_generate_watch.py",  # cdi generate --watch
+    "cli/test_generate_modes.py",  # cdi generate in the modes beside the GPU host's
     "hooks/test_hardening.py",  # every hook against hostile images
     "info/test_info.py",  # cdictk info as a whole
 }
