@@ -7,11 +7,12 @@ capped in size and must be UTF-8, blank lines and ``#`` comments are allowed, an
 is not ``type, /absolute/path`` is an error naming ``file:line`` (NVIDIA's parser skips it silently,
 which hides a typo until a container lacks the file).
 
-``dev`` paths (globs allowed in the name) become the device's nodes, stat'ed under the dev root.
-``lib`` and ``sym`` paths are followed inside the driver root: every symlink on the way becomes a link
-the hook makes, the file at the end is mounted read-only where it is. ``dir`` paths are mounted
-read-only. ``--csv.ignore-pattern`` leaves out the lib, sym and dir entries it matches (``**/NAME``
-matches the base name, anything else the whole path, as NVIDIA's patterns do).
+Paths of every type may hold globs, as NVIDIA's locators allow. ``dev`` paths become the device's
+nodes, stat'ed under the dev root. ``lib`` and ``sym`` paths are followed inside the driver root:
+every symlink on the way becomes a link the hook makes, the file at the end is mounted read-only
+where it is. ``dir`` paths are mounted read-only. ``--csv.ignore-pattern`` leaves out the lib, sym
+and dir entries it matches (``**/NAME`` matches the base name, anything else the whole path, as
+NVIDIA's patterns do).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ DEFAULT_FILES = tuple(f"{DEFAULT_DIR}/{name}" for name in ("devices.csv", "drive
 TEGRA_RELEASE = "/etc/nv_tegra_release"
 MAX_CSV_BYTES = 1 << 20  # L4T's files are a few kilobytes; more is not a CSV file of theirs
 _MAX_HOPS = 40  # the kernel's own limit on symlinks followed
+_MAX_MATCHES = 4096  # per glob: far above any L4T file's, a bound on a hostile one
+_GLOB = "*?["
 
 
 class EntryType(Enum):
@@ -137,26 +140,43 @@ def ignored(path: str, patterns: tuple[str, ...]) -> bool:
 
 
 def device_nodes(roots: Roots, entries: list[CsvEntry]) -> tuple[list[NodeInfo], list[str]]:
-    """The character devices the ``dev`` entries name (a glob in the name matches every node), and
-    the entries that matched none."""
+    """The character devices the ``dev`` entries name (a glob matches every node), and the entries
+    that matched none."""
     nodes: dict[str, NodeInfo] = {}
     missing: list[str] = []
     for entry in entries:
         if entry.type is not EntryType.DEV:
             continue
-        directory, pattern = os.path.split(entry.path)
-        try:
-            names = sorted(os.listdir(roots.in_dev(directory)), key=natural_key)
-        except OSError:
-            names = []
-        matched = False
-        for name in names:
-            if fnmatch.fnmatchcase(name, pattern) and (node := stat_node(roots, f"{directory}/{name}")):
-                nodes.setdefault(node.path, node)
-                matched = True
-        if not matched:
+        found = [node for path in expand(roots.dev, entry.path) if (node := stat_node(roots, path))]
+        for node in found:
+            nodes.setdefault(node.path, node)
+        if not found:
             missing.append(entry.path)
     return list(nodes.values()), missing
+
+
+def expand(root: str, path: str) -> list[str]:
+    """``path`` with its glob components (``*``, ``?``, ``[...]``) matched under ``root``, in natural
+    order; a path without one as it is. Directories are followed inside ``root`` only."""
+    if not any(char in path for char in _GLOB):
+        return [path]
+    matches = [""]
+    for part in path.strip("/").split("/"):
+        if not any(char in part for char in _GLOB):
+            matches = [f"{match}/{part}" for match in matches]
+            continue
+        expanded = []
+        for match in matches:
+            real = resolve(root, match or "/")
+            if real is None:
+                continue
+            try:
+                names = sorted(os.listdir(join(root, real)), key=natural_key)
+            except OSError:
+                continue
+            expanded += [f"{real.rstrip('/')}/{name}" for name in names if fnmatch.fnmatchcase(name, part)]
+        matches = expanded[:_MAX_MATCHES]
+    return [match for match in matches if usable_name(match)]
 
 
 def find_files(roots: Roots, entries: list[CsvEntry], patterns: tuple[str, ...]) -> CsvFound:
@@ -165,18 +185,25 @@ def find_files(roots: Roots, entries: list[CsvEntry], patterns: tuple[str, ...])
     found = CsvFound()
     mounted: set[str] = set()
     for entry in entries:
-        if entry.type is EntryType.DEV or ignored(entry.path, patterns):
+        if entry.type is EntryType.DEV:
             continue
-        links, final = follow(roots, entry.path)
-        mode = _mode(join(roots.driver, final)) if final else 0
-        is_dir = stat.S_ISDIR(mode)
-        if final is None or not (is_dir if entry.type is EntryType.DIR else stat.S_ISREG(mode)):
-            found.missing.append(entry.path)  # and no links to what is not there
+        paths = [path for path in expand(roots.driver, entry.path) if not ignored(path, patterns)]
+        if not paths and ignored(entry.path, patterns):
             continue
-        found.links += [link for link in links if link not in found.links]
-        if final not in mounted:
-            mounted.add(final)
-            found.files.append((final, join(roots.driver, final), is_dir))
+        matched = False
+        for path in paths:
+            links, final = follow(roots, path)
+            mode = _mode(join(roots.driver, final)) if final else 0
+            is_dir = stat.S_ISDIR(mode)
+            if final is None or not (is_dir if entry.type is EntryType.DIR else stat.S_ISREG(mode)):
+                continue  # and no links to what is not there
+            matched = True
+            found.links += [link for link in links if link not in found.links]
+            if final not in mounted:
+                mounted.add(final)
+                found.files.append((final, join(roots.driver, final), is_dir))
+        if not matched:
+            found.missing.append(entry.path)
     if TEGRA_RELEASE not in mounted and stat.S_ISREG(_mode(roots.in_driver(TEGRA_RELEASE))):
         found.files.append((TEGRA_RELEASE, roots.in_driver(TEGRA_RELEASE), False))
     return found

@@ -148,3 +148,31 @@ def test_dev_entries_are_char_devices_and_globs_match_each(tmp_path: Path) -> No
         ("/dev/nvgpu/igpu0/ctrl", 2),
     ]
     assert missing == ["/dev/nvhost-*"]
+
+
+def test_globs_in_any_component_match_inside_the_root(tmp_path: Path) -> None:
+    for path in (
+        "usr/lib/tegra/libnvos.so",
+        "usr/lib/tegra/libnvrm.so",
+        "usr/lib/tegra-egl/libEGL_nvidia.so.0",
+    ):
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_bytes(b"\x7fELF")
+    (tmp_path / "usr/lib/tegra/notes.txt").write_text("x")
+    (tmp_path / "usr/lib/link").symlink_to("/usr/lib/tegra")  # absolute: inside the root
+    root = str(tmp_path)
+    assert csvfiles.expand(root, "/usr/lib/tegra*/lib*.so*") == [
+        "/usr/lib/tegra/libnvos.so",
+        "/usr/lib/tegra/libnvrm.so",
+        "/usr/lib/tegra-egl/libEGL_nvidia.so.0",
+    ]
+    assert csvfiles.expand(root, "/usr/lib/link/libnv*") == [
+        "/usr/lib/tegra/libnvos.so",
+        "/usr/lib/tegra/libnvrm.so",
+    ]
+    assert csvfiles.expand(root, "/usr/lib/none*/x") == []
+    assert csvfiles.expand(root, "/no/glob") == ["/no/glob"]
+    entries = [CsvEntry(EntryType.LIB, "/usr/lib/tegra/lib*.so"), CsvEntry(EntryType.LIB, "/usr/lib/x*.so")]
+    found = csvfiles.find_files(roots_at(tmp_path), entries, ("**/libnvrm.so",))
+    assert [path for path, _, _ in found.files] == ["/usr/lib/tegra/libnvos.so"]
+    assert found.missing == ["/usr/lib/x*.so"]
