@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import PlatformFactory
+from tests import REPO
+from tests.conftest import PlatformFactory, require_node_tools
 from tests.fakenode.platforms import PLATFORMS
 
 
@@ -30,3 +34,27 @@ def test_the_libraries_are_elf(make_platform: PlatformFactory) -> None:
         for path in libraries:
             with open(node.root + path, "rb") as file:
                 assert file.read(4) == b"\x7fELF", path
+
+
+def test_the_build_command_builds_a_platform_and_prints_its_flags(tmp_path: Path) -> None:
+    require_node_tools()
+    root = tmp_path / "node"
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.fakenode", "build", str(root), "--platform", "gdrcopy"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "--driver-root",
+        str(root),
+        "--proc-root",
+        f"{root}/proc",
+        "--sys-root",
+        f"{root}/sys",
+        "--mode",
+        "gdrcopy",
+    ]
+    assert stat.S_ISCHR(os.lstat(root / "dev/gdrdrv").st_mode)
