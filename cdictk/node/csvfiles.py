@@ -5,7 +5,8 @@ the device nodes, libraries, symlinks and directories a GPU container needs on a
 as ``type, path`` with type ``dev``, ``lib``, ``sym`` or ``dir``. We read them strictly: a file is
 capped in size and must be UTF-8, blank lines and ``#`` comments are allowed, and any other line that
 is not ``type, /absolute/path`` is an error naming ``file:line`` (NVIDIA's parser skips it silently,
-which hides a typo until a container lacks the file).
+which hides a typo until a container lacks the file). A file that anyone but root could change
+(:mod:`cdictk.trust`) is refused: it decides which host files every GPU container gets.
 
 Paths of every type may hold globs, as NVIDIA's locators allow. ``dev`` paths become the device's
 nodes, stat'ed under the dev root. ``lib`` and ``sym`` paths are followed inside the driver root:
@@ -110,12 +111,17 @@ def read_entries(roots: Roots, source: CsvSource) -> CsvEntries:
     """Every entry of the CSV files, in file order; CdictkError for a file given but missing, for a
     malformed file, and when no file is there at all."""
     from cdictk.fsutil import read_capped  # noqa: PLC0415
+    from cdictk.trust import path_problem  # noqa: PLC0415
 
     result = CsvEntries()
     for path, required in source.paths(roots):
         if not required and not os.path.exists(path):
             result.absent.append(path)
             continue
+        # Whoever can change the file chooses which host files every GPU container gets.
+        problem = path_problem(path)
+        if problem is not None:
+            raise CdictkError(path, "", f"not trusted ({problem}): make it root's alone")
         data = read_capped(path, MAX_CSV_BYTES)
         try:
             text = data.decode("utf-8")

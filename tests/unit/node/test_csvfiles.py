@@ -176,3 +176,15 @@ def test_globs_in_any_component_match_inside_the_root(tmp_path: Path) -> None:
     found = csvfiles.find_files(roots_at(tmp_path), entries, ("**/libnvrm.so",))
     assert [path for path, _, _ in found.files] == ["/usr/lib/tegra/libnvos.so"]
     assert found.missing == ["/usr/lib/x*.so"]
+
+
+def test_a_file_someone_else_could_change_is_refused(tmp_path: Path) -> None:
+    given = tmp_path / "drivers.csv"
+    given.write_text("lib, /etc/shadow\n")
+    given.chmod(0o666)
+    with pytest.raises(CdictkError) as caught:
+        csvfiles.read_entries(roots_at(tmp_path), CsvSource((str(given),)))
+    assert str(caught.value).startswith(f"{given}: not trusted (")
+    assert str(caught.value).endswith("): make it root's alone")
+    given.chmod(0o644)
+    assert len(csvfiles.read_entries(roots_at(tmp_path), CsvSource((str(given),))).entries) == 1
