@@ -21,7 +21,13 @@ from cdictk.node.csvfiles import CsvEntries, CsvSource
 from cdictk.node.devnodes import NodeInfo
 from cdictk.node.driverfiles import DriverFile, FileKind
 from cdictk.node.elfinfo import SonameReader
-from cdictk.node.libraries import DriverLibrary, LibraryScan, find_driver_libraries
+from cdictk.node.libraries import (
+    DriverLibrary,
+    LibraryScan,
+    find_driver_libraries,
+    library_links,
+    usable_name,
+)
 from cdictk.node.roots import Roots, join, resolve
 
 
@@ -168,13 +174,25 @@ def csv_files(context: Context) -> Found:
     read = context.csv_entries()
     nodes, absent_nodes = csvfiles.device_nodes(roots, read.entries)
     found = csvfiles.find_files(roots, read.entries, context.csv.ignore_patterns)
-    result = Found(device_nodes=nodes, links=found.links)
+    result = Found(device_nodes=nodes)
     result.missing += [f"{path} (CSV file)" for path in read.absent] + absent_nodes + found.missing
+    reader = SonameReader()
     for path, host, is_dir in found.files:
         if not is_dir and _LIBRARY.fullmatch(os.path.basename(path)):
-            result.libraries.append(DriverLibrary(path, None))
+            soname = reader.read(host)
+            usable = (
+                soname is not None and "/" not in soname and soname not in (".", "..") and usable_name(soname)
+            )
+            result.libraries.append(DriverLibrary(path, soname if usable else None))
         else:
             result.files.append(DriverFile(path, host, FileKind.PLATFORM))
+    # The links the CSV files name, then those a GPU host's libraries get too: the host's links to
+    # them, a SONAME link the host lacks (libcuda.so.1), GL loader names. The CSV's own come first.
+    dirs = sorted({os.path.dirname(library.path) for library in result.libraries})
+    named = {link for _, link in found.links}
+    result.links = found.links + [
+        (target, link) for target, link in library_links(roots, dirs, result.libraries) if link not in named
+    ]
     return result
 
 

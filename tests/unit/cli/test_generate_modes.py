@@ -368,3 +368,20 @@ def test_watch_for_every_mode(make_platform: PlatformFactory, tmp_path: Path, na
     watched.regenerate()
     assert output.read_bytes() != before
     assert sum(line.startswith(f"wrote {output} (") for line in said) == 2  # once, then after the change
+
+
+def test_a_jetson_library_gets_its_soname_link_where_the_host_and_the_csv_lack_it(
+    capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path
+) -> None:
+    node = make_platform("jetson")
+    Path(node.root + JETSON_LIB, "libcuda.so.1").unlink()
+    drivers = Path(node.root + CSV_DIR, "drivers.csv")
+    drivers.write_text(drivers.read_text().replace(f"sym, {JETSON_LIB}/libcuda.so.1\n", ""))
+    spec = write(capsys, node, tmp_path / "spec.yaml")
+    args = hook_args(spec)
+    links = [args[i + 1] for i, arg in enumerate(args) if arg == "--link"]
+    assert links == [
+        f"libcuda.so.1.1::{JETSON_LIB}/libcuda.so",  # the CSV's sym entry, as the host has it
+        f"libcuda.so.1.1::{JETSON_LIB}/libcuda.so.1",  # the SONAME link ld.so opens, made by us
+        f"libnvidia-ptxjitcompiler.so.540.4.0::{JETSON_LIB}/libnvidia-ptxjitcompiler.so.1",
+    ]
