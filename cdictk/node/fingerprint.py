@@ -21,12 +21,14 @@ millisecond, so it can run every second. It changes when the spec may have to ch
 from __future__ import annotations
 
 import os
+import stat
 
 from cdictk.node.procfs import NVIDIA_MODULES, read_text
 from cdictk.node.roots import Roots
 
 MAX_ENTRIES = 4096  # a capabilities tree or /dev larger than this is cut: the rest is not compared
 _DEV_DIRS = ("", "nvidia-caps", "dri", "nvidia-caps-imex-channels", "infiniband", "nvgpu")
+_NESTED = ("nvgpu",)  # whose nodes are a level deeper, one directory per GPU
 # The nodes in /dev itself that a spec of some mode holds.
 _DEV_PREFIXES = ("nvidia", "dxg", "gdrdrv", "nvhost", "nvmap", "nvgpu")
 
@@ -83,7 +85,9 @@ def _listing(top: str, depth: int) -> tuple[str, ...]:
 def _device_nodes(roots: Roots) -> list[tuple[str, int, int]]:
     """(name, device number, mode): a chmod changes the fileMode the spec carries."""
     nodes: list[tuple[str, int, int]] = []
-    for sub in _DEV_DIRS:
+    pending = list(_DEV_DIRS)
+    while pending:
+        sub = pending.pop(0)
         directory = roots.in_dev("/dev/" + sub if sub else "/dev")
         try:
             with os.scandir(directory) as entries:
@@ -96,6 +100,8 @@ def _device_nodes(roots: Roots) -> list[tuple[str, int, int]]:
                         except OSError:
                             continue
                         nodes.append((f"{sub}/{entry.name}" if sub else entry.name, st.st_rdev, st.st_mode))
+                        if sub in _NESTED and stat.S_ISDIR(st.st_mode):
+                            pending.append(f"{sub}/{entry.name}")  # /dev/nvgpu/igpu0/ctrl
         except OSError:
             continue
     return sorted(nodes)

@@ -86,6 +86,7 @@ def test_the_other_modes_inputs_change_it(tmp_path: Path) -> None:
         lambda: mknod("dev/nvidia-fs0", 508, 0),
         lambda: mknod("dev/nvmap", 10, 121),
         lambda: mknod("dev/nvgpu/igpu0/ctrl", 486, 4),
+        lambda: mknod("dev/nvgpu/igpu0/as", 486, 5),
         lambda: csv.write_text("lib, /usr/lib/libcuda.so.1.1\nlib, /usr/lib/libnvrm_gpu.so\n"),
     ]
     for change in changes:
