@@ -64,8 +64,8 @@ def _warn(message: str) -> None:
     "Windows driver store), csv (Jetson: device 0 from the L4T CSV files). Other drivers' devices, no GPU "
     "driver needed, each in its own spec and class: imex (a device per IMEX channel), nvswitch, gds, "
     "mofed, gdrcopy (one 'all' device each). auto: wsl where libdxcore.so is in the driver root's "
-    "/usr/lib/wsl/lib, csv on a Jetson (/etc/nv_tegra_release, or a tegra SoC) without NVML, else nvml, "
-    "else procfs (with a warning).",
+    "/usr/lib/wsl/lib, csv on a Jetson (/etc/nv_tegra_release, or a tegra SoC) without NVML or whose NVML "
+    "reports the integrated GPU, else nvml, else procfs (with a warning).",
 )
 @click.option(
     "--csv.file",

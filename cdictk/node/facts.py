@@ -125,16 +125,30 @@ def discover(
 
 def _platform_mode(roots: Roots, warnings: list[str]) -> tuple[Mode, list[str] | None]:
     """What ``--mode auto`` means on this node (see :mod:`cdictk.node.platform`), and the library
-    directories when they had to be read to decide."""
+    directories when they had to be read to decide.
+
+    A Jetson is generated from its CSV files when it has no NVML, or when NVML reports its integrated
+    GPU (an Orin's "(nvgpu)", a Thor), as NVIDIA decides; one whose NVML reports discrete GPUs alone
+    is generated with NVML, with a warning, since that is a guess."""
+    from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (its query runs a child)
+
     found = platform.detect(roots)
     if found is not Platform.TEGRA:
         return (Mode.WSL if found is Platform.WSL else Mode.AUTO), None
     candidates = candidate_dirs(roots, warnings)
-    if find_nvml_library(roots, candidates) is None:
+    library = find_nvml_library(roots, candidates)
+    if library is None:
+        return Mode.CSV, candidates
+    try:
+        gpus = query_nvml(library).gpus
+    except NvmlError as exc:
+        warnings.append(f"a Jetson (Tegra) whose NVML fails ({exc}): generating from its CSV files")
+        return Mode.CSV, candidates
+    if not gpus or any(platform.is_integrated_gpu(gpu.name) for gpu in gpus):
         return Mode.CSV, candidates
     warnings.append(
-        "a Jetson (Tegra) with NVML: generating for its GPUs with NVML (an Orin or Thor with a "
-        "discrete GPU?); --mode csv writes its integrated GPU from the CSV files"
+        "a Jetson (Tegra) whose NVML reports discrete GPUs only: generating for them with NVML; "
+        "--mode csv writes its integrated GPU from the CSV files"
     )
     return Mode.AUTO, candidates
 

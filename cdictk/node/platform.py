@@ -2,9 +2,9 @@
 
 Decided in NVIDIA's order: ``libdxcore.so`` in the driver root's ``/usr/lib/wsl/lib`` is WSL2; else
 ``/etc/nv_tegra_release`` in the driver root, or a sysfs SoC family starting with "tegra", is a
-Jetson (Tegra); anything else is a host with a discrete GPU. A Jetson without NVML is generated from
-its CSV files; one with NVML (an Orin or Thor with a discrete GPU beside the integrated one) the way
-a GPU host is, with a warning, since that is a guess.
+Jetson (Tegra); anything else is a host with a discrete GPU. A Jetson without NVML, or whose NVML
+reports its integrated GPU, is generated from its CSV files; one whose NVML reports discrete GPUs
+only the way a GPU host is, with a warning, since that is a guess.
 """
 
 from __future__ import annotations
@@ -35,6 +35,11 @@ def is_tegra(roots: Roots) -> bool:
         pass
     family = read_text(roots.in_sys(SOC_FAMILY)) or ""
     return family.strip().lower().startswith("tegra")
+
+
+def is_integrated_gpu(name: str) -> bool:
+    """A Jetson's own GPU by the name NVML gives it: an Orin's "Orin (nvgpu)", a Thor's "NVIDIA Thor"."""
+    return "(nvgpu)" in name or name.startswith("NVIDIA Thor")
 
 
 def detect(roots: Roots) -> Platform:

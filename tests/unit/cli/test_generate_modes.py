@@ -21,6 +21,7 @@ from cdictk.nvcdi.nodespec import node_spec
 from cdictk.nvcdi.options import SpecOptions
 from cdictk.nvcdi.specfile import WatchedSpec
 from tests.conftest import NodeFactory, PlatformFactory
+from tests.fakenode.nvml import FakeGpu, FakeNvmlConfig, build_fake_nvml
 from tests.fakenode.platforms import (
     CSV_DIR,
     JETSON_LIB,
@@ -294,7 +295,7 @@ def test_auto_picks_wsl_and_csv_by_platform(
         assert [d.name for d in load_spec(str(tmp_path / f"{name}.yaml")).devices] == devices
 
 
-def test_auto_on_a_jetson_with_nvml_uses_nvml_and_says_it_guessed(
+def test_auto_on_a_jetson_whose_nvml_reports_discrete_gpus_uses_nvml_and_says_it_guessed(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
     node = make_node("single")
@@ -302,10 +303,25 @@ def test_auto_on_a_jetson_with_nvml_uses_nvml_and_says_it_guessed(
     code, _, err = run(capsys, *node.cli_args(), "-o", str(tmp_path / "nvidia.yaml"))
     assert code == 0
     assert err.splitlines()[0] == (
-        "cdictk: warning: a Jetson (Tegra) with NVML: generating for its GPUs with NVML (an Orin or Thor "
-        "with a discrete GPU?); --mode csv writes its integrated GPU from the CSV files"
+        "cdictk: warning: a Jetson (Tegra) whose NVML reports discrete GPUs only: generating for them "
+        "with NVML; --mode csv writes its integrated GPU from the CSV files"
     )
     assert next(d.name for d in load_spec(str(tmp_path / "nvidia.yaml")).devices) == "0"
+
+
+def test_auto_on_a_jetson_whose_nvml_reports_its_integrated_gpu_uses_the_csv_files(
+    capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, stub_cache: str, tmp_path: Path
+) -> None:
+    """JetPack 6 has NVML, which names the iGPU "Orin (nvgpu)": NVIDIA's rule, no guess."""
+    node = make_platform("jetson")
+    library = build_fake_nvml(node.root + JETSON_LIB, "540.4.0", cache_dir=stub_cache)
+    os.rename(library, node.root + JETSON_LIB + "/libnvidia-ml.so.1")
+    orin = FakeGpu(0, 0, "GPU-00000000-0000-0000-0000-000000000000", "00000000:00:00.0", "Orin (nvgpu)")
+    FakeNvmlConfig("540.4.0", 12060, [orin], []).write(node.root + JETSON_LIB)
+    code, _, err = run(capsys, *node.cli_args(), "-o", str(tmp_path / "nvidia.yaml"))
+    assert code == 0, err
+    assert "NVML" not in err
+    assert [d.name for d in load_spec(str(tmp_path / "nvidia.yaml")).devices] == ["0", "all"]
 
 
 def _change(name: str, node: PlatformNode) -> None:
