@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from cdictk.node.platform import Platform, detect, is_tegra
+from cdictk.node.platform import Platform, detect, is_integrated_gpu, is_tegra
 from cdictk.node.roots import Roots
 
 
@@ -40,3 +40,8 @@ def test_tegra_by_release_file_or_soc_family(tmp_path: Path) -> None:
     (other / "etc").mkdir(parents=True)
     (other / "etc/nv_tegra_release").write_text("# R35\n")
     assert detect(roots_at(other)) is Platform.TEGRA
+
+
+def test_integrated_gpu_names() -> None:
+    assert is_integrated_gpu("Orin (nvgpu)") and is_integrated_gpu("NVIDIA Thor")
+    assert not is_integrated_gpu("NVIDIA RTX 6000 Ada Generation") and not is_integrated_gpu("NVIDIA H100")
