@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakenode.node import FakeNode, Preset, build_node
+from tests.fakenode.platforms import PlatformNode, build_platform
 from tests.fakenode.tools import MissingTool, node_tools
 
 NodeFactory = Callable[..., FakeNode]
@@ -102,3 +103,18 @@ def node_with_spec(
     )
     assert result.returncode == 0, result.stderr
     return node, spec_dir
+
+
+PlatformFactory = Callable[[str], PlatformNode]
+
+
+@pytest.fixture
+def make_platform(tmp_path: Path, stub_cache: str) -> PlatformFactory:
+    """``make_platform("wsl")`` (or jetson, imex, nvswitch, gds, mofed, gdrcopy): a fresh fake node of
+    another generate mode under this test's tmp_path (tests/fakenode/platforms.py)."""
+    require_node_tools()
+
+    def make(name: str) -> PlatformNode:
+        return build_platform(str(tmp_path / f"platform-{name}"), name, stub_cache)
+
+    return make

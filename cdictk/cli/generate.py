@@ -8,9 +8,9 @@ import sys
 import click
 
 from cdictk.errors import CdictkError
-from cdictk.node.modes import MODES, Mode
+from cdictk.node.modes import GPU_SPEC, MODES, Mode
 
-DEFAULT_OUTPUT = "/etc/cdi/nvidia.yaml"
+DEFAULT_OUTPUT = GPU_SPEC
 _STRATEGIES = ("index", "uuid", "type-index")
 _MODES = tuple(mode.value for mode in Mode)
 
@@ -23,10 +23,10 @@ def _warn(message: str) -> None:
 @click.option(
     "--output",
     "-o",
-    default=DEFAULT_OUTPUT,
-    show_default=True,
     metavar="FILE|-",
-    help="Where to write the spec; '-' is stdout. Replaced atomically, and only when its content changes.",
+    help="Where to write the spec; '-' is stdout. Replaced atomically, and only when its content changes. "
+    f"Default: {DEFAULT_OUTPUT}; /etc/cdi/nvidia-MODE.yaml for imex, nvswitch, gds, mofed and gdrcopy, "
+    "whose devices are no GPUs and whose spec must not replace the GPU spec.",
 )
 @click.option(
     "--format",
@@ -61,8 +61,30 @@ def _warn(message: str) -> None:
     type=click.Choice(_MODES),
     default="auto",
     show_default=True,
-    help="How GPUs are found: nvml (NVML, with MIG), procfs (/proc/driver/nvidia/gpus, full GPUs only), "
-    "auto (nvml, else procfs with a warning), management (one 'all' device with every NVIDIA node).",
+    help="What the spec is for. GPUs: nvml (NVML, with MIG), procfs (/proc/driver/nvidia/gpus, full "
+    "GPUs only), management (one 'all' device with every NVIDIA node), wsl (WSL2: /dev/dxg and the "
+    "Windows driver store), csv (Jetson: device 0 from the L4T CSV files). Other drivers' devices, no GPU "
+    "driver needed, each in its own spec and class: imex (a device per IMEX channel), nvswitch, gds, "
+    "mofed, gdrcopy (one 'all' device each). auto: wsl where libdxcore.so is in the driver root's "
+    "/usr/lib/wsl/lib, csv on a Jetson (/etc/nv_tegra_release, or a tegra SoC) without NVML or whose NVML "
+    "reports the integrated GPU, else nvml, else procfs (with a warning).",
+)
+@click.option(
+    "--csv.file",
+    "csv_files",
+    multiple=True,
+    metavar="FILE",
+    help="With --mode csv: a CSV file of 'type, path' lines (dev, lib, sym, dir). Repeatable. Default: "
+    "devices.csv, drivers.csv and l4t.csv in /etc/nvidia-container-runtime/host-files-for-container.d "
+    "under the driver root, those that exist.",
+)
+@click.option(
+    "--csv.ignore-pattern",
+    "csv_ignore_patterns",
+    multiple=True,
+    metavar="PATTERN",
+    help="With --mode csv: leave out the lib, sym and dir entries whose path matches PATTERN (a glob; "
+    "**/NAME matches the base name). Repeatable.",
 )
 @click.option(
     "--device-name-strategy",
@@ -74,7 +96,13 @@ def _warn(message: str) -> None:
     "several; default index and uuid.",
 )
 @click.option("--vendor", default="nvidia.com", show_default=True, help="CDI vendor of the spec's kind.")
-@click.option("--class", "cls", default="gpu", show_default=True, help="CDI class of the spec's kind.")
+@click.option(
+    "--class",
+    "cls",
+    help="CDI class of the spec's kind. Default: gpu; imex-channel for imex; the mode's name for nvswitch, "
+    "gds, mofed and gdrcopy (NVIDIA's CLI writes gpu for all of them, whose 'all' collides with the GPU "
+    "spec's).",
+)
 @click.option(
     "--hook-path",
     metavar="PATH",
@@ -111,7 +139,9 @@ def _warn(message: str) -> None:
     "device_ids",
     multiple=True,
     metavar="ID",
-    help="Only these devices: an index (0), a MIG index (0:1), a GPU- or MIG- UUID, or all. Repeatable.",
+    help="Only these devices: an index (0), a MIG index (0:1), a GPU- or MIG- UUID, or all; with --mode "
+    "imex a channel (N or channelN); with --mode csv 0. Repeatable. An error for the modes with one "
+    "'all' device.",
 )
 @click.option(
     "--cdi-version",
@@ -143,7 +173,7 @@ def _warn(message: str) -> None:
 )
 def generate_command(  # click passes every option by keyword
     *,
-    output: str,
+    output: str | None,
     fmt: str | None,
     driver_root: str,
     dev_root: str | None,
@@ -151,9 +181,11 @@ def generate_command(  # click passes every option by keyword
     sys_root: str,
     host_root: str,
     mode: str,
+    csv_files: tuple[str, ...],
+    csv_ignore_patterns: tuple[str, ...],
     strategies: tuple[str, ...],
     vendor: str,
-    cls: str,
+    cls: str | None,
     hook_path: str | None,
     separate_hooks: bool,
     ldconfig_path: str | None,
@@ -174,10 +206,16 @@ def generate_command(  # click passes every option by keyword
     that make the libraries' links and update the container's ld cache. cdiVersion is the oldest one
     that can express the content.
 
-    Missing optional files are summarised in one warning. No GPUs or no driver is an error (exit 1)
-    and nothing is written; so is an output directory that cannot be written, which leaves the old
-    spec in place.
+    On WSL2 (--mode wsl, which auto picks there) the spec has one 'all' device, /dev/dxg, and mounts
+    libdxcore.so and the driver store's files; on a Jetson (--mode csv) device 0 and what the L4T CSV
+    files list. --mode imex, nvswitch, gds, mofed and gdrcopy write the devices of those drivers into
+    a spec of their own (nvidia.com/imex-channel, nvidia.com/gds, ... in /etc/cdi/nvidia-MODE.yaml).
+
+    Missing optional files are summarised in one warning. No GPUs, no driver, or no node of the
+    mode's devices is an error (exit 1) and nothing is written; so is an output directory that cannot
+    be written, which leaves the old spec in place.
     """
+    from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
     from cdictk.nvcdi import specfile  # noqa: PLC0415
     from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
@@ -185,6 +223,10 @@ def generate_command(  # click passes every option by keyword
     from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
     from cdictk.nvcdi.options import SpecOptions, kind_problem  # noqa: PLC0415
 
+    recipe = MODES[Mode(mode)]
+    # The non-GPU modes' own defaults (Recipe.cls, Recipe.output); an explicit option wins.
+    cls = recipe.cls if cls is None else cls
+    output = recipe.output if output is None else output
     wrong = kind_problem(vendor, cls)
     if wrong is not None:
         raise CdictkError("", f"--{wrong[0]}", wrong[1])
@@ -197,8 +239,10 @@ def generate_command(  # click passes every option by keyword
         raise CdictkError("", "--check", "needs a file to compare with, not stdout")
     if watching and (check or output == "-"):
         raise CdictkError("", "--watch", "needs a file to write and cannot be combined with --check")
-    if device_ids and "gpus" not in MODES[Mode(mode)].devices:
+    if device_ids and not recipe.device_ids:
         raise CdictkError("", "--device-id", f"does not apply to --mode {mode} (one 'all' device)")
+    if (csv_files or csv_ignore_patterns) and Mode(mode) not in (Mode.CSV, Mode.AUTO):
+        raise CdictkError("", "--csv.file", f"applies to --mode csv (or auto on a Jetson), not {mode}")
     if ldconfig_path is not None and not os.path.isabs(ldconfig_path):
         raise CdictkError("", "--ldconfig-path", f"must be an absolute path, not {ldconfig_path!r}")
     fmt = fmt or ("json" if output.endswith(".json") else "yaml")
@@ -219,13 +263,24 @@ def generate_command(  # click passes every option by keyword
         target_version=target_version,
     )
     host = os.path.abspath(host_root)
+    csv = CsvSource(csv_files, csv_ignore_patterns)
+    where = output
 
     def produce() -> NodeSpec:
-        return node_spec(roots, Mode(mode), options, where=output, host_root=host)
+        return node_spec(roots, Mode(mode), options, where=where, host_root=host, csv=csv)
 
     if watching:
+        # The CSV files are inputs too: an L4T upgrade rewrites them.
+        inputs = tuple(path for path, _ in csv.paths(roots))
         specfile.watch_spec(
-            produce, roots=roots, output=output, fmt=fmt, interval=interval, say=_say, warn=_warn
+            produce,
+            roots=roots,
+            output=output,
+            fmt=fmt,
+            interval=interval,
+            say=_say,
+            warn=_warn,
+            inputs=inputs,
         )
         return 0
     made = produce()

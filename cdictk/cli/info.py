@@ -53,6 +53,10 @@ def info_command(  # click passes every option by keyword
     date), the engines' CDI and runtime settings, and cdictk's own settings file. Each problem comes
     with the one command that fixes it.
 
+    On WSL2 and on a Jetson, which have no /proc/driver/nvidia, it names the platform and checks what
+    it has instead: /dev/dxg and the NVIDIA driver store; the L4T release, the CSV files and the
+    Tegra nodes they list.
+
     Exit status: 0 when GPU containers should start, 1 when something would make them fail.
     """
     from cdictk.cdi.names import kind_problem  # noqa: PLC0415

@@ -30,6 +30,13 @@ def create_nodes_command(roots: Roots) -> str:
     return shlex.join([*CREATE_NODES, *flags])
 
 
+# The modes whose GPUs no list names, as info says it.
+PLATFORM_GPUS = {
+    Mode.WSL: "behind /dev/dxg (WSL2): one 'all' device (found by wsl)",
+    Mode.CSV: "the integrated GPU: device 0 from the CSV files (found by csv)",
+}
+
+
 class Status(Enum):
     OK = "ok"
     WARN = "warn"  # worth knowing; GPU containers still start
@@ -46,6 +53,7 @@ class Finding:
 
 @dataclass(slots=True)
 class NodeReport:
+    platform: str = "GPU host"  # cdictk.node.platform.Platform's value
     findings: list[Finding] = field(default_factory=list)
     facts: NodeFacts | None = None  # None when discovery failed
     driver_version: str | None = None
@@ -54,8 +62,8 @@ class NodeReport:
     nodes_missing: list[str] = field(default_factory=list)
 
 
-def check_node(roots: Roots) -> NodeReport:
-    report = NodeReport()
+def check_host(roots: Roots, report: NodeReport) -> None:
+    """A GPU host's driver (procfs), modules and device nodes."""
     modules = procfs.read_loaded_modules(roots)
     report.modules = sorted(modules or ())
     report.driver_version = procfs.read_driver_version(roots)
@@ -72,11 +80,19 @@ def check_node(roots: Roots) -> NodeReport:
         )
     report.findings.append(_modules_finding(modules, create_nodes_command(roots)))
     _check_nodes(roots, report)
+
+
+def check_discovery(roots: Roots, report: NodeReport) -> None:
+    """What ``cdictk cdi generate --mode auto`` finds: the GPUs and MIG devices, or the platform's GPU."""
     try:
         report.facts = discover(roots, Mode.AUTO)
     except CdictkError as exc:
         report.findings.append(Finding("gpus", Status.FAIL, str(exc), "check `nvidia-smi -L` on the node"))
-        return report
+        return
+    report.driver_version = report.driver_version or report.facts.driver_version or None
+    if report.facts.mode in PLATFORM_GPUS:
+        report.findings.append(Finding("gpus", Status.OK, PLATFORM_GPUS[report.facts.mode]))
+        return
     gpus = report.facts.gpus
     models: dict[str, int] = {}
     for gpu in gpus:
@@ -108,7 +124,6 @@ def check_node(roots: Roots) -> NodeReport:
             )
         else:
             report.findings.append(Finding("mig", Status.OK, detail))
-    return report
 
 
 def _modules_finding(modules: set[str] | None, fix: str) -> Finding:

@@ -6,8 +6,9 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdictk.info.checks import Finding, NodeReport, Status, check_node
+from cdictk.info.checks import Finding, NodeReport, Status
 from cdictk.info.engines import check_engines
+from cdictk.info.platforms import check_node
 from cdictk.info.specs import SpecCheck, SpecState, check_specs
 from cdictk.node.roots import Roots
 
@@ -92,6 +93,7 @@ def to_json(report: InfoReport) -> dict[str, Any]:
     return {
         "ok": report.ok,
         "roots": dataclasses.asdict(report.roots),
+        "platform": report.node.platform,
         "driver_version": report.node.driver_version,
         "modules": report.node.modules,
         "device_nodes": {"expected": report.node.nodes_expected, "missing": report.node.nodes_missing},

@@ -10,20 +10,32 @@ function here and a row in :data:`COMMON`.
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdictk.node import devnodes, driverfiles
+from cdictk.errors import CdictkError
+from cdictk.node import csvfiles, devnodes, driverfiles, othernodes, wsl
+from cdictk.node.csvfiles import CsvEntries, CsvSource
 from cdictk.node.devnodes import NodeInfo
-from cdictk.node.driverfiles import DriverFile
+from cdictk.node.driverfiles import DriverFile, FileKind
 from cdictk.node.elfinfo import SonameReader
-from cdictk.node.libraries import DriverLibrary, LibraryScan, find_driver_libraries
-from cdictk.node.roots import Roots
+from cdictk.node.libraries import (
+    DriverLibrary,
+    LibraryScan,
+    find_driver_libraries,
+    library_links,
+    usable_name,
+)
+from cdictk.node.roots import Roots, join, resolve
 
 
 @dataclass(slots=True)
 class Found:
     nodes: list[NodeInfo] = field(default_factory=list)
+    # Nodes for the mode's devices rather than the common edits (a Jetson's, from its CSV files).
+    device_nodes: list[NodeInfo] = field(default_factory=list)
     libraries: list[DriverLibrary] = field(default_factory=list)
     files: list[DriverFile] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)  # (target as written, link path)
@@ -32,6 +44,7 @@ class Found:
 
     def add(self, other: Found) -> None:
         self.nodes += other.nodes
+        self.device_nodes += other.device_nodes
         self.libraries += other.libraries
         self.files += other.files
         self.links += other.links
@@ -49,18 +62,27 @@ class Context:
         modules: set[str] | None,
         candidates: list[str],
         mps_pipe_dir: str = driverfiles.MPS_PIPE_DIR,
+        *,
+        csv: CsvSource | None = None,
     ) -> None:
         self.roots = roots
         self.version = version
         self.modules = modules  # None when /proc/modules is unreadable
         self.candidates = candidates  # library directories, inside the driver root
         self.mps_pipe_dir = mps_pipe_dir
+        self.csv = csv or CsvSource()
         self._scan: LibraryScan | None = None
+        self._csv: CsvEntries | None = None
 
     def libraries(self) -> LibraryScan:
         if self._scan is None:
             self._scan = find_driver_libraries(self.roots, self.version, self.candidates, SonameReader())
         return self._scan
+
+    def csv_entries(self) -> CsvEntries:
+        if self._csv is None:
+            self._csv = csvfiles.read_entries(self.roots, self.csv)
+        return self._csv
 
 
 def control_nodes(context: Context) -> Found:
@@ -128,6 +150,83 @@ def xorg_modules(context: Context) -> Found:
     return _files(lambda found: driverfiles.find_xorg_modules(context.roots, context.version, dirs, found))
 
 
+def wsl_driver(context: Context) -> Found:
+    """libdxcore.so and the driver store's files; the store's nvidia-smi linked from /usr/bin."""
+    found = wsl.find_driver(context.roots)
+    if found is None:
+        raise CdictkError(
+            "",
+            "",
+            f"no NVIDIA driver store: no {wsl.LIBCUDA} in {context.roots.in_driver(wsl.DRIVERS)}/*/ "
+            "(is the Windows NVIDIA driver installed?)",
+        )
+    roots = context.roots
+    return Found(
+        libraries=[DriverLibrary(path, None) for path in found.libraries],
+        files=[DriverFile(path, join(roots.driver, path), FileKind.PLATFORM) for path in found.files],
+        links=found.links,
+        missing=found.missing,
+        warnings=found.warnings,
+    )
+
+
+def csv_files(context: Context) -> Found:
+    """What a Jetson's CSV files list: libraries and other files mounted, their symlinks made, and
+    the dev entries' nodes for the device."""
+    roots = context.roots
+    read = context.csv_entries()
+    nodes, absent_nodes = csvfiles.device_nodes(roots, read.entries)
+    found = csvfiles.find_files(roots, read.entries, context.csv.ignore_patterns)
+    result = Found(device_nodes=nodes)
+    result.missing += [f"{path} (CSV file)" for path in read.absent] + absent_nodes + found.missing
+    reader = SonameReader()
+    for path, host, is_dir in found.files:
+        if not is_dir and _LIBRARY.fullmatch(os.path.basename(path)):
+            soname = reader.read(host)
+            usable = (
+                soname is not None and "/" not in soname and soname not in (".", "..") and usable_name(soname)
+            )
+            result.libraries.append(DriverLibrary(path, soname if usable else None))
+        else:
+            result.files.append(DriverFile(path, host, FileKind.PLATFORM))
+    # The links the CSV files name, then those a GPU host's libraries get too: the host's links to
+    # them, a SONAME link the host lacks (libcuda.so.1), GL loader names. The CSV's own come first.
+    dirs = sorted({os.path.dirname(library.path) for library in result.libraries})
+    named = {link for _, link in found.links}
+    result.links = found.links + [
+        (target, link) for target, link in library_links(roots, dirs, result.libraries) if link not in named
+    ]
+    return result
+
+
+def gds_files(context: Context) -> Found:
+    """udev's database (cuFile reads it to find the NVMe devices) and /etc/cufile.json, only where
+    nvidia-fs nodes exist: without them GDS is not there to configure."""
+    roots = context.roots
+    if not othernodes.matching_nodes(roots, othernodes.GATED["gds"]):
+        return Found()
+    found = Found()
+    for path, is_dir in (("/run/udev", True), ("/etc/cufile.json", False)):
+        real = resolve(roots.driver, path)
+        host = join(roots.driver, real) if real else ""
+        kind = stat.S_ISDIR if is_dir else stat.S_ISREG
+        if real is not None and kind(_lstat_mode(host)):
+            found.files.append(DriverFile(real, host, FileKind.PLATFORM))
+        else:
+            found.missing.append(path)
+    return found
+
+
+def _lstat_mode(path: str) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+_LIBRARY = re.compile(r"lib.+\.so(\..*)?")  # what the ld cache hook's folders come from, as NVIDIA's
+
+
 COMMON: dict[str, Callable[[Context], Found]] = {
     "control-nodes": control_nodes,
     "driver-libraries": driver_libraries,
@@ -136,6 +235,9 @@ COMMON: dict[str, Callable[[Context], Found]] = {
     "ipc": ipc,
     "configs": configs,
     "xorg-modules": xorg_modules,
+    "wsl-driver": wsl_driver,
+    "csv-files": csv_files,
+    "gds-files": gds_files,
 }
 
 

@@ -68,6 +68,7 @@ class FileKind(Enum):
     XORG = "xorg module"
     SOCKET = "IPC socket"
     DIRECTORY = "IPC directory"
+    PLATFORM = "platform file"  # read-only: a WSL driver store's, a Jetson CSV file's, GDS's config
 
 
 @dataclass(frozen=True, slots=True)

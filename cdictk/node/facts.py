@@ -9,14 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from cdictk.errors import CdictkError
-from cdictk.node import devnodes, driverfiles, procfs
+from cdictk.node import devnodes, driverfiles, platform, procfs, wsl
+from cdictk.node.csvfiles import CsvSource
 from cdictk.node.devnodes import NodeInfo
 from cdictk.node.discoverers import Context, Found, discover_common
 from cdictk.node.drivercontainer import in_driver_container
 from cdictk.node.drm import DrmInfo, drm_for_gpu
 from cdictk.node.gpus import Gpu, gpus_from_procfs
 from cdictk.node.libraries import candidate_dirs, version_from_libraries
-from cdictk.node.modes import MODES, GpuSource, Mode
+from cdictk.node.modes import MODES, DriverSource, GpuSource, Mode
+from cdictk.node.platform import Platform
 from cdictk.node.roots import Roots, join, resolve
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
@@ -30,8 +32,8 @@ class DiscoveryError(CdictkError):
 @dataclass(slots=True)
 class NodeFacts:
     roots: Roots
-    mode: Mode  # the mode that produced the GPU list (never AUTO)
-    driver_version: str
+    mode: Mode  # the mode that produced the spec's devices (never AUTO)
+    driver_version: str  # "" when the mode needs none and none was found
     gpus: list[Gpu]
     modules: set[str] | None  # NVIDIA modules loaded; None when /proc/modules is unreadable
     common: Found  # what the mode's discoverers found for the common edits
@@ -52,27 +54,42 @@ def find_nvml_library(roots: Roots, dirs: list[str]) -> str | None:
     return None
 
 
-def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PIPE_DIR) -> NodeFacts:
-    recipe = MODES[mode]
+def discover(
+    roots: Roots,
+    mode: Mode,
+    *,
+    mps_pipe_dir: str = driverfiles.MPS_PIPE_DIR,
+    csv: CsvSource | None = None,
+) -> NodeFacts:
+    """The node's facts for ``mode``; ``csv``: the CSV files of ``--mode csv`` (default: L4T's)."""
     warnings: list[str] = []
     faulty: list[str] = []
     modules = procfs.read_loaded_modules(roots)
     majors = procfs.read_char_majors(roots)
-    candidates = candidate_dirs(roots, warnings)
-    moved = in_driver_container(roots, candidates, warnings)
-    if moved is not None:
+    candidates: list[str] | None = None
+    if mode is Mode.AUTO:
+        mode, candidates = _platform_mode(roots, warnings)
+    recipe = MODES[mode]
+    host_driver = recipe.driver is DriverSource.HOST
+    if candidates is None:
+        # Only the modes that look for the driver's libraries read the ld cache (and warn about it).
+        candidates = candidate_dirs(roots, warnings) if host_driver else []
+    if host_driver and (moved := in_driver_container(roots, candidates, warnings)) is not None:
         roots, candidates = moved
-
-    version = procfs.read_driver_version(roots)
+    in_procfs = recipe.driver in (DriverSource.HOST, DriverSource.PROCFS_OPTIONAL)
+    version = (procfs.read_driver_version(roots) if in_procfs else None) or ""
     gpus: list[Gpu] = []
     used = mode
     if recipe.gpus in (GpuSource.NVML_ELSE_PROCFS, GpuSource.NVML):
         gpus, nvml_version, used = _gpus_from_nvml(roots, recipe.gpus, candidates, warnings, faulty)
-        version = version or nvml_version
+        version = version or nvml_version or ""
     if recipe.gpus is GpuSource.PROCFS or used is Mode.PROCFS:
         gpus, used = _full_gpus_from_procfs(roots, warnings), Mode.PROCFS
-    version = version or version_from_libraries(roots, candidates)
-    if not version:
+    if host_driver:
+        version = version or version_from_libraries(roots, candidates) or ""
+    elif recipe.driver is DriverSource.WSL_STORE:
+        version = wsl.driver_version(roots, warnings)
+    if host_driver and not version:
         raise DiscoveryError(
             "no NVIDIA driver found: no /proc/driver/nvidia/version, no NVML and no "
             f"libcuda.so.<version> under {roots.driver}" + module_hint(modules)
@@ -88,7 +105,8 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
             warnings.append(f"GPU {gpu.index} ({gpu.uuid}): /dev/nvidia{gpu.minor} is missing; GPU left out")
         else:
             gpu_nodes[gpu.minor] = node
-    common = discover_common(recipe.common, Context(roots, version, modules, candidates, mps_pipe_dir))
+    context = Context(roots, version, modules, candidates, mps_pipe_dir, csv=csv)
+    common = discover_common(recipe.common, context)
     warnings += common.warnings
 
     mig_gpus = {gpu.minor for gpu in gpus if gpu.mig_enabled}
@@ -106,6 +124,36 @@ def discover(roots: Roots, mode: Mode, *, mps_pipe_dir: str = driverfiles.MPS_PI
         warnings=warnings,
         faulty=faulty,
     )
+
+
+def _platform_mode(roots: Roots, warnings: list[str]) -> tuple[Mode, list[str] | None]:
+    """What ``--mode auto`` means on this node (see :mod:`cdictk.node.platform`), and the library
+    directories when they had to be read to decide.
+
+    A Jetson is generated from its CSV files when it has no NVML, or when NVML reports its integrated
+    GPU (an Orin's "(nvgpu)", a Thor), as NVIDIA decides; one whose NVML reports discrete GPUs alone
+    is generated with NVML, with a warning, since that is a guess."""
+    from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (its query runs a child)
+
+    found = platform.detect(roots)
+    if found is not Platform.TEGRA:
+        return (Mode.WSL if found is Platform.WSL else Mode.AUTO), None
+    candidates = candidate_dirs(roots, warnings)
+    library = find_nvml_library(roots, candidates)
+    if library is None:
+        return Mode.CSV, candidates
+    try:
+        gpus = query_nvml(library).gpus
+    except NvmlError as exc:
+        warnings.append(f"a Jetson (Tegra) whose NVML fails ({exc}): generating from its CSV files")
+        return Mode.CSV, candidates
+    if not gpus or any(platform.is_integrated_gpu(gpu.name) for gpu in gpus):
+        return Mode.CSV, candidates
+    warnings.append(
+        "a Jetson (Tegra) whose NVML reports discrete GPUs only: generating for them with NVML; "
+        "--mode csv writes its integrated GPU from the CSV files"
+    )
+    return Mode.AUTO, candidates
 
 
 def _gpus_from_nvml(

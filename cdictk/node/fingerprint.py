@@ -10,22 +10,32 @@ millisecond, so it can run every second. It changes when the spec may have to ch
   compute instance that exists (``gpu0/mig/gi2/ci0/access``), so creating or destroying one changes
   the listing. NVIDIA's refresh units watch only the module files and miss this;
 - the device nodes: ``/dev/nvidia*``, ``/dev/nvidia-caps/*`` and ``/dev/dri/*``, with their numbers
-  and modes.
+  and modes, and those of the other modes: WSL2's ``/dev/dxg``, a Jetson's ``/dev/nvhost*``,
+  ``/dev/nvmap`` and ``/dev/nvgpu/*``, the IMEX channels, ``/dev/infiniband/*`` and ``/dev/gdrdrv``
+  (``/dev/nvidia-fs*`` and the NVSwitch nodes start with nvidia);
+- the platforms' driver files: WSL2's libdxcore.so and driver stores (a Windows driver update puts a
+  new store beside the old), a Jetson's ``/etc/nv_tegra_release``, and the ``inputs`` the caller names
+  (the CSV files a Jetson's spec is made from).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 
 from cdictk.node.procfs import NVIDIA_MODULES, read_text
 from cdictk.node.roots import Roots
 
 MAX_ENTRIES = 4096  # a capabilities tree or /dev larger than this is cut: the rest is not compared
-_DEV_DIRS = ("", "nvidia-caps", "dri")
+_DEV_DIRS = ("", "nvidia-caps", "dri", "nvidia-caps-imex-channels", "infiniband", "nvgpu")
+_NESTED = ("nvgpu",)  # whose nodes are a level deeper, one directory per GPU
+# The nodes in /dev itself that a spec of some mode holds.
+_DEV_PREFIXES = ("nvidia", "dxg", "gdrdrv", "nvhost", "nvmap", "nvgpu")
 
 
-def node_fingerprint(roots: Roots) -> tuple[object, ...]:
-    """Equal for two calls when nothing the spec depends on changed in between (see the module)."""
+def node_fingerprint(roots: Roots, inputs: tuple[str, ...] = ()) -> tuple[object, ...]:
+    """Equal for two calls when nothing the spec depends on changed in between (see the module);
+    ``inputs``: host paths of more files the spec is made from."""
     modules = read_text(roots.in_proc("modules")) or ""
     loaded = sorted(
         name for line in modules.splitlines() if (name := line.partition(" ")[0]) in NVIDIA_MODULES
@@ -37,6 +47,10 @@ def node_fingerprint(roots: Roots) -> tuple[object, ...]:
         _listing(roots.in_proc("driver/nvidia/gpus"), depth=1),
         _listing(roots.in_proc("driver/nvidia/capabilities"), depth=6),
         tuple(_device_nodes(roots)),
+        _stat_key(roots.in_driver("/usr/lib/wsl/lib/libdxcore.so")),
+        _listing(roots.in_driver("/usr/lib/wsl/drivers"), depth=2),
+        _stat_key(roots.in_driver("/etc/nv_tegra_release")),
+        tuple(_stat_key(path) for path in inputs),
     )
 
 
@@ -71,19 +85,23 @@ def _listing(top: str, depth: int) -> tuple[str, ...]:
 def _device_nodes(roots: Roots) -> list[tuple[str, int, int]]:
     """(name, device number, mode): a chmod changes the fileMode the spec carries."""
     nodes: list[tuple[str, int, int]] = []
-    for sub in _DEV_DIRS:
+    pending = list(_DEV_DIRS)
+    while pending:
+        sub = pending.pop(0)
         directory = roots.in_dev("/dev/" + sub if sub else "/dev")
         try:
             with os.scandir(directory) as entries:
                 for entry in entries:
                     if len(nodes) >= MAX_ENTRIES:
                         break
-                    if sub or entry.name.startswith("nvidia"):
+                    if sub or entry.name.startswith(_DEV_PREFIXES):
                         try:
                             st = entry.stat(follow_symlinks=False)
                         except OSError:
                             continue
                         nodes.append((f"{sub}/{entry.name}" if sub else entry.name, st.st_rdev, st.st_mode))
+                        if sub in _NESTED and stat.S_ISDIR(st.st_mode):
+                            pending.append(f"{sub}/{entry.name}")  # /dev/nvgpu/igpu0/ctrl
         except OSError:
             continue
     return sorted(nodes)

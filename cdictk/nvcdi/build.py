@@ -105,7 +105,9 @@ def _common(facts: NodeFacts, options: SpecOptions, device_links: list[tuple[str
         additional_gids=edits.group_only_gids(control),
     )
     if options.hook_program is not None:
-        masked = {hooks.DISABLE_DEVICE_NODE_MODIFICATION}
+        recipe = MODES[facts.mode]
+        # CUDA compat compares the host driver's version with the image's compat libcuda: no version, no hook.
+        unknown = set() if facts.driver_version else {hooks.ENABLE_CUDA_COMPAT}
         result.hooks = hooks.common_hooks(
             options.hook_program,
             links=found.links,
@@ -113,7 +115,6 @@ def _common(facts: NodeFacts, options: SpecOptions, device_links: list[tuple[str
             library_dirs=library_dirs,
             driver_version=facts.driver_version,
             ldconfig_path=options.ldconfig_path,
-            disabled=options.disabled_hooks
-            | (set() if MODES[facts.mode].mask_device_node_modification else masked),
+            disabled=options.disabled_hooks | recipe.without_hooks | unknown,
         )
     return result

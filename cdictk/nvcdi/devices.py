@@ -5,8 +5,12 @@ full GPU (its node, its DRM card and render nodes and their by-path links) and p
 parent's node and its two capability nodes, and the parent's DRM nodes and links for a ``+gfx``
 profile, whose instances do graphics), as ``--device-id`` selects them. The display GPU of a DGX
 Station ("DGX Display") is no device, as in NVIDIA's enumeration, unless the options include it.
-``all-nodes`` gives one ``all`` device with every NVIDIA node (management mode). A new kind is a
-function here and a row in :data:`DEVICES`.
+``all-nodes`` gives one ``all`` device with every NVIDIA node (management mode). ``dxg`` (WSL2) is
+one ``all`` device with ``/dev/dxg``; ``csv-nodes`` (Jetson) is device ``0`` with the nodes the CSV
+files list; ``imex-channels`` a device per IMEX channel, named by its number; ``nvswitch``, ``gds``,
+``mofed`` and ``gdrcopy`` one ``all`` device each with their driver's nodes. A kind that finds nothing
+is an error, so that no mode writes a spec without devices. A new kind is a function here and a row
+in :data:`DEVICES`.
 """
 
 from __future__ import annotations
@@ -14,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from cdictk.errors import CdictkError
-from cdictk.node import devnodes
-from cdictk.node.devnodes import cap_node
+from cdictk.node import devnodes, othernodes, wsl
+from cdictk.node.devnodes import cap_node, stat_node
 from cdictk.node.facts import NodeFacts, module_hint
 from cdictk.node.gpus import Gpu, MigDevice
 from cdictk.nvcdi import naming
@@ -62,9 +66,80 @@ def all_nodes_device(facts: NodeFacts, options: SpecOptions, warnings: list[str]
     return [([ALL_DEVICE], Parts(nodes=nodes))]
 
 
+def dxg_device(facts: NodeFacts, options: SpecOptions, warnings: list[str]) -> list[Named]:
+    """WSL2: every GPU is behind /dev/dxg, so one ``all`` device."""
+    _one_device_only(options, "WSL2")
+    node = stat_node(facts.roots, wsl.DXG)
+    if node is None:
+        raise CdictkError(
+            "", "", f"no {facts.roots.in_dev(wsl.DXG)}: this WSL2 distribution has no GPU (GPU support off?)"
+        )
+    return [([ALL_DEVICE], Parts(nodes=[node]))]
+
+
+def csv_device(facts: NodeFacts, options: SpecOptions, warnings: list[str]) -> list[Named]:
+    """A Jetson's integrated GPU: device ``0`` with the nodes its CSV files list."""
+    unknown = [device_id for device_id in options.device_ids if device_id not in ("0", "all")]
+    if unknown:
+        raise CdictkError("", "--device-id", f"a Jetson has device 0 (or all) only, not {', '.join(unknown)}")
+    nodes = facts.common.device_nodes
+    if not nodes:
+        raise CdictkError("", "", "the CSV files name no device node present under " + facts.roots.dev)
+    # No UUID without NVML: the index names alone, "0" when only uuid was asked for.
+    by_strategy = {Strategy.INDEX: "0", Strategy.TYPE_INDEX: "gpu0"}
+    names = [by_strategy[strategy] for strategy in options.strategies if strategy in by_strategy]
+    return [(list(dict.fromkeys(names)) or ["0"], Parts(nodes=list(nodes)))]
+
+
+def imex_devices(facts: NodeFacts, options: SpecOptions, warnings: list[str]) -> list[Named]:
+    """A device per IMEX channel (``0``, ``1``, ...), or those --device-id names (N or channelN)."""
+    channels = othernodes.imex_channels(facts.roots)
+    where = facts.roots.in_dev(othernodes.IMEX_DIR)
+    wanted = set(channels)
+    if options.device_ids and "all" not in options.device_ids:
+        ids = {device_id: othernodes.imex_channel_id(device_id) for device_id in options.device_ids}
+        bad = [device_id for device_id, number in ids.items() if number is None]
+        if bad:
+            raise CdictkError(
+                "", "--device-id", f"not an IMEX channel (N or channelN, N <= 1048575): {', '.join(bad)}"
+            )
+        wanted = {number for number in ids.values() if number is not None}
+        absent = sorted(wanted - set(channels))
+        if absent:
+            raise CdictkError("", "--device-id", f"no such IMEX channel in {where}: {absent[0]}")
+    if not channels:
+        raise CdictkError("", "", f"no IMEX channels in {where} (is nvidia-imex set up?)")
+    return [([str(number)], Parts(nodes=[node])) for number, node in channels.items() if number in wanted]
+
+
+def _gated(mode: str, what: str) -> Callable[[NodeFacts, SpecOptions, list[str]], list[Named]]:
+    def devices(facts: NodeFacts, options: SpecOptions, warnings: list[str]) -> list[Named]:
+        _one_device_only(options, f"--mode {mode}")
+        nodes = othernodes.matching_nodes(facts.roots, othernodes.GATED[mode])
+        if not nodes:
+            looked = othernodes.gated_pattern_text(mode)
+            root = "" if facts.roots.dev == "/" else f" under {facts.roots.dev}"
+            raise CdictkError("", "", f"no {what} nodes ({looked}){root}")
+        return [([ALL_DEVICE], Parts(nodes=nodes))]
+
+    return devices
+
+
+def _one_device_only(options: SpecOptions, what: str) -> None:
+    if any(device_id != ALL_DEVICE for device_id in options.device_ids):
+        raise CdictkError("", "--device-id", f"does not apply to {what} (one 'all' device)")
+
+
 DEVICES: dict[str, Callable[[NodeFacts, SpecOptions, list[str]], list[Named]]] = {
     "gpus": gpu_devices,
     "all-nodes": all_nodes_device,
+    "dxg": dxg_device,
+    "csv-nodes": csv_device,
+    "imex-channels": imex_devices,
+    "nvswitch": _gated("nvswitch", "NVSwitch"),
+    "gds": _gated("gds", "GPUDirect Storage (nvidia-fs)"),
+    "mofed": _gated("mofed", "InfiniBand (MOFED)"),
+    "gdrcopy": _gated("gdrcopy", "GDRCopy"),
 }
 
 

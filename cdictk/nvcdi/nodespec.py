@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from cdictk.cdi.model import Spec
 from cdictk.errors import CdictkError
+from cdictk.node.csvfiles import CsvSource
 from cdictk.node.facts import NodeFacts, discover
 from cdictk.node.modes import Mode
 from cdictk.node.roots import Roots
@@ -26,9 +27,11 @@ class NodeSpec:
 
     @property
     def summary(self) -> str:
-        """``cdiVersion 0.7.0, 3 devices, driver 580.95.05``."""
+        """``cdiVersion 0.7.0, 3 devices, driver 580.95.05`` (no driver where the mode needs none)."""
         spec, driver = self.spec, self.facts.driver_version
-        return f"cdiVersion {spec.cdi_version}, {len(spec.devices)} devices, driver {driver}"
+        return f"cdiVersion {spec.cdi_version}, {len(spec.devices)} devices" + (
+            f", driver {driver}" if driver else ""
+        )
 
     def dump(self, fmt: str) -> bytes:
         """The spec file's bytes, as ``fmt`` (yaml or json)."""
@@ -48,17 +51,19 @@ def node_spec(
     where: str = "<generated>",
     host_root: str = "/",
     facts: NodeFacts | None = None,
+    csv: CsvSource | None = None,
 ) -> NodeSpec:
     """The spec this node needs now; ``where`` names it in messages, ``facts`` skips the discovery.
 
     ``host_root``: where this process sees the node's ``/`` (see :mod:`cdictk.nvcdi.hostroot`).
+    ``csv``: the CSV files a Jetson's spec is made from (``--mode csv``; default: L4T's).
     Raises CdictkError when there is nothing to write (no driver, no GPU) and when the spec would be
     invalid, which is our bug: a runtime must never be handed a spec it refuses.
     """
     from cdictk.cdi.rules import check_spec  # noqa: PLC0415
     from cdictk.nvcdi.hostroot import strip_host_root  # noqa: PLC0415
 
-    found = discover(roots, mode) if facts is None else facts
+    found = discover(roots, mode, csv=csv) if facts is None else facts
     spec, warnings = build_spec(found, options)
     strip_host_root(spec, host_root)
     problems = check_spec(spec, where)

@@ -124,8 +124,10 @@ class WatchedSpec:
         fmt: str,
         say: Callable[[str], None],
         warn: Callable[[str], None],
+        inputs: tuple[str, ...] = (),
     ) -> None:
         self._produce = produce
+        self._inputs = inputs  # files beside the node's usual ones that the spec is made from
         self._roots = roots
         self._output = output
         self._fmt = fmt
@@ -141,7 +143,7 @@ class WatchedSpec:
         # put back.
         # Its own stamp, not a flag: two changes by others in a row must differ from each other too.
         stamp = path_stamp(self._output)
-        return node_fingerprint(self._roots), "ours" if stamp == self._written else stamp
+        return node_fingerprint(self._roots, self._inputs), "ours" if stamp == self._written else stamp
 
     def regenerate(self) -> None:
         from cdictk.nvcdi.watch import FatalWatchError  # noqa: PLC0415
@@ -173,8 +175,11 @@ def watch_spec(
     interval: float,
     say: Callable[[str], None],
     warn: Callable[[str], None],
+    inputs: tuple[str, ...] = (),
 ) -> None:
-    """Keep ``output`` current until SIGTERM or SIGINT; see :mod:`cdictk.nvcdi.watch`."""
+    """Keep ``output`` current until SIGTERM or SIGINT; see :mod:`cdictk.nvcdi.watch`.
+
+    ``inputs``: host paths of files the spec is made from beside the node's usual ones (CSV files)."""
     import signal  # noqa: PLC0415
     import threading  # noqa: PLC0415
 
@@ -183,7 +188,7 @@ def watch_spec(
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    watched = WatchedSpec(produce, roots=roots, output=output, fmt=fmt, say=say, warn=warn)
+    watched = WatchedSpec(produce, roots=roots, output=output, fmt=fmt, say=say, warn=warn, inputs=inputs)
     say(f"watching the node every {interval:g} s for {output}")
     watch(watched.fingerprint, watched.regenerate, stop.wait, WatchTiming(interval), warn)
     say(f"stopped watching for {output}")

@@ -1,4 +1,6 @@
-"""``python3 -m tests.fakenode build ROOT [--preset P]`` or ``demo [--preset P]`` (both need root)."""
+"""``python3 -m tests.fakenode build ROOT [--preset P | --platform P]`` or ``demo [--preset P]`` (both
+need root). ``--platform`` builds another mode's node (wsl, jetson, imex, nvswitch, gds, mofed, gdrcopy;
+tests/fakenode/platforms.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import sys
 import tempfile
 
 from tests.fakenode.node import PRESETS, build_node
+from tests.fakenode.platforms import PLATFORMS, build_platform
 from tests.fakenode.tools import MissingTool, node_tools
 
 # What `python -m cdictk` imports, by import name: the demo runs it in this interpreter.
@@ -21,6 +24,7 @@ def main() -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     build = commands.add_parser("build", help="build a fake GPU node under ROOT and print generate's flags")
     build.add_argument("root")
+    build.add_argument("--platform", choices=sorted(PLATFORMS), help="another generate mode's node")
     show = commands.add_parser(
         "demo", help="build a node in a temp dir, generate, validate and print its spec"
     )
@@ -32,6 +36,10 @@ def main() -> int:
     except MissingTool as lacking:
         print(f"fakenode: {lacking}", file=sys.stderr)
         return 1
+    if args.command == "build" and args.platform:
+        other = build_platform(args.root, args.platform, os.path.join(args.root, ".stub-cache"))
+        print(" ".join([*other.cli_args(), "--mode", other.mode]))
+        return 0
     if args.command == "build":
         node = build_node(args.root, args.preset, os.path.join(args.root, ".stub-cache"))
         print(" ".join(node.cli_args()))

@@ -19,6 +19,7 @@ CONCERNS = {
     "cli/test_generate_faults.py",  # cdi generate on broken nodes
     "cli/test_generate_layouts.py",  # cdi generate on every driver layout
     "cli/test_generate_watch.py",  # cdi generate --watch
+    "cli/test_generate_modes.py",  # cdi generate in the modes beside the GPU host's
     "hooks/test_hardening.py",  # every hook against hostile images
     "info/test_info.py",  # cdictk info as a whole
 }

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from cdictk.node.fingerprint import node_fingerprint
@@ -58,3 +60,39 @@ def test_driver_gpu_and_node_changes_change_it(make_node: NodeFactory) -> None:
 def test_a_missing_driver_is_a_fingerprint_too(tmp_path: Path) -> None:
     empty = Roots(driver=str(tmp_path), dev=str(tmp_path), proc=str(tmp_path / "proc"), sys=str(tmp_path))
     assert node_fingerprint(empty) == node_fingerprint(empty)
+
+
+def test_the_other_modes_inputs_change_it(tmp_path: Path) -> None:
+    """A new IMEX channel, /dev/dxg appearing, a new driver store, InfiniBand and GDRCopy nodes, Tegra
+    nodes, a rewritten CSV file given as an input."""
+    root = tmp_path / "node"
+    node_roots = Roots(str(root), str(root), str(root / "proc"), str(root / "sys"))
+    csv = tmp_path / "drivers.csv"
+    csv.write_text("lib, /usr/lib/libcuda.so.1.1\n")
+    seen = [node_fingerprint(node_roots, (str(csv),))]
+
+    def mknod(path: str, major: int, minor: int) -> None:
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        os.mknod(root / path, stat.S_IFCHR | 0o666, os.makedev(major, minor))
+
+    changes: list[Callable[[], object]] = [
+        lambda: mknod("dev/nvidia-caps-imex-channels/channel0", 507, 0),
+        lambda: mknod("dev/nvidia-caps-imex-channels/channel1", 507, 1),
+        lambda: mknod("dev/dxg", 10, 125),
+        lambda: (root / "usr/lib/wsl/drivers/nv_dispi.inf_amd64_1").mkdir(parents=True),
+        lambda: (root / "usr/lib/wsl/drivers/nv_dispi.inf_amd64_1/libcuda.so.1.1").write_text("x"),
+        lambda: mknod("dev/infiniband/uverbs0", 231, 192),
+        lambda: mknod("dev/gdrdrv", 506, 0),
+        lambda: mknod("dev/nvidia-fs0", 508, 0),
+        lambda: mknod("dev/nvmap", 10, 121),
+        lambda: mknod("dev/nvgpu/igpu0/ctrl", 486, 4),
+        lambda: mknod("dev/nvgpu/igpu0/as", 486, 5),
+        lambda: csv.write_text("lib, /usr/lib/libcuda.so.1.1\nlib, /usr/lib/libnvrm_gpu.so\n"),
+    ]
+    for change in changes:
+        change()
+        now = node_fingerprint(node_roots, (str(csv),))
+        assert now not in seen
+        seen.append(now)
+    mknod("dev/sda", 8, 0)  # not a node any spec holds
+    assert node_fingerprint(node_roots, (str(csv),)) == seen[-1]
