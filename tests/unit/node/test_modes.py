@@ -62,3 +62,11 @@ def test_discoverers_merge_in_order_and_sum_up_what_is_missing(tmp_path: Path) -
     merged.add(Found(missing=["a"], links=[("t", "/l")]))
     merged.add(Found(missing=["b"]))
     assert (merged.missing, merged.links) == (["a", "b"], [("t", "/l")])
+
+
+def test_every_hook_a_mode_leaves_out_is_a_hook_step() -> None:
+    """The node layer names hooks by string (it cannot import the hook table): they must not drift."""
+    from cdictk.nvcdi.hooks import HOOK_NAMES
+
+    named = {name for recipe in MODES.values() for name in recipe.without_hooks}
+    assert named and named <= set(HOOK_NAMES)
