@@ -16,9 +16,11 @@ It is a report, not a test: it exits 0 whatever it finds (2 without --nvidia-ctk
 /sys/bus/pci/devices/BUS/drm, a custom firmware path from /sys/module/firmware_class), where cdictk
 reads the node's. By default (--host-view node) nvidia-ctk runs in a private mount namespace (unshare)
 with those three directories of the node bound over the host's, so that both read the same node;
---host-view host runs it as it is, and then its DRM nodes and firmware path are the host's. Where
-NVIDIA fails on a node (its MIG devices need NVML's GPU-instance API, which the fake NVML lacks), both
-are run again on the full GPUs not in MIG mode, and the report says so.
+--host-view host runs it as it is, and then its DRM nodes and firmware path are the host's. MIG devices
+are compared like full GPUs: the fake NVML answers the GPU- and compute-instance calls nvidia-ctk makes
+for them. Only where nvidia-ctk fails on a node with MIG devices (with --host-view host, on a host without
+/proc/driver/nvidia-caps/mig-minors; a newer nvidia-ctk calling an NVML function the fake lacks, which
+its error names) are both run again on the full GPUs not in MIG mode, and the report says so.
 Needs root (the nodes are mknod'd, the binds) and gcc.
 Usage: python -m bench.compare_generate --nvidia-ctk PATH [--preset NAME ...] [--tree] [--host-view host]
 """
@@ -304,8 +306,15 @@ def report(label: str, node: FakeNode, generators: Generators, cdictk_roots: lis
             for category, items in side.items():
                 counts.setdefault(category, [0, 0])[index] += len(items)
     parts = [f"{category} {n}/{c}" for category, (n, c) in sorted(counts.items())]
-    restricted = f" [GPUs {','.join(only)} only]" if only else ""
-    return f"{label}{restricted}: " + (", ".join(parts) or "no differences")
+    restricted = f", GPUs {','.join(only)} only: nvidia-ctk failed on the whole node" if only else ""
+    return f"{label} [{compared(devices)}{restricted}]: " + (", ".join(parts) or "no differences")
+
+
+def compared(devices: Mapping[str, object]) -> str:
+    """How many full GPUs and MIG devices both specs have, by their UUID names."""
+    gpus = sum(name.startswith("GPU-") for name in devices)
+    migs = sum(name.startswith("MIG-") for name in devices)
+    return f"full GPUs {gpus}, MIG devices {migs}"
 
 
 def main() -> int:
