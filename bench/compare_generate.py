@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cdictk as cdictk_package
 from cdictk.hooks.steps import BATCHED
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 
@@ -236,7 +237,7 @@ def node_view(node: FakeNode) -> tuple[list[str], list[str]]:
 
 @dataclass(frozen=True)
 class Generators:
-    cdictk: str
+    cdictk: list[str]  # the command
     nvidia_ctk: str
     view: str  # "node": nvidia-ctk sees the node's HOST_READS; "host": the host's
 
@@ -257,7 +258,7 @@ def report(label: str, node: FakeNode, generators: Generators, cdictk_roots: lis
         "--nvidia-cdi-hook-path",
         NVIDIA_HOOK,
     ]
-    cdictk_command = [generators.cdictk, "cdi", "generate", *cdictk_roots, *COMMON_ARGS, "--format", "json"]
+    cdictk_command = [*generators.cdictk, "cdi", "generate", *cdictk_roots, *COMMON_ARGS, "--format", "json"]
     print(f"== {label}")
     print(f"   roots: {' '.join(roots(cdictk_roots))} (cdictk also: procfs and sysfs of the node)")
     print(
@@ -337,13 +338,13 @@ def main() -> int:
         print("bench/compare_generate.py needs root: the fake nodes' device nodes are made with mknod")
         return 0
     nvidia_ctk = os.path.abspath(args.nvidia_ctk)
-    # This interpreter's own cdictk (the venv's), else the one on PATH.
-    cdictk = os.path.join(os.path.dirname(sys.executable), "cdictk")
-    if not os.path.exists(cdictk):
-        cdictk = shutil.which("cdictk") or sys.exit("no cdictk console script beside Python or on PATH")
+    # The cdictk this process imports (printed below), run as `python -m cdictk`. A console script, on
+    # PATH or beside the interpreter, may belong to another checkout: a pyenv shim or an editable install
+    # elsewhere runs that checkout's code.
+    cdictk = [sys.executable, "-m", "cdictk"]
     version = subprocess.run([nvidia_ctk, "--version"], capture_output=True, text=True, check=False)
     print(f"nvidia-ctk: {nvidia_ctk} ({' '.join(version.stdout.split()[:8]) or version.stderr.strip()})")
-    print(f"cdictk: {cdictk}")
+    print(f"cdictk: {' '.join(cdictk)} ({os.path.dirname(cdictk_package.__file__)})")
     print("NVIDIA only / cdictk only: what one spec has that the other lacks; host paths as <root>/...\n")
     generators = Generators(cdictk, nvidia_ctk, args.host_view)
     summaries = []
