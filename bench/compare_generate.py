@@ -16,9 +16,11 @@ It is a report, not a test: it exits 0 whatever it finds (2 without --nvidia-ctk
 /sys/bus/pci/devices/BUS/drm, a custom firmware path from /sys/module/firmware_class), where cdictk
 reads the node's. By default (--host-view node) nvidia-ctk runs in a private mount namespace (unshare)
 with those three directories of the node bound over the host's, so that both read the same node;
---host-view host runs it as it is, and then its DRM nodes and firmware path are the host's. Where
-NVIDIA fails on a node (its MIG devices need NVML's GPU-instance API, which the fake NVML lacks), both
-are run again on the full GPUs not in MIG mode, and the report says so.
+--host-view host runs it as it is, and then its DRM nodes and firmware path are the host's. MIG devices
+are compared like full GPUs: the fake NVML answers the GPU- and compute-instance calls nvidia-ctk makes
+for them. Only where nvidia-ctk fails on a node with MIG devices (with --host-view host, on a host without
+/proc/driver/nvidia-caps/mig-minors; a newer nvidia-ctk calling an NVML function the fake lacks, which
+its error names) are both run again on the full GPUs not in MIG mode, and the report says so.
 Needs root (the nodes are mknod'd, the binds) and gcc.
 Usage: python -m bench.compare_generate --nvidia-ctk PATH [--preset NAME ...] [--tree] [--host-view host]
 """
@@ -36,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import cdictk as cdictk_package
 from cdictk.hooks.steps import BATCHED
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 
@@ -234,7 +237,7 @@ def node_view(node: FakeNode) -> tuple[list[str], list[str]]:
 
 @dataclass(frozen=True)
 class Generators:
-    cdictk: str
+    cdictk: list[str]  # the command
     nvidia_ctk: str
     view: str  # "node": nvidia-ctk sees the node's HOST_READS; "host": the host's
 
@@ -255,7 +258,7 @@ def report(label: str, node: FakeNode, generators: Generators, cdictk_roots: lis
         "--nvidia-cdi-hook-path",
         NVIDIA_HOOK,
     ]
-    cdictk_command = [generators.cdictk, "cdi", "generate", *cdictk_roots, *COMMON_ARGS, "--format", "json"]
+    cdictk_command = [*generators.cdictk, "cdi", "generate", *cdictk_roots, *COMMON_ARGS, "--format", "json"]
     print(f"== {label}")
     print(f"   roots: {' '.join(roots(cdictk_roots))} (cdictk also: procfs and sysfs of the node)")
     print(
@@ -304,8 +307,15 @@ def report(label: str, node: FakeNode, generators: Generators, cdictk_roots: lis
             for category, items in side.items():
                 counts.setdefault(category, [0, 0])[index] += len(items)
     parts = [f"{category} {n}/{c}" for category, (n, c) in sorted(counts.items())]
-    restricted = f" [GPUs {','.join(only)} only]" if only else ""
-    return f"{label}{restricted}: " + (", ".join(parts) or "no differences")
+    restricted = f", GPUs {','.join(only)} only: nvidia-ctk failed on the whole node" if only else ""
+    return f"{label} [{compared(devices)}{restricted}]: " + (", ".join(parts) or "no differences")
+
+
+def compared(devices: Mapping[str, object]) -> str:
+    """How many full GPUs and MIG devices both specs have, by their UUID names."""
+    gpus = sum(name.startswith("GPU-") for name in devices)
+    migs = sum(name.startswith("MIG-") for name in devices)
+    return f"full GPUs {gpus}, MIG devices {migs}"
 
 
 def main() -> int:
@@ -328,13 +338,13 @@ def main() -> int:
         print("bench/compare_generate.py needs root: the fake nodes' device nodes are made with mknod")
         return 0
     nvidia_ctk = os.path.abspath(args.nvidia_ctk)
-    # This interpreter's own cdictk (the venv's), else the one on PATH.
-    cdictk = os.path.join(os.path.dirname(sys.executable), "cdictk")
-    if not os.path.exists(cdictk):
-        cdictk = shutil.which("cdictk") or sys.exit("no cdictk console script beside Python or on PATH")
+    # The cdictk this process imports (printed below), run as `python -m cdictk`. A console script, on
+    # PATH or beside the interpreter, may belong to another checkout: a pyenv shim or an editable install
+    # elsewhere runs that checkout's code.
+    cdictk = [sys.executable, "-m", "cdictk"]
     version = subprocess.run([nvidia_ctk, "--version"], capture_output=True, text=True, check=False)
     print(f"nvidia-ctk: {nvidia_ctk} ({' '.join(version.stdout.split()[:8]) or version.stderr.strip()})")
-    print(f"cdictk: {cdictk}")
+    print(f"cdictk: {' '.join(cdictk)} ({os.path.dirname(cdictk_package.__file__)})")
     print("NVIDIA only / cdictk only: what one spec has that the other lacks; host paths as <root>/...\n")
     generators = Generators(cdictk, nvidia_ctk, args.host_view)
     summaries = []

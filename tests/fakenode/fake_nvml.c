@@ -1,8 +1,8 @@
 /*
  * A stand-in for libnvidia-ml.so so that tests exercise the real pynvml code
  * path on machines without an NVIDIA GPU.  Only the calls cdictk makes are
- * provided, and the few more nvidia-ctk's generator needs for full GPUs (for
- * bench/compare_generate.py); anything else fails to resolve, which pynvml reports as
+ * provided, and the few more nvidia-ctk's generator needs for full GPUs and MIG
+ * devices (for bench/compare_generate.py); anything else fails to resolve, which pynvml reports as
  * NVMLError_FunctionNotFound, so a new dependency on NVML shows up in tests
  * instead of silently returning made-up data.
  *
@@ -53,6 +53,17 @@
 #define FAKE_DEFAULT_ARCH_MAJOR 9
 #define FAKE_DEFAULT_ARCH_MINOR 0
 #define NVML_BRAND_NVIDIA 14
+/* An H100 80GB HBM3's total memory, as nvidia-smi shows it (81559MiB). */
+#define FAKE_DEFAULT_MEMORY_MB 81559u
+/* A MIG-capable GPU's memory is cut into eighths; a GPU instance owns some. */
+#define FAKE_MEMORY_SLICES 8u
+
+#define NVML_GPU_INSTANCE_PROFILE_COUNT 0x12
+#define NVML_GPU_INSTANCE_PROFILE_CAPS_GFX 0x2
+#define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9
+#define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT 0x1
+#define NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX 0x1
+#define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
 
 typedef int nvmlReturn_t;
 
@@ -80,6 +91,118 @@ typedef struct {
     unsigned long long memorySizeMB;
 } nvmlDeviceAttributes_t;
 
+/* The MIG structs below are nvml.h's, field for field (go-nvml and pynvml
+ * copy them); the sizes are checked against nvml.h's version constants. */
+typedef struct {
+    unsigned long long total;
+    unsigned long long free;
+    unsigned long long used;
+} nvmlMemory_t;
+
+typedef struct {
+    unsigned int start;
+    unsigned int size;
+} nvmlInstancePlacement_t; /* nvmlGpuInstancePlacement_t, nvmlComputeInstancePlacement_t */
+
+typedef struct {
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+} nvmlGpuInstanceProfileInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int id;
+    unsigned int isP2pSupported;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlGpuInstanceProfileInfo_v2_t;
+
+/* v3 drops isP2pSupported and adds capabilities at the end. */
+typedef struct {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int copyEngineCount;
+    unsigned int decoderCount;
+    unsigned int encoderCount;
+    unsigned int jpegCount;
+    unsigned int ofaCount;
+    unsigned long long memorySizeMB;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities;
+} nvmlGpuInstanceProfileInfo_v3_t;
+
+typedef struct {
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+} nvmlComputeInstanceProfileInfo_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+} nvmlComputeInstanceProfileInfo_v2_t;
+
+typedef struct {
+    unsigned int version;
+    unsigned int id;
+    unsigned int sliceCount;
+    unsigned int instanceCount;
+    unsigned int multiprocessorCount;
+    unsigned int sharedCopyEngineCount;
+    unsigned int sharedDecoderCount;
+    unsigned int sharedEncoderCount;
+    unsigned int sharedJpegCount;
+    unsigned int sharedOfaCount;
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE];
+    unsigned int capabilities;
+} nvmlComputeInstanceProfileInfo_v3_t;
+
+/* NVML_STRUCT_VERSION: the size in the low bits, the version in the top byte. */
+#define FAKE_STRUCT_VERSION(type, ver) ((unsigned int)(sizeof(type) | ((ver) << 24u)))
+/* What nvml.h (API 13, as go-nvml vendors it) gives for its version macros on
+ * x86_64 and aarch64; pynvml spells out the v2 ones. */
+_Static_assert(FAKE_STRUCT_VERSION(nvmlGpuInstanceProfileInfo_v2_t, 2) == 0x02000098u, "GI profile v2");
+_Static_assert(FAKE_STRUCT_VERSION(nvmlGpuInstanceProfileInfo_v3_t, 3) == 0x03000098u, "GI profile v3");
+_Static_assert(FAKE_STRUCT_VERSION(nvmlComputeInstanceProfileInfo_v2_t, 2) == 0x02000088u, "CI profile v2");
+_Static_assert(FAKE_STRUCT_VERSION(nvmlComputeInstanceProfileInfo_v3_t, 3) == 0x0300008Cu, "CI profile v3");
+_Static_assert(sizeof(nvmlGpuInstanceProfileInfo_t) == 48 && sizeof(nvmlComputeInstanceProfileInfo_t) == 36,
+               "v1 profile info");
+
 enum fake_mig_mode { FAKE_MIG_DISABLED, FAKE_MIG_ENABLED, FAKE_MIG_UNSUPPORTED };
 
 /* One type for GPUs and MIG devices because NVML hands out both as the same
@@ -98,9 +221,14 @@ struct fake_device {
     unsigned int max_mig;
     int arch_major, arch_minor; /* nvmlDeviceGetCudaComputeCapability */
     int brand;                  /* nvmlBrandType_t, any value: NVML adds brands */
+    unsigned long long memory_mb; /* the GPU's total, or the MIG device's (its GPU instance's) */
     /* MIG only */
     unsigned int gi, ci, gi_slices, ci_slices, sms;
-    unsigned long long memory_mb;
+    /* Derived at load from the above, the GPU's memory and the profile that
+     * ends the name ("... MIG 1c.3g.40gb", "... MIG 1g.10gb+me"). */
+    unsigned int gi_profile, ci_profile; /* NVML_*_INSTANCE_PROFILE_* */
+    unsigned int mem_slices;             /* eighths of the GPU's memory */
+    size_t profile_at, gi_name_at;       /* offsets in name: "1c.3g.40gb", "3g.40gb" */
 };
 
 struct fake_state {
@@ -116,12 +244,38 @@ struct fake_state {
 
 typedef struct fake_device *nvmlDevice_t;
 
+/* GPU and compute instance handles are the addresses of one slot each in
+ * these arrays, [gpu][MIG slot]: a compute instance is named by its MIG
+ * device's slot, a GPU instance by the first slot of a MIG device on it.
+ * Never dereferenced, and no device handle, so a mix-up is rejected. */
+struct fake_gpu_instance { char unused; };
+struct fake_compute_instance { char unused; };
+typedef struct fake_gpu_instance *nvmlGpuInstance_t;
+typedef struct fake_compute_instance *nvmlComputeInstance_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlInstancePlacement_t placement;
+} nvmlGpuInstanceInfo_t;
+
+typedef struct {
+    nvmlDevice_t device;
+    nvmlGpuInstance_t gpuInstance;
+    unsigned int id;
+    unsigned int profileId;
+    nvmlInstancePlacement_t placement;
+} nvmlComputeInstanceInfo_t;
+
 /* Static, not heap: handles stay valid pointers for the life of the process,
  * so a stale handle used after shutdown is rejected rather than dereferenced
  * as freed memory. */
 static struct fake_state live;
 static struct fake_state staged;
 static unsigned int init_refs;
+static struct fake_gpu_instance gi_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
+static struct fake_compute_instance ci_handles[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
 
 nvmlReturn_t nvmlInit_v2(void);
 
@@ -415,8 +569,11 @@ static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
         fake_uint(l, "maxmig", 0, FAKE_MAX_MIGS, FAKE_MAX_MIGS, &d->max_mig) != 0 ||
         fake_uint(l, "pciid", 0, FAKE_DEFAULT_PCI_ID, UINT_MAX, &d->pci_id) != 0 ||
         fake_uint(l, "brand", 0, NVML_BRAND_NVIDIA, INT_MAX, &brand) != 0 ||
-        fake_uint(l, "lost", 0, 0, 1, &lost) != 0)
+        fake_uint(l, "lost", 0, 0, 1, &lost) != 0 ||
+        fake_num(l, "memmb", 0, FAKE_DEFAULT_MEMORY_MB, ULLONG_MAX >> 20, &d->memory_mb) != 0)
         return -1;
+    if (d->memory_mb == 0)
+        return fake_bad(l, "memmb must be above 0", NULL);
     d->brand = (int)brand;
     d->lost = (int)lost;
 
@@ -472,6 +629,90 @@ static int fake_record_mig(struct fake_line *l, struct fake_state *st)
     return fake_check_all_seen(l);
 }
 
+/* NVML's GPU instance profiles, by NVML_GPU_INSTANCE_PROFILE_* value: what
+ * sets a MIG device's apart (its slices, the attributes that end its profile
+ * name, two memory slices for one compute slice) and the profile ID that
+ * nvmlDeviceGetGpuInstanceProfileInfo reports.  The IDs are an H100's for the
+ * profiles it has (1g.10gb is 19, 7g.80gb 0); the others get 0x20 + value,
+ * IDs no H100 profile has, so that a caller mixing up the two fails. */
+static const struct {
+    unsigned int slices;
+    const char *suffix;
+    int rev2;
+    unsigned int id;
+} fake_gi_profiles[NVML_GPU_INSTANCE_PROFILE_COUNT] = {
+    {1, "", 0, 19},          {2, "", 0, 14},         {3, "", 0, 9},          {4, "", 0, 5},
+    {7, "", 0, 0},           {8, "", 0, 0x25},       {6, "", 0, 0x26},       {1, "+me", 0, 20},
+    {2, "+me", 0, 0x28},     {1, "", 1, 15},         {1, "+gfx", 0, 0x2A},   {2, "+gfx", 0, 0x2B},
+    {4, "+gfx", 0, 0x2C},    {1, "-me", 0, 0x2D},    {2, "-me", 0, 0x2E},    {1, "+me.all", 0, 0x2F},
+    {2, "+me.all", 0, 0x30}, {3, "+gfx", 0, 0x31},
+};
+
+/* The slices of each NVML_COMPUTE_INSTANCE_PROFILE_*, whose profile ID is its
+ * value as on an H100.  The first with a MIG device's slices is its profile
+ * (never 1_SLICE_REV1 or 7_SLICE_NVL). */
+static const unsigned int fake_ci_slices[NVML_COMPUTE_INSTANCE_PROFILE_COUNT] = {1, 2, 3, 4, 7, 8, 6, 1, 7};
+
+/* The profile that ends a MIG device's name ("... MIG 1c.3g.40gb+me"): its
+ * compute and GPU instance slices, the offsets of the profile and of its GPU
+ * instance part ("3g.40gb+me") in the name, and what follows the "gb". */
+static int fake_parse_profile(struct fake_device *d, unsigned int *c, unsigned int *g, const char **suffix)
+{
+    const char *p = NULL, *s = d->name, *at;
+    unsigned int gb;
+    int n = 0;
+
+    while ((at = strstr(s, "MIG ")) != NULL) {
+        p = at + 4;
+        s = at + 1;
+    }
+    /* sscanf's %u would also take a sign or spaces. */
+    if (p == NULL || p[0] < '0' || p[0] > '9')
+        return -1;
+    if (sscanf(p, "%uc.%ug.%ugb%n", c, g, &gb, &n) == 3 && n > 0) {
+        d->gi_name_at = (size_t)(strchr(p, '.') + 1 - d->name);
+    } else if (sscanf(p, "%ug.%ugb%n", g, &gb, &n) == 2 && n > 0) {
+        *c = *g;
+        d->gi_name_at = (size_t)(p - d->name);
+    } else {
+        return -1;
+    }
+    d->profile_at = (size_t)(p - d->name);
+    *suffix = p + n;
+    return 0;
+}
+
+/* A MIG device's GPU and compute instance profiles and memory slices, from
+ * its record and its GPU's memory. */
+static int fake_mig_profiles(struct fake_line *l, const struct fake_device *gpu, struct fake_device *d)
+{
+    unsigned int c, g, p;
+    const char *suffix;
+    int rev2;
+
+    if (fake_parse_profile(d, &c, &g, &suffix) != 0)
+        return fake_bad(l, "mig name must end in MIG and a profile (1g.10gb, 1c.3g.40gb+me)", d->name);
+    if (c != d->ci_slices || g != d->gi_slices)
+        return fake_bad(l, "the profile in the mig name disagrees with gislices or cislices", d->name);
+    if (d->memory_mb == 0 || d->memory_mb > gpu->memory_mb)
+        return fake_bad(l, "mig memmb must be above 0 and at most its gpu's", d->uuid);
+    d->mem_slices = (unsigned int)((d->memory_mb * FAKE_MEMORY_SLICES + gpu->memory_mb - 1) / gpu->memory_mb);
+    rev2 = g == 1 && suffix[0] == '\0' && d->mem_slices >= 2;
+    for (p = 0; p < NVML_GPU_INSTANCE_PROFILE_COUNT; p++)
+        if (fake_gi_profiles[p].slices == g && fake_gi_profiles[p].rev2 == rev2 &&
+            strcmp(fake_gi_profiles[p].suffix, suffix) == 0)
+            break;
+    if (p == NVML_GPU_INSTANCE_PROFILE_COUNT)
+        return fake_bad(l, "no GPU instance profile has the slices and attributes of", d->name);
+    d->gi_profile = p;
+    for (p = 0; p < NVML_COMPUTE_INSTANCE_PROFILE_COUNT && fake_ci_slices[p] != c; p++)
+        ;
+    if (p == NVML_COMPUTE_INSTANCE_PROFILE_COUNT || c > g)
+        return fake_bad(l, "no compute instance profile has the slices of", d->name);
+    d->ci_profile = p;
+    return 0;
+}
+
 /* Cross-record rules, checked once the whole file is in, so records may come
  * in any order. */
 static int fake_validate(struct fake_line *l, struct fake_state *st)
@@ -497,6 +738,19 @@ static int fake_validate(struct fake_line *l, struct fake_state *st)
                 return fake_bad(l, "mig device on a gpu without mig=enabled", st->migs[g][m].uuid);
             if (m >= st->gpus[g].max_mig)
                 return fake_bad(l, "mig index not below the gpu's maxmig", st->migs[g][m].uuid);
+            if (fake_mig_profiles(l, &st->gpus[g], &st->migs[g][m]) != 0)
+                return -1;
+            /* MIG devices on one GPU instance share its profile and memory. */
+            for (unsigned int o = 0; o < m; o++) {
+                const struct fake_device *a = &st->migs[g][o], *b = &st->migs[g][m];
+
+                if (!a->used || a->gi != b->gi)
+                    continue;
+                if (a->ci == b->ci)
+                    return fake_bad(l, "two mig devices with the same gi and ci", b->uuid);
+                if (a->gi_profile != b->gi_profile || a->memory_mb != b->memory_mb)
+                    return fake_bad(l, "mig devices on one gi with different profiles or memmb", b->uuid);
+            }
         }
     }
     return 0;
@@ -527,8 +781,10 @@ static int fake_read_line(FILE *f, char *buf, size_t size)
  *   driver version=580.95.05 cuda=13000
  *   init error=9
  *   gpu index=0 minor=0 uuid=GPU-... bus=00000000:18:00.0 name="..." [mig=disabled|enabled|unsupported]
- *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14]
- *   mig gpu=0 index=0 gi=2 ci=0 uuid=MIG-... name="..." gislices=3 cislices=3 memmb=40192 [sms=14]
+ *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14] [lost=0] [memmb=81559]
+ *   mig gpu=0 index=0 gi=2 ci=0 uuid=MIG-... name="... MIG 3g.40gb" gislices=3 cislices=3 memmb=40192 [sms=14]
+ * A MIG device's name ends in its profile, as NVML's do; the GPU and compute
+ * instance queries derive their answers from it (see fake_mig_profiles).
  * Returns an NVML code: DRIVER_NOT_LOADED when there is no file (like a host
  * without the kernel module), UNKNOWN when it is malformed.
  */
@@ -650,6 +906,56 @@ static nvmlReturn_t fake_device(nvmlDevice_t handle, const void *out, struct fak
     if (*d == NULL || out == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
     return NVML_SUCCESS;
+}
+
+/* The slot of the first MIG device on GPU instance gi of GPU g, whose handle
+ * is the GPU instance's; FAKE_MAX_MIGS if there is none. */
+static unsigned int fake_gi_slot(unsigned int g, unsigned int gi)
+{
+    unsigned int m;
+
+    for (m = 0; m < FAKE_MAX_MIGS; m++)
+        if (live.migs[g][m].used && live.migs[g][m].gi == gi)
+            break;
+    return m;
+}
+
+_Static_assert(sizeof gi_handles == FAKE_MAX_GPUS * FAKE_MAX_MIGS &&
+                   sizeof ci_handles == FAKE_MAX_GPUS * FAKE_MAX_MIGS,
+               "one byte per instance handle");
+
+/* The MIG device whose slot an instance handle is, or NULL: as for devices,
+ * only handles we handed out are accepted. */
+static struct fake_device *fake_instance_lookup(const void *handle, const void *handles, int gpu_instance)
+{
+    uintptr_t p = (uintptr_t)handle, base = (uintptr_t)handles;
+    struct fake_device *d;
+    size_t i;
+
+    if (p < base || p >= base + FAKE_MAX_GPUS * FAKE_MAX_MIGS)
+        return NULL;
+    i = p - base;
+    d = &live.migs[i / FAKE_MAX_MIGS][i % FAKE_MAX_MIGS];
+    if (!d->used || (gpu_instance && fake_gi_slot(d->gpu, d->gi) != i % FAKE_MAX_MIGS))
+        return NULL;
+    return d;
+}
+
+/* fake_device's prologue for GPU and compute instance handles. */
+static nvmlReturn_t fake_gpu_instance(nvmlGpuInstance_t handle, const void *out, struct fake_device **d)
+{
+    if (init_refs == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    *d = fake_instance_lookup(handle, gi_handles, 1);
+    return (*d == NULL || out == NULL) ? NVML_ERROR_INVALID_ARGUMENT : NVML_SUCCESS;
+}
+
+static nvmlReturn_t fake_compute_instance(nvmlComputeInstance_t handle, const void *out, struct fake_device **d)
+{
+    if (init_refs == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    *d = fake_instance_lookup(handle, ci_handles, 0);
+    return (*d == NULL || out == NULL) ? NVML_ERROR_INVALID_ARGUMENT : NVML_SUCCESS;
 }
 
 static nvmlReturn_t fake_copy_string(char *buf, unsigned int length, const char *s)
@@ -1029,5 +1335,305 @@ nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type)
     if (d->is_mig)
         return NVML_ERROR_NOT_SUPPORTED;
     *type = d->brand;
+    return NVML_SUCCESS;
+}
+
+/* ---- MIG: memory, GPU and compute instances ----------------------------- */
+/* Not called by cdictk: nvidia-ctk's generator asks them of every MIG device
+ * (go-nvlib's MigDevice.GetProfile), and bench/compare_generate.py runs it on
+ * the fake nodes.  The config describes a profile only through the MIG devices
+ * that use it, so a GPU reports the GPU instance profiles of its MIG devices
+ * and a GPU instance the compute instance profiles of its own: the others
+ * answer NOT_SUPPORTED, as a profile the GPU lacks does. */
+
+/* Nothing allocated: all of it free. A MIG device has its GPU instance's. */
+nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, memory, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    memory->total = memory->free = d->memory_mb << 20;
+    memory->used = 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceById(nvmlDevice_t device, unsigned int id, nvmlGpuInstance_t *gpuInstance)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, gpuInstance, &d);
+    unsigned int m;
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (d->is_mig)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig_mode != FAKE_MIG_ENABLED)
+        return NVML_ERROR_NOT_SUPPORTED;
+    m = fake_gi_slot(d->gpu, id);
+    if (m == FAKE_MAX_MIGS)
+        return NVML_ERROR_NOT_FOUND;
+    *gpuInstance = &gi_handles[d->gpu][m];
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceById(nvmlGpuInstance_t gpuInstance, unsigned int id,
+                                                   nvmlComputeInstance_t *computeInstance)
+{
+    struct fake_device *gi;
+    nvmlReturn_t rc = fake_gpu_instance(gpuInstance, computeInstance, &gi);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned int m = 0; m < FAKE_MAX_MIGS; m++) {
+        const struct fake_device *d = &live.migs[gi->gpu][m];
+
+        if (d->used && d->gi == gi->gi && d->ci == id) {
+            *computeInstance = &ci_handles[gi->gpu][m];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_FOUND;
+}
+
+/* GPU instances sit in the GPU's memory slices in the order of their first
+ * MIG slots, compute instances in their GPU instance's compute slices in slot
+ * order: made up, as the config has no placements, but never overlapping. */
+nvmlReturn_t nvmlGpuInstanceGetInfo(nvmlGpuInstance_t gpuInstance, nvmlGpuInstanceInfo_t *info)
+{
+    struct fake_device *gi;
+    nvmlReturn_t rc = fake_gpu_instance(gpuInstance, info, &gi);
+    unsigned int start = 0;
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned int m = 0; m < FAKE_MAX_MIGS; m++) {
+        const struct fake_device *d = &live.migs[gi->gpu][m];
+
+        if (d == gi)
+            break;
+        if (d->used && fake_gi_slot(gi->gpu, d->gi) == m)
+            start += d->mem_slices;
+    }
+    memset(info, 0, sizeof *info);
+    info->device = &live.gpus[gi->gpu];
+    info->id = gi->gi;
+    info->profileId = fake_gi_profiles[gi->gi_profile].id;
+    info->placement.start = start;
+    info->placement.size = gi->mem_slices;
+    return NVML_SUCCESS;
+}
+
+/* The _v2 that nvml.h maps nvmlComputeInstanceGetInfo to, and pynvml calls;
+ * go-nvml calls it where it exists, else the first version, which takes the
+ * same struct. */
+nvmlReturn_t nvmlComputeInstanceGetInfo_v2(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+{
+    struct fake_device *ci;
+    nvmlReturn_t rc = fake_compute_instance(computeInstance, info, &ci);
+    unsigned int start = 0;
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    for (unsigned int m = 0; &live.migs[ci->gpu][m] != ci; m++)
+        if (live.migs[ci->gpu][m].used && live.migs[ci->gpu][m].gi == ci->gi)
+            start += live.migs[ci->gpu][m].ci_slices;
+    memset(info, 0, sizeof *info);
+    info->device = &live.gpus[ci->gpu];
+    info->gpuInstance = &gi_handles[ci->gpu][fake_gi_slot(ci->gpu, ci->gi)];
+    info->id = ci->ci;
+    info->profileId = ci->ci_profile;
+    info->placement.start = start;
+    info->placement.size = ci->ci_slices;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlComputeInstanceGetInfo(nvmlComputeInstance_t computeInstance, nvmlComputeInstanceInfo_t *info)
+{
+    return nvmlComputeInstanceGetInfo_v2(computeInstance, info);
+}
+
+#define FAKE_GI_PROFILE_V2 FAKE_STRUCT_VERSION(nvmlGpuInstanceProfileInfo_v2_t, 2)
+#define FAKE_GI_PROFILE_V3 FAKE_STRUCT_VERSION(nvmlGpuInstanceProfileInfo_v3_t, 3)
+#define FAKE_CI_PROFILE_V2 FAKE_STRUCT_VERSION(nvmlComputeInstanceProfileInfo_v2_t, 2)
+#define FAKE_CI_PROFILE_V3 FAKE_STRUCT_VERSION(nvmlComputeInstanceProfileInfo_v3_t, 3)
+
+/* The first MIG device of the GPU whose GPU instance has this profile. With
+ * versioned set, info is a versioned struct whose version must be v2 or v3. */
+static nvmlReturn_t fake_gi_profile(nvmlDevice_t device, unsigned int profile, const void *info, int versioned,
+                                    const struct fake_device **mig)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, info, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (versioned && *(const unsigned int *)info != FAKE_GI_PROFILE_V2 &&
+        *(const unsigned int *)info != FAKE_GI_PROFILE_V3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    /* INVALID_ARGUMENT past the last profile: how callers find the end. */
+    if (d->is_mig || profile >= NVML_GPU_INSTANCE_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->mig_mode != FAKE_MIG_ENABLED)
+        return NVML_ERROR_NOT_SUPPORTED;
+    for (unsigned int m = 0; m < FAKE_MAX_MIGS; m++) {
+        if (live.migs[d->gpu][m].used && live.migs[d->gpu][m].gi_profile == profile) {
+            *mig = &live.migs[d->gpu][m];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* A profile's answers, the fields of all three versions (v3 has them all but
+ * isP2pSupported, 0 here), from a MIG device that uses it.  How many fit: as
+ * many as the GPU's compute slices and its memory slices allow, and one of a
+ * profile with the media engines (+me, +me.all). The SMs: the MIG device's,
+ * scaled up when its compute instance is smaller than the GPU instance. */
+static void fake_gi_profile_info(const struct fake_device *mig, nvmlGpuInstanceProfileInfo_v3_t *out)
+{
+    const char *suffix = fake_gi_profiles[mig->gi_profile].suffix;
+    unsigned int fit = live.gpus[mig->gpu].max_mig / mig->gi_slices;
+
+    if (fit > FAKE_MEMORY_SLICES / mig->mem_slices)
+        fit = FAKE_MEMORY_SLICES / mig->mem_slices;
+    memset(out, 0, sizeof *out);
+    out->version = FAKE_GI_PROFILE_V3;
+    out->id = fake_gi_profiles[mig->gi_profile].id;
+    out->sliceCount = mig->gi_slices;
+    out->instanceCount = strncmp(suffix, "+me", 3) == 0 ? 1 : fit;
+    out->multiprocessorCount = mig->sms * mig->gi_slices / mig->ci_slices;
+    out->memorySizeMB = mig->memory_mb;
+    /* "MIG 3g.40gb": fits, as the name's part is shorter than the name. */
+    memcpy(out->name, "MIG ", 4);
+    strncpy(out->name + 4, mig->name + mig->gi_name_at, sizeof out->name - 5);
+    out->capabilities = strcmp(suffix, "+gfx") == 0 ? NVML_GPU_INSTANCE_PROFILE_CAPS_GFX : 0;
+}
+
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned int profile,
+                                                 nvmlGpuInstanceProfileInfo_t *info)
+{
+    const struct fake_device *mig;
+    nvmlGpuInstanceProfileInfo_v3_t v3;
+    nvmlReturn_t rc = fake_gi_profile(device, profile, info, 0, &mig);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    fake_gi_profile_info(mig, &v3);
+    memset(info, 0, sizeof *info);
+    info->id = v3.id;
+    info->sliceCount = v3.sliceCount;
+    info->instanceCount = v3.instanceCount;
+    info->multiprocessorCount = v3.multiprocessorCount;
+    info->memorySizeMB = v3.memorySizeMB;
+    return NVML_SUCCESS;
+}
+
+/* Takes a v2 or a v3 struct, as its version field says (pynvml's default). */
+nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned int profile,
+                                                  nvmlGpuInstanceProfileInfo_v2_t *info)
+{
+    const struct fake_device *mig;
+    nvmlGpuInstanceProfileInfo_v3_t v3;
+    nvmlReturn_t rc = fake_gi_profile(device, profile, info, 1, &mig);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    fake_gi_profile_info(mig, &v3);
+    if (info->version == FAKE_GI_PROFILE_V3) {
+        memcpy(info, &v3, sizeof v3);
+        return NVML_SUCCESS;
+    }
+    memset(info, 0, sizeof *info);
+    info->version = FAKE_GI_PROFILE_V2;
+    info->id = v3.id;
+    info->sliceCount = v3.sliceCount;
+    info->instanceCount = v3.instanceCount;
+    info->multiprocessorCount = v3.multiprocessorCount;
+    info->memorySizeMB = v3.memorySizeMB;
+    memcpy(info->name, v3.name, sizeof info->name);
+    return NVML_SUCCESS;
+}
+
+/* The first MIG device on the GPU instance whose compute instance has this
+ * profile; versioned as for fake_gi_profile. */
+static nvmlReturn_t fake_ci_profile(nvmlGpuInstance_t gpuInstance, unsigned int profile, unsigned int engProfile,
+                                    const void *info, int versioned, const struct fake_device **mig)
+{
+    struct fake_device *gi;
+    nvmlReturn_t rc = fake_gpu_instance(gpuInstance, info, &gi);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (versioned && *(const unsigned int *)info != FAKE_CI_PROFILE_V2 &&
+        *(const unsigned int *)info != FAKE_CI_PROFILE_V3)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (profile >= NVML_COMPUTE_INSTANCE_PROFILE_COUNT || engProfile >= NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int m = 0; m < FAKE_MAX_MIGS; m++) {
+        const struct fake_device *d = &live.migs[gi->gpu][m];
+
+        if (d->used && d->gi == gi->gi && d->ci_profile == profile) {
+            *mig = d;
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+/* As fake_gi_profile_info: all fields but the version's, which v2 lacks. */
+static void fake_ci_profile_info(const struct fake_device *mig, nvmlComputeInstanceProfileInfo_v3_t *out)
+{
+    memset(out, 0, sizeof *out);
+    out->version = FAKE_CI_PROFILE_V3;
+    out->id = mig->ci_profile;
+    out->sliceCount = mig->ci_slices;
+    out->instanceCount = mig->gi_slices / mig->ci_slices;
+    out->multiprocessorCount = mig->sms;
+    /* "MIG 1c.3g.40gb", or "MIG 3g.40gb" for the whole GPU instance. */
+    memcpy(out->name, "MIG ", 4);
+    strncpy(out->name + 4, mig->name + mig->profile_at, sizeof out->name - 5);
+    if (strcmp(fake_gi_profiles[mig->gi_profile].suffix, "+gfx") == 0)
+        out->capabilities = NVML_COMPUTE_INSTANCE_PROFILE_CAPS_GFX;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfo(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                          unsigned int engProfile,
+                                                          nvmlComputeInstanceProfileInfo_t *info)
+{
+    const struct fake_device *mig;
+    nvmlComputeInstanceProfileInfo_v3_t v3;
+    nvmlReturn_t rc = fake_ci_profile(gpuInstance, profile, engProfile, info, 0, &mig);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    fake_ci_profile_info(mig, &v3);
+    memset(info, 0, sizeof *info);
+    info->id = v3.id;
+    info->sliceCount = v3.sliceCount;
+    info->instanceCount = v3.instanceCount;
+    info->multiprocessorCount = v3.multiprocessorCount;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpuInstance, unsigned int profile,
+                                                           unsigned int engProfile,
+                                                           nvmlComputeInstanceProfileInfo_v2_t *info)
+{
+    const struct fake_device *mig;
+    nvmlComputeInstanceProfileInfo_v3_t v3;
+    nvmlReturn_t rc = fake_ci_profile(gpuInstance, profile, engProfile, info, 1, &mig);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    fake_ci_profile_info(mig, &v3);
+    if (info->version == FAKE_CI_PROFILE_V3) {
+        memcpy(info, &v3, sizeof v3);
+        return NVML_SUCCESS;
+    }
+    /* v2 is v3 without capabilities, which come last. */
+    memcpy(info, &v3, sizeof *info);
+    info->version = FAKE_CI_PROFILE_V2;
     return NVML_SUCCESS;
 }

@@ -45,6 +45,7 @@ class FakeGpu:
     arch: str = "9.0"  # CUDA compute capability, major.minor (an H100's)
     brand: int = NVML_BRAND_NVIDIA  # an nvmlBrandType_t value
     lost: bool = False  # nvmlDeviceGetHandleByIndex (and ByUUID) answer "GPU is lost", as after an Xid 79
+    memory_mb: int = 81559  # total memory (nvmlDeviceGetMemoryInfo), an H100 80GB HBM3's
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class FakeMig:
     gi: int
     ci: int
     uuid: str
-    name: str
+    name: str  # ends in the profile, as NVML's: "NVIDIA H100 80GB HBM3 MIG 1c.3g.40gb"; it must agree with the slices
     gi_slices: int
     ci_slices: int
     memory_mb: int
@@ -80,7 +81,7 @@ class FakeNvmlConfig:
             lines.append(
                 f"gpu index={gpu.index} minor={gpu.minor} uuid={_value(gpu.uuid)} bus={_value(gpu.bus_id)}"
                 f" name={_value(gpu.name)} mig={gpu.mig} maxmig={gpu.max_mig}"
-                f" arch={_value(gpu.arch)} brand={gpu.brand} lost={int(gpu.lost)}"
+                f" arch={_value(gpu.arch)} brand={gpu.brand} lost={int(gpu.lost)} memmb={gpu.memory_mb}"
             )
         for mig in self.migs:
             lines.append(
