@@ -199,7 +199,14 @@ def _mig_parts(facts: NodeFacts, gpu: Gpu, mig: MigDevice, warnings: list[str]) 
         return None
     parts = Parts(nodes=[parent, *(cap for cap in caps if cap is not None)])
     drm = facts.drm.get(gpu.bus_id)
-    if drm is not None and "gfx" in mig.profile.split("+")[1:]:  # 1g.24gb+gfx: graphics in the instance
+    if drm is not None and "gfx" in _attributes(mig.profile):  # 1g.24gb+gfx: graphics in the instance
         parts.nodes += drm.nodes
         parts.links += drm.links
     return parts
+
+
+def _attributes(profile: str) -> set[str]:
+    """A MIG profile's attributes: ``1g.24gb+gfx`` has gfx, ``1g.10gb+me,gfx`` (NVIDIA joins several
+    with commas) has me and gfx."""
+    _, _, attributes = profile.partition("+")
+    return {part for part in attributes.replace("+", ",").split(",") if part}

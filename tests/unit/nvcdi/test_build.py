@@ -107,9 +107,11 @@ def test_by_path_links_become_a_device_hook_only_with_a_hook_program() -> None:
     assert not spec.devices[0].container_edits.hooks and not spec.container_edits.hooks
 
 
-def test_a_gfx_mig_device_gets_its_parents_drm_nodes_and_links() -> None:
-    """Issue 18: a +gfx instance (RTX PRO 6000 Blackwell) does graphics; NVIDIA gives it the DRM nodes."""
-    migs = (MigDevice(0, 0, 1, 0, "MIG-g", "1g.24gb+gfx"), MigDevice(0, 1, 2, 0, "MIG-c", "1g.24gb"))
+@pytest.mark.parametrize("profile", ["1g.24gb+gfx", "1g.24gb+me,gfx", "1g.24gb+me+gfx"])
+def test_a_gfx_mig_device_gets_its_parents_drm_nodes_and_links(profile: str) -> None:
+    """Issue 18: a +gfx instance (RTX PRO 6000 Blackwell) does graphics; NVIDIA gives it the DRM nodes,
+    whatever other attributes the profile has (NVIDIA joins them with commas)."""
+    migs = (MigDevice(0, 0, 1, 0, "MIG-g", profile), MigDevice(0, 1, 2, 0, "MIG-c", "1g.24gb+me"))
     base = facts(
         [Gpu(0, 0, "GPU-0", "0000:01:00.0", "RTX PRO 6000", True, migs)],
         minors=MigMinors(1, 2, {(0, 1, None): 12, (0, 1, 0): 13, (0, 2, None): 21, (0, 2, 0): 22}),
