@@ -3,7 +3,11 @@
 Builds the "single" and "eight" presets (and 16 and 32 full GPUs for the scaling line) under a temp dir,
 then times the installed `cdictk` console script writing a fresh spec, N times each. Prints median and
 best in ms, the ratio to the 150 ms aim, and the cost per device. Needs root (the nodes are mknod'd).
-Usage: python -m bench.generate [--repeat N]   (repository root, in the venv)
+With ``--nvidia-ctk PATH`` (NVIDIA's, built ad hoc from its source), both generators also run on each
+node in the same loop, each wrapped alike in the private mount namespace where nvidia-ctk sees the
+node's /proc/driver and sysfs (bench/compare_generate.py's view), and the ratio is printed (issue 19's
+aims: at most 1x NVIDIA on the eight-GPU node, 2x on the one-GPU node).
+Usage: python -m bench.generate [--repeat N] [--nvidia-ctk PATH]   (repository root, in the venv)
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import sys
 import tempfile
 import time
 
+from bench.compare_generate import COMMON_ARGS, node_view
 from tests.fakenode.node import BUSES, PRESETS, Preset, build_node, fake_gpu
 
 AIM_MS = 150.0
@@ -51,6 +56,7 @@ def many_gpus(count: int) -> Preset:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=21)
+    parser.add_argument("--nvidia-ctk", metavar="PATH", help="NVIDIA's generator, for its rows")
     args = parser.parse_args()
     if os.geteuid() != 0:
         print(
@@ -64,20 +70,33 @@ def main() -> int:
         cache = os.path.join(scratch, "cache")
         output = os.path.join(scratch, "out", "nvidia.yaml")
         commands = {"floor": [python, "-c", "pass"]}
+        viewed: dict[str, tuple[list[str], list[str]]] = {}  # preset: (cdictk, nvidia-ctk) in the view
         for preset in presets:
             node = build_node(os.path.join(scratch, preset.name.replace(" ", "-")), preset, cache)
             commands[preset.name] = [cdictk, "cdi", "generate", *node.cli_args(), "--output", output]
+            if args.nvidia_ctk:
+                view, _ = node_view(node)
+                theirs = [os.path.abspath(args.nvidia_ctk), "cdi", "generate", "--driver-root", node.root]
+                theirs += [*COMMON_ARGS, "--output", output]
+                viewed[preset.name] = ([*view, *commands[preset.name]], [*view, *theirs])
+        for name, (ours, theirs) in viewed.items():
+            commands[f"{name}, in the view: cdictk"] = ours
+            commands[f"{name}, in the view: nvidia-ctk"] = theirs
         devices = {}
         for preset in presets:
             timed(commands[preset.name], 1, before=output)  # warm the page cache
             with open(output, encoding="utf-8") as handle:
                 devices[preset.name] = handle.read().count("\n- name: ")
+        for name in viewed:
+            for who in ("cdictk", "nvidia-ctk"):
+                timed(commands[f"{name}, in the view: {who}"], 1, before=output)
         # Round-robin, so that a slow spell of this machine hits every row alike.
         times: dict[str, list[float]] = {name: [] for name in commands}
         for _ in range(args.repeat):
             for name, command in commands.items():
                 times[name] += timed(command, 1, before=output)
     floor = statistics.median(times.pop("floor"))
+    compared = {name: times.pop(name) for name in list(times) if ", in the view: " in name}
     print(f"{cdictk} runs {python}; {python} -c pass (the floor): {floor:.1f} ms (median of {args.repeat})")
     print(f"{'node':<12} {'devices':>7} {'median ms':>10} {'best ms':>8} {'over floor':>10} {'vs 150 ms':>9}")
     rows = []
@@ -92,6 +111,15 @@ def main() -> int:
     # one noisy size than the difference of two.
     slope = statistics.linear_regression([float(d) for d, _ in rows], [m for _, m in rows]).slope
     print(f"growth: {slope:.2f} ms per device (least squares over {len(rows)} sizes)")
+    if compared:
+        print(f"\nagainst {args.nvidia_ctk}, both in the same private mount namespace wrapper:")
+        print(f"{'node':<12} {'cdictk ms':>10} {'nvidia-ctk ms':>14} {'ratio':>6}  aim")
+        for preset in presets:
+            mine = statistics.median(compared[f"{preset.name}, in the view: cdictk"])
+            nvidias = statistics.median(compared[f"{preset.name}, in the view: nvidia-ctk"])
+            aim = {"single": 2.0, "eight": 1.0}.get(preset.name)
+            verdict = "" if aim is None else f"<= {aim:.0f}x: {'met' if mine / nvidias <= aim else 'missed'}"
+            print(f"{preset.name:<12} {mine:>10.1f} {nvidias:>14.1f} {mine / nvidias:>6.2f}  {verdict}")
     return 0
 
 

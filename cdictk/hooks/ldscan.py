@@ -5,7 +5,7 @@ system directories of the ldconfig this stands in for; a directory reached twice
 link) counts once, under its first name. In each directory the shared objects are chosen as ldconfig
 chooses them (a file before a link to it, the newer version of one SONAME, a ``libfoo.so`` development
 link as a name of its own) and the missing SONAME links are listed for the caller to make. Everything
-is resolved inside the rootfs and read through :mod:`cdictk.hooks.elfdso`; nothing in the image runs.
+is resolved inside the rootfs and read through :mod:`cdictk.elfdso`; nothing in the image runs.
 
 What ldconfig does that this does not attempt raises :class:`Unsupported` so that the caller can run
 ldconfig instead: glibc-hwcaps and legacy hwcap subdirectories, ``dir=type`` lines, a configuration
@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 import stat
 
+from cdictk.elfdso import FLAG_ELF, FLAG_ELF_LIBC6, read_dso
 from cdictk.hooks import ldconf
-from cdictk.hooks.elfdso import FLAG_ELF, FLAG_ELF_LIBC6, read_dso
 from cdictk.hooks.ldsocache import CacheEntry, libkey
 from cdictk.rootfs import Rootfs, reopen_regular
 

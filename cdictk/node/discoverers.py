@@ -15,12 +15,12 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from cdictk.elfdso import read_soname
 from cdictk.errors import CdictkError
 from cdictk.node import csvfiles, devnodes, driverfiles, othernodes, wsl
 from cdictk.node.csvfiles import CsvEntries, CsvSource
 from cdictk.node.devnodes import NodeInfo
 from cdictk.node.driverfiles import DriverFile, FileKind
-from cdictk.node.elfinfo import SonameReader
 from cdictk.node.libraries import (
     DriverLibrary,
     LibraryScan,
@@ -76,7 +76,7 @@ class Context:
 
     def libraries(self) -> LibraryScan:
         if self._scan is None:
-            self._scan = find_driver_libraries(self.roots, self.version, self.candidates, SonameReader())
+            self._scan = find_driver_libraries(self.roots, self.version, self.candidates)
         return self._scan
 
     def csv_entries(self) -> CsvEntries:
@@ -179,10 +179,9 @@ def csv_files(context: Context) -> Found:
     found = csvfiles.find_files(roots, read.entries, context.csv.ignore_patterns)
     result = Found(device_nodes=nodes)
     result.missing += [f"{path} (CSV file)" for path in read.absent] + absent_nodes + found.missing
-    reader = SonameReader()
     for path, host, is_dir in found.files:
         if not is_dir and _LIBRARY.fullmatch(os.path.basename(path)):
-            soname = reader.read(host)
+            soname = read_soname(host)
             usable = (
                 soname is not None and "/" not in soname and soname not in (".", "..") and usable_name(soname)
             )

@@ -15,7 +15,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from cdictk.node.elfinfo import SonameReader
+from cdictk.elfdso import read_soname
 from cdictk.node.ldcache import LdCacheError, read_ld_cache
 from cdictk.node.roots import Roots, join, resolve
 from cdictk.sorting import natural_key
@@ -119,9 +119,7 @@ def _listing(roots: Roots, directory: str, skipped: list[str]) -> tuple[str, lis
     return real, sorted(files), sorted(links)
 
 
-def find_driver_libraries(
-    roots: Roots, version: str, candidates: list[str], reader: SonameReader
-) -> LibraryScan:
+def find_driver_libraries(roots: Roots, version: str, candidates: list[str]) -> LibraryScan:
     """The libraries of driver ``version`` in ``candidates`` (from ``candidate_dirs``) and their links."""
     scan = LibraryScan()
     for directory in candidates:
@@ -137,15 +135,15 @@ def find_driver_libraries(
                 paths.extend(f"{where}/{name}" for name in names if is_driver_library(name, version))
     # A subdirectory (vdpau/) can be a library directory of its own too.
     paths = list(dict.fromkeys(paths))
-    scan.libraries = [DriverLibrary(path, _soname(reader, join(roots.driver, path))) for path in paths]
+    scan.libraries = [DriverLibrary(path, _soname(join(roots.driver, path))) for path in paths]
     scan.links = library_links(roots, scan.dirs, scan.libraries)
     scan.skipped = sorted(set(scan.skipped))
     return scan
 
 
-def _soname(reader: SonameReader, path: str) -> str | None:
+def _soname(path: str) -> str | None:
     """The SONAME when it can name a link next to the library (no "/", not "." or "..")."""
-    soname = reader.read(path)
+    soname = read_soname(path)
     if soname is None or "/" in soname or soname in (".", "..") or not usable_name(soname):
         return None
     return soname

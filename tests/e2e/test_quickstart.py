@@ -231,9 +231,12 @@ def test_the_readme_test_command_passes_on_a_pristine_debian(machine: Machine) -
     from sid, the minbase rootfs (debootstrap, inside the machine), the test extras."""
     result = machine.run(readme_commands()[1], timeout=1200)
     # stdout's end holds pytest's summary; pip's warnings about index locations would push it out.
-    output = result.stdout[-6000:] + "\n".join(
-        line for line in result.stderr.splitlines() if not line.startswith("WARNING: Location ")
-    )[-3000:]
+    output = (
+        result.stdout[-6000:]
+        + "\n".join(line for line in result.stderr.splitlines() if not line.startswith("WARNING: Location "))[
+            -3000:
+        ]
+    )
     assert result.returncode == 0, output
     summary = re.findall(r"^=+ (.*) in [\d.]+s.* =+$", result.stdout, re.MULTILINE)
     assert summary, output

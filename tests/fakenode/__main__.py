@@ -16,7 +16,7 @@ from tests.fakenode.platforms import PLATFORMS, build_platform
 from tests.fakenode.tools import MissingTool, node_tools
 
 # What `python -m cdictk` imports, by import name: the demo runs it in this interpreter.
-CDICTK_IMPORTS = ("cdictk", "click", "yaml", "jsonschema", "elftools", "pynvml", "tomlkit")
+CDICTK_IMPORTS = ("cdictk", "click", "yaml", "jsonschema", "pynvml", "tomlkit")
 
 
 def main() -> int:

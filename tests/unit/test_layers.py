@@ -41,6 +41,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.parsecache",
             "cdictk.trust",
             "cdictk.trustscan",
+            "cdictk.elfdso",
         ),
         (),
     ),

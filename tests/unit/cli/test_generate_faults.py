@@ -13,7 +13,6 @@ import pytest
 
 from cdictk.cdi.load import load_spec
 from cdictk.cli.main import main
-from cdictk.node.elfinfo import SonameReader
 from cdictk.node.libraries import candidate_dirs, find_driver_libraries, version_from_libraries
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.hooks import entry_file, hook_program
@@ -40,7 +39,7 @@ def test_two_files_sharing_a_missing_soname_link_give_one_link_to_the_newest(mak
     )
     os.unlink(f"{node.lib_dir}/libnvidia-egl-wayland.so.1")
     roots = roots_of(node)
-    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []))
     wayland = [(t, link) for t, link in scan.links if link.endswith("libnvidia-egl-wayland.so.1")]
     assert wayland == [("libnvidia-egl-wayland.so.1.1.19", f"{LIB_DIR}/libnvidia-egl-wayland.so.1")]
     assert scan.links == sorted(scan.links)

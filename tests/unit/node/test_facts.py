@@ -10,7 +10,6 @@ import pytest
 
 from cdictk.node import devnodes, driverfiles, procfs
 from cdictk.node.drm import drm_for_gpu
-from cdictk.node.elfinfo import SonameReader
 from cdictk.node.facts import DiscoveryError, discover, find_nvml_library
 from cdictk.node.libraries import candidate_dirs, find_driver_libraries, is_driver_library
 from cdictk.node.modes import Mode
@@ -118,7 +117,7 @@ def test_which_files_are_driver_libraries(name: str, expected: bool) -> None:
 def test_driver_libraries_sonames_and_links(make_node: NodeFactory) -> None:
     node = make_node("single")
     roots = roots_of(node)
-    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []))
     by_path = {lib.path: lib.soname for lib in scan.libraries}
     assert scan.dirs == [LIB_DIR, LIB_DIR + "/vdpau"] or scan.dirs == [LIB_DIR]
     assert by_path[f"{LIB_DIR}/libcuda.so.{V}"] == "libcuda.so.1"
@@ -140,7 +139,7 @@ def test_missing_soname_link_is_added(make_node: NodeFactory) -> None:
     node = make_node("single")
     os.unlink(f"{node.lib_dir}/libcudadebugger.so.1")
     roots = roots_of(node)
-    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []))
     assert (f"libcudadebugger.so.{V}", f"{LIB_DIR}/libcudadebugger.so.1") in scan.links
 
 
@@ -165,11 +164,11 @@ def test_the_gl_loaders_links_are_made_when_the_host_lacks_them(make_node: NodeF
     os.unlink(f"{node.lib_dir}/gbm/nvidia-drm_gbm.so")
     os.unlink(f"{node.lib_dir}/libGLX_indirect.so.0")
     roots = roots_of(node)
-    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []))
     assert ("../libnvidia-allocator.so.1", f"{LIB_DIR}/gbm/nvidia-drm_gbm.so") in scan.links
     assert (f"libGLX_nvidia.so.{V}", f"{LIB_DIR}/libGLX_indirect.so.0") in scan.links
     os.symlink("libGLX_mesa.so.0", f"{node.lib_dir}/libGLX_indirect.so.0")  # the host's choice stands
-    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []), SonameReader())
+    scan = find_driver_libraries(roots, V, candidate_dirs(roots, []))
     assert not any(link.endswith("/libGLX_indirect.so.0") for _, link in scan.links)
 
 

@@ -1,15 +1,20 @@
-"""What ldconfig reads from a shared object: its cache flags and its SONAME.
+"""A shared object's SONAME, and what ldconfig reads from it: standard library only, no ELF parser.
 
-Read through ``os.pread`` on a descriptor the caller opened, at offsets checked against the file's size
-and fixed caps: a file in the image may be anything, and this must never read past it, allocate much
-or loop. The answer follows glibc's ``process_file``: an ELF ``ET_DYN`` of a machine this host's
-ldconfig knows, with the flags it would store (``FLAG_ELF_LIBC6`` and the architecture's bits); None
-for anything ldconfig would skip.
+Read through ``os.pread`` at offsets checked against the file's size and fixed caps: the ELF header,
+the program headers, the dynamic entries and one string, never the whole file (a libcuda is 100 MiB).
+A file may be anything (the hooks read the image's libraries), and this must never read past it,
+allocate much or loop. Little-endian ELF only, the byte order of every platform NVIDIA's driver runs on.
+
+- :func:`read_soname`: the SONAME of a library, any machine (the generator, for the driver's links);
+- :func:`read_dso`: what glibc's ``process_file`` keeps: an ELF ``ET_DYN`` of a machine this host's
+  ldconfig knows, with the flags it would store (``FLAG_ELF_LIBC6`` and the architecture's bits); None
+  for anything ldconfig would skip (the ld cache the hook writes).
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import struct
 
 FLAG_ELF = 0x0001
@@ -46,20 +51,16 @@ def read_dso(fd: int, size: int) -> Dso | None:
     """The shared object's flags and SONAME, or None when ldconfig would not cache it."""
     if size < _MIN_SIZE:
         return None
-    ident = os.pread(fd, 64, 0)
-    if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[5] != 1:  # little-endian hosts only
+    header = _header(fd)
+    if header is None:
         return None
-    is64 = ident[4] == 2
-    if ident[4] not in (1, 2):
-        return None
-    header = struct.unpack_from("<HHIQQQIHHH" if is64 else "<HHIIIIIHHH", ident, 16)
-    e_type, machine, phoff, phentsize, phnum = header[0], header[1], header[4], header[8], header[9]
+    is64, e_type, machine, headers = header
     if e_type != _ET_DYN:
         return None
     arch = _arch_flags(machine, is64)
     if arch is None:
         return None
-    found = _dynamic(fd, size, is64, (phoff, phentsize, phnum), classify=not arch)
+    found = _dynamic(fd, size, is64, headers, classify=not arch)
     if found is None:
         return None
     soname, needs_libc, interpreter = found
@@ -67,6 +68,41 @@ def read_dso(fd: int, size: int) -> Dso | None:
         return Dso(arch | FLAG_ELF_LIBC6, soname)
     libc6 = needs_libc or interpreter in _LIBC6_INTERPRETERS
     return Dso(FLAG_ELF_LIBC6 if libc6 else FLAG_ELF, soname)
+
+
+def read_soname(path: str, max_size: int = 1 << 30) -> str | None:
+    """The SONAME of the ELF shared object at ``path`` (a file of at most ``max_size`` bytes); None when
+    it has none or is not a readable little-endian ELF file, or the name is not UTF-8."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not _MIN_SIZE <= info.st_size <= max_size:
+            return None
+        header = _header(fd)
+        if header is None:
+            return None
+        is64, _, _, headers = header
+        found = _dynamic(fd, info.st_size, is64, headers, classify=False)
+        return None if found is None or found[0] is None else found[0].decode()
+    except (OSError, ValueError):  # UnicodeDecodeError among them
+        return None
+    finally:
+        os.close(fd)
+
+
+def _header(fd: int) -> tuple[bool, int, int, tuple[int, int, int]] | None:
+    """(64-bit, e_type, e_machine, (phoff, phentsize, phnum)) of a little-endian ELF file, or None."""
+    ident = os.pread(fd, 64, 0)
+    if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[5] != 1 or ident[4] not in (1, 2):
+        return None
+    is64 = ident[4] == 2
+    if is64 and len(ident) < 64:
+        return None
+    fields = struct.unpack_from("<HHIQQQIHHH" if is64 else "<HHIIIIIHHH", ident, 16)
+    return is64, fields[0], fields[1], (fields[4], fields[8], fields[9])
 
 
 def _arch_flags(machine: int, is64: bool) -> int | None:

@@ -1,0 +1,109 @@
+"""What ldconfig reads from a shared object: the same SONAMEs as a full ELF parser, and nothing at all
+(never an exception) from files that are not shared objects or whose headers lie. readelf (binutils)
+is the oracle."""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from cdictk.elfdso import read_dso, read_soname
+
+HOST_LIBS = Path("/usr/lib/x86_64-linux-gnu")
+
+
+def _read(path: Path) -> tuple[int, bytes | None] | None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        dso = read_dso(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+    return None if dso is None else (dso.flags, dso.soname)
+
+
+def _readelf_soname(path: Path) -> str | None:
+    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"\(SONAME\)\s+Library soname: \[(.*)\]", out)
+    return match.group(1) if match else None
+
+
+def test_sonames_agree_with_readelf_on_the_hosts_libraries() -> None:
+    if not HOST_LIBS.is_dir() or shutil.which("readelf") is None:
+        pytest.skip(f"no {HOST_LIBS} or no readelf (binutils, which gcc brings) on this host")
+    checked = 0
+    for path in sorted(HOST_LIBS.glob("*.so*"))[:200]:
+        if path.is_symlink() or not path.is_file():
+            continue
+        expected = _readelf_soname(path)
+        assert read_soname(str(path)) == expected, path
+        found = _read(path)
+        assert (found[1].decode() if found and found[1] else None) == expected, path
+        if found is not None:
+            assert found[0] == 0x0303  # libc6, x86-64
+        checked += 1
+    assert checked > 10
+
+
+def test_programs_scripts_and_broken_files_are_no_libraries(tmp_path: Path) -> None:
+    script = tmp_path / "script"
+    script.write_text("#!/bin/sh\n" * 20)
+    assert _read(script) is None
+    program = Path(shutil.which("ls") or "/bin/ls")
+    if program.read_bytes()[16] != 3:  # a PIE program is ET_DYN, which ldconfig would read too
+        assert _read(program) is None
+
+
+def test_truncated_and_scrambled_libraries_never_raise(tmp_path: Path) -> None:
+    libc = HOST_LIBS / "libc.so.6"
+    if not libc.exists():
+        pytest.skip("no libc.so.6 to mangle")
+    data = libc.resolve().read_bytes()
+    rng = random.Random(1)  # noqa: S311 (a repeatable fuzz, not a secret)
+    target = tmp_path / "lib.so"
+    for size in (0, 16, 63, 64, 200, 1000, 5000, len(data) // 2):
+        target.write_bytes(data[:size])
+        _read(target)
+        read_soname(str(target))
+    for _ in range(200):
+        mangled = bytearray(data[:8192])
+        for _ in range(20):
+            mangled[rng.randrange(16, len(mangled))] = rng.randrange(256)
+        target.write_bytes(bytes(mangled))
+        _read(target)
+        read_soname(str(target))
+
+
+@pytest.fixture(scope="module")
+def stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed (tests/setup-host.sh installs it)")
+    out = tmp_path_factory.mktemp("elf")
+    source = out / "stub.c"
+    source.write_text("int stub(void) { return 0; }\n")
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-soname,libstub.so.7", "-o", out / "with.so", source], check=True
+    )
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", out / "without.so", source], check=True)
+    return out
+
+
+def test_read_soname_of_a_library_with_and_without_one(stubs: Path) -> None:
+    assert read_soname(str(stubs / "with.so")) == "libstub.so.7"
+    assert read_soname(str(stubs / "without.so")) is None
+
+
+def test_read_soname_of_what_is_no_readable_library(stubs: Path, tmp_path: Path) -> None:
+    (tmp_path / "text").write_text("not an ELF file at all\n")
+    (tmp_path / "head").write_bytes((stubs / "with.so").read_bytes()[:80])
+    (tmp_path / "empty").write_bytes(b"")
+    os.mkfifo(tmp_path / "fifo.so")  # never opened for a read that could block
+    for name in ("text", "head", "empty", "missing", "fifo.so"):
+        assert read_soname(str(tmp_path / name)) is None
+    assert read_soname(str(tmp_path)) is None  # a directory
+    assert read_soname(str(stubs / "with.so"), max_size=100) is None  # over the size cap
