@@ -13,7 +13,9 @@ hits every row alike, N times each, timing only the command named (each containe
   settings and the spec costs;
 - ``NVIDIA_VISIBLE_DEVICES=void``, runc and the shim: nothing to inject, so what is left is reading the
   settings, config.json and the requests, and the interpreter;
-- ``state`` of a created container, runc and through the shim: the exec'd pass-through;
+- ``state`` of a created container, runc and through the shim: the pass-through, which the shim's
+  shell front (:mod:`cdictk.runtime.shimfront`) execs without Python, and the same through Python (with
+  ``CDICTK_CONFIG`` set, the front hands every command to the Python launcher);
 - the shim's create of =0 and of =void in front of ``true`` instead of runc, and ``<python> -c pass``:
   the shim's own time, split into the interpreter start, the request path and the injection.
 Then the imports of one create under ``-X importtime``.
@@ -61,7 +63,8 @@ CREATE_COLD = "shim create, =0, cache off (parses the spec each time)"
 VOID_DIRECT = "runc create, =void"
 VOID_SHIM = "shim create, =void (nothing to inject)"
 STATE_DIRECT = "runc state"
-STATE_SHIM = "shim state (exec'd through)"
+STATE_SHIM = "shim state (its shell front execs runc)"
+STATE_PYTHON = "shim state through Python (CDICTK_CONFIG)"
 ALONE_GPU = "shim create, =0, in front of true (no runc)"
 ALONE_VOID = "shim create, =void, in front of true"
 FLOOR = "python -c pass (the shim's interpreter)"
@@ -346,7 +349,9 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
             VOID_DIRECT: lambda: bench.create([runtime], bundles["void"]),
             VOID_SHIM: lambda: bench.create(shim, bundles["void"]),
             STATE_DIRECT: lambda: bench.run([runtime, *state]),
-            STATE_SHIM: lambda: bench.run([*shim, *state]),
+            # The front takes its shortcut only with the system's settings: no CDICTK_CONFIG.
+            STATE_SHIM: lambda: bench.run([*shim, *state], {"PATH": path}),
+            STATE_PYTHON: lambda: bench.run([*shim, *state]),
             ALONE_GPU: alone("alone-gpu", gpu_config),
             ALONE_VOID: alone("alone-void", void_config),
             FLOOR: lambda: bench.run([python, "-c", "pass"]),
@@ -367,7 +372,7 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
             for label, command in commands.items():
                 times[label].append(command())
 
-        profile = [python, "-I", "-S", "-X", "importtime", *shim]
+        profile = [python, "-I", "-S", "-X", "importtime", shim[0] + ".py"]  # the Python launcher
         target = str(fresh(bundles["alone-gpu"], gpu_config))
         imports = import_profile([*profile, "create", "--bundle", target, "x"], alone_env)
         bench.delete(kept)
@@ -395,6 +400,7 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
         f"shim create over {name} create, =void: {verdict(median[VOID_SHIM] - median[VOID_DIRECT], AIM_MS)}"
     )
     print(f"pass-through (state) over {name} state: {median[STATE_SHIM] - median[STATE_DIRECT]:+.1f} ms")
+    print(f"  the same through Python: {median[STATE_PYTHON] - median[STATE_DIRECT]:+.1f} ms")
     if wrapper is not None:
         print(f"{wrapper} (a wrapper) adds {median[VIA_WRAPPER] - median[CREATE_SHIM]:+.1f} ms more per call")
     print()

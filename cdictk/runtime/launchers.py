@@ -35,7 +35,7 @@ from cdictk import trust, trustscan
 from cdictk.runtime import startcheck
 
 LAUNCHERS = {
-    "cdictk-runtime": "cdictk.runtime.shim",
+    "cdictk-runtime.py": "cdictk.runtime.shim",  # behind the shell front, cdictk-runtime (shimfront)
     "cdictk-precreate": "cdictk.runtime.precreate",
     "cdictk-prestart": "cdictk.runtime.prestart.main",
 }
@@ -159,9 +159,35 @@ def launcher_text(
     )
 
 
+SHIM = "cdictk-runtime"
+
+
 def install_launchers(directory: str, python: str | None = None) -> list[str]:
-    """Write every launcher into ``directory`` (made if missing); their paths."""
-    return _install(directory, LAUNCHERS, python, "launchers")
+    """Write every launcher into ``directory`` (made if missing), and the shim's shell front (what
+    engines run as ``cdictk-runtime``) last, once the Python launcher it execs is there; their paths."""
+    written = _install(directory, LAUNCHERS, python, "launchers")
+    return [*written, _install_front(directory)]
+
+
+def _install_front(directory: str) -> str:
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.fsutil import atomic_write  # noqa: PLC0415
+    from cdictk.runtime.settings import CONFIG_PATH, SettingsError, load_settings  # noqa: PLC0415
+    from cdictk.runtime.shimfront import front_text  # noqa: PLC0415
+
+    front = os.path.join(directory, SHIM)
+    exists = os.path.lexists(CONFIG_PATH)
+    try:
+        runtimes: list[str] | None = list(load_settings(CONFIG_PATH).runtimes)
+    except SettingsError:
+        runtimes = None  # the shim will say what is wrong, on every command
+    mark = f"{_MARK}launchers`; why: cdictk/runtime/shimfront.py"
+    text = front_text(front, front + ".py", runtimes, config_exists=exists, mark=mark)
+    try:
+        atomic_write(front, text.encode(), mode=0o755, keep_mode=False)
+    except CdictkError as exc:
+        raise LauncherError(str(exc)) from None
+    return front
 
 
 def install_legacy_hook(

@@ -42,15 +42,17 @@ def test_an_interpreter_a_shebang_cannot_name_is_refused(python: str) -> None:
 
 def test_installed_launchers_run(tmp_path: Path) -> None:
     written = install_launchers(str(tmp_path / "bin"))
-    assert [os.path.basename(p) for p in written] == ["cdictk-runtime", "cdictk-precreate", "cdictk-prestart"]
+    names = ["cdictk-runtime.py", "cdictk-precreate", "cdictk-prestart", "cdictk-runtime"]
+    assert [os.path.basename(p) for p in written] == names
     for path in written:
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
     config = json.dumps({"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}).encode()
     env = {"CDICTK_CONFIG": str(tmp_path / "none.toml"), "PYTHONPATH": "/nonexistent", "PYTHONINSPECT": "1"}
     result = subprocess.run([written[1]], input=config, capture_output=True, env=env, check=False)
+    # written[3] is the shell front, which hands every command to written[0] while CDICTK_CONFIG is set.
     assert (result.returncode, result.stdout, result.stderr) == (0, config, b"")  # PYTHON* ignored
     (tmp_path / "none.toml").write_text('[runtime]\nruntimes = ["/nonexistent/runc"]\n')
-    shim = subprocess.run([written[0], "state", "x"], capture_output=True, env=env, check=False, text=True)
+    shim = subprocess.run([written[3], "state", "x"], capture_output=True, env=env, check=False, text=True)
     assert (shim.returncode, shim.stderr) == (
         1,
         "cdictk-runtime: error: no low-level runtime found (looked for /nonexistent/runc)\n",
@@ -60,8 +62,10 @@ def test_installed_launchers_run(tmp_path: Path) -> None:
 def test_install_again_replaces_them(tmp_path: Path) -> None:
     install_launchers(str(tmp_path))
     (tmp_path / "cdictk-runtime").write_text("stale")
+    (tmp_path / "cdictk-runtime.py").write_text("stale")
     install_launchers(str(tmp_path))
-    assert (tmp_path / "cdictk-runtime").read_text().startswith(f"#!{sys.executable} -IS\n")
+    assert (tmp_path / "cdictk-runtime").read_text().startswith("#!/bin/sh\n")
+    assert (tmp_path / "cdictk-runtime.py").read_text().startswith(f"#!{sys.executable} -IS\n")
 
 
 def test_the_command_writes_them_or_says_why_not(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
