@@ -27,8 +27,12 @@ console script; that script (``cdictk-runtime`` on PATH, pip's wrapper: site, ``
 shim, a bash script) is resolved to the script beside this Python, and gets a row of its own too.
 Without either, ``python -m cdictk.runtime.shim`` and this Python. Time it in the environment a node
 has: a virtual environment with ``pip install .`` (an editable install adds a ``.pth`` finder).
+With ``--nvidia-runtime PATH`` (NVIDIA's ``nvidia-container-runtime``, built ad hoc from its source),
+the same create of =0 and of =void and the same ``state`` through it, in its CDI mode over the same
+spec dir and runtime (``NVIDIA_CTK_CONFIG_FILE_PATH``), in the same loop, and each against the shim.
 Needs root (mknod'd nodes, runc). Prints median and best in ms.
-Usage: python -m bench.shim [--rounds N] [--runtime runc|crun]   (repository root, in the venv)
+Usage: python -m bench.shim [--rounds N] [--runtime runc|crun] [--nvidia-runtime PATH]
+(repository root, in the venv)
 """
 
 from __future__ import annotations
@@ -65,6 +69,9 @@ VOID_SHIM = "shim create, =void (nothing to inject)"
 STATE_DIRECT = "runc state"
 STATE_SHIM = "shim state (its shell front execs runc)"
 STATE_PYTHON = "shim state through Python (CDICTK_CONFIG)"
+NV_CREATE = "nvidia-container-runtime create, =0 (cdi mode)"
+NV_VOID = "nvidia-container-runtime create, =void"
+NV_STATE = "nvidia-container-runtime state"
 ALONE_GPU = "shim create, =0, in front of true (no runc)"
 ALONE_VOID = "shim create, =void, in front of true"
 FLOOR = "python -c pass (the shim's interpreter)"
@@ -248,7 +255,14 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--runtime", choices=("runc", "crun"), default="runc")
+    parser.add_argument(
+        "--nvidia-runtime", metavar="PATH", help="NVIDIA's nvidia-container-runtime, for its rows (CDI mode)"
+    )
     args = parser.parse_args()
+    nvidia = os.path.abspath(args.nvidia_runtime) if args.nvidia_runtime else None
+    if nvidia is not None and not os.access(nvidia, os.X_OK):
+        print(f"bench/shim.py: {nvidia} is not an executable", file=sys.stderr)
+        return 1
     if os.geteuid() != 0:
         print("bench/shim.py needs root: mknod'd device nodes, runc", file=sys.stderr)
         return 1
@@ -258,7 +272,7 @@ def main() -> int:
         return 1
     try:
         with scratch_dir() as scratch:
-            return measure(args.rounds, runtime, scratch)
+            return measure(args.rounds, runtime, scratch, nvidia)
     except BenchError as exc:
         print(f"bench/shim.py: {exc}", file=sys.stderr)
         return 1
@@ -274,7 +288,17 @@ def write_settings(path: Path, runtime: str, spec_dir: Path) -> Path:
     return path
 
 
-def measure(rounds: int, runtime: str, scratch: Path) -> int:
+def nvidia_settings(path: Path, runtime: str, spec_dir: Path) -> Path:
+    """NVIDIA's config.toml for the same work: CDI mode over the same spec dir, the same runtime
+    (NVIDIA_VISIBLE_DEVICES=0 becomes nvidia.com/gpu=0, as the shim makes it)."""
+    path.write_text(
+        f'[nvidia-container-runtime]\nmode = "cdi"\nruntimes = [{json.dumps(runtime)}]\n'
+        f"[nvidia-container-runtime.modes.cdi]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n"
+    )
+    return path
+
+
+def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None) -> int:
     script, python, wrapper, chosen = shim_command()
     installed = subprocess.run(
         [python, "-m", "cdictk", "runtime", "install-launchers", "--dir", str(scratch / "launchers")],
@@ -359,6 +383,18 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
         }
         if wrapper is not None:
             commands[VIA_WRAPPER] = lambda: bench.create([wrapper], fresh(bundles["shim-gpu"], gpu_config))
+        if nvidia is not None:
+            nv_env = {
+                "PATH": path,
+                "NVIDIA_CTK_CONFIG_FILE_PATH": str(
+                    nvidia_settings(scratch / "nvidia.toml", runtime, spec_dir)
+                ),
+            }
+            nv_gpu = write_bundle(scratch / "nvidia-gpu", gpu_config)
+            nv_void = write_bundle(scratch / "nvidia-void", void_config)
+            commands[NV_CREATE] = lambda: bench.create([nvidia], fresh(nv_gpu, gpu_config), nv_env)
+            commands[NV_VOID] = lambda: bench.create([nvidia], nv_void, nv_env)
+            commands[NV_STATE] = lambda: bench.run([nvidia, *state], nv_env)
         for command in commands.values():  # warm the page cache
             command()
         # The shim wrote what runc is timed on, and left the void config alone.
@@ -366,6 +402,12 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
             raise BenchError("the shim's config.json differs from the one runc is timed on")
         if (bundles["void"] / "config.json").read_bytes() != void_config:
             raise BenchError("the shim rewrote the void bundle's config.json")
+        if nvidia is not None:  # NVIDIA's runtime did the same work: the device is in what runc got
+            devices = json.loads((scratch / "nvidia-gpu" / "config.json").read_text())["linux"].get(
+                "devices", []
+            )
+            if "/dev/nvidia0" not in [device["path"] for device in devices]:
+                raise BenchError("nvidia-container-runtime did not inject nvidia.com/gpu=0")
 
         times: dict[str, list[float]] = {label: [] for label in commands}
         for _ in range(rounds):
@@ -401,6 +443,16 @@ def measure(rounds: int, runtime: str, scratch: Path) -> int:
     )
     print(f"pass-through (state) over {name} state: {median[STATE_SHIM] - median[STATE_DIRECT]:+.1f} ms")
     print(f"  the same through Python: {median[STATE_PYTHON] - median[STATE_DIRECT]:+.1f} ms")
+    if NV_CREATE in median:
+        print(f"against NVIDIA's runtime, each over {name} alone (aim: cdictk/NVIDIA <= 1):")
+        for what, ours, theirs, direct in (
+            ("create, =0", CREATE_SHIM, NV_CREATE, CREATE_DIRECT),
+            ("create, =void", VOID_SHIM, NV_VOID, VOID_DIRECT),
+            ("state", STATE_SHIM, NV_STATE, STATE_DIRECT),
+        ):
+            mine, nvidias = median[ours] - median[direct], median[theirs] - median[direct]
+            ratio = f"{mine / nvidias:.2f}" if nvidias > 0 else "n/a"
+            print(f"  {what:<14} cdictk {mine:+6.1f} ms, NVIDIA {nvidias:+6.1f} ms, ratio {ratio}")
     if wrapper is not None:
         print(f"{wrapper} (a wrapper) adds {median[VIA_WRAPPER] - median[CREATE_SHIM]:+.1f} ms more per call")
     print()
