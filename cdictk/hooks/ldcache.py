@@ -143,8 +143,15 @@ def _write_cache(rootfs: Rootfs, machine: str) -> bool:
         found = ldscan.scan(rootfs, _builtin_dirs(rootfs, machine), LD_SO_CONF)
     except ldscan.Unsupported:
         return False
+    for target, link in found.links:
+        # As ldconfig, which says "Can't link" and goes on: a SONAME link that cannot be made (its
+        # directory a read-only volume, a mount the hook never writes across) costs that library its
+        # link, not the container its start. The cache still names the link's path, as ldconfig's does.
+        try:
+            rootfs.symlink(target, link)
+        except OSError:
+            continue
     try:
-        rootfs.symlinks(found.links)
         old = _read_optional(rootfs, LD_SO_CACHE, ldscan.MAX_CACHE_SIZE)
         generator = ldsocache.read_generator(old) if old else None
         data = ldsocache.build_cache(found.entries, generator or GENERATOR)

@@ -513,6 +513,39 @@ def test_a_bind_mounted_rootfs_works(built: Programs, tmp_path: Path) -> None:
     assert os.listdir(target) == []  # the mount went away with its namespace
 
 
+VOLUME_SCRIPT = r"""
+import subprocess, sys
+from cdictk.rootfs import Rootfs
+from cdictk.hooks.ldcache import update_ldcache
+volume, mountpoint, root = sys.argv[1:4]
+subprocess.run(["mount", "--bind", volume, mountpoint], check=True)
+with Rootfs(root) as rootfs:
+    update_ldcache(rootfs, ["/usr/local/nvidia/lib64"])
+"""
+
+
+def test_a_library_folder_on_a_volume_gets_no_link_and_the_container_still_starts(
+    built: Programs, tmp_path: Path
+) -> None:
+    """ldconfig says "Can't link" for a directory it cannot write and goes on; so does the writer, whose
+    links never cross a mount (here a volume the image's ld.so.conf names)."""
+    root = make_rootfs(tmp_path, built)
+    volume = tmp_path / "volume"
+    volume.mkdir()
+    shutil.copy(built.libs["libevil.so.1.0"], volume / "libevil.so.1.0")
+    (root / "opt/vol").mkdir(parents=True)
+    (root / "etc/ld.so.conf.d").mkdir()
+    (root / "etc/ld.so.conf.d/vol.conf").write_text("/opt/vol\n")
+    (root / "etc/ld.so.conf").write_text("include /etc/ld.so.conf.d/*.conf\n")
+    run_isolated(VOLUME_SCRIPT, str(volume), str(root / "opt/vol"), str(root))
+    assert sorted(os.listdir(volume)) == ["libevil.so.1.0"]  # nothing written across the mount
+    cache = cache_of(root)
+    assert (
+        cache["libevil.so.1"] == "/opt/vol/libevil.so.1"
+        and cache["libdrv.so.1"] == f"{DRIVER_DIR}/libdrv.so.1"
+    )
+
+
 # Cost on every container start
 
 
