@@ -203,10 +203,13 @@ def install_launchers_command(*, directory: str) -> int:
     """Write fast launchers for cdictk-runtime, cdictk-precreate and cdictk-prestart.
 
     Each is a short script that runs this Python with -I -S: no site-packages .pth files and no PYTHON*
-    variables, about 10 ms less per container command than pip's console scripts. `cdictk runtime
-    configure` registers the runtime launcher when it is installed in the default directory; point
-    podman's precreate hook (hooks/oci-hooks.d/cdictk-precreate.json) at the other. Run it again after
-    moving or upgrading Python.
+    variables, about 10 ms less per container command than pip's console scripts. cdictk-runtime itself
+    is a shell script in front of that launcher (cdictk-runtime.py): it execs the low-level runtime
+    without Python for every command but create and run, with the runtimes /etc/cdictk/config.toml
+    names now; after editing that file every command goes through Python until this is run again.
+    `cdictk runtime configure` registers cdictk-runtime when it is installed in the default directory;
+    point podman's precreate hook (hooks/oci-hooks.d/cdictk-precreate.json) at cdictk-precreate. Run it
+    again after moving or upgrading Python.
 
     Engines run them as root: the interpreter and its pyvenv.cfg, the standard library, every import
     path, every file and directory of the cdictk package and DIR must be root's and writable by nobody
