@@ -101,15 +101,19 @@ class SpecCache:
 
     def with_spec(self, spec: Spec, path: str) -> SpecCache:
         """A cache that also holds ``spec`` (made in memory; ``path`` names it), above every spec dir."""
-        from cdictk.cdi.dump import to_data  # noqa: PLC0415 - the model is there already
+        return self.with_spec_data(spec_data(spec), path)
+
+    def with_spec_data(self, data: list[Any], path: str) -> SpecCache:
+        """The same for a spec in the form :func:`spec_data` gives (kept in the parse cache)."""
         from cdictk.cdi.names import split_kind  # noqa: PLC0415
 
+        kind, common, named = data
         number = len(self.specs)
-        specs = [*self.specs, [path, to_data(spec.container_edits), spec.kind]]
+        specs = [*self.specs, [path, common, kind]]
         devices = dict(self.devices)
-        vendor, cls = split_kind(spec.kind)
-        for index, device in enumerate(spec.devices):
-            devices[f"{vendor}/{cls}={device.name}"] = [number, index, to_data(device.container_edits)]
+        vendor, cls = split_kind(kind)
+        for index, (name, edits) in enumerate(named):
+            devices[f"{vendor}/{cls}={name}"] = [number, index, edits]
         return SpecCache({"specs": specs, "devices": devices, "problems": self.problems, "dirs": self.dirs})
 
     def has_kind(self, kind: str) -> bool:
@@ -299,3 +303,15 @@ def _read(path: str) -> tuple[str | list[Any] | None, list[int]]:
         return data.decode("utf-8"), stamp
     except UnicodeDecodeError:
         return None, stamp
+
+
+def spec_data(spec: Spec) -> list[Any]:
+    """``[kind, common edits, [[device name, edits], ...]]`` as plain data: what the cache holds of a
+    spec, and what :meth:`SpecCache.with_spec_data` takes."""
+    from cdictk.cdi.dump import to_data  # noqa: PLC0415 - the model is there already
+
+    return [
+        spec.kind,
+        to_data(spec.container_edits),
+        [[d.name, to_data(d.container_edits)] for d in spec.devices],
+    ]

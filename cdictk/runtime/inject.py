@@ -12,9 +12,10 @@ from __future__ import annotations
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from typing import Any
 
     from cdictk.cdi.apply import EditsSource
-    from cdictk.cdi.model import Spec
+    from cdictk.node.roots import Roots
     from cdictk.parsecache import ParseCache
     from cdictk.runtime.requests import Requests
     from cdictk.runtime.settings import Settings
@@ -87,7 +88,7 @@ def _inject(
             warn(str(skipped))
         wanted = requests.driver_only or any(device.startswith(kind + "=") for device in devices)
         if wanted and settings.generate_when_missing and not specs.has_kind(kind):
-            specs = specs.with_spec(_spec_in_memory(settings), IN_MEMORY)
+            specs = specs.with_spec_data(_spec_in_memory(settings, cache), IN_MEMORY)
         sources: list[EditsSource]
         if requests.driver_only:
             sources = specs.driver_sources(kind)
@@ -103,15 +104,55 @@ def _inject(
         raise InjectError(str(exc)) from None
 
 
-def _spec_in_memory(settings: Settings) -> Spec:
-    """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk."""
-    from cdictk.node.modes import Mode  # noqa: PLC0415
+def _spec_in_memory(settings: Settings, cache: ParseCache) -> list[Any]:
+    """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk;
+    in the form :func:`cdictk.cdi.cache.spec_data` gives.
+
+    Discovery (NVML, the libraries' ELF headers) costs each container about 50 ms, so the spec is kept
+    in the parse cache under the node's fingerprint (:mod:`cdictk.node.fingerprint`: the driver, the
+    GPUs, MIG, the device nodes, the driver root's ld cache), the settings' roots and kind, and the
+    hook program: made again when any of them changes, as ``cdictk cdi generate --watch`` would.
+    """
+    import sys  # noqa: PLC0415
+
+    from cdictk import __version__  # noqa: PLC0415
+    from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
     from cdictk.node.roots import Roots  # noqa: PLC0415
+    from cdictk.parsecache import entry_name  # noqa: PLC0415
+
+    roots = Roots(settings.driver_root, settings.dev_root, settings.proc_root, settings.sys_root)
+    key = _plain(
+        [
+            node_fingerprint(roots),
+            [roots.driver, roots.dev, roots.proc, roots.sys],
+            settings.default_kind,
+            sys.executable,
+            __version__,
+        ]
+    )
+    name = entry_name("node-spec", "\0".join([roots.driver, roots.dev, roots.proc, roots.sys]))
+    kept = cache.load(name, key)
+    if isinstance(kept, list) and len(kept) == 3:
+        return kept
+    made = _discover_spec(roots, settings.default_kind)
+    cache.store(name, key, made)
+    return made
+
+
+def _plain(value: object) -> Any:
+    """Tuples as lists, as the cache's JSON gives them back: a key must compare equal after the trip."""
+    if isinstance(value, (tuple, list)):
+        return [_plain(item) for item in value]
+    return value
+
+
+def _discover_spec(roots: Roots, kind: str) -> list[Any]:
+    from cdictk.cdi.cache import spec_data  # noqa: PLC0415
+    from cdictk.node.modes import Mode  # noqa: PLC0415
     from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
     from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
     from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
 
-    vendor, _, cls = settings.default_kind.partition("/")
-    roots = Roots(settings.driver_root, settings.dev_root, settings.proc_root, settings.sys_root)
+    vendor, _, cls = kind.partition("/")
     options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-    return node_spec(roots, Mode.AUTO, options, where=IN_MEMORY).spec
+    return spec_data(node_spec(roots, Mode.AUTO, options, where=IN_MEMORY).spec)

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from cdictk.parsecache import ParseCache
+from cdictk.runtime import inject
 from cdictk.runtime.inject import InjectError, apply_requests
 from cdictk.runtime.settings import Settings
 
@@ -113,3 +114,33 @@ def test_a_spec_of_another_user_is_skipped_with_a_warning(tmp_path: Path) -> Non
     node.accept_untrusted_specs = True  # rootless and test setups
     assert apply_requests(config, node, "config.json", ParseCache(None), print)
     assert config["hooks"]["createRuntime"][0]["path"] == "/home/user/evil"
+
+
+def test_the_spec_made_in_memory_is_kept_until_the_node_changes(
+    tmp_path: Path, make_node: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node without a spec on disk: discovery (about 50 ms) once, then the kept spec, until the
+    node's fingerprint changes (here, a control node goes)."""
+    node = make_node("single")
+    memory = Settings()
+    memory.spec_dirs = [str(tmp_path / "no-specs")]
+    memory.accept_env_unprivileged = True
+    memory.driver_root = memory.dev_root = node.root
+    memory.proc_root, memory.sys_root = node.proc, node.sys
+    discovered: list[str] = []
+    real = inject._discover_spec
+
+    def counted(*args: Any) -> list[Any]:
+        discovered.append("once")
+        return real(*args)
+
+    monkeypatch.setattr(inject, "_discover_spec", counted)
+    cache = ParseCache(str(tmp_path / "cache"))
+    for expected in (1, 1, 2):
+        if len(discovered) == 1 and expected == 2:
+            os.rename(f"{node.root}/dev/nvidia-modeset", f"{node.root}/modeset-gone")
+        config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
+        apply_requests(config, memory, "config.json", cache, print)
+        assert "/dev/nvidia0" in nodes(config)
+        assert len(discovered) == expected
+    assert "/dev/nvidia-modeset" not in nodes(config)  # the spec made again saw the change
