@@ -134,10 +134,10 @@ def write_docker_archive(rootfs: Path, out: Path, reference: str = IMAGE) -> Non
 # Named apart from the fixture so that a test module can import it without its tests' `image_tar`
 # arguments shadowing the import.
 @pytest.fixture(scope="session", name="image_tar")
-def image_tar_fixture(tmp_path_factory: pytest.TempPathFactory, rootfs: Path) -> Path:
+def image_tar_fixture(tmp_path_factory: pytest.TempPathFactory, busybox_image: Path) -> Path:
     """The busybox rootfs as a docker-archive tar, tagged ``IMAGE``. Import ``image_tar_fixture`` to use it."""
     out = tmp_path_factory.mktemp("image") / "busybox.tar"
-    write_docker_archive(rootfs, out)
+    write_docker_archive(busybox_image, out)
     return out
 
 
