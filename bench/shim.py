@@ -32,7 +32,10 @@ Without either, ``python -m cdictk.runtime.shim`` and this Python. Time it in th
 has: a virtual environment with ``pip install .`` (an editable install adds a ``.pth`` finder).
 With ``--nvidia-runtime PATH`` (NVIDIA's ``nvidia-container-runtime``, built ad hoc from its source),
 the same create of =0 and of =void and the same ``state`` through it, in its CDI mode over the same
-spec dir and runtime (``NVIDIA_CTK_CONFIG_FILE_PATH``), in the same loop, and each against the shim.
+spec dir and runtime (``NVIDIA_CTK_CONFIG_FILE_PATH``), in the same loop, and each against the shim;
+with ``nvidia-ctk`` beside it, also its default mode, jit-cdi (the node's spec made at every create from
+the fake node's driver root), against the shim on a node without a spec on disk, both through runc
+with their hooks run.
 Needs root (mknod'd nodes, runc). Prints median and best in ms.
 Usage: python -m bench.shim [--rounds N] [--runtime runc|crun] [--nvidia-runtime PATH]
 (repository root, in the venv)
@@ -75,6 +78,8 @@ STATE_PYTHON = "shim state through Python (CDICTK_CONFIG)"
 NV_CREATE = "nvidia-container-runtime create, =0 (cdi mode)"
 NV_VOID = "nvidia-container-runtime create, =void"
 NV_STATE = "nvidia-container-runtime state"
+MEMORY_RUNC = "shim create, =0, node's spec kept, its hook run"
+NV_JIT = "nvidia-container-runtime create, =0 (jit-cdi)"
 ALONE_GPU = "shim create, =0, in front of true (no runc)"
 ALONE_VOID = "shim create, =void, in front of true"
 ALONE_MEMORY = "shim create, =0, node's spec kept, before true"
@@ -307,6 +312,17 @@ def memory_settings(path: Path, runtime: str, empty: Path, roots: list[str]) -> 
     return path
 
 
+def nvidia_jit_settings(path: Path, runtime: str, nvidia_ctk: str, driver_root: str) -> Path:
+    """NVIDIA's config.toml for its default mode, jit-cdi: the node's spec made at every create, from
+    the fake node's driver root, its hooks run by ``nvidia-ctk hook``."""
+    path.write_text(
+        f"[nvidia-container-cli]\nroot = {json.dumps(driver_root)}\n"
+        f'[nvidia-container-runtime]\nmode = "jit-cdi"\nruntimes = [{json.dumps(runtime)}]\n'
+        f"[nvidia-ctk]\npath = {json.dumps(nvidia_ctk)}\n"
+    )
+    return path
+
+
 def nvidia_settings(path: Path, runtime: str, spec_dir: Path) -> Path:
     """NVIDIA's config.toml for the same work: CDI mode over the same spec dir, the same runtime
     (NVIDIA_VISIBLE_DEVICES=0 becomes nvidia.com/gpu=0, as the shim makes it)."""
@@ -432,6 +448,28 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
             commands[NV_CREATE] = lambda: bench.create([nvidia], fresh(nv_gpu, gpu_config), nv_env)
             commands[NV_VOID] = lambda: bench.create([nvidia], nv_void, nv_env)
             commands[NV_STATE] = lambda: bench.run([nvidia, *state], nv_env)
+            nvidia_ctk = os.path.join(os.path.dirname(nvidia), "nvidia-ctk")
+            if os.access(nvidia_ctk, os.X_OK):  # jit-cdi needs NVIDIA's generator, built beside it
+                jit_env = {
+                    "PATH": path,
+                    "NVIDIA_CTK_CONFIG_FILE_PATH": str(
+                        nvidia_jit_settings(scratch / "nvidia-jit.toml", runtime, nvidia_ctk, node.root)
+                    ),
+                }
+                memory_runc = {
+                    **memory_env,
+                    "CDICTK_CONFIG": str(
+                        memory_settings(
+                            scratch / "memory-runc.toml", runtime, scratch / "no-specs", node.cli_args()
+                        )
+                    ),
+                }
+                nv_jit = write_bundle(scratch / "nvidia-jit", gpu_config)
+                memory_bundle = write_bundle(scratch / "memory-runc", gpu_config)
+                commands[MEMORY_RUNC] = lambda: bench.create(
+                    shim, fresh(memory_bundle, gpu_config), memory_runc
+                )
+                commands[NV_JIT] = lambda: bench.create([nvidia], fresh(nv_jit, gpu_config), jit_env)
         for command in commands.values():  # warm the page cache
             command()
         # The shim wrote what runc is timed on, and left the void config alone.
@@ -439,12 +477,12 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
             raise BenchError("the shim's config.json differs from the one runc is timed on")
         if (bundles["void"] / "config.json").read_bytes() != void_config:
             raise BenchError("the shim rewrote the void bundle's config.json")
-        if nvidia is not None:  # NVIDIA's runtime did the same work: the device is in what runc got
-            devices = json.loads((scratch / "nvidia-gpu" / "config.json").read_text())["linux"].get(
-                "devices", []
-            )
-            if "/dev/nvidia0" not in [device["path"] for device in devices]:
-                raise BenchError("nvidia-container-runtime did not inject nvidia.com/gpu=0")
+        # NVIDIA's runtime did the same work: the device is in what runc got, in either mode.
+        for done in ("nvidia-gpu", "nvidia-jit", "memory-runc"):
+            if (scratch / done).exists():
+                linux = json.loads((scratch / done / "config.json").read_text())["linux"]
+                if "/dev/nvidia0" not in [device["path"] for device in linux.get("devices", [])]:
+                    raise BenchError(f"the {done} bundle's create did not inject nvidia.com/gpu=0")
 
         times: dict[str, list[float]] = {label: [] for label in commands}
         for _ in range(rounds):
@@ -490,6 +528,12 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
             mine, nvidias = median[ours] - median[direct], median[theirs] - median[direct]
             ratio = f"{mine / nvidias:.2f}" if nvidias > 0 else "n/a"
             print(f"  {what:<14} cdictk {mine:+6.1f} ms, NVIDIA {nvidias:+6.1f} ms, ratio {ratio}")
+        if NV_JIT in median:
+            mine, nvidias = median[MEMORY_RUNC], median[NV_JIT]
+            print(
+                f"  no spec on disk, hooks run: cdictk (its spec kept) {mine:.1f} ms, NVIDIA (jit-cdi) "
+                f"{nvidias:.1f} ms, ratio {mine / nvidias:.2f}"
+            )
     if wrapper is not None:
         print(f"{wrapper} (a wrapper) adds {median[VIA_WRAPPER] - median[CREATE_SHIM]:+.1f} ms more per call")
     print()
