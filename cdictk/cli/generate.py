@@ -58,6 +58,8 @@ def _warn(message: str) -> None:
 )
 @click.option(
     "--mode",
+    "--discovery-mode",  # NVIDIA's other spelling, accepted as it is
+    "mode",
     type=click.Choice(_MODES),
     default="auto",
     show_default=True,
@@ -95,9 +97,17 @@ def _warn(message: str) -> None:
     help="Device names: index (0, 0:1), uuid (GPU-..., MIG-...), type-index (gpu0, mig0:1). Repeat for "
     "several; default index and uuid.",
 )
-@click.option("--vendor", default="nvidia.com", show_default=True, help="CDI vendor of the spec's kind.")
+@click.option(
+    "--vendor",
+    "--cdi-vendor",
+    "vendor",
+    default="nvidia.com",
+    show_default=True,
+    help="CDI vendor of the spec's kind.",
+)
 @click.option(
     "--class",
+    "--cdi-class",
     "cls",
     help="CDI class of the spec's kind. Default: gpu; imex-channel for imex; the mode's name for nvswitch, "
     "gds, mofed and gdrcopy (NVIDIA's CLI writes gpu for all of them, whose 'all' collides with the GPU "
@@ -105,6 +115,9 @@ def _warn(message: str) -> None:
 )
 @click.option(
     "--hook-path",
+    "--nvidia-cdi-hook-path",  # NVIDIA's spellings: its hook program, which --hook-path takes too
+    "--nvidia-ctk-path",
+    "hook_path",
     metavar="PATH",
     help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hook "
     "entry point (python3 -I -S .../cdictk/hooks/__main__.py), as one batched hook. A python* or pypy* "
@@ -121,6 +134,7 @@ def _warn(message: str) -> None:
 @click.option("--ldconfig-path", metavar="PATH", help="Host ldconfig the update-ldcache hook runs.")
 @click.option(
     "--disable-hook",
+    "--disable-hooks",
     "disabled_hooks",
     multiple=True,
     metavar="NAME",
@@ -136,6 +150,9 @@ def _warn(message: str) -> None:
 )
 @click.option(
     "--device-id",
+    "--device-ids",  # NVIDIA's other spellings
+    "--device",
+    "--devices",
     "device_ids",
     multiple=True,
     metavar="ID",

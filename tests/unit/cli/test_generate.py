@@ -388,3 +388,63 @@ def test_separate_dev_root(
     assert spec.container_edits.device_nodes[-1].host_path == f"{dev_root}/dev/nvidiactl"
     libcuda = next(m for m in spec.container_edits.mounts if m.container_path.endswith(f"libcuda.so.{V}"))
     assert libcuda.host_path == f"{node.root}{LIB_DIR}/libcuda.so.{V}"
+
+
+def test_nvidias_flag_spellings_are_accepted_as_they_are(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory
+) -> None:
+    """Scripts written for nvidia-ctk cdi generate keep working: its aliases mean what ours mean."""
+    node = make_node("single")
+    ours = generate(
+        capsys,
+        node,
+        "--mode",
+        "nvml",
+        "--vendor",
+        "example.com",
+        "--class",
+        "dev",
+        "--device-id",
+        "0",
+        "--disable-hook",
+        "update-ldcache",
+        "--hook-path",
+        "/usr/bin/nvidia-cdi-hook",
+        "-o",
+        "-",
+    )
+    theirs = generate(
+        capsys,
+        node,
+        "--discovery-mode",
+        "nvml",
+        "--cdi-vendor",
+        "example.com",
+        "--cdi-class",
+        "dev",
+        "--device",
+        "0",
+        "--disable-hooks",
+        "update-ldcache",
+        "--nvidia-cdi-hook-path",
+        "/usr/bin/nvidia-cdi-hook",
+        "-o",
+        "-",
+    )
+    assert ours[0] == theirs[0] == 0, ours[2] + theirs[2]
+    assert ours[1] == theirs[1] and "kind: example.com/dev" in ours[1]
+    assert (
+        generate(
+            capsys,
+            node,
+            "--devices",
+            "0",
+            "--device-ids",
+            "0",
+            "--nvidia-ctk-path",
+            "/usr/bin/nvidia-ctk",
+            "-o",
+            "-",
+        )[0]
+        == 0
+    )
