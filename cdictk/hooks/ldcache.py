@@ -120,10 +120,13 @@ def _update(
     # The host binary is checked before anything in the container changes.
     exe = load_ldconfig(ldconfig_path) if ldconfig is None else os.dup(ldconfig)
     try:
-        _write_confs(rootfs, folders, machine)
-        _check_confs(rootfs)
-        if _write_cache(rootfs, machine):
+        triplet = _debian_triplet(rootfs, machine)
+        _write_confs(rootfs, folders, triplet)
+        # The writer reads the configuration itself and hands back what it will not read (a FIFO,
+        # a device): those are refused here, before ldconfig could block on them.
+        if _write_cache(rootfs, triplet):
             return
+        _check_confs(rootfs)
         from cdictk.hooks import sandbox  # noqa: PLC0415 - only for the images the writer hands back
 
         try:
@@ -134,13 +137,13 @@ def _update(
         os.close(exe)
 
 
-def _write_cache(rootfs: Rootfs, machine: str) -> bool:
+def _write_cache(rootfs: Rootfs, triplet: str | None) -> bool:
     """Write the cache and the SONAME links ldconfig would write, without running it; False when the
     image needs something only ldconfig does (:class:`ldscan.Unsupported`)."""
     from cdictk.hooks import ldscan, ldsocache  # noqa: PLC0415
 
     try:
-        found = ldscan.scan(rootfs, _builtin_dirs(rootfs, machine), LD_SO_CONF)
+        found = ldscan.scan(rootfs, _builtin_dirs(triplet), LD_SO_CONF)
     except ldscan.Unsupported:
         return False
     for target, link in found.links:
@@ -163,11 +166,16 @@ def _write_cache(rootfs: Rootfs, machine: str) -> bool:
     return True
 
 
-def _builtin_dirs(rootfs: Rootfs, machine: str) -> tuple[str, ...]:
+def _debian_triplet(rootfs: Rootfs, machine: str) -> str | None:
+    """The multiarch triplet of a Debian-family image; None for any other."""
+    triplet = _TRIPLETS.get(machine)
+    return triplet if triplet is not None and _exists(rootfs, "/etc/debian_version") else None
+
+
+def _builtin_dirs(triplet: str | None) -> tuple[str, ...]:
     """The directories the image's own ldconfig adds after its configuration: Debian's multiarch
     ones, else lib64's (which glibc's ``add_system_dir`` turns into lib, lib64 and libx32)."""
-    triplet = _TRIPLETS.get(machine)
-    if triplet is not None and _exists(rootfs, "/etc/debian_version"):
+    if triplet is not None:
         return (f"/lib/{triplet}", f"/usr/lib/{triplet}")
     return ("/lib", "/lib64", "/libx32", "/usr/lib", "/usr/lib64", "/usr/libx32")
 
@@ -225,8 +233,8 @@ def load_ldconfig(ldconfig_path: str) -> int:
 # glibc images
 
 
-def _write_confs(rootfs: Rootfs, folders: list[str], machine: str) -> None:
-    system = [folder for folder in _system_folders(rootfs, machine) if _is_dir(rootfs, folder)]
+def _write_confs(rootfs: Rootfs, folders: list[str], triplet: str | None) -> None:
+    system = [folder for folder in _system_folders(triplet) if _is_dir(rootfs, folder)]
     path = LD_SO_CONF
     try:
         # An image's own ld.so.conf is kept as it is; only a missing one is created.
@@ -290,9 +298,8 @@ def _read_conf(rootfs: Rootfs, path: str, included_by: str, seen: set[tuple[int,
         return b""
 
 
-def _system_folders(rootfs: Rootfs, machine: str) -> list[str]:
-    triplet = _TRIPLETS.get(machine)
-    if triplet is not None and _exists(rootfs, "/etc/debian_version"):
+def _system_folders(triplet: str | None) -> list[str]:
+    if triplet is not None:
         return [f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib", "/usr/lib"]
     return ["/lib", "/usr/lib", "/lib64", "/usr/lib64"]
 

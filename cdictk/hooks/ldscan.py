@@ -96,7 +96,9 @@ def _read_conf(rootfs: Rootfs, path: str, dirs: list[_Dir], count: list[int]) ->
     finally:
         os.close(fd)
     if stat.S_ISDIR(mode):
-        return  # a directory gives ldconfig nothing to read
+        if count[0] == 1:  # ld.so.conf itself: ldconfig would skip every drop-in, the hook's own
+            raise Unsupported(f"{path} is a directory")
+        return  # an included directory gives ldconfig nothing to read
     if not stat.S_ISREG(mode):
         raise Unsupported(f"{path} is not a regular file")
     try:
