@@ -44,9 +44,9 @@ is exec'd at once. A request that cannot be met is one line on stderr, exit stat
 Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG; `cdictk config default` prints every key).
 Parse cache: /run/cdictk ($CDICTK_CACHE_DIR, empty: off). The low-level runtime's own help:
 `runc --help`. Register it with `cdictk runtime install-launchers` and `cdictk runtime configure`."""
-_CREATING = ("create", "run")
+CREATING = ("create", "run")
 # runc's and crun's global options that take a value: the subcommand is the first other word.
-_GLOBAL_VALUES = ("--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager")
+GLOBAL_VALUES = ("--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager")
 
 
 class ShimError(Exception):
@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cache = ParseCache.from_environment()
         settings = load_settings(cache=cache)
         runtime = find_runtime(settings.runtimes)
-        if subcommand(args) in _CREATING:
+        if subcommand(args) in CREATING:
             prepare_bundle(bundle_dir(args), settings, cache)
     except (ShimError, SettingsError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -97,7 +97,7 @@ def subcommand(args: Sequence[str]) -> str:
         arg = args[index]
         if not arg.startswith("-"):
             return arg
-        if arg in _GLOBAL_VALUES:
+        if arg in GLOBAL_VALUES:
             index += 1  # its value follows
         index += 1
     return ""

@@ -18,9 +18,7 @@ file. Otherwise every command goes through Python, which reads the settings agai
 from __future__ import annotations
 
 from cdictk.runtime.settings import CONFIG_PATH
-
-# The global options of runc and crun that take a value, as the shim knows them.
-_GLOBAL_VALUES = ("--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager")
+from cdictk.runtime.shim import CREATING, GLOBAL_VALUES  # the front must read argv as the shim does
 
 
 def _quote(text: str) -> str:
@@ -58,8 +56,8 @@ def front_text(
             "    for arg do",
             '        if [ -n "$skip" ]; then skip=; continue; fi',
             "        case $arg in",
-            f"            {'|'.join(_GLOBAL_VALUES)}) skip=1 ;;",
-            "            -h|--help|create|run) break ;;",
+            f"            {'|'.join(GLOBAL_VALUES)}) skip=1 ;;",
+            f"            -h|--help|{'|'.join(CREATING)}) break ;;",
             "            -*) ;;",
             "            *)",
             f"                for runtime in {names}; do",
