@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 
 import click
 
 from cdictk import __version__
+from cdictk.cli import generate
+from cdictk.cli.argtable import click_command
 from cdictk.cli.cdi import cdi_group
 from cdictk.cli.config import config_group
-from cdictk.cli.generate import generate_command
+from cdictk.cli.guard import guarded
 from cdictk.cli.info import info_command
 from cdictk.cli.runtime import runtime_group
 from cdictk.cli.system import system_group
-from cdictk.errors import CdictkError
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -26,9 +26,6 @@ def cli() -> None:
     Errors are one line on stderr, `cdictk: error: <file>: <field>: <reason>`, with exit status 1;
     nothing is written when a command fails.
     """
-    # Root's umask may be 000: what a command creates without a mode of its own (a directory for a
-    # spec or a config) must not come out world-writable. The writers set their files' modes anyway.
-    os.umask(0o022)
 
 
 @cli.command(
@@ -47,7 +44,9 @@ def hook_command(ctx: click.Context) -> int:
     return run_hook(ctx.args)
 
 
-cdi_group.add_command(generate_command)
+cdi_group.add_command(
+    click_command("generate", generate.OPTIONS, generate.generate, generate.generate.__doc__)
+)
 cli.add_command(cdi_group)
 cli.add_command(runtime_group)
 cli.add_command(config_group)
@@ -56,19 +55,16 @@ cli.add_command(system_group)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    return guarded(lambda: _click_main(argv))
+
+
+def _click_main(argv: Sequence[str] | None) -> int:
     try:
         result = cli.main(args=argv, prog_name="cdictk", standalone_mode=False)
-    except CdictkError as exc:
-        print(f"cdictk: error: {exc}", file=sys.stderr)
-        return 1
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code
     except click.Abort:
         print("cdictk: aborted", file=sys.stderr)
         return 1
-    except BrokenPipeError:
-        # A reader such as `head` went away; that is not our failure.
-        sys.stderr.close()
-        return 0
     return result if isinstance(result, int) else 0
