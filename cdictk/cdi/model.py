@@ -7,12 +7,13 @@ the dumper both work from it, so the two can never disagree about a field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
+from cdictk.record import field, record
 
-@dataclass(slots=True)
+
+@record
 class DeviceNode:
     path: str = ""
     host_path: str = ""
@@ -25,7 +26,7 @@ class DeviceNode:
     gid: int | None = None
 
 
-@dataclass(slots=True)
+@record
 class Mount:
     host_path: str = ""
     container_path: str = ""
@@ -33,7 +34,7 @@ class Mount:
     type: str = ""
 
 
-@dataclass(slots=True)
+@record
 class Hook:
     hook_name: str = ""
     path: str = ""
@@ -42,7 +43,7 @@ class Hook:
     timeout: int | None = None
 
 
-@dataclass(slots=True)
+@record
 class IntelRdt:
     clos_id: str = ""
     l3_cache_schema: str = ""
@@ -52,13 +53,13 @@ class IntelRdt:
     enable_monitoring: bool = False
 
 
-@dataclass(slots=True)
+@record
 class NetDevice:
     host_interface_name: str = ""
     name: str = ""
 
 
-@dataclass(slots=True)
+@record
 class ContainerEdits:
     env: list[str] = field(default_factory=list)
     device_nodes: list[DeviceNode] = field(default_factory=list)
@@ -80,14 +81,14 @@ class ContainerEdits:
         )
 
 
-@dataclass(slots=True)
+@record
 class Device:
     name: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
     container_edits: ContainerEdits = field(default_factory=ContainerEdits)
 
 
-@dataclass(slots=True)
+@record
 class Spec:
     cdi_version: str = ""
     kind: str = ""

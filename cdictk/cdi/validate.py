@@ -9,7 +9,6 @@ runtimes accept such specs, so the registry still lists their devices.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import read_document
@@ -21,9 +20,10 @@ from cdictk.cdi.schema import schema_problems
 from cdictk.cdi.specdirs import spec_paths
 from cdictk.cdi.version import is_newer, minimum_version
 from cdictk.errors import CdictkError, Problem
+from cdictk.record import field, record
 
 
-@dataclass(slots=True)
+@record
 class Report:
     file: str
     spec: Spec | None = None

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+
+from cdictk.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Timestamp:
     """A plain scalar that YAML 1.1 reads as a date; no CDI field takes one."""
 

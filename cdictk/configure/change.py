@@ -8,8 +8,9 @@ the registry can import them without a cycle.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from cdictk.record import record
 
 if TYPE_CHECKING:
     from cdictk.configure.writer import Current
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
 SHIM = "cdictk-runtime"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Request:
     """One ``cdictk runtime configure`` run, as the command line gives it."""
 
@@ -34,7 +35,7 @@ class Request:
     follow_symlinks: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class RuntimeChange:
     """What configure adds (or, with ``remove``, takes away)."""
 
@@ -46,7 +47,7 @@ class RuntimeChange:
     remove: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Edit:
     """A file's new text; None deletes the file (a drop-in that is no longer needed)."""
 
@@ -54,7 +55,7 @@ class Edit:
     text: str | None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Plan:
     """An engine's edits for one run, committed in this order; ``own`` are cdictk's own files (a
     drop-in), written without a backup since nothing of the user's is in them."""
@@ -63,7 +64,7 @@ class Plan:
     own: frozenset[str] = frozenset()
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Inspection:
     """What an engine's config says, in words ``cdictk info`` turns into its finding."""
 

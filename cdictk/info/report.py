@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
 from typing import Any
 
 from cdictk.info.checks import Finding, NodeReport, Status
@@ -11,9 +9,10 @@ from cdictk.info.engines import check_engines
 from cdictk.info.platforms import check_node
 from cdictk.info.specs import SpecCheck, SpecState, check_specs
 from cdictk.node.roots import Roots
+from cdictk.record import asdict, field, record
 
 
-@dataclass(slots=True)
+@record
 class InfoReport:
     roots: Roots
     node: NodeReport
@@ -92,13 +91,13 @@ def to_json(report: InfoReport) -> dict[str, Any]:
             )
     return {
         "ok": report.ok,
-        "roots": dataclasses.asdict(report.roots),
+        "roots": asdict(report.roots),
         "platform": report.node.platform,
         "driver_version": report.node.driver_version,
         "modules": report.node.modules,
         "device_nodes": {"expected": report.node.nodes_expected, "missing": report.node.nodes_missing},
         "gpus": gpus,
-        "specs": [dataclasses.asdict(state) for state in report.specs],
+        "specs": [asdict(state) for state in report.specs],
         "findings": [
             {"check": f.check, "status": f.status.value.lower(), "detail": f.detail, "fix": f.fix}
             for f in report.findings

@@ -10,9 +10,9 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass
 
 from cdictk.node.roots import Roots
+from cdictk.record import record
 
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 # The management device leaves out nodes that belong to other drivers' devices (GPUDirect Storage,
@@ -22,7 +22,7 @@ _CAP_NODE = re.compile(r"nvidia-cap(\d+)")
 _IMEX_NODE = re.compile(r"channel(\d+)")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class NodeInfo:
     path: str  # in the container, e.g. /dev/nvidia0
     host_path: str

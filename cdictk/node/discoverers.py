@@ -13,7 +13,6 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from cdictk.elfdso import read_soname
 from cdictk.errors import CdictkError
@@ -29,9 +28,10 @@ from cdictk.node.libraries import (
     usable_name,
 )
 from cdictk.node.roots import Roots, join, resolve
+from cdictk.record import field, record
 
 
-@dataclass(slots=True)
+@record
 class Found:
     nodes: list[NodeInfo] = field(default_factory=list)
     # Nodes for the mode's devices rather than the common edits (a Jetson's, from its CSV files).

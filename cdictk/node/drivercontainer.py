@@ -10,10 +10,10 @@ The dev root stays where it was: the kernel's device nodes are the node's.
 from __future__ import annotations
 
 import os
-from dataclasses import replace
 
 from cdictk.node.libraries import candidate_dirs
 from cdictk.node.roots import Roots, join, resolve
+from cdictk.record import replace
 
 DRIVER_CONTAINER_ROOT = "/run/nvidia/driver"
 # Either names the driver: libcuda for a compute install, NVML for every install.

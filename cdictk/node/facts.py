@@ -6,8 +6,6 @@ discoverers (:mod:`cdictk.node.discoverers`) give the common edits; this module 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from cdictk.errors import CdictkError
 from cdictk.node import devnodes, driverfiles, platform, procfs, wsl
 from cdictk.node.csvfiles import CsvSource
@@ -20,6 +18,7 @@ from cdictk.node.libraries import candidate_dirs, version_from_libraries
 from cdictk.node.modes import MODES, DriverSource, GpuSource, Mode
 from cdictk.node.platform import Platform
 from cdictk.node.roots import Roots, join, resolve
+from cdictk.record import field, record
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
@@ -29,7 +28,7 @@ class DiscoveryError(CdictkError):
         super().__init__("", "", reason)
 
 
-@dataclass(slots=True)
+@record
 class NodeFacts:
     roots: Roots
     mode: Mode  # the mode that produced the spec's devices (never AUTO)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
 from cdictk.node.procfs import ProcGpu
+from cdictk.record import field, record
 
 _PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+\w+)*")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class MigDevice:
     parent_index: int
     index: int  # NVML's MIG slot on the parent, as in "0:1" (slots can have holes)
@@ -20,7 +20,7 @@ class MigDevice:
     profile: str  # e.g. 1g.10gb, or 1c.2g.20gb when the compute instance is smaller
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Gpu:
     index: int
     minor: int

@@ -24,7 +24,8 @@ import os
 import stat
 import struct
 import sys
-from dataclasses import dataclass
+
+from cdictk.record import record
 
 _OLD_MAGIC = b"ld.so-1.7.0"
 _NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -62,7 +63,7 @@ _ARCH_BITS = {
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class CacheEntry:
     name: str  # the key, e.g. "libcuda.so.1"
     path: str  # the value as stored, inside the cache's own root: "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
@@ -133,12 +134,12 @@ def _entries(data: bytes, fmt: str, table: int, end: int, base: int) -> list[Cac
     """Entries from data[table:end] (each unpacked with ``fmt``), string offsets counting from ``base``."""
     found: list[CacheEntry] = []
     text: dict[int, str] = {}  # names and directories repeat across entries: decode each offset once
-    for record in struct.iter_unpack(fmt, data[table:end]):
-        flags = record[0]
+    for row in struct.iter_unpack(fmt, data[table:end]):
+        flags = row[0]
         if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
             continue  # libc5 / a.out leftovers: nothing a modern loader would use
-        name = _string(data, base, record[1], text)
-        path = _string(data, base, record[2], text)
+        name = _string(data, base, row[1], text)
+        path = _string(data, base, row[2], text)
         found.append(CacheEntry(name, path, flags, _ARCH_BITS.get(flags & FLAG_ARCH_MASK, 0)))
     return found
 

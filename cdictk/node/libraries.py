@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
 
 from cdictk.elfdso import read_soname
 from cdictk.node.ldcache import LdCacheError, read_ld_cache
 from cdictk.node.roots import Roots, join, resolve
+from cdictk.record import field, record
 from cdictk.sorting import natural_key
 
 LD_CACHE = "/etc/ld.so.cache"
@@ -41,13 +41,13 @@ _LINK_SUBDIRS = ("vdpau", "gbm")
 _NVIDIA_UNVERSIONED = re.compile(r"lib(?:nvidia-[\w.+-]+?|\w+_nvidia)\.so((?:\.\d+)*)")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class DriverLibrary:
     path: str  # inside the driver root, symlinks resolved
     soname: str | None
 
 
-@dataclass(slots=True)
+@record
 class LibraryScan:
     libraries: list[DriverLibrary] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)  # driver library directories, inside the root

@@ -10,7 +10,8 @@ common edits is a discoverer and its name in the recipes that want it.
 from __future__ import annotations
 
 from enum import Enum
-from typing import NamedTuple
+
+from cdictk.record import record
 
 
 class Mode(Enum):
@@ -55,8 +56,9 @@ NODE_MODIFICATION = "disable-device-node-modification"
 APP_PROFILE = "update-application-profile"  # NVIDIA writes it in the GPU modes alone
 
 
-class Recipe(NamedTuple):
-    """A NamedTuple, not a dataclass: the command line builds --mode from this module on every start."""
+@record(frozen=True)
+class Recipe:
+    """How a mode finds its GPUs, common edits and devices, and its spec's defaults."""
 
     gpus: GpuSource  # how the GPU list is found
     common: tuple[str, ...]  # the discoverers of the common edits, by name

@@ -170,9 +170,9 @@ def _gpu_of(data: dict[str, Any]) -> Gpu:
 
 def _answer(library: str) -> dict[str, Any]:
     """The query, run in the forked child of :func:`query_nvml`, as plain data for the pipe."""
-    from dataclasses import asdict  # noqa: PLC0415
-
     import pynvml  # noqa: PLC0415 (lazy: see module docstring)
+
+    from cdictk.record import asdict  # noqa: PLC0415
 
     try:
         handle = ctypes.CDLL(library)

@@ -11,10 +11,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 
 from cdictk.fsutil import read_fd
 from cdictk.node.roots import Roots
+from cdictk.record import field, record
 
 MAX_PROC_BYTES = 1 << 20
 NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
@@ -96,7 +96,7 @@ def read_driver_version(roots: Roots) -> str | None:
     return parse_driver_version(text) if text is not None else None
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class ProcGpu:
     """One GPU as the kernel module lists it."""
 
@@ -135,7 +135,7 @@ def read_proc_gpus(roots: Roots) -> list[ProcGpu]:
     return sorted(gpus, key=lambda gpu: gpu.bus_id)
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class MigMinors:
     """Minors of the nvidia-caps nodes: MIG config and monitor, and per GPU-/compute-instance access."""
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import stat
 from collections import deque
-from dataclasses import dataclass
+
+from cdictk.record import record
 
 _MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class Roots:
     driver: str = "/"
     dev: str = "/"

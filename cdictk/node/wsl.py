@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 
 from cdictk.node.libraries import usable_name
 from cdictk.node.roots import Roots, join, resolve
+from cdictk.record import field, record
 from cdictk.sorting import natural_key
 
 WSL_LIB = "/usr/lib/wsl/lib"
@@ -42,7 +42,7 @@ _LIBRARY = re.compile(r"lib.+\.so(\..*)?")
 _VERSIONED = re.compile(r"lib[\w.+-]+\.so\.([1-9][0-9]{2}\.[0-9]+(?:\.[0-9]+)?)")
 
 
-@dataclass(slots=True)
+@record
 class WslFound:
     libraries: list[str] = field(default_factory=list)  # in the driver root: the ld cache gets their dirs
     files: list[str] = field(default_factory=list)  # the store's other files (nvcubins.bin, nvidia-smi)

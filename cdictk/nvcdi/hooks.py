@@ -15,12 +15,12 @@ from __future__ import annotations
 import os
 import re
 import sys
-from dataclasses import dataclass
 
 import cdictk.hooks
 from cdictk.cdi.model import Hook
 from cdictk.errors import CdictkError
 from cdictk.hooks.steps import BATCHED, BY_NAME
+from cdictk.record import record
 
 # The steps' names, from the hooks' own table: a spec never names a step the hooks lack.
 CREATE_SYMLINKS = BY_NAME["create-symlinks"].name
@@ -37,7 +37,7 @@ _PYTHON = re.compile(r"(?:python|pypy)[\w.+-]*")
 _WITH_HOOK_SUBCOMMAND = ("nvidia-ctk", "cdictk")
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class HookProgram:
     path: str
     prefix: tuple[str, ...]  # argv before the hook name

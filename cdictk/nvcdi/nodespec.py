@@ -7,8 +7,6 @@ can hand a runtime a spec that the checks would refuse.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from cdictk.cdi.model import Spec
 from cdictk.errors import CdictkError
 from cdictk.node.csvfiles import CsvSource
@@ -17,9 +15,10 @@ from cdictk.node.modes import Mode
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.build import build_spec
 from cdictk.nvcdi.options import SpecOptions
+from cdictk.record import record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class NodeSpec:
     spec: Spec
     facts: NodeFacts

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from cdictk.cdi.names import kind_spec_problem, vendor_or_class_problem
 from cdictk.node.devnodes import NodeInfo
 from cdictk.nvcdi import hooks, naming
 from cdictk.nvcdi.naming import Strategy
+from cdictk.record import field, record
 
 
-@dataclass(frozen=True, slots=True)
+@record(frozen=True)
 class SpecOptions:
     vendor: str = "nvidia.com"
     cls: str = "gpu"
@@ -24,7 +23,7 @@ class SpecOptions:
     include_display_gpus: bool = False  # a DGX Station's "DGX Display" GPU gets a device too
 
 
-@dataclass(slots=True)
+@record
 class Parts:
     """One device's nodes and links before they become edits (so ``all`` can merge them)."""
 

@@ -42,6 +42,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.trust",
             "cdictk.trustscan",
             "cdictk.elfdso",
+            "cdictk.record",
         ),
         (),
     ),

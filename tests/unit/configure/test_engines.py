@@ -3,7 +3,6 @@ at an engine's default paths what its inspection reads back."""
 
 from __future__ import annotations
 
-import dataclasses
 import fnmatch
 import os
 from pathlib import Path
@@ -18,13 +17,14 @@ from cdictk.configure.change import Request
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.errors import CdictkError, Problem
 from cdictk.node.roots import join
+from cdictk.record import replace
 
 RUNTIME = "/usr/local/bin/cdictk-runtime"
 EACH = pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))
 
 
 def request(engine: Engine, **changes: Any) -> Request:
-    return dataclasses.replace(Request(engine.name, None, None, "cdictk", RUNTIME), **changes)
+    return replace(Request(engine.name, None, None, "cdictk", RUNTIME), **changes)
 
 
 def test_the_table_lists_the_engines_in_order() -> None:
