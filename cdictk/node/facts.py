@@ -16,6 +16,7 @@ from cdictk.node.drm import DrmInfo, drm_for_gpu
 from cdictk.node.gpus import Gpu, gpus_from_procfs
 from cdictk.node.libraries import candidate_dirs, version_from_libraries
 from cdictk.node.modes import MODES, DriverSource, GpuSource, Mode
+from cdictk.node.nvml import NvmlError, NvmlQuery
 from cdictk.node.platform import Platform
 from cdictk.node.roots import Roots, join, resolve
 from cdictk.record import field, record
@@ -77,11 +78,23 @@ def discover(
         roots, candidates = moved
     in_procfs = recipe.driver in (DriverSource.HOST, DriverSource.PROCFS_OPTIONAL)
     version = (procfs.read_driver_version(roots) if in_procfs else None) or ""
-    gpus: list[Gpu] = []
-    used = mode
-    if recipe.gpus in (GpuSource.NVML_ELSE_PROCFS, GpuSource.NVML):
-        gpus, nvml_version, used = _gpus_from_nvml(roots, recipe.gpus, candidates, warnings, faulty)
-        version = version or nvml_version or ""
+    uses_nvml = recipe.gpus in (GpuSource.NVML_ELSE_PROCFS, GpuSource.NVML)
+    library = find_nvml_library(roots, candidates) if uses_nvml else None
+    # NVML answers from a child (its import and nvmlInit: tens of milliseconds on a real node) while
+    # this process finds the driver's files, which need the version procfs usually gives.
+    query = NvmlQuery(library) if library is not None else None
+    try:
+        early = _early_common(
+            recipe.common, Context(roots, version, modules, candidates, mps_pipe_dir, csv=csv)
+        )
+        gpus: list[Gpu] = []
+        used = mode
+        if uses_nvml:
+            gpus, nvml_version, used = _gpus_from_nvml(roots, recipe.gpus, query, warnings, faulty)
+            version = version or nvml_version or ""
+    finally:
+        if query is not None:
+            query.close()
     if recipe.gpus is GpuSource.PROCFS or used is Mode.PROCFS:
         gpus, used = _full_gpus_from_procfs(roots, warnings), Mode.PROCFS
     if host_driver:
@@ -105,8 +118,12 @@ def discover(
         else:
             gpu_nodes[gpu.minor] = node
     context = Context(roots, version, modules, candidates, mps_pipe_dir, csv=csv)
-    common = discover_common(recipe.common, context)
-    warnings += common.warnings
+    common = (
+        early
+        if early is not None and early[0] == version
+        else (version, discover_common(recipe.common, context))
+    )
+    warnings += common[1].warnings
 
     mig_gpus = {gpu.minor for gpu in gpus if gpu.mig_enabled}
     return NodeFacts(
@@ -115,7 +132,7 @@ def discover(
         driver_version=version,
         gpus=gpus,
         modules=modules,
-        common=common,
+        common=common[1],
         gpu_nodes=gpu_nodes,
         drm={gpu.bus_id: drm_for_gpu(roots, gpu.bus_id) for gpu in gpus},
         mig_minors=procfs.read_mig_minors(roots, mig_gpus) if mig_gpus else None,
@@ -155,19 +172,29 @@ def _platform_mode(roots: Roots, warnings: list[str]) -> tuple[Mode, list[str] |
     return Mode.AUTO, candidates
 
 
-def _gpus_from_nvml(
-    roots: Roots, source: GpuSource, candidates: list[str], warnings: list[str], faulty: list[str]
-) -> tuple[list[Gpu], str | None, Mode]:
-    """The GPUs NVML reports. procfs stands in only where there is no NVML at all: an NVML that
-    failed, hung or left a GPU out is never papered over with procfs, which knows nothing of MIG and
-    would advertise a GPU in MIG mode as a full GPU."""
-    from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (its query runs a child)
-
-    library = find_nvml_library(roots, candidates)
+def _early_common(names: tuple[str, ...], context: Context) -> tuple[str, Found] | None:
+    """The common edits found while NVML answers, with the version they were found for; None when
+    procfs gave no version (they need it) or they failed: they are looked for again, in their turn,
+    after the checks of the driver and the GPUs, whose errors come first."""
+    if not context.version:
+        return None
     try:
-        if library is None:
+        return context.version, discover_common(names, context)
+    except CdictkError:
+        return None
+
+
+def _gpus_from_nvml(
+    roots: Roots, source: GpuSource, query: NvmlQuery | None, warnings: list[str], faulty: list[str]
+) -> tuple[list[Gpu], str | None, Mode]:
+    """The GPUs NVML reports (``query``: its query under way, None where there is no library). procfs
+    stands in only where there is no NVML at all: an NVML that failed, hung or left a GPU out is never
+    papered over with procfs, which knows nothing of MIG and would advertise a GPU in MIG mode as a
+    full GPU."""
+    try:
+        if query is None:
             raise NvmlError(f"not found under {roots.driver}", library=NVML_LIBRARY, absent=True)
-        answer = query_nvml(library)
+        answer = query.answer()
     except NvmlError as exc:
         if source is GpuSource.NVML or not exc.absent:
             raise

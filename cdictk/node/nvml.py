@@ -94,59 +94,105 @@ UNKNOWN_BRAND = "unknown"
 
 def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
     """The driver version and every GPU (with its MIG devices) that the NVML at ``library`` reports,
-    asked in a forked child that is killed after ``deadline`` seconds (default :data:`NVML_DEADLINE`).
+    asked in a forked child that is killed after ``deadline`` seconds (default :data:`NVML_DEADLINE`)."""
+    with NvmlQuery(library, deadline=deadline) as query:
+        return query.answer()
 
-    Forked, not spawned: the child has pynvml and cdictk loaded already (a new interpreter would add
-    tens of milliseconds to every generate); what it sends back is JSON, checked here.
+
+class NvmlQuery:
+    """A :func:`query_nvml` under way: the child is forked at once and answers while the caller goes
+    on with the rest of the discovery (the libraries, the device nodes); :meth:`answer` waits for it.
+    Leaving the ``with`` block without an answer kills the child.
+
+    Forked, not spawned: a new interpreter would add tens of milliseconds to every generate. The child
+    imports pynvml itself (about 8 ms), in parallel with the parent's work, and sends its answer back
+    with marshal: plain data from our own process, and no import of json (and re) in the parent.
     """
-    import json  # noqa: PLC0415 - discovery only: the prestart hook imports this module too
-    import os  # noqa: PLC0415
-    import select  # noqa: PLC0415
-    import time  # noqa: PLC0415
 
-    import pynvml  # noqa: F401, PLC0415 - imported once here, so that every child has it
+    __slots__ = ("_end", "_pid", "_reader", "deadline", "library")
 
-    deadline = NVML_DEADLINE if deadline is None else deadline
-    reader, writer = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: answer, then leave without running the parent's exit handlers
-        status = 0
-        try:
+    def __init__(self, library: str, *, deadline: float | None = None) -> None:
+        import os  # noqa: PLC0415 - discovery only: the prestart hook imports this module too
+        import time  # noqa: PLC0415
+
+        self.library = library
+        self.deadline = NVML_DEADLINE if deadline is None else deadline
+        self._end = time.monotonic() + self.deadline
+        reader, writer = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: answer, then leave without running the parent's exit handlers
             os.close(reader)
-            data = memoryview(json.dumps(_answer(library)).encode())
-            while data:
-                data = data[os.write(writer, data) :]
-        except BaseException:  # whatever it is, the parent reports a failed query
-            status = 1
-        finally:
-            os._exit(status)
-    os.close(writer)
-    chunks: list[bytes] = []
-    end = time.monotonic() + deadline
-    try:
+            os._exit(_child(library, writer))
+        os.close(writer)
+        self._pid: int | None = pid
+        self._reader = reader
+
+    def __enter__(self) -> NvmlQuery:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Kill the child unless it has answered (a discovery that failed before it asked)."""
+        if self._pid is not None:
+            _abandon(self._pid)
+            self._done()
+
+    def answer(self) -> NvmlAnswer:
+        """The child's answer; NvmlError when it failed, or gave none within the deadline."""
+        import marshal  # noqa: PLC0415
+        import os  # noqa: PLC0415
+        import select  # noqa: PLC0415
+        import time  # noqa: PLC0415
+
+        if self._pid is None:
+            raise NvmlError("the query was answered or closed already", library=self.library)
+        chunks: list[bytes] = []
         while True:
-            left = end - time.monotonic()
-            if left <= 0 or not select.select([reader], [], [], left)[0]:
-                _abandon(pid)
+            left = self._end - time.monotonic()
+            if left <= 0 or not select.select([self._reader], [], [], left)[0]:
+                _abandon(self._pid)
+                self._done()
                 raise NvmlError(
-                    f"no answer within {deadline:g} s: the driver may be hung (nvidia-smi would hang "
+                    f"no answer within {self.deadline:g} s: the driver may be hung (nvidia-smi would hang "
                     "too); check dmesg for Xid errors",
-                    library=library,
+                    library=self.library,
                 )
-            chunk = os.read(reader, 1 << 16)
+            chunk = os.read(self._reader, 1 << 16)
             if not chunk:
                 break
             chunks.append(chunk)
-    finally:
-        os.close(reader)
-    _, status = os.waitpid(pid, 0)
+        _, status = os.waitpid(self._pid, 0)
+        self._done()
+        try:
+            # Bytes our own forked child wrote; what runs there (the driver's NVML) runs as us anyway.
+            answer = marshal.loads(b"".join(chunks))  # noqa: S302
+        except (ValueError, EOFError, TypeError):
+            raise NvmlError(f"the query failed (child status {status})", library=self.library) from None
+        if "error" in answer:
+            raise NvmlError(answer["error"], library=self.library, absent=answer.get("absent", False))
+        return NvmlAnswer(answer["version"], [_gpu_of(gpu) for gpu in answer["gpus"]], answer["left_out"])
+
+    def _done(self) -> None:
+        import os  # noqa: PLC0415
+
+        os.close(self._reader)
+        self._pid = None
+
+
+def _child(library: str, writer: int) -> int:
+    """The child's work: the answer on ``writer``, its exit status back."""
+    import marshal  # noqa: PLC0415
+    import os  # noqa: PLC0415
+
     try:
-        answer = json.loads(b"".join(chunks))
-    except ValueError:
-        raise NvmlError(f"the query failed (child status {status})", library=library) from None
-    if "error" in answer:
-        raise NvmlError(answer["error"], library=library, absent=answer.get("absent", False))
-    return NvmlAnswer(answer["version"], [_gpu_of(gpu) for gpu in answer["gpus"]], answer["left_out"])
+        data = memoryview(marshal.dumps(_answer(library)))
+        while data:
+            data = data[os.write(writer, data) :]
+    except BaseException:  # whatever it is, the parent reports a failed query
+        return 1
+    return 0
 
 
 def _abandon(pid: int) -> None:
@@ -170,9 +216,9 @@ def _gpu_of(data: dict[str, Any]) -> Gpu:
 
 def _answer(library: str) -> dict[str, Any]:
     """The query, run in the forked child of :func:`query_nvml`, as plain data for the pipe."""
-    import pynvml  # noqa: PLC0415 (lazy: see module docstring)
-
     from cdictk.record import asdict  # noqa: PLC0415
+
+    pynvml = _import_pynvml()
 
     try:
         handle = ctypes.CDLL(library)
@@ -199,6 +245,33 @@ def _answer(library: str) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
     return {"version": version, "gpus": gpus, "left_out": left_out}
+
+
+def _import_pynvml() -> Any:
+    """pynvml, without the ``ctypes.util`` its first lines import: that module pulls in subprocess,
+    shutil, tempfile and re (7 ms on a 2-core machine) for ``find_library``, which pynvml calls only on
+    Windows. A stand-in that loads the real one on first use takes its place during the import."""
+    import sys  # noqa: PLC0415
+
+    if "ctypes.util" in sys.modules:
+        import pynvml  # noqa: PLC0415
+
+        return pynvml
+    stand_in = type(sys)("ctypes.util")
+    stand_in.find_library = _find_library  # type: ignore[attr-defined]
+    sys.modules["ctypes.util"] = stand_in
+    try:
+        import pynvml  # noqa: PLC0415
+    finally:
+        if sys.modules.get("ctypes.util") is stand_in:
+            del sys.modules["ctypes.util"]
+    return pynvml
+
+
+def _find_library(name: str) -> str | None:
+    from ctypes.util import find_library  # noqa: PLC0415 - the real one, once someone needs it
+
+    return find_library(name)
 
 
 def _reset(pynvml: Any, library: Any) -> None:
