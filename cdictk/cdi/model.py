@@ -8,7 +8,6 @@ the dumper both work from it, so the two can never disagree about a field.
 from __future__ import annotations
 
 from enum import Enum
-from typing import NamedTuple
 
 from cdictk.record import field, record
 
@@ -119,7 +118,8 @@ class Omit(Enum):
     NONE = 2  # a nil pointer
 
 
-class Field(NamedTuple):
+@record(frozen=True)
+class Field:
     key: str
     attr: str
     kind: Kind

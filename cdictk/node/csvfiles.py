@@ -18,7 +18,6 @@ NVIDIA's patterns do).
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import stat
 from enum import Enum
@@ -136,6 +135,8 @@ def read_entries(roots: Roots, source: CsvSource) -> CsvEntries:
 
 
 def ignored(path: str, patterns: tuple[str, ...]) -> bool:
+    import fnmatch  # noqa: PLC0415 - it imports re: only a Jetson's generate needs it
+
     for pattern in patterns:
         if pattern.startswith("**/"):
             if fnmatch.fnmatchcase(os.path.basename(path), pattern[3:]):
@@ -166,6 +167,8 @@ def expand(root: str, path: str) -> list[str]:
     order; a path without one as it is. Directories are followed inside ``root`` only."""
     if not any(char in path for char in _GLOB):
         return [path]
+    import fnmatch  # noqa: PLC0415 - as in ignored()
+
     matches = [""]
     for part in path.strip("/").split("/"):
         if not any(char in part for char in _GLOB):

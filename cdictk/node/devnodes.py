@@ -8,7 +8,6 @@ node should be is not a device node and is ignored.
 from __future__ import annotations
 
 import os
-import re
 import stat
 
 from cdictk.node.roots import Roots
@@ -18,8 +17,6 @@ CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/d
 # The management device leaves out nodes that belong to other drivers' devices (GPUDirect Storage,
 # NVSwitch, NVLink): they have their own modes and would hand a container a fabric.
 _BLOCKED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
-_CAP_NODE = re.compile(r"nvidia-cap(\d+)")
-_IMEX_NODE = re.compile(r"channel(\d+)")
 
 
 @record(frozen=True)
@@ -75,20 +72,21 @@ def cap_node(roots: Roots, minor: int, caps_major: int | None) -> NodeInfo | Non
 def all_nvidia_nodes(roots: Roots) -> list[NodeInfo]:
     """Every NVIDIA node (management mode): GPUs, control nodes, caps and IMEX channels."""
     found: list[NodeInfo] = []
-    for directory, pattern in (
+    # Names: "nvidia..." in /dev (less other drivers'); PREFIX<number> in the caps directories.
+    for directory, prefix in (
         ("/dev", None),
-        ("/dev/nvidia-caps", _CAP_NODE),
-        ("/dev/nvidia-caps-imex-channels", _IMEX_NODE),
+        ("/dev/nvidia-caps", "nvidia-cap"),
+        ("/dev/nvidia-caps-imex-channels", "channel"),
     ):
         try:
             names = sorted(os.listdir(roots.in_dev(directory)))
         except OSError:
             continue
         for name in names:
-            if pattern is None:
+            if prefix is None:
                 wanted = name.startswith("nvidia") and not name.startswith(_BLOCKED_PREFIXES)
             else:
-                wanted = pattern.fullmatch(name) is not None
+                wanted = name.startswith(prefix) and name[len(prefix) :].isdecimal()
             if wanted and (node := stat_node(roots, f"{directory}/{name}")) is not None:
                 found.append(node)
     return found
