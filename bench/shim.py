@@ -12,7 +12,11 @@ hits every row alike, N times each, timing only the command named (each containe
   after the first create, as on a node; a row with the cache off shows what a start that parses the
   settings and the spec costs;
 - ``NVIDIA_VISIBLE_DEVICES=void``, runc and the shim: nothing to inject, so what is left is reading the
-  settings, config.json and the requests, and the interpreter;
+  settings, config.json and the requests, and the interpreter; and the same create through the front
+  with the system's settings (no ``CDICTK_CONFIG``): its grep finds the variable, then Python;
+- a create that asks for nothing at all (no ``NVIDIA_VISIBLE_DEVICES``, no annotation), runc and the
+  shim with the system's settings, whose shell front greps config.json and execs runc itself (checked
+  once under ``sh -x`` before timing; left out when the system's settings name another runtime);
 - ``state`` of a created container, runc and through the shim: the pass-through, which the shim's
   shell front (:mod:`cdictk.runtime.shimfront`) execs without Python, and the same through Python (with
   ``CDICTK_CONFIG`` set, the front hands every command to the Python launcher);
@@ -31,7 +35,7 @@ shim, a bash script) is resolved to the script beside this Python, and gets a ro
 Without either, ``python -m cdictk.runtime.shim`` and this Python. Time it in the environment a node
 has: a virtual environment with ``pip install .`` (an editable install adds a ``.pth`` finder).
 With ``--nvidia-runtime PATH`` (NVIDIA's ``nvidia-container-runtime``, built ad hoc from its source),
-the same create of =0 and of =void and the same ``state`` through it, in its CDI mode over the same
+the same creates (=0, =void, no request) and the same ``state`` through it, in its CDI mode over the same
 spec dir and runtime (``NVIDIA_CTK_CONFIG_FILE_PATH``), in the same loop, and each against the shim;
 with ``nvidia-ctk`` beside it, also its default mode, jit-cdi (the node's spec made at every create from
 the fake node's driver root), against the shim on a node without a spec on disk, both through runc
@@ -72,11 +76,15 @@ CREATE_SCRIPT = "shim create, =0, through pip's console script"
 CREATE_COLD = "shim create, =0, cache off (parses the spec each time)"
 VOID_DIRECT = "runc create, =void"
 VOID_SHIM = "shim create, =void (nothing to inject)"
+VOID_FRONT = "shim create, =void, the front's grep, then Python"
+PLAIN_DIRECT = "runc create, no request"
+PLAIN_SHIM = "shim create, no request (its front execs runc)"
 STATE_DIRECT = "runc state"
 STATE_SHIM = "shim state (its shell front execs runc)"
 STATE_PYTHON = "shim state through Python (CDICTK_CONFIG)"
 NV_CREATE = "nvidia-container-runtime create, =0 (cdi mode)"
 NV_VOID = "nvidia-container-runtime create, =void"
+NV_PLAIN = "nvidia-container-runtime create, no request"
 NV_STATE = "nvidia-container-runtime state"
 MEMORY_RUNC = "shim create, =0, node's spec kept, its hook run"
 NV_JIT = "nvidia-container-runtime create, =0 (jit-cdi)"
@@ -194,6 +202,20 @@ class Bench:
             text=True,
             check=False,
         ).stdout.split()
+
+
+def front_execs(bench: Bench, front: str, bundle: Path, env: dict[str, str]) -> str:
+    """The program the shell front ``front`` execs for a create of ``bundle``: the last ``exec`` that
+    ``sh -x`` traces. The container is deleted after."""
+    container = f"cdictk-bench-{uuid.uuid4().hex[:12]}"
+    bench.live.add(container)
+    create = ["--root", str(bench.state), "create", "--bundle", str(bundle), container]
+    try:
+        bench.run(["/bin/sh", "-x", front, *create], env)
+    finally:
+        bench.delete(container)
+    execs = [line.split()[2] for line in bench.log.read_text().splitlines() if line.startswith("+ exec ")]
+    return execs[-1] if execs else ""
 
 
 def write_bundle(path: Path, config: bytes) -> Path:
@@ -363,6 +385,7 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
 
     gpu_config = json.dumps(config_for("0")).encode()
     void_config = json.dumps(config_for("void")).encode()
+    plain_config = json.dumps(oci_config(rootfs, ["true"])).encode()
     path = os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
     cache = str(scratch / "cache")
     env = {
@@ -385,7 +408,9 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
         ),
         "CDICTK_CACHE_DIR": cache,
     }
+    system_env = {"PATH": path, "CDICTK_CACHE_DIR": cache}  # the front's shortcuts need no CDICTK_CONFIG
     bench = Bench(runtime, scratch, env)
+    front_note = ""
     try:
         bundles = {
             name: write_bundle(scratch / name, void_config if "void" in name else gpu_config)
@@ -407,6 +432,18 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
         if "/dev/nvidia0" not in nodes or "hooks" in injected:
             raise BenchError(f"the injected config has devices {nodes} and hooks: {'hooks' in injected}")
         kept = bench.create_kept(bundles["void"])
+        plain = write_bundle(scratch / "plain", plain_config)
+        execs = front_execs(bench, shim[0], plain, system_env)
+        if execs == shim[0] + ".py":
+            raise BenchError(f"the front sent a create without a request to Python ({shim[0]})")
+        through_front: dict[str, Callable[[], float]] = {
+            PLAIN_DIRECT: lambda: bench.create([runtime], plain),
+            PLAIN_SHIM: lambda: bench.create(shim, plain, system_env),
+            VOID_FRONT: lambda: bench.create(shim, bundles["void"], system_env),
+        }
+        if execs != runtime:  # the front runs what /etc/cdictk/config.toml names
+            front_note = f"left out: the installed front execs {execs} (the system's settings), not {runtime}"
+            through_front = {}
         state = ["--root", str(bench.state), "state", kept]
 
         def alone(bundle: str, config: bytes, settings: dict[str, str] = alone_env) -> Callable[[], float]:
@@ -423,6 +460,7 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
             CREATE_COLD: lambda: bench.create(shim, fresh(bundles["cold-gpu"], gpu_config), cold_env),
             VOID_DIRECT: lambda: bench.create([runtime], bundles["void"]),
             VOID_SHIM: lambda: bench.create(shim, bundles["void"]),
+            **through_front,
             STATE_DIRECT: lambda: bench.run([runtime, *state]),
             # The front takes its shortcut only with the system's settings: no CDICTK_CONFIG.
             STATE_SHIM: lambda: bench.run([*shim, *state], {"PATH": path}),
@@ -447,6 +485,9 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
             nv_void = write_bundle(scratch / "nvidia-void", void_config)
             commands[NV_CREATE] = lambda: bench.create([nvidia], fresh(nv_gpu, gpu_config), nv_env)
             commands[NV_VOID] = lambda: bench.create([nvidia], nv_void, nv_env)
+            if PLAIN_SHIM in commands:  # its own copy: NVIDIA's runtime rewrites config.json even then
+                nv_plain = write_bundle(scratch / "nvidia-plain", plain_config)
+                commands[NV_PLAIN] = lambda: bench.create([nvidia], fresh(nv_plain, plain_config), nv_env)
             commands[NV_STATE] = lambda: bench.run([nvidia, *state], nv_env)
             nvidia_ctk = os.path.join(os.path.dirname(nvidia), "nvidia-ctk")
             if os.access(nvidia_ctk, os.X_OK):  # jit-cdi needs NVIDIA's generator, built beside it
@@ -477,6 +518,8 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
             raise BenchError("the shim's config.json differs from the one runc is timed on")
         if (bundles["void"] / "config.json").read_bytes() != void_config:
             raise BenchError("the shim rewrote the void bundle's config.json")
+        if (plain / "config.json").read_bytes() != plain_config:
+            raise BenchError("the bundle without a request has a different config.json now")
         # NVIDIA's runtime did the same work: the device is in what runc got, in either mode.
         for done in ("nvidia-gpu", "nvidia-jit", "memory-runc"):
             if (scratch / done).exists():
@@ -516,15 +559,26 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
     print(
         f"shim create over {name} create, =void: {verdict(median[VOID_SHIM] - median[VOID_DIRECT], AIM_MS)}"
     )
+    if PLAIN_SHIM in median:
+        plain_added = median[PLAIN_SHIM] - median[PLAIN_DIRECT]
+        print(f"shim create over {name} create, no request: {plain_added:+.1f} ms (the front alone)")
+        front_check = median[VOID_FRONT] - median[VOID_SHIM]
+        print(f"  =void through the front's grep, less =void through Python at once: {front_check:+.1f} ms")
+    else:
+        print(f"shim create, no request: {front_note}")
     print(f"pass-through (state) over {name} state: {median[STATE_SHIM] - median[STATE_DIRECT]:+.1f} ms")
     print(f"  the same through Python: {median[STATE_PYTHON] - median[STATE_DIRECT]:+.1f} ms")
     if NV_CREATE in median:
         print(f"against NVIDIA's runtime, each over {name} alone (aim: cdictk/NVIDIA <= 1):")
         for what, ours, theirs, direct in (
+            ("create, none", PLAIN_SHIM, NV_PLAIN, PLAIN_DIRECT),
             ("create, =0", CREATE_SHIM, NV_CREATE, CREATE_DIRECT),
             ("create, =void", VOID_SHIM, NV_VOID, VOID_DIRECT),
+            ("=void, grep", VOID_FRONT, NV_VOID, VOID_DIRECT),
             ("state", STATE_SHIM, NV_STATE, STATE_DIRECT),
         ):
+            if ours not in median:
+                continue
             mine, nvidias = median[ours] - median[direct], median[theirs] - median[direct]
             ratio = f"{mine / nvidias:.2f}" if nvidias > 0 else "n/a"
             print(f"  {what:<14} cdictk {mine:+6.1f} ms, NVIDIA {nvidias:+6.1f} ms, ratio {ratio}")

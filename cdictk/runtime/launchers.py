@@ -178,11 +178,19 @@ def _install_front(directory: str) -> str:
     front = os.path.join(directory, SHIM)
     exists = os.path.lexists(CONFIG_PATH)
     try:
-        runtimes: list[str] | None = list(load_settings(CONFIG_PATH).runtimes)
+        settings = load_settings(CONFIG_PATH)
     except SettingsError:
-        runtimes = None  # the shim will say what is wrong, on every command
+        settings = None  # the shim will say what is wrong, on every command
     mark = f"{_MARK}launchers`; why: cdictk/runtime/shimfront.py"
-    text = front_text(front, front + ".py", runtimes, config_exists=exists, mark=mark)
+    text = front_text(
+        front,
+        front + ".py",
+        list(settings.runtimes) if settings is not None else None,
+        annotation_prefixes=list(settings.annotation_prefixes) if settings is not None else [],
+        config_exists=exists,
+        mark=mark,
+        config=CONFIG_PATH,  # the file read here, which the front checks is unchanged
+    )
     try:
         atomic_write(front, text.encode(), mode=0o755, keep_mode=False)
     except CdictkError as exc:

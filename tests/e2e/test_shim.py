@@ -17,6 +17,7 @@ import pytest
 
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import ContainerEdits, Device
+from cdictk.runtime import settings
 from cdictk.runtime.launchers import install_launchers
 from tests.conftest import NodeFactory
 from tests.e2e.conftest import ENXIO, FakeGpuHost, Runtime, e2e_spec
@@ -349,3 +350,63 @@ def test_create_start_state_delete_as_an_engine_drives_it(
     finally:
         deleted = shim(runtime, spec_dir, "delete", "--force", name)
     assert deleted.returncode == 0, deleted.stderr
+
+
+def test_a_container_that_asks_for_nothing_is_created_without_python(
+    runtime: Runtime, rootfs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 19: the shell front finds no request in config.json and execs the runtime itself, for run
+    and for an engine's create, start, state and delete; a request still goes to Python. The front is
+    written from a settings file of the test's (no CDICTK_CONFIG, which would send everything to
+    Python), and its Python launcher is replaced by one that only fails: whatever starts, starts
+    without it."""
+    config = tmp_path / "config.toml"
+    config.write_text(f"[runtime]\nruntimes = [{json.dumps(runtime.binary)}]\n")
+    monkeypatch.setattr(settings, "CONFIG_PATH", str(config))
+    front = install_launchers(str(tmp_path / "launchers"))[-1]
+    (tmp_path / "launchers" / "cdictk-runtime.py").write_text("#!/bin/sh\necho Python started >&2\nexit 99\n")
+    env = {"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")}
+    command = [front, "--root", str(runtime.state_dir)]
+    # Not INSIDE, whose echo of NVIDIA_VISIBLE_DEVICES would send it to Python (a harmless false hit).
+    bundle = make_bundle(tmp_path / "bundle", rootfs, "cat /dev/nvidia0; echo end")
+    before = (bundle / "config.json").read_bytes()
+
+    def shim_run(*args: str, log: Path | None = None) -> subprocess.CompletedProcess[str]:
+        with open(log or os.devnull, "w") as output:  # a file: a created container keeps its stdio open
+            return subprocess.run(
+                [*command, *args],
+                stdin=subprocess.DEVNULL,
+                stdout=output if log else subprocess.PIPE,
+                stderr=output if log else subprocess.PIPE,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+            )
+
+    result = shim_run("run", "--bundle", str(bundle), f"cdictk-shim-{uuid.uuid4().hex[:12]}")
+    assert (result.returncode, result.stderr) == (0, ""), result.stderr
+    assert "can't open '/dev/nvidia0': No such file or directory" in result.stdout
+    assert result.stdout.rstrip().endswith("end")
+    name = f"cdictk-shim-{uuid.uuid4().hex[:12]}"
+    log = tmp_path / "container.log"
+    created = shim_run("create", "-b", str(bundle), name, log=log)
+    try:
+        assert created.returncode == 0, log.read_text()
+        assert json.loads(shim_run("state", name).stdout)["status"] == "created"
+        assert shim_run("start", name).returncode == 0
+        for _ in range(200):
+            state = json.loads(shim_run("state", name).stdout)
+            if state["status"] == "stopped":
+                break
+            time.sleep(0.05)
+        assert state["status"] == "stopped"
+        assert log.read_text().rstrip().endswith("end")
+    finally:
+        deleted = shim_run("delete", "--force", name)
+    assert deleted.returncode == 0, deleted.stderr
+    assert (bundle / "config.json").read_bytes() == before
+    (tmp_path / "bundle").rename(tmp_path / "first")
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=0",))
+    result = shim_run("run", "--bundle", str(bundle), f"cdictk-shim-{uuid.uuid4().hex[:12]}")
+    assert (result.returncode, result.stderr) == (99, "Python started\n")  # the control

@@ -16,7 +16,7 @@ import pytest
 
 from cdictk.cli.main import main
 from cdictk.cli.runtime import default_runtime_path
-from cdictk.runtime import launchers
+from cdictk.runtime import launchers, settings
 from cdictk.runtime.launchers import LauncherError, Reads, install_launchers, launcher_text
 from tests import REPO
 
@@ -57,6 +57,21 @@ def test_installed_launchers_run(tmp_path: Path) -> None:
         1,
         "cdictk-runtime: error: no low-level runtime found (looked for /nonexistent/runc)\n",
     )
+
+
+def test_the_front_is_written_from_the_settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its runtimes and the annotation prefixes it looks for in a create's config.json, and the check
+    that the file it read them from is unchanged."""
+    config = tmp_path / "config.toml"
+    config.write_text('[runtime]\nruntimes = ["crun"]\n[requests]\nannotation-prefixes = ["example.com/"]\n')
+    monkeypatch.setattr(settings, "CONFIG_PATH", str(config))
+    front = Path(install_launchers(str(tmp_path / "l"))[-1]).read_text()
+    assert "for runtime in 'crun'; do" in front
+    assert "-e 'example.com/' -e 'NVIDIA_VISIBLE_DEVICES'" in front and "cdi.k8s.io" not in front
+    assert f"[ -f '{config}' ] && ! [ '{config}' -nt '{tmp_path}/l/cdictk-runtime' ]" in front
+    config.write_text("[requests]\nannotation-prefixes = 3\n")  # the shim will say what is wrong
+    front = Path(install_launchers(str(tmp_path / "l"))[-1]).read_text()
+    assert "exec_runtime" not in front and "grep" not in front
 
 
 def test_install_again_replaces_them(tmp_path: Path) -> None:
