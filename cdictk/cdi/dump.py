@@ -40,8 +40,14 @@ def dump_json(spec: Spec) -> str:
 
 
 def dump_yaml(spec: Spec) -> str:
-    """Block-style YAML."""
-    return emit_with_pyyaml(to_data(spec))
+    """Block-style YAML, through our own emitter (:mod:`cdictk.cdi.yamlemit`), or PyYAML's for a spec
+    that holds what ours does not write (non-ASCII, line breaks, long strings): the same bytes either way.
+    """
+    from cdictk.cdi.yamlemit import emit  # noqa: PLC0415 (lazy: the JSON path never needs it)
+
+    data = to_data(spec)
+    text = emit(data)
+    return text if text is not None else emit_with_pyyaml(data)
 
 
 def emit_with_pyyaml(data: dict[str, Any]) -> str:
