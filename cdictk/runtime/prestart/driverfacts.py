@@ -1,6 +1,6 @@
 """The driver and GPU facts that requirements are checked against, from NVML, in a child process.
 
-NVML is asked through :class:`cdictk.node.nvml.NvmlLibrary` (ctypes, no pynvml: it costs tens of
+NVML is asked through :class:`cdictk.node.nvmllib.NvmlLibrary` (ctypes, no pynvml: it costs tens of
 milliseconds to import, and this runs on container starts). The facts are those libnvidia-container
 reads (``src/driver.c``):
 
@@ -24,7 +24,8 @@ import signal
 import sys
 import time
 
-from cdictk.node.nvml import NvmlError, NvmlLibrary
+from cdictk.node.nvml import NvmlError
+from cdictk.node.nvmllib import NvmlLibrary
 from cdictk.runtime.prestart.require import KEYS, Facts, GpuFacts
 
 TYPE_CHECKING = False
