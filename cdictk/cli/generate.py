@@ -7,7 +7,11 @@ import sys
 
 from cdictk.cli.argtable import FLAG, MANY, Opt, parse
 from cdictk.errors import CdictkError
-from cdictk.node.modes import GPU_SPEC, MODES, Mode
+from cdictk.node.modes import GPU_SPEC, MODES, NVML_SOURCES, Mode
+
+TYPE_CHECKING = False  # typing imports re: keep both off the fast path
+if TYPE_CHECKING:
+    from cdictk.node.nvml import NvmlQuery
 
 DEFAULT_OUTPUT = GPU_SPEC
 _STRATEGIES = ("index", "uuid", "type-index")
@@ -268,93 +272,109 @@ def generate(  # every option by keyword, from click or from argtable.parse
     mode's devices is an error (exit 1) and nothing is written; so is an output directory that cannot
     be written, which leaves the old spec in place.
     """
-    from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415
-    from cdictk.node.roots import Roots  # noqa: PLC0415
-    from cdictk.nvcdi import specfile  # noqa: PLC0415
-    from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
-    from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
-    from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
-    from cdictk.nvcdi.options import SpecOptions, kind_problem  # noqa: PLC0415
-
     recipe = MODES[Mode(mode)]
-    # The non-GPU modes' own defaults (Recipe.cls, Recipe.output); an explicit option wins.
-    cls = recipe.cls if cls is None else cls
-    output = recipe.output if output is None else output
-    wrong = kind_problem(vendor, cls)
-    if wrong is not None:
-        raise CdictkError("", f"--{wrong[0]}", wrong[1])
-    unknown = [name for name in disabled_hooks if name not in (*HOOK_NAMES, "all")]
-    if unknown:
-        raise CdictkError(
-            "", "--disable-hook", f"unknown hook {unknown[0]!r} (known: {', '.join(HOOK_NAMES)}, all)"
+    # NVML's child first: it imports pynvml (~8 ms) while this process imports the rest and looks.
+    # (--watch asks NVML anew each time it looks.)
+    nvml = _nvml_query() if recipe.gpus in NVML_SOURCES and not watching else None
+    try:
+        from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415
+        from cdictk.node.roots import Roots  # noqa: PLC0415
+        from cdictk.nvcdi import specfile  # noqa: PLC0415
+        from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
+        from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
+        from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
+        from cdictk.nvcdi.options import SpecOptions, kind_problem  # noqa: PLC0415
+
+        # The non-GPU modes' own defaults (Recipe.cls, Recipe.output); an explicit option wins.
+        cls = recipe.cls if cls is None else cls
+        output = recipe.output if output is None else output
+        wrong = kind_problem(vendor, cls)
+        if wrong is not None:
+            raise CdictkError("", f"--{wrong[0]}", wrong[1])
+        unknown = [name for name in disabled_hooks if name not in (*HOOK_NAMES, "all")]
+        if unknown:
+            raise CdictkError(
+                "", "--disable-hook", f"unknown hook {unknown[0]!r} (known: {', '.join(HOOK_NAMES)}, all)"
+            )
+        if check and output == "-":
+            raise CdictkError("", "--check", "needs a file to compare with, not stdout")
+        if watching and (check or output == "-"):
+            raise CdictkError("", "--watch", "needs a file to write and cannot be combined with --check")
+        if device_ids and not recipe.device_ids:
+            raise CdictkError("", "--device-id", f"does not apply to --mode {mode} (one 'all' device)")
+        if (csv_files or csv_ignore_patterns) and Mode(mode) not in (Mode.CSV, Mode.AUTO):
+            raise CdictkError("", "--csv.file", f"applies to --mode csv (or auto on a Jetson), not {mode}")
+        if ldconfig_path is not None and not os.path.isabs(ldconfig_path):
+            raise CdictkError("", "--ldconfig-path", f"must be an absolute path, not {ldconfig_path!r}")
+        fmt = fmt or ("json" if output.endswith(".json") else "yaml")
+        if output != "-" and not output.endswith((".yaml", ".json")):
+            _warn(f"{output}: CDI runtimes only load .yaml and .json files from their spec directories")
+
+        roots = Roots.from_options(driver_root, dev_root, proc_root, sys_root)
+        options = SpecOptions(
+            vendor=vendor,
+            cls=cls,
+            strategies=tuple(Strategy(name) for name in strategies) or DEFAULT_STRATEGIES,
+            hook_program=None
+            if "all" in disabled_hooks
+            else hook_program(hook_path, separate=separate_hooks),
+            disabled_hooks=frozenset(disabled_hooks),
+            ldconfig_path=ldconfig_path,
+            all_device=not no_all_device,
+            include_display_gpus=include_display_gpus,
+            device_ids=device_ids,
+            target_version=target_version,
         )
-    if check and output == "-":
-        raise CdictkError("", "--check", "needs a file to compare with, not stdout")
-    if watching and (check or output == "-"):
-        raise CdictkError("", "--watch", "needs a file to write and cannot be combined with --check")
-    if device_ids and not recipe.device_ids:
-        raise CdictkError("", "--device-id", f"does not apply to --mode {mode} (one 'all' device)")
-    if (csv_files or csv_ignore_patterns) and Mode(mode) not in (Mode.CSV, Mode.AUTO):
-        raise CdictkError("", "--csv.file", f"applies to --mode csv (or auto on a Jetson), not {mode}")
-    if ldconfig_path is not None and not os.path.isabs(ldconfig_path):
-        raise CdictkError("", "--ldconfig-path", f"must be an absolute path, not {ldconfig_path!r}")
-    fmt = fmt or ("json" if output.endswith(".json") else "yaml")
-    if output != "-" and not output.endswith((".yaml", ".json")):
-        _warn(f"{output}: CDI runtimes only load .yaml and .json files from their spec directories")
+        host = os.path.abspath(host_root)
+        csv = CsvSource(csv_files, csv_ignore_patterns)
+        where = output
 
-    roots = Roots.from_options(driver_root, dev_root, proc_root, sys_root)
-    options = SpecOptions(
-        vendor=vendor,
-        cls=cls,
-        strategies=tuple(Strategy(name) for name in strategies) or DEFAULT_STRATEGIES,
-        hook_program=None if "all" in disabled_hooks else hook_program(hook_path, separate=separate_hooks),
-        disabled_hooks=frozenset(disabled_hooks),
-        ldconfig_path=ldconfig_path,
-        all_device=not no_all_device,
-        include_display_gpus=include_display_gpus,
-        device_ids=device_ids,
-        target_version=target_version,
-    )
-    host = os.path.abspath(host_root)
-    csv = CsvSource(csv_files, csv_ignore_patterns)
-    where = output
+        def produce() -> NodeSpec:
+            return node_spec(roots, Mode(mode), options, where=where, host_root=host, csv=csv, nvml=nvml)
 
-    def produce() -> NodeSpec:
-        return node_spec(roots, Mode(mode), options, where=where, host_root=host, csv=csv)
-
-    if watching:
-        # The CSV files are inputs too: an L4T upgrade rewrites them.
-        inputs = tuple(path for path, _ in csv.paths(roots))
-        specfile.watch_spec(
-            produce,
-            roots=roots,
-            output=output,
-            fmt=fmt,
-            interval=interval,
-            say=_say,
-            warn=_warn,
-            inputs=inputs,
-        )
-        return 0
-    made = produce()
-    for message in made.warnings:
-        _warn(message)
-    data = made.dump(fmt)
-    if output == "-":
-        sys.stdout.buffer.write(data)
-        sys.stdout.flush()
-        return 0
-    if check:
-        problem = specfile.check(output, data)
-        if problem is None:
-            print(f"{output}: up to date ({made.summary})", file=sys.stderr)
+        if watching:
+            # The CSV files are inputs too: an L4T upgrade rewrites them.
+            inputs = tuple(path for path, _ in csv.paths(roots))
+            specfile.watch_spec(
+                produce,
+                roots=roots,
+                output=output,
+                fmt=fmt,
+                interval=interval,
+                say=_say,
+                warn=_warn,
+                inputs=inputs,
+            )
             return 0
-        print(f"cdictk: {output}: {problem}", file=sys.stderr)
-        return 1
-    written, _, replaced = specfile.update(output, data)
-    done = specfile.wrote(output, replaced) if written else f"{output}: unchanged"
-    print(f"{done} ({made.summary})", file=sys.stderr)
-    return 0
+        made = produce()
+        for message in made.warnings:
+            _warn(message)
+        data = made.dump(fmt)
+        if output == "-":
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
+            return 0
+        if check:
+            problem = specfile.check(output, data)
+            if problem is None:
+                print(f"{output}: up to date ({made.summary})", file=sys.stderr)
+                return 0
+            print(f"cdictk: {output}: {problem}", file=sys.stderr)
+            return 1
+        written, _, replaced = specfile.update(output, data)
+        done = specfile.wrote(output, replaced) if written else f"{output}: unchanged"
+        print(f"{done} ({made.summary})", file=sys.stderr)
+        return 0
+
+    finally:
+        if nvml is not None:
+            nvml.close()
+
+
+def _nvml_query() -> NvmlQuery:
+    from cdictk.node.nvml import NvmlQuery  # noqa: PLC0415
+
+    return NvmlQuery()
 
 
 def _say(message: str) -> None:

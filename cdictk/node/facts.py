@@ -60,8 +60,21 @@ def discover(
     *,
     mps_pipe_dir: str = driverfiles.MPS_PIPE_DIR,
     csv: CsvSource | None = None,
+    nvml: NvmlQuery | None = None,
 ) -> NodeFacts:
-    """The node's facts for ``mode``; ``csv``: the CSV files of ``--mode csv`` (default: L4T's)."""
+    """The node's facts for ``mode``; ``csv``: the CSV files of ``--mode csv`` (default: L4T's);
+    ``nvml``: a query the caller began first thing (its child importing pynvml meanwhile), which this
+    asks, or closes when the mode needs no NVML."""
+    try:
+        return _discover(roots, mode, mps_pipe_dir, csv, nvml)
+    finally:
+        if nvml is not None:
+            nvml.close()
+
+
+def _discover(
+    roots: Roots, mode: Mode, mps_pipe_dir: str, csv: CsvSource | None, nvml: NvmlQuery | None
+) -> NodeFacts:
     warnings: list[str] = []
     faulty: list[str] = []
     modules = procfs.read_loaded_modules(roots)
@@ -82,7 +95,10 @@ def discover(
     library = find_nvml_library(roots, candidates) if uses_nvml else None
     # NVML answers from a child (its import and nvmlInit: tens of milliseconds on a real node) while
     # this process finds the driver's files, which need the version procfs usually gives.
-    query = NvmlQuery(library) if library is not None else None
+    query = None
+    if library is not None:
+        query = nvml or NvmlQuery()
+        query.ask(library)
     try:
         early = _early_common(
             recipe.common, Context(roots, version, modules, candidates, mps_pipe_dir, csv=csv)

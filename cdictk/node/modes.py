@@ -36,6 +36,10 @@ class GpuSource(Enum):
     NONE = "none"
 
 
+# The sources that ask NVML.
+NVML_SOURCES = frozenset({GpuSource.NVML_ELSE_PROCFS, GpuSource.NVML})
+
+
 class DriverSource(Enum):
     """Where the driver version comes from."""
 

@@ -68,32 +68,55 @@ def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
 
 
 class NvmlQuery:
-    """A :func:`query_nvml` under way: the child is forked at once and answers while the caller goes
-    on with the rest of the discovery (the libraries, the device nodes); :meth:`answer` waits for it.
-    Leaving the ``with`` block without an answer kills the child.
+    """A :func:`query_nvml` under way. The child is forked at once and imports pynvml (about 8 ms) while
+    the caller goes on: a caller that will want NVML starts one first thing, before its own imports,
+    then :meth:`ask` s it once it knows the library, finds the driver's files meanwhile, and waits in
+    :meth:`answer`. Leaving the ``with`` block (or :meth:`close`) without an answer kills the child.
 
-    Forked, not spawned: a new interpreter would add tens of milliseconds to every generate. The child
-    imports pynvml itself (about 8 ms), in parallel with the parent's work, and sends its answer back
-    with marshal: plain data from our own process, and no import of json (and re) in the parent.
+    Forked, not spawned: a new interpreter would add tens of milliseconds to every generate. The
+    answer comes back with marshal: plain data from our own process, and no import of json (and re)
+    in the parent. The deadline counts from the question.
     """
 
-    __slots__ = ("_end", "_pid", "_reader", "deadline", "library")
+    __slots__ = ("_end", "_pid", "_questions", "_reader", "deadline", "library")
 
-    def __init__(self, library: str, *, deadline: float | None = None) -> None:
+    def __init__(self, library: str | None = None, *, deadline: float | None = None) -> None:
+        """Fork the child; ``library``: ask it at once."""
         import os  # noqa: PLC0415 - discovery only: the prestart hook imports this module too
-        import time  # noqa: PLC0415
 
-        self.library = library
+        self.library = ""
         self.deadline = NVML_DEADLINE if deadline is None else deadline
-        self._end = time.monotonic() + self.deadline
+        self._end = 0.0
+        questions, asked = os.pipe()
         reader, writer = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: answer, then leave without running the parent's exit handlers
+            os.close(asked)
             os.close(reader)
-            os._exit(_child(library, writer))
+            os._exit(_child(questions, writer))
+        os.close(questions)
         os.close(writer)
         self._pid: int | None = pid
+        self._questions: int | None = asked
         self._reader = reader
+        if library is not None:
+            self.ask(library)
+
+    def ask(self, library: str) -> None:
+        """Ask the NVML at ``library``; the deadline starts now."""
+        import os  # noqa: PLC0415
+        import time  # noqa: PLC0415
+
+        if self._questions is None:
+            raise NvmlError("the query was asked already", library=library)
+        self.library = library
+        self._end = time.monotonic() + self.deadline
+        try:  # noqa: SIM105 - contextlib costs functools and collections to import
+            os.write(self._questions, os.fsencode(library))  # a path: far below a pipe's atomic size
+        except OSError:
+            pass  # the child is gone: answer() reports it
+        os.close(self._questions)
+        self._questions = None
 
     def __enter__(self) -> NvmlQuery:
         return self
@@ -116,6 +139,8 @@ class NvmlQuery:
 
         if self._pid is None:
             raise NvmlError("the query was answered or closed already", library=self.library)
+        if self._questions is not None:
+            raise NvmlError("the query was never asked", library=self.library)
         chunks: list[bytes] = []
         while True:
             left = self._end - time.monotonic()
@@ -146,16 +171,26 @@ class NvmlQuery:
         import os  # noqa: PLC0415
 
         os.close(self._reader)
+        if self._questions is not None:
+            os.close(self._questions)
+            self._questions = None
         self._pid = None
 
 
-def _child(library: str, writer: int) -> int:
-    """The child's work: the answer on ``writer``, its exit status back."""
+def _child(questions: int, writer: int) -> int:
+    """The child's work: pynvml imported, the question read from ``questions`` (none: the parent
+    did not need NVML after all), the answer written on ``writer``; its exit status back."""
     import marshal  # noqa: PLC0415
     import os  # noqa: PLC0415
 
     try:
-        data = memoryview(marshal.dumps(_answer(library)))
+        pynvml = _import_pynvml()
+        asked = b""
+        while chunk := os.read(questions, 4096):
+            asked += chunk
+        if not asked:
+            return 0
+        data = memoryview(marshal.dumps(_answer(pynvml, os.fsdecode(asked))))
         while data:
             data = data[os.write(writer, data) :]
     except BaseException:  # whatever it is, the parent reports a failed query
@@ -182,14 +217,12 @@ def _gpu_of(data: dict[str, Any]) -> Gpu:
     return Gpu(**{**data, "migs": tuple(MigDevice(**mig) for mig in data["migs"])})
 
 
-def _answer(library: str) -> dict[str, Any]:
+def _answer(pynvml: Any, library: str) -> dict[str, Any]:
     """The query, run in the forked child of :func:`query_nvml`, as plain data for the pipe."""
     import contextlib  # noqa: PLC0415
     import ctypes  # noqa: PLC0415
 
     from cdictk.record import asdict  # noqa: PLC0415
-
-    pynvml = _import_pynvml()
 
     try:
         handle = ctypes.CDLL(library)

@@ -12,6 +12,7 @@ from cdictk.errors import CdictkError
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.facts import NodeFacts, discover
 from cdictk.node.modes import Mode
+from cdictk.node.nvml import NvmlQuery
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.build import build_spec
 from cdictk.nvcdi.options import SpecOptions
@@ -51,18 +52,20 @@ def node_spec(
     host_root: str = "/",
     facts: NodeFacts | None = None,
     csv: CsvSource | None = None,
+    nvml: NvmlQuery | None = None,
 ) -> NodeSpec:
     """The spec this node needs now; ``where`` names it in messages, ``facts`` skips the discovery.
 
     ``host_root``: where this process sees the node's ``/`` (see :mod:`cdictk.nvcdi.hostroot`).
     ``csv``: the CSV files a Jetson's spec is made from (``--mode csv``; default: L4T's).
+    ``nvml``: an NVML query begun by the caller first thing, which discovery asks or closes.
     Raises CdictkError when there is nothing to write (no driver, no GPU) and when the spec would be
     invalid, which is our bug: a runtime must never be handed a spec it refuses.
     """
     from cdictk.cdi.rules import check_spec  # noqa: PLC0415
     from cdictk.nvcdi.hostroot import strip_host_root  # noqa: PLC0415
 
-    found = discover(roots, mode, csv=csv) if facts is None else facts
+    found = discover(roots, mode, csv=csv, nvml=nvml) if facts is None else facts
     spec, warnings = build_spec(found, options)
     strip_host_root(spec, host_root)
     problems = check_spec(spec, where)

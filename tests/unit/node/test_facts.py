@@ -374,3 +374,35 @@ def test_the_driver_library_names_are_read_as_the_regex_they_replaced_reads_them
         name = "".join(chance.choice(pieces) for _ in range(chance.randint(1, 8)))
         match = regex.fullmatch(name)
         assert _nvidia_library_suffix(name) == (None if match is None else match.group(1)), name
+
+
+def test_a_query_begun_first_is_asked_later_and_answers_as_one_asked_at_once(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    library = f"{node.lib_dir}/libnvidia-ml.so.1"
+    begun = NvmlQuery()
+    time.sleep(0.05)  # the caller's own imports and looking, while the child loads pynvml
+    begun.ask(library)
+    with pytest.raises(NvmlError, match="asked already"):
+        begun.ask(library)
+    answer = begun.answer()
+    assert answer.gpus == query_nvml(library).gpus and len(answer.gpus) == 8
+
+
+def test_a_query_never_asked_cannot_be_answered_and_is_closed_by_discovery(make_node: NodeFactory) -> None:
+    node = make_node("single")
+    unasked = NvmlQuery()
+    with pytest.raises(NvmlError, match="never asked"):
+        unasked.answer()
+    unasked.close()
+    # A mode that needs no NVML closes the query it was given, and its child is reaped.
+    given = NvmlQuery()
+    pid = given._pid
+    assert pid is not None
+    facts = discover(roots_of(node), Mode.MANAGEMENT, nvml=given)
+    assert facts.mode is Mode.MANAGEMENT and given._pid is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+    # A mode that does asks it.
+    asked = NvmlQuery()
+    assert [gpu.index for gpu in discover(roots_of(node), Mode.NVML, nvml=asked).gpus] == [0]
+    assert asked._pid is None
