@@ -147,12 +147,16 @@ def _plain(value: object) -> Any:
 
 
 def _discover_spec(roots: Roots, kind: str) -> list[Any]:
-    from cdictk.cdi.cache import spec_data  # noqa: PLC0415
-    from cdictk.node.modes import Mode  # noqa: PLC0415
-    from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
-    from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
-    from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
+    from cdictk.node.nvml import NvmlQuery  # noqa: PLC0415
 
-    vendor, _, cls = kind.partition("/")
-    options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-    return spec_data(node_spec(roots, Mode.AUTO, options, where=IN_MEMORY).spec)
+    # NVML's child first: it loads pynvml while this process imports the discovery.
+    with NvmlQuery() as nvml:
+        from cdictk.cdi.cache import spec_data  # noqa: PLC0415
+        from cdictk.node.modes import Mode  # noqa: PLC0415
+        from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
+        from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
+        from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
+
+        vendor, _, cls = kind.partition("/")
+        options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
+        return spec_data(node_spec(roots, Mode.AUTO, options, where=IN_MEMORY, nvml=nvml).spec)
