@@ -365,7 +365,6 @@ def generate(  # every option by keyword, from click or from argtable.parse
         done = specfile.wrote(output, replaced) if written else f"{output}: unchanged"
         print(f"{done} ({made.summary})", file=sys.stderr)
         return 0
-
     finally:
         if nvml is not None:
             nvml.close()
