@@ -15,7 +15,7 @@ from cdictk.node.drivercontainer import in_driver_container
 from cdictk.node.drm import DrmInfo, drm_for_gpu
 from cdictk.node.gpus import Gpu, gpus_from_procfs
 from cdictk.node.libraries import candidate_dirs, version_from_libraries
-from cdictk.node.modes import MODES, DriverSource, GpuSource, Mode
+from cdictk.node.modes import MODES, NVML_SOURCES, DriverSource, GpuSource, Mode
 from cdictk.node.nvml import NvmlError, NvmlQuery
 from cdictk.node.platform import Platform
 from cdictk.node.roots import Roots, join, resolve
@@ -91,7 +91,7 @@ def _discover(
         roots, candidates = moved
     in_procfs = recipe.driver in (DriverSource.HOST, DriverSource.PROCFS_OPTIONAL)
     version = (procfs.read_driver_version(roots) if in_procfs else None) or ""
-    uses_nvml = recipe.gpus in (GpuSource.NVML_ELSE_PROCFS, GpuSource.NVML)
+    uses_nvml = recipe.gpus in NVML_SOURCES
     library = find_nvml_library(roots, candidates) if uses_nvml else None
     # NVML answers from a child (its import and nvmlInit: tens of milliseconds on a real node) while
     # this process finds the driver's files, which need the version procfs usually gives.
@@ -135,11 +135,9 @@ def _discover(
             gpu_nodes[gpu.minor] = node
     context = Context(roots, version, modules, candidates, mps_pipe_dir, csv=csv)
     common = (
-        early
-        if early is not None and early[0] == version
-        else (version, discover_common(recipe.common, context))
+        early[1] if early is not None and early[0] == version else discover_common(recipe.common, context)
     )
-    warnings += common[1].warnings
+    warnings += common.warnings
 
     mig_gpus = {gpu.minor for gpu in gpus if gpu.mig_enabled}
     return NodeFacts(
@@ -148,7 +146,7 @@ def _discover(
         driver_version=version,
         gpus=gpus,
         modules=modules,
-        common=common[1],
+        common=common,
         gpu_nodes=gpu_nodes,
         drm={gpu.bus_id: drm_for_gpu(roots, gpu.bus_id) for gpu in gpus},
         mig_minors=procfs.read_mig_minors(roots, mig_gpus) if mig_gpus else None,
