@@ -172,25 +172,13 @@ def install_launchers(directory: str, python: str | None = None) -> list[str]:
 def _install_front(directory: str) -> str:
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.fsutil import atomic_write  # noqa: PLC0415
-    from cdictk.runtime.settings import CONFIG_PATH, SettingsError, load_settings  # noqa: PLC0415
-    from cdictk.runtime.shimfront import front_text  # noqa: PLC0415
+    from cdictk.runtime.settings import CONFIG_PATH  # noqa: PLC0415
+    from cdictk.runtime.shimfront import written_front  # noqa: PLC0415
 
     front = os.path.join(directory, SHIM)
-    exists = os.path.lexists(CONFIG_PATH)
-    try:
-        settings = load_settings(CONFIG_PATH)
-    except SettingsError:
-        settings = None  # the shim will say what is wrong, on every command
-    mark = f"{_MARK}launchers`; why: cdictk/runtime/shimfront.py"
-    text = front_text(
-        front,
-        front + ".py",
-        list(settings.runtimes) if settings is not None else None,
-        annotation_prefixes=list(settings.annotation_prefixes) if settings is not None else [],
-        config_exists=exists,
-        mark=mark,
-        config=CONFIG_PATH,  # the file read here, which the front checks is unchanged
-    )
+    # Settings it cannot use send every command through the shim, which says what is wrong.
+    written_by = "`cdictk runtime install-launchers`"
+    text, _ = written_front(front, front + ".py", written_by=written_by, config=CONFIG_PATH)
     try:
         atomic_write(front, text.encode(), mode=0o755, keep_mode=False)
     except CdictkError as exc:

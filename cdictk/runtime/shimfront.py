@@ -24,9 +24,16 @@ that a later edit is never missed, the front takes its shortcuts only while the 
 was then: still missing, or not newer than the front itself; and never when ``CDICTK_CONFIG`` names
 another file. Otherwise every command goes through Python, which reads the settings again
 (``cdictk runtime install-launchers`` brings the shortcuts back).
+
+The Kubernetes DaemonSet's init container writes the same front on its node, from its own image
+(``python -m cdictk.runtime.shimfront``, :func:`main`): the paths in it are the node's, and the
+settings are read from the node's root as the container sees it (``--root``).
 """
 
 from __future__ import annotations
+
+import os
+import sys
 
 from cdictk.runtime.requests import VISIBLE_DEVICES, VOLUME_MOUNT_ROOT
 from cdictk.runtime.settings import CONFIG_PATH
@@ -58,6 +65,47 @@ def triggers(annotation_prefixes: Sequence[str]) -> list[str] | None:
     if not all(prefix and _LITERAL.issuperset(prefix) for prefix in annotation_prefixes):
         return None
     return [*annotation_prefixes, VISIBLE_DEVICES, VOLUME_MOUNT_ROOT.rsplit("/", 1)[1]]
+
+
+def mark_line(written_by: str) -> str:
+    """The front's second line: who wrote it, and where to read why it is there."""
+    return f"# Written by {written_by}; why: cdictk/runtime/shimfront.py"
+
+
+def written_front(
+    front: str, python_launcher: str, *, written_by: str, config: str = CONFIG_PATH, root: str = "/"
+) -> tuple[str, str | None]:
+    """:func:`front_text` from the settings file ``config`` as it is now; and None, or why the front
+    sends every command through Python (settings it cannot use: the shim will say what is wrong).
+
+    ``front``, ``python_launcher`` and ``config`` are paths as the machine that runs the front names
+    them; ``root`` is that machine's ``/`` as seen here (the node's, from a container), under which
+    ``config`` is read. Below a ``root`` other than ``/``, a symlink on the way to ``config`` would be
+    followed here, not as the node follows it: the settings are then not read, as if unreadable.
+    """
+    from cdictk.runtime.settings import SettingsError, load_settings  # noqa: PLC0415
+
+    path = os.path.join(root, config.lstrip("/"))
+    exists = os.path.lexists(path)
+    settings = None
+    problem = None
+    if root != "/" and os.path.realpath(path) != os.path.join(os.path.realpath(root), config.lstrip("/")):
+        problem = f"{path}: not read: a symlink on the way may lead elsewhere here than under {root}"
+    else:
+        try:
+            settings = load_settings(path)
+        except SettingsError as exc:
+            problem = str(exc)
+    text = front_text(
+        front,
+        python_launcher,
+        list(settings.runtimes) if settings is not None else None,
+        annotation_prefixes=list(settings.annotation_prefixes) if settings is not None else [],
+        config_exists=exists,
+        mark=mark_line(written_by),
+        config=config,  # the file read, which the front checks is unchanged
+    )
+    return text, problem
 
 
 def _quote(text: str) -> str:
@@ -173,3 +221,48 @@ def _asks_nothing(found: list[str]) -> list[str]:
         "    return 1",
         "}",
     ]
+
+
+PROG = "python -m cdictk.runtime.shimfront"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Print the front's text (:func:`written_front`), for an install that runs elsewhere than the
+    front will: the DaemonSet's init container writes the node's. The caller writes the file once this
+    has read the settings, so that the front's mtime is its guard's."""
+    import argparse  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Print the shell front of cdictk-runtime, from the settings file as it is now.",
+    )
+    parser.add_argument("--front", required=True, metavar="PATH", help="where the front will be")
+    parser.add_argument("--launcher", required=True, metavar="PATH", help="the shim's Python launcher")
+    parser.add_argument(
+        "--config", default=CONFIG_PATH, metavar="PATH", help=f"the settings file (default {CONFIG_PATH})"
+    )
+    parser.add_argument(
+        "--root", default="/", metavar="DIR", help="read the settings file under DIR (the node's /)"
+    )
+    parser.add_argument("--written-by", default=f"`{PROG}`", metavar="WHO", help="for the front's mark line")
+    args = parser.parse_args(argv)
+    paths = {"--front": args.front, "--launcher": args.launcher, "--config": args.config, "--root": args.root}
+    for flag, value in paths.items():
+        if not os.path.isabs(value):
+            parser.error(f"{flag}: must be an absolute path, not {value!r}")
+    if not os.path.isdir(args.root):
+        parser.error(f"--root: {args.root}: not a directory")
+    if "\n" in args.written_by:
+        parser.error("--written-by: must be one line")
+    text, problem = written_front(
+        args.front, args.launcher, written_by=args.written_by, config=args.config, root=args.root
+    )
+    if problem is not None:
+        print(f"{PROG}: warning: {problem}; the front sends every command through Python", file=sys.stderr)
+    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
+    sys.stdout.buffer.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -69,14 +69,18 @@ if ! chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -S -c 'import sys; sys.exit(sys.versi
     exit 1
 fi
 
-# cdictk-runtime on the node, for the RuntimeClass route (NVIDIA_VISIBLE_DEVICES): a launcher that runs
-# the node's Python isolated and without site, on the copied package and then the node Python's own
-# package directories, where the PyYAML it needs to parse a spec it has not cached is. The directories
-# go to a file beside it, one per line, never into its source: whatever the node's Python prints
-# (a .pth file may print too) can only be a wrong path, not code.
+# cdictk-runtime on the node, for the RuntimeClass route (NVIDIA_VISIBLE_DEVICES), as
+# `cdictk runtime install-launchers` writes it elsewhere: a shell front that execs the low-level
+# runtime itself for state, start, kill and delete (and a create that cannot be asking for a GPU), and
+# cdictk-runtime.py behind it, which runs the node's Python isolated and without site, on the copied
+# package and then the node Python's own package directories, where the PyYAML it needs to parse a spec
+# it has not cached is. The directories go to a file beside it, one per line, never into its source:
+# whatever the node's Python prints (a .pth file may print too) can only be a wrong path, not code.
 site=${package%/cdictk}
-mkdir -p "$NODE_INSTALL_DIR/libexec"
-launcher=$NODE_INSTALL_DIR/libexec/cdictk-runtime
+libexec=$NODE_INSTALL_DIR/libexec
+mkdir -p "$libexec"
+launcher=$libexec/cdictk-runtime.py
+front=$libexec/cdictk-runtime
 {
     echo "$site"
     chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -c 'import sys; print("\n".join(p for p in sys.path if p.startswith("/")))'
@@ -92,13 +96,23 @@ chmod 0644 "$launcher.path.new"
 chmod 0755 "$launcher.new"
 mv -f "$launcher.path.new" "$launcher.path"
 mv -f "$launcher.new" "$launcher"
-node_launcher=${launcher#"$NODE_INSTALL_DIR"}
-if ! chroot "$HOST_ROOT" "$PREFIX$node_launcher" --help >/dev/null; then
-    say "error: the node's cdictk-runtime ($PREFIX$node_launcher) does not start"
+# The front, last: this image's cdictk writes its text with the node's paths and the runtimes and
+# annotation prefixes of the node's /etc/cdictk/config.toml (missing: the defaults). The front takes
+# its shortcuts only while that file is unchanged since (still missing, or not newer than the front),
+# so the text is written after it is read; after editing the file, restart this pod.
+node_launcher=$PREFIX${launcher#"$NODE_INSTALL_DIR"}
+node_front=$PREFIX${front#"$NODE_INSTALL_DIR"}
+python -I -B -m cdictk.runtime.shimfront --front "$node_front" --launcher "$node_launcher" \
+    --root "$HOST_ROOT" --written-by "cdictk-node-setup (the cdictk DaemonSet)" >"$front.new"
+chmod 0755 "$front.new"
+mv -f "$front.new" "$front"
+rm -f "$front.path" # the Python launcher's, from when it was cdictk-runtime itself
+if ! chroot "$HOST_ROOT" "$node_front" --help >/dev/null; then
+    say "error: the node's cdictk-runtime ($node_front) does not start"
     exit 1
 fi
 if ! chroot "$HOST_ROOT" "$HOOK_PYTHON" -I -S -c \
-    "import sys; sys.path += open('$PREFIX$node_launcher.path').read().splitlines(); import yaml"; then
+    "import sys; sys.path += open('$node_launcher.path').read().splitlines(); import yaml"; then
     say "warning: the node's $HOOK_PYTHON has no PyYAML: cdictk-runtime there (the cdictk RuntimeClass," \
         "for NVIDIA_VISIBLE_DEVICES) cannot read a spec it has not cached; install python3-yaml"
 fi

@@ -351,6 +351,10 @@ exec "$@"
 STUB_NSENTER = """#!/bin/sh
 echo "nsenter $*" >> "$STUB_LOG"
 """
+# The image's Python, which has cdictk (this checkout's) and writes the front.
+STUB_PYTHON = f"""#!/bin/sh
+exec {shlex.quote(sys.executable)} "$@"
+"""
 OLD_PYTHON = """#!/bin/sh
 # A Python older than 3.11: the version check exits 1.
 exit 1
@@ -364,7 +368,13 @@ class Node:
         self.tmp = tmp_path
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
-        for name, text in (("cdictk", STUB_CDICTK), ("chroot", STUB_CHROOT), ("nsenter", STUB_NSENTER)):
+        stubs = (
+            ("cdictk", STUB_CDICTK),
+            ("chroot", STUB_CHROOT),
+            ("nsenter", STUB_NSENTER),
+            ("python", STUB_PYTHON),
+        )
+        for name, text in stubs:
             (self.bin / name).write_text(text, encoding="utf-8")
             (self.bin / name).chmod(0o755)
         self.log = tmp_path / "log"
@@ -446,16 +456,19 @@ def test_script_prepares_the_node_and_restarts_containerd_once(tmp_path: Path) -
     assert option(configure, "--drop-in-config") == f"{node.containerd}/conf.d/99-cdictk.toml"
     assert "--enable-cdi" in configure
     assert option(configure, "--runtime-path") == f"{node.prefix}/libexec/cdictk-runtime"
-    # the node's cdictk-runtime: the node's Python, isolated, on the copied package; the paths it adds
-    # are in a file beside it, never in its source
-    launcher = node.install / "libexec" / "cdictk-runtime"
+    # the node's cdictk-runtime: a shell front (below) before the node's Python, isolated, on the
+    # copied package; the paths that adds are in a file beside it, never in its source
+    launcher = node.install / "libexec" / "cdictk-runtime.py"
     assert launcher.read_text().startswith(f"#!{sys.executable} -IS\n")
     assert str(node.package.parent) not in launcher.read_text()
-    assert (node.install / "libexec" / "cdictk-runtime.path").read_text().splitlines()[0] == str(
+    assert (node.install / "libexec" / "cdictk-runtime.py.path").read_text().splitlines()[0] == str(
         node.package.parent
     )
-    usage = subprocess.run([str(launcher), "--help"], capture_output=True, text=True, check=False)
-    assert usage.returncode == 0 and usage.stdout.startswith("usage: cdictk-runtime")
+    front = node.install / "libexec" / "cdictk-runtime"
+    assert front.read_text().startswith("#!/bin/sh\n")
+    for path in (launcher, front):
+        usage = subprocess.run([str(path), "--help"], capture_output=True, text=True, check=False)
+        assert usage.returncode == 0 and usage.stdout.startswith("usage: cdictk-runtime")
     assert node.called("nsenter") == [
         ["--target", "1", "--mount", "--", "systemctl", "restart", "containerd"]
     ]
@@ -468,6 +481,135 @@ def test_script_prepares_the_node_and_restarts_containerd_once(tmp_path: Path) -
     assert "unchanged" in second.stderr
     assert node.copy.stat().st_ino == inode
     assert len(node.called("cdictk")) == 2
+
+
+FAKE_RUNTIME = """#!/bin/sh
+printf "%s\\n" "${0##*/}" "$@"
+"""
+NODE_CONFIG = "/etc/cdictk/config.toml"
+
+
+def _bundle(path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:
+    path.mkdir()
+    config = {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env}, "root": {"path": "rootfs"}}
+    if annotations:
+        config["annotations"] = annotations
+    (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    return path
+
+
+class NodeFront:
+    """The front the script wrote on the node, run here: the node's settings file as this machine sees
+    it (the stand-in chroot changes no root; the front's own paths are under the test's prefix), the
+    Python launcher behind it a stand-in that says it ran, and low-level runtimes that say so too."""
+
+    def __init__(self, node: Node) -> None:
+        libexec = node.install / "libexec"
+        self.front = libexec / "cdictk-runtime"
+        self.text = self.front.read_text(encoding="utf-8")
+        node_config = f"'{NODE_CONFIG}'"  # absent when every command goes through Python
+        self.here = node.tmp / "front-as-run-here"
+        self.here.write_text(self.text.replace(node_config, f"'{node.host}{NODE_CONFIG}'"), encoding="utf-8")
+        (libexec / "cdictk-runtime.py").write_text(
+            '#!/bin/sh\nprintf "%s\\n" python "$@"\n', encoding="utf-8"
+        )
+        self.bin = node.tmp / "runtimes"
+        self.bin.mkdir()
+        for name in ("runc", "crun", "node-runc"):
+            (self.bin / name).write_text(FAKE_RUNTIME, encoding="utf-8")
+            (self.bin / name).chmod(0o755)
+        self.bundles = node.tmp / "bundles"
+        self.bundles.mkdir()
+
+    def run(self, *args: str) -> list[str]:
+        """Who ran (a runtime's name, or python), and with what arguments."""
+        result = subprocess.run(
+            ["/bin/sh", str(self.here), *args],
+            capture_output=True,
+            text=True,
+            env={"PATH": f"{self.bin}:/usr/bin:/bin"},
+            cwd=self.bundles,
+            check=True,
+        )
+        return result.stdout.splitlines()
+
+    def create(self, name: str, env: list[str], annotations: dict[str, str] | None = None) -> list[str]:
+        bundle = _bundle(self.bundles / name, env, annotations)
+        return self.run("--root", "/run/runc", "create", "--bundle", str(bundle), name)
+
+
+def test_script_puts_the_shell_front_before_the_nodes_python(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    libexec = node.install / "libexec"
+    (libexec / "cdictk-runtime").write_text("#!/usr/bin/python3 -IS\n# the launcher, before\n")
+    (libexec / "cdictk-runtime.path").write_text("/opt/cdictk/lib\n")
+    result = node.run()
+    assert result.returncode == 0, result.stderr
+    # both files, 0755, written as the node names them; nothing of this container's view in the front
+    assert sorted(path.name for path in libexec.iterdir()) == [
+        "cdictk-runtime",
+        "cdictk-runtime.py",
+        "cdictk-runtime.py.path",
+    ]
+    for name in ("cdictk-runtime", "cdictk-runtime.py"):
+        assert (libexec / name).stat().st_mode & 0o7777 == 0o755, name
+    front = NodeFront(node)
+    assert front.text.splitlines()[:3] == [
+        "#!/bin/sh",
+        "# Written by cdictk-node-setup (the cdictk DaemonSet); why: cdictk/runtime/shimfront.py",
+        f"python='{node.prefix}/libexec/cdictk-runtime.py'",
+    ]
+    assert str(node.host) not in front.text and str(node.install) not in front.text
+    # no settings file on the node: the defaults, while it is still missing
+    assert "for runtime in 'runc' 'crun'; do" in front.text
+    assert f"! [ -e '{NODE_CONFIG}' ] && ! [ -L '{NODE_CONFIG}' ]" in front.text
+    # state goes to the runtime without Python; a create that may ask for a GPU goes to Python
+    assert front.run("state", "x") == ["runc", "state", "x"]
+    asks = ["NVIDIA_VISIBLE_DEVICES=0"]
+    assert front.create("gpu", asks) == ["python", "--root", "/run/runc", "create", "--bundle",
+                                         str(front.bundles / "gpu"), "gpu"]  # fmt: skip
+    assert front.create("plain", ["PATH=/bin"])[0] == "runc"
+    # a settings file that appears on the node later sends everything to Python
+    (node.host / "etc" / "cdictk").mkdir(parents=True)
+    (node.host / "etc" / "cdictk" / "config.toml").write_text("")
+    assert front.run("state", "x")[0] == "python"
+
+
+def test_the_fronts_runtimes_and_prefixes_are_the_nodes_settings(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    config = node.host / "etc" / "cdictk" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text(
+        '[runtime]\nruntimes = ["node-runc"]\n[requests]\nannotation-prefixes = ["example.com/"]\n',
+        encoding="utf-8",
+    )
+    past = os.stat(config).st_mtime - 60
+    os.utime(config, (past, past))
+    result = node.run()
+    assert result.returncode == 0, result.stderr
+    front = NodeFront(node)
+    assert "for runtime in 'node-runc'; do" in front.text and "cdi.k8s.io" not in front.text
+    node_front = f"'{node.prefix}/libexec/cdictk-runtime'"
+    assert f"[ -f '{NODE_CONFIG}' ] && ! [ '{NODE_CONFIG}' -nt {node_front} ]" in front.text
+    assert front.run("kill", "x", "KILL") == ["node-runc", "kill", "x", "KILL"]
+    assert front.create("annotated", [], {"example.com/gpu": "nvidia.com/gpu=0"})[0] == "python"
+    assert front.create("other", [], {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"})[0] == "node-runc"
+    assert front.create("env", ["NVIDIA_VISIBLE_DEVICES=all"])[0] == "python"
+    os.utime(config, None)  # edited on the node since: the shim reads it again, every time
+    assert front.run("state", "x")[0] == "python"
+
+
+def test_the_front_sends_everything_to_python_when_the_nodes_settings_are_unusable(tmp_path: Path) -> None:
+    node = Node(tmp_path)
+    config = node.host / "etc" / "cdictk" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text("[runtime]\nruntimes = []\n", encoding="utf-8")
+    result = node.run()
+    assert result.returncode == 0, result.stderr
+    assert "runtime.runtimes must name at least one runtime" in result.stderr
+    front = NodeFront(node)
+    assert "exec_runtime" not in front.text
+    assert front.run("state", "x")[0] == "python"
 
 
 def test_script_replaces_a_stale_copy(tmp_path: Path) -> None:
