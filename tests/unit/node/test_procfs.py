@@ -96,3 +96,57 @@ def test_gpu_instances_tell_a_gpu_in_mig_mode(tmp_path: Path) -> None:
     assert not procfs.has_gpu_instances(roots, 3)
     (mig / "gi7").mkdir()
     assert procfs.has_gpu_instances(roots, 3) and not procfs.has_gpu_instances(roots, 0)
+
+
+def test_the_driver_version_is_read_as_the_regex_it_replaced_reads_it() -> None:
+    import random
+    import re
+
+    regex = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")
+    # Whitespace of every kind, Unicode digits, word and non-word characters around the numbers.
+    pieces = [*" \t\n\u2003\x1c.٣²x_-", "Kernel Module", "Kernel", "Module", "for", "x86_64", ""]
+    pieces += ["580", "95", "05", " 580.95.05", "580.95", ".05", " 1٣.2", "Kernel Module ", " for x86_64 "]
+    chance = random.Random(19)  # noqa: S311 - texts to try, repeatable
+    found = set()
+    for _ in range(60000):
+        text = "".join(chance.choice(pieces) for _ in range(chance.randint(1, 14)))
+        match = regex.search(text)
+        version = procfs.parse_driver_version(text)
+        assert version == (None if match is None else match.group(1)), text
+        found.add(version.count(".") if version else None)
+    assert found == {None, 1, 2}
+    assert procfs.parse_driver_version("Kernel Module  580.95.05x") == "580.95"
+    assert procfs.parse_driver_version("Kernel Module 1.2x Kernel Module for x 3.4 ") == "3.4"
+
+
+def test_the_mig_lines_are_read_as_the_regex_they_replaced_reads_them() -> None:
+    import random
+    import re
+
+    regex = re.compile(r"gpu([0-9]{1,4})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access\s+([0-9]{1,7})")
+    # A line is a choice from each slot in turn (mostly its first, a right one; else anything: numbers
+    # too long, Unicode digits, parts left out), with a stray piece put anywhere in some.
+    slots = [
+        ["gpu1", "gpu1234", "gpu12345", "gpu", "gpu²", "gpu٣", "gpu 1", "gpu/", "x"],
+        ["/gi2", "/gi123", "/gi1234", "/gi", "/gi٣", "gi2", "", "/gi/gi1"],
+        ["", "/ci4", "/ci123", "/ci1234", "/ci", "/ci ", "/cix", "/ci²", "/xi4", "/4"],
+        ["/access", "access", "/access ", "/acces", "/access/"],
+        [" ", "\t\u2003", "", "\n", "\x1c", "\xa0"],
+        ["3", "1234567", "12345678", "0", "٣", "²", "3 ", "3\n", "", "-1"],
+    ]
+    stray = [*"/ \n\u20030٣²x", "gpu", "gi", "ci", "access", "/access 3", ""]
+    chance = random.Random(19)  # noqa: S311 - lines to try, repeatable
+    matched = 0
+    for _ in range(60000):
+        parts = [slot[0] if chance.random() < 0.6 else chance.choice(slot) for slot in slots]
+        if chance.random() < 0.3:
+            parts.insert(chance.randint(0, len(parts)), chance.choice(stray))
+        line = "".join(parts)
+        match = regex.fullmatch(line)
+        expected = None
+        if match is not None:
+            gpu, gi, ci, minor = match.groups()
+            expected = (int(gpu), int(gi), None if ci is None else int(ci), int(minor))
+            matched += 1
+        assert procfs._mig_access_line(line) == expected, line
+    assert matched > 2000
