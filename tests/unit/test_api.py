@@ -432,3 +432,12 @@ def test_every_exported_error_is_a_cdictk_error() -> None:
     assert len(errors) == 9
     assert all(issubclass(error, CdictkError) for error in errors)
     assert all(hasattr(api, name) for name in api.__all__)
+
+
+def test_the_models_records_are_changed_and_flattened_with_the_exported_helpers() -> None:
+    mount = api.Mount(host_path="/usr/lib/libcuda.so.1", container_path="/usr/lib/libcuda.so.1")
+    device = api.Device(name="0", container_edits=api.ContainerEdits(mounts=[mount]))
+    renamed = api.replace(device, name="1")
+    assert renamed.name == "1" and renamed.container_edits is device.container_edits
+    flat = api.asdict(renamed)
+    assert flat["name"] == "1" and flat["container_edits"]["mounts"][0]["host_path"] == mount.host_path
