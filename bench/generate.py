@@ -2,7 +2,8 @@
 
 Builds the "single" and "eight" presets (and 16 and 32 full GPUs for the scaling line) under a temp dir,
 then times the installed `cdictk` console script writing a fresh spec, N times each. Prints median and
-best in ms, the ratio to the 150 ms aim, and the cost per device. Needs root (the nodes are mknod'd).
+best in ms, the ratio to the 150 ms aim, the cost per device, and the cost per driver library (the
+one-GPU node again with 64 more driver libraries beside its own). Needs root (the nodes are mknod'd).
 With ``--nvidia-ctk PATH`` (NVIDIA's, built ad hoc from its source), both generators also run on each
 node in the same loop, each wrapped alike in the private mount namespace where nvidia-ctk sees the
 node's /proc/driver and sysfs (bench/compare_generate.py's view), and the ratio is printed (issue 19's
@@ -23,9 +24,10 @@ import tempfile
 import time
 
 from bench.compare_generate import COMMON_ARGS, node_view
-from tests.fakenode.node import BUSES, PRESETS, Preset, build_node, fake_gpu
+from tests.fakenode.node import BUSES, LIBRARIES, PRESETS, Preset, _stub, build_node, fake_gpu
 
 AIM_MS = 150.0
+EXTRA_LIBRARIES = 64  # driver libraries added to the one-GPU node for the per-library line
 
 
 def timed(command: list[str], repeat: int, before: str | None = None) -> list[float]:
@@ -53,6 +55,16 @@ def many_gpus(count: int) -> Preset:
     )
 
 
+def add_libraries(lib_dir: str, version: str, count: int, cache: str) -> None:
+    """``count`` more driver libraries (libnvidia-bench<i>.so.<version>, real stubs with a SONAME, and
+    their SONAME links) beside the node's own."""
+    gcc = shutil.which("gcc") or sys.exit("bench/generate.py: gcc is needed for the fake node's libraries")
+    for index in range(count):
+        soname = f"libnvidia-bench{index}.so.1"
+        _stub(soname, os.path.join(lib_dir, f"libnvidia-bench{index}.so.{version}"), cache, gcc)
+        os.symlink(f"libnvidia-bench{index}.so.{version}", os.path.join(lib_dir, soname))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeat", type=int, default=21)
@@ -71,9 +83,14 @@ def main() -> int:
         output = os.path.join(scratch, "out", "nvidia.yaml")
         commands = {"floor": [python, "-c", "pass"]}
         viewed: dict[str, tuple[list[str], list[str]]] = {}  # preset: (cdictk, nvidia-ctk) in the view
+        more = f"single, +{EXTRA_LIBRARIES} libraries"
         for preset in presets:
             node = build_node(os.path.join(scratch, preset.name.replace(" ", "-")), preset, cache)
             commands[preset.name] = [cdictk, "cdi", "generate", *node.cli_args(), "--output", output]
+            if preset.name == "single":
+                bigger = build_node(os.path.join(scratch, "more-libraries"), preset, cache)
+                add_libraries(bigger.lib_dir, bigger.version, EXTRA_LIBRARIES, cache)
+                commands[more] = [cdictk, "cdi", "generate", *bigger.cli_args(), "--output", output]
             if args.nvidia_ctk:
                 view, _ = node_view(node)
                 theirs = [os.path.abspath(args.nvidia_ctk), "cdi", "generate", "--driver-root", node.root]
@@ -83,10 +100,10 @@ def main() -> int:
             commands[f"{name}, in the view: cdictk"] = ours
             commands[f"{name}, in the view: nvidia-ctk"] = theirs
         devices = {}
-        for preset in presets:
-            timed(commands[preset.name], 1, before=output)  # warm the page cache
+        for name in [preset.name for preset in presets] + [more]:
+            timed(commands[name], 1, before=output)  # warm the page cache
             with open(output, encoding="utf-8") as handle:
-                devices[preset.name] = handle.read().count("\n- name: ")
+                devices[name] = handle.read().count("\n- name: ")
         for name in viewed:
             for who in ("cdictk", "nvidia-ctk"):
                 timed(commands[f"{name}, in the view: {who}"], 1, before=output)
@@ -97,6 +114,7 @@ def main() -> int:
                 times[name] += timed(command, 1, before=output)
     floor = statistics.median(times.pop("floor"))
     compared = {name: times.pop(name) for name in list(times) if ", in the view: " in name}
+    with_more = times.pop(more)
     print(f"{cdictk} runs {python}; {python} -c pass (the floor): {floor:.1f} ms (median of {args.repeat})")
     print(f"{'node':<12} {'devices':>7} {'median ms':>10} {'best ms':>8} {'over floor':>10} {'vs 150 ms':>9}")
     rows = []
@@ -111,6 +129,12 @@ def main() -> int:
     # one noisy size than the difference of two.
     slope = statistics.linear_regression([float(d) for d, _ in rows], [m for _, m in rows]).slope
     print(f"growth: {slope:.2f} ms per device (least squares over {len(rows)} sizes)")
+    base, more_ms = statistics.median(times["single"]), statistics.median(with_more)
+    per_library = (more_ms - base) / EXTRA_LIBRARIES
+    print(
+        f"{more}: {more_ms:.1f} ms (best {min(with_more):.1f}); growth: {per_library:.3f} ms per driver "
+        f"library ({len(LIBRARIES)} + {EXTRA_LIBRARIES})"
+    )
     if compared:
         print(f"\nagainst {args.nvidia_ctk}, both in the same private mount namespace wrapper:")
         print(f"{'node':<12} {'cdictk ms':>10} {'nvidia-ctk ms':>14} {'ratio':>6}  aim")
