@@ -158,14 +158,20 @@ class NvmlQuery:
             chunks.append(chunk)
         _, status = os.waitpid(self._pid, 0)
         self._done()
+        failed = NvmlError(f"the query failed (child status {status})", library=self.library)
         try:
             # Bytes our own forked child wrote; what runs there (the driver's NVML) runs as us anyway.
             answer = marshal.loads(b"".join(chunks))  # noqa: S302
-        except (ValueError, EOFError, TypeError):
-            raise NvmlError(f"the query failed (child status {status})", library=self.library) from None
-        if "error" in answer:
-            raise NvmlError(answer["error"], library=self.library, absent=answer.get("absent", False))
-        return NvmlAnswer(answer["version"], [_gpu_of(gpu) for gpu in answer["gpus"]], answer["left_out"])
+            if not isinstance(answer, dict):
+                raise failed
+            if "error" in answer:
+                raise NvmlError(
+                    str(answer["error"]), library=self.library, absent=answer.get("absent") is True
+                )
+            gpus = [_gpu_of(gpu) for gpu in answer["gpus"]]
+            return NvmlAnswer(str(answer["version"]), gpus, [str(line) for line in answer["left_out"]])
+        except (ValueError, EOFError, TypeError, KeyError, AttributeError):
+            raise failed from None
 
     def _done(self) -> None:
         import os  # noqa: PLC0415

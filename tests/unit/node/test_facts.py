@@ -406,3 +406,19 @@ def test_a_query_never_asked_cannot_be_answered_and_is_closed_by_discovery(make_
     asked = NvmlQuery()
     assert [gpu.index for gpu in discover(roots_of(node), Mode.NVML, nvml=asked).gpus] == [0]
     assert asked._pid is None
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [[1, 2], {"version": "x"}, {"version": "x", "gpus": [{"bogus": 1}], "left_out": []}, {"gpus": 3}],
+    ids=["a list", "no gpus", "a gpu of other fields", "gpus not a list"],
+)
+def test_an_answer_of_the_wrong_shape_is_a_failed_query_not_a_traceback(
+    make_node: NodeFactory, monkeypatch: pytest.MonkeyPatch, answer: object
+) -> None:
+    from cdictk.node import nvml
+
+    node = make_node("single")
+    monkeypatch.setattr(nvml, "_answer", lambda _pynvml, _library: answer)  # what the forked child runs
+    with pytest.raises(NvmlError, match=r"the query failed \(child status 0\)"):
+        query_nvml(f"{node.lib_dir}/libnvidia-ml.so.1")
