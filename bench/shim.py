@@ -277,7 +277,7 @@ def print_imports(imports: list[Import], floor_ms: float, depth: int = 0, limit:
 
 
 def row(name: str, samples: list[float]) -> str:
-    return f"  {name:<52} {statistics.median(samples):>9.1f} {min(samples):>8.1f}"
+    return f"  {name:<58} {statistics.median(samples):>9.1f} {min(samples):>8.1f}"
 
 
 def verdict(added: float, aim: float) -> str:
@@ -556,7 +556,7 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
     print(f"spec: fake 'single' node, cdictk cdi generate --disable-hook all ({spec.stat().st_size} bytes)")
     print(f"NVIDIA_VISIBLE_DEVICES=0 injects {len(nodes)} device nodes and {mounts} mounts, no hooks")
     print(f"rootfs: busybox; {rounds} rounds, round-robin; only the command itself is timed")
-    print(f"  {'':<54} {'median ms':>9} {'best ms':>8}")
+    print(f"  {'':<58} {'median ms':>9} {'best ms':>8}")
     for label, samples in times.items():
         print(row(label.replace("runc", name, 1), samples))
     print()
