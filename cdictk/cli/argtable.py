@@ -23,7 +23,7 @@ VALUE, FLAG, MANY = "value", "flag", "many"
 
 class Opt:
     """One option: its spellings (long ones first), the keyword the command gets, and click's help.
-    (A plain class: the dataclasses module would cost its import on every fast start.)"""
+    (A plain class, not a record: the spellings come first, as arguments, as click takes them.)"""
 
     __slots__ = ("choices", "default", "dest", "help", "kind", "metavar", "names", "number", "show_default")
 
@@ -120,7 +120,7 @@ def click_command(
                 type=kind,
                 multiple=opt.kind == MANY,
                 is_flag=opt.kind == FLAG,
-                default=defaults((opt,))[opt.dest] if opt.kind != MANY else None,
+                default=False if opt.kind == FLAG else opt.default,
                 show_default=opt.show_default,
                 metavar=opt.metavar,
                 help=opt.help,

@@ -6,12 +6,10 @@ import os
 import sys
 
 from cdictk.cli.argtable import FLAG, MANY, Opt, parse
+from cdictk.cli.guard import guarded
 from cdictk.errors import CdictkError
 from cdictk.node.modes import GPU_SPEC, MODES, NVML_SOURCES, Mode
-
-TYPE_CHECKING = False  # typing imports re: keep both off the fast path
-if TYPE_CHECKING:
-    from cdictk.node.nvml import NvmlQuery
+from cdictk.node.nvml import NvmlQuery
 
 DEFAULT_OUTPUT = GPU_SPEC
 _STRATEGIES = ("index", "uuid", "type-index")
@@ -275,7 +273,7 @@ def generate(  # every option by keyword, from click or from argtable.parse
     recipe = MODES[Mode(mode)]
     # NVML's child first: it imports pynvml (~8 ms) while this process imports the rest and looks.
     # (--watch asks NVML anew each time it looks.)
-    nvml = _nvml_query() if recipe.gpus in NVML_SOURCES and not watching else None
+    nvml = NvmlQuery() if recipe.gpus in NVML_SOURCES and not watching else None
     try:
         from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415
         from cdictk.node.roots import Roots  # noqa: PLC0415
@@ -370,12 +368,6 @@ def generate(  # every option by keyword, from click or from argtable.parse
             nvml.close()
 
 
-def _nvml_query() -> NvmlQuery:
-    from cdictk.node.nvml import NvmlQuery  # noqa: PLC0415
-
-    return NvmlQuery()
-
-
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -385,6 +377,4 @@ def fast_main(argv: list[str]) -> int | None:
     values = parse(OPTIONS, argv)
     if values is None:
         return None
-    from cdictk.cli.guard import guarded  # noqa: PLC0415
-
     return guarded(lambda: generate(**values))  # type: ignore[arg-type]
