@@ -152,8 +152,8 @@ def configure_command(  # click passes every option by keyword
     its whole CRI plugin table (containerd 1.6 replaces whole tables on import) and an entry in the main
     file's imports, appended to what is there.
     """
-    from cdictk.configure.apply import configure  # noqa: PLC0415
     from cdictk.configure.change import Request  # noqa: PLC0415
+    from cdictk.configure.edit import configure  # noqa: PLC0415
 
     for value, flag in (
         (config, "--config"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdictk.info.checks import Finding, NodeReport, Status
-from cdictk.info.engines import check_engines
+from cdictk.info.enginestate import check_engines
 from cdictk.info.platforms import check_node
 from cdictk.info.specs import SpecCheck, SpecState, check_specs
 from cdictk.node.roots import Roots

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 
 from cdictk.elfdso import read_soname
-from cdictk.node.ldcache import LdCacheError, read_ld_cache
+from cdictk.node.ldcachereader import LdCacheError, read_ld_cache
 from cdictk.node.roots import Roots, join, resolve
 from cdictk.record import field, record
 from cdictk.sorting import natural_key

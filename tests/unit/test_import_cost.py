@@ -25,7 +25,7 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools")
         "cdictk.runtime.shim",
         "cdictk.runtime.requests",
         "cdictk.runtime.settings",
-        "cdictk.node.ldcache",
+        "cdictk.node.ldcachereader",
     ],
 )
 def test_hot_path_modules_import_no_heavy_library(module: str) -> None:

@@ -50,7 +50,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "cdi": (("cdictk.cdi",), ("helpers",)),
     "node": (("cdictk.node",), ("helpers", "cdi")),
     "nvcdi": (("cdictk.nvcdi",), ("helpers", "cdi", "node", "hooks")),
-    "runtime": (("cdictk.runtime", "cdictk.prestart"), ("helpers", "cdi", "node", "nvcdi", "hooks")),
+    "runtime": (("cdictk.runtime",), ("helpers", "cdi", "node", "nvcdi", "hooks")),
     "configure": (("cdictk.configure",), ("helpers", "node")),
     "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime", "configure")),
     "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),

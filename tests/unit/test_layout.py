@@ -39,3 +39,15 @@ def test_every_test_file_names_a_module_where_it_sits() -> None:
         if not target.exists():
             strays.append(str(relative))
     assert strays == []
+
+
+def test_no_two_modules_share_a_name() -> None:
+    # Entry points aside, a module's name alone says which one it is, in a traceback or a grep.
+    entry_points = {"__init__.py", "__main__.py", "main.py"}
+    seen: dict[str, list[str]] = {}
+    for path in sorted((REPO / "cdictk").rglob("*.py")):
+        if path.name not in entry_points:
+            seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+    for folder in sorted(p for p in (REPO / "cdictk").rglob("*") if p.is_dir() and p.name != "__pycache__"):
+        seen.setdefault(folder.name + "/", []).append(str(folder.relative_to(REPO)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

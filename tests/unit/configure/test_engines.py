@@ -12,8 +12,8 @@ import click
 import pytest
 
 from cdictk.cli.runtime import configure_command
-from cdictk.configure.apply import configure
 from cdictk.configure.change import Request
+from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.errors import CdictkError, Problem
 from cdictk.node.roots import join

@@ -14,7 +14,7 @@ import pytest
 from cdictk.cli.main import main
 from cdictk.configure.engines import ENGINES
 from cdictk.info.checks import Status
-from cdictk.info.engines import check_engines
+from cdictk.info.enginestate import check_engines
 from tests.conftest import NodeFactory
 from tests.fakenode.node import FakeNode, _mig
 

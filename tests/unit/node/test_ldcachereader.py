@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.node.ldcache import CacheEntry, LdCacheError, parse_ld_cache, read_ld_cache
+from cdictk.node.ldcachereader import CacheEntry, LdCacheError, parse_ld_cache, read_ld_cache
 
 LIBDIR = "/usr/lib/x86_64-linux-gnu"
 X86_64_LIBC6 = 0x0303
