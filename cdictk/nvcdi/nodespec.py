@@ -7,7 +7,7 @@ can hand a runtime a spec that the checks would refuse.
 
 from __future__ import annotations
 
-from cdictk.cdi.model import Spec
+from cdictk.cdi.model import ContainerEdits, Spec
 from cdictk.errors import CdictkError
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.facts import NodeFacts, discover
@@ -67,8 +67,60 @@ def node_spec(
 
     found = discover(roots, mode, csv=csv, nvml=nvml) if facts is None else facts
     spec, warnings = build_spec(found, options)
+    warnings += leave_out_foreign_paths(spec, found, host_root)
+    if not spec.devices:
+        raise CdictkError("", "", "no devices to write: " + "; ".join(warnings[-3:]))
     strip_host_root(spec, host_root)
     problems = check_spec(spec, where)
     if problems:
         raise CdictkError("", "", f"generated spec is invalid: {problems[0]}")
     return NodeSpec(spec, found, found.warnings + warnings)
+
+
+def leave_out_foreign_paths(spec: Spec, facts: NodeFacts, host_root: str = "/") -> list[str]:
+    """Remove, in place, every mount and device node whose host path is not root's alone
+    (:mod:`cdictk.hostpaths`: a user could swap what root mounts), or was found through a symlink
+    that is not (``facts``' driver files say which they followed), and every device that loses one; a
+    warning line for each. The node's login range is read under ``host_root``."""
+    from cdictk.hostpaths import LOGIN_DEFS, HostPathCheck  # noqa: PLC0415
+    from cdictk.node.roots import join  # noqa: PLC0415
+
+    check = HostPathCheck(login_defs=join(host_root, LOGIN_DEFS))
+    warnings: list[str] = []
+
+    def refused(edits: ContainerEdits, what: str) -> list[str]:
+        found = []
+        for path in [node.host_path or node.path for node in edits.device_nodes] + [
+            mount.host_path for mount in edits.mounts
+        ]:
+            problem = check.problem(path)
+            if problem is not None:
+                shown = problem if problem.startswith(path + ":") else f"{path}: {problem}"
+                found.append(f"{shown}; {what}")
+        return found
+
+    linked: dict[str, str] = {}  # container path -> the problem of a link followed to its host path
+    for driver_file in facts.common.files:
+        for link in driver_file.via:
+            problem = check.problem(link, follow=False)
+            if problem is not None:
+                linked.setdefault(driver_file.path, problem)
+    kept = []
+    for device in spec.devices:
+        problems = refused(device.container_edits, f"device {device.name} left out of the spec")
+        warnings += problems
+        if not problems:
+            kept.append(device)
+    spec.devices = kept
+    common = spec.container_edits
+    problems = refused(common, "left out of the spec")
+    for mount in common.mounts:
+        if mount.container_path in linked:
+            problems.append(f"{linked[mount.container_path]}: {mount.host_path} left out of the spec")
+    if problems:
+        warnings += problems
+        common.device_nodes = [n for n in common.device_nodes if check.problem(n.host_path or n.path) is None]
+        common.mounts = [
+            m for m in common.mounts if m.container_path not in linked and check.problem(m.host_path) is None
+        ]
+    return warnings
