@@ -90,8 +90,13 @@ class SpecCache:
 
     def inject(self, config: dict[str, Any], requested: Sequence[str], config_file: str) -> None:
         """Apply the ``requested`` devices to the OCI ``config`` in place, all or none of them: what
-        ``cdictk cdi inject`` and the library's :meth:`cdictk.api.SpecCache.inject` do."""
-        apply_edits(config, self.resolve(requested), config_file)
+        ``cdictk cdi inject`` and the library's :meth:`cdictk.api.SpecCache.inject` do. A host path that
+        is no longer root's alone (:mod:`cdictk.cdi.mountcheck`) refuses them all."""
+        from cdictk.cdi.mountcheck import check_host_paths  # noqa: PLC0415
+
+        sources = self.resolve(requested)
+        check_host_paths(sources)
+        apply_edits(config, sources, config_file)
 
     def _hint(self) -> str:
         if self.problems:

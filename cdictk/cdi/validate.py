@@ -3,7 +3,9 @@
 This is stricter than loading for injection: the schema's findings (relative paths, a hook timeout of
 0, odd annotation keys), a ``kind`` that breaks the CDI specification (a vendor with "_") and a
 ``.json`` file that is YAML but not JSON (a trailing comma) make ``cdictk cdi validate`` fail, but
-runtimes accept such specs, so the registry still lists their devices.
+runtimes accept such specs, so the registry still lists their devices. So does a mount or device node
+whose host path is not root's alone (:mod:`cdictk.cdi.mountcheck`): cdictk refuses it at container
+start, and other runtimes mount it as root.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from collections.abc import Sequence
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import read_document
 from cdictk.cdi.model import Spec
+from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.names import kind_spec_problem
 from cdictk.cdi.registry import load_registry
 from cdictk.cdi.rules import check_spec
@@ -48,6 +51,8 @@ def validate_file(path: str) -> Report:
         ]
         return report
     report.problems += check_spec(report.spec, path)
+    # A CDI-native engine mounts these as root without the check cdictk makes at container start.
+    report.problems += spec_problems(report.spec, path)
     reported = {problem.field for problem in report.problems}
     if "kind" not in reported:
         kind = kind_spec_problem(report.spec.kind)

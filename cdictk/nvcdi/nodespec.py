@@ -18,6 +18,8 @@ from cdictk.nvcdi.build import build_spec
 from cdictk.nvcdi.options import SpecOptions
 from cdictk.record import record
 
+LEFT_OUT = "left out of the spec"  # how a warning about a host path others could change ends
+
 
 @record(frozen=True)
 class NodeSpec:
@@ -107,16 +109,16 @@ def leave_out_foreign_paths(spec: Spec, facts: NodeFacts, host_root: str = "/") 
                 linked.setdefault(driver_file.path, problem)
     kept = []
     for device in spec.devices:
-        problems = refused(device.container_edits, f"device {device.name} left out of the spec")
+        problems = refused(device.container_edits, f"device {device.name} {LEFT_OUT}")
         warnings += problems
         if not problems:
             kept.append(device)
     spec.devices = kept
     common = spec.container_edits
-    problems = refused(common, "left out of the spec")
+    problems = refused(common, LEFT_OUT)
     for mount in common.mounts:
         if mount.container_path in linked:
-            problems.append(f"{linked[mount.container_path]}: {mount.host_path} left out of the spec")
+            problems.append(f"{linked[mount.container_path]}: {mount.host_path} {LEFT_OUT}")
     if problems:
         warnings += problems
         common.device_nodes = [n for n in common.device_nodes if check.problem(n.host_path or n.path) is None]

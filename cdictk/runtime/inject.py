@@ -78,6 +78,7 @@ def _inject(
 ) -> None:
     from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
     from cdictk.cdi.cache import load_specs  # noqa: PLC0415
+    from cdictk.cdi.mountcheck import check_host_paths  # noqa: PLC0415
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.runtime.trim import trim_edits  # noqa: PLC0415
 
@@ -99,6 +100,7 @@ def _inject(
             sources = specs.resolve(devices)
         # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the edits are this container's copies.
         trim_edits([source.edits for source in sources], requests.capabilities)
+        check_host_paths(sources)  # what is mounted is root's alone now, not only when it was written
         apply_edits(config, sources, where)
     except CdictkError as exc:  # names the device and the spec file already
         raise InjectError(str(exc)) from None

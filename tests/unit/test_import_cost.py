@@ -68,6 +68,8 @@ LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse
         "cdictk.runtime.prestart.additions",
         "cdictk.runtime.prestart.require",
         "cdictk.runtime.prestart.log",
+        "cdictk.hostpaths",
+        "cdictk.cdi.mountcheck",
     ],
 )
 def test_container_start_modules_import_only_light_standard_modules(module: str) -> None:

@@ -250,17 +250,21 @@ def test_output_name_runtimes_would_ignore_is_warned_about(
     assert code == 0 and "CDI runtimes only load .yaml and .json files from their spec directories" in err
 
 
-@pytest.mark.usefixtures("umask_000")
 def test_output_under_new_directories_is_never_world_writable_under_umask_000(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
+    node = make_node("single")  # built under 022: a node of 0777 directories has nothing to mount
     output = tmp_path / "a" / "b" / "cdi" / "nvidia.yaml"
-    code, _, err = generate(capsys, make_node("single"), "-o", str(output))
+    old = os.umask(0)
+    try:
+        code, _, err = generate(capsys, node, "-o", str(output))
+    finally:
+        left = os.umask(old)
     assert code == 0, err
     made = [tmp_path / "a", tmp_path / "a" / "b", output.parent]
     assert [oct(path.stat().st_mode & 0o7777) for path in made] == ["0o755"] * 3
     assert oct(output.stat().st_mode & 0o7777) == "0o644"
-    assert os.umask(0) == 0o022  # the command set it, for whatever it creates without a mode of its own
+    assert left == 0o022  # the command set it, for whatever it creates without a mode of its own
 
 
 def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
