@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass, field
 from enum import Enum
 
 from cdictk.errors import CdictkError
 from cdictk.node.devnodes import NodeInfo, stat_node
 from cdictk.node.libraries import usable_name
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 from cdictk.sorting import natural_key
 
 DEFAULT_DIR = "/etc/nvidia-container-runtime/host-files-for-container.d"
@@ -45,13 +45,13 @@ class EntryType(Enum):
     DIR = "dir"
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CsvEntry:
     type: EntryType
     path: str  # absolute, in the driver root (dev: the dev root)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CsvSource:
     """What ``--csv.file`` and ``--csv.ignore-pattern`` say. No files: the defaults, read under the
     driver root and skipped when missing; given files are host paths and must exist."""
@@ -70,14 +70,14 @@ class CsvSource:
         return found
 
 
-@record
+@dataclass(slots=True)
 class CsvEntries:
     entries: list[CsvEntry] = field(default_factory=list)
     read: list[str] = field(default_factory=list)  # host paths of the files read
     absent: list[str] = field(default_factory=list)  # default files that are not there
 
 
-@record
+@dataclass(slots=True)
 class CsvFound:
     nodes: list[NodeInfo] = field(default_factory=list)
     files: list[tuple[str, str, bool]] = field(default_factory=list)  # (path, host path, is a directory)

@@ -12,11 +12,11 @@ The links are the symlinks present on the host that resolve to one of those file
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from cdictk.elfdso import read_soname
 from cdictk.node.ldcachereader import LdCacheError, read_ld_cache
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 from cdictk.sorting import natural_key
 
 LD_CACHE = "/etc/ld.so.cache"
@@ -39,13 +39,13 @@ _LIBRARY_SUBDIRS = ("vdpau",)
 _LINK_SUBDIRS = ("vdpau", "gbm")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DriverLibrary:
     path: str  # inside the driver root, symlinks resolved
     soname: str | None
 
 
-@record
+@dataclass(slots=True)
 class LibraryScan:
     libraries: list[DriverLibrary] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)  # driver library directories, inside the root

@@ -1,4 +1,4 @@
-"""NVML, the one wrapper of ``libnvidia-ml``, two ways in, one :class:`NvmlError`.
+"""NVML, the one wrapper of ``libnvidia-ml``, two ways in, one :class:`~cdictk.node.nvmllib.NvmlError`.
 
 - :func:`query_nvml`: GPUs and MIG devices for discovery, with pynvml over the driver root's
   ``libnvidia-ml.so.1``, asked in a forked child that gets :data:`NVML_DEADLINE` to answer: a driver
@@ -16,33 +16,13 @@ Light to import: pynvml and the GPU model are imported where they are used.
 
 from __future__ import annotations
 
-from cdictk.errors import CdictkError
+from cdictk.node.nvmllib import NvmlError
 
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:
     from typing import Any
 
     from cdictk.node.gpus import Gpu, MigDevice
-
-
-class NvmlError(CdictkError):
-    """NVML could not be loaded or answered with an error. ``library`` names it in the message (the
-    discovery's); ``function`` and ``code`` say which call failed and how (the prestart hook's);
-    ``absent``: there is no usable library at all (as opposed to one that answered badly or not)."""
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        library: str = "",
-        function: str = "",
-        code: int | None = None,
-        absent: bool = False,
-    ) -> None:
-        super().__init__(library, "NVML" if library else "", reason)
-        self.function = function
-        self.code = code
-        self.absent = absent
 
 
 NVML_DEADLINE = 10.0  # seconds for the whole query: a healthy driver answers in a fraction of one
@@ -227,8 +207,7 @@ def _answer(pynvml: Any, library: str) -> dict[str, Any]:
     """The query, run in the forked child of :func:`query_nvml`, as plain data for the pipe."""
     import contextlib  # noqa: PLC0415
     import ctypes  # noqa: PLC0415
-
-    from cdictk.record import asdict  # noqa: PLC0415
+    from dataclasses import asdict  # noqa: PLC0415
 
     try:
         handle = ctypes.CDLL(library)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass, field
 
 from cdictk.node.libraries import usable_name
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 from cdictk.sorting import natural_key
 
 WSL_LIB = "/usr/lib/wsl/lib"
@@ -42,7 +42,7 @@ _LIBRARY = r"lib.+\.so(\..*)?"
 _VERSIONED = r"lib[\w.+-]+\.so\.([1-9][0-9]{2}\.[0-9]+(?:\.[0-9]+)?)"
 
 
-@record
+@dataclass(slots=True)
 class WslFound:
     libraries: list[str] = field(default_factory=list)  # in the driver root: the ld cache gets their dirs
     files: list[str] = field(default_factory=list)  # the store's other files (nvcubins.bin, nvidia-smi)
@@ -128,7 +128,8 @@ def driver_version(roots: Roots, warnings: list[str]) -> str:
     store = stores[0]
     nvml = _regular(roots, f"{store}/{NVML}")
     if nvml is not None:
-        from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (its query runs a child)
+        from cdictk.node.nvml import query_nvml  # noqa: PLC0415 (its query runs a child)
+        from cdictk.node.nvmllib import NvmlError  # noqa: PLC0415
 
         try:
             return query_nvml(join(roots.driver, nvml)).version

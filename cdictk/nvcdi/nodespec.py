@@ -7,6 +7,8 @@ can hand a runtime a spec that the checks would refuse.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cdictk.cdi.model import Spec
 from cdictk.errors import CdictkError
 from cdictk.node.csvfiles import CsvSource
@@ -16,10 +18,9 @@ from cdictk.node.nvml import NvmlQuery
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.build import build_spec
 from cdictk.nvcdi.options import SpecOptions
-from cdictk.record import record
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     spec: Spec
     facts: NodeFacts

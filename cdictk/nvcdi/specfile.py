@@ -16,18 +16,18 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import NodeSpec
-from cdictk.record import record
 
 MAX_SPEC_BYTES = 64 << 20  # far above any generated spec; a bigger file is not ours
 
 Stamp = tuple[int, ...]
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OnDisk:
     data: bytes | None  # None: no file
     not_ours: str | None  # why the file is not as we leave it ("owned by uid 1000"), None when it is

@@ -42,7 +42,6 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.trust",
             "cdictk.trustscan",
             "cdictk.elfdso",
-            "cdictk.record",
         ),
         (),
     ),
