@@ -12,6 +12,7 @@ The links are the symlinks present on the host that resolve to one of those file
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from cdictk.elfdso import read_soname
@@ -229,7 +230,6 @@ def version_from_libraries(roots: Roots, dirs: list[str]) -> str | None:
     The file ``libcuda.so.1`` points at is the driver in use; without that link, the newest version
     found (an upgrade can leave the old driver's files behind).
     """
-    import re  # noqa: PLC0415 - the last resort: a generate that reaches it pays for re
 
     pattern = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)")
     found: list[str] = []

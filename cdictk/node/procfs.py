@@ -9,16 +9,12 @@ nodes. Every reader takes ``Roots`` and reads at most ``MAX_PROC_BYTES``.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from cdictk.node.roots import NVIDIA_MODULES, Roots, read_text
 
 _KERNEL_MODULE = "Kernel Module"
-
-TYPE_CHECKING = False  # typing imports re
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
 MAX_MAJOR = 4095  # the kernel's device numbers: 12-bit majors, 20-bit minors
 MAX_MINOR = (1 << 20) - 1
 
