@@ -60,6 +60,7 @@ class HealthMonitor:
         self._child: subprocess.Popen[str] | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self.probes = 0  # probes heard: the child is watching events once there is one
 
     # ---- the rules ----------------------------------------------------------------------------
 
@@ -76,6 +77,7 @@ class HealthMonitor:
         """One message of the NVML child."""
         with self._lock:
             if "probe" in message:
+                self.probes += 1
                 self._down = None
                 self._lost = {uuid: why for uuid, why in message["probe"].items() if why}
             elif "xid" in message:
