@@ -103,7 +103,7 @@ def device_plugin_command(
     See docs/kubernetes.md.
     """
     try:
-        from cdictk.deviceplugin import settings as loader  # noqa: PLC0415 - needs the kubernetes extra
+        from cdictk.deviceplugin import pluginsettings as loader  # noqa: PLC0415 - needs the kubernetes extra
         from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415
     except ImportError as exc:
         raise CdictkError(

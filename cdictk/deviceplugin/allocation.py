@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from cdictk.api import CdictkError, annotations_for
 from cdictk.deviceplugin.messages import CDIDevice, ContainerAllocateResponse, Mount
 from cdictk.deviceplugin.resources import REPLICA_SEPARATOR, Resource, underlying
-from cdictk.deviceplugin.settings import Settings
+from cdictk.deviceplugin.pluginsettings import Settings
 
 ANNOTATION_PLUGIN = "cdictk-device-plugin"
 DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"
@@ -59,7 +59,8 @@ def allocate(
         and any(REPLICA_SEPARATOR in device_id for device_id in device_ids)
     ):
         raise AllocationError(
-            f"{resource.name} is shared (failRequestsGreaterThanOne): at most 1 per container, not {len(device_ids)}"
+            f"{resource.name} is shared (failRequestsGreaterThanOne): at most 1 per container, "
+            f"not {len(device_ids)}"
         )
     uuids = underlying(device_ids)
     names = [f"{settings.cdi_kind}={device}" for device in uuids]
@@ -79,9 +80,12 @@ def allocate(
     if "cdi-annotations" in strategies:
         written = annotations_for(ANNOTATION_PLUGIN, response_id(), names)
         annotations = {
-            settings.cdi_annotation_prefix + key.removeprefix("cdi.k8s.io/"): value for key, value in written.items()
+            settings.cdi_annotation_prefix + key.removeprefix("cdi.k8s.io/"): value
+            for key, value in written.items()
         }
     if "volume-mounts" in strategies:
         envs[VISIBLE_DEVICES] = DEVICE_LIST_DIR
         mounts = [Mount(f"{DEVICE_LIST_DIR}/{device}", "/dev/null", read_only=True) for device in uuids]
-    return ContainerAllocateResponse(envs=envs, mounts=mounts, annotations=annotations, cdi_devices=cdi_devices)
+    return ContainerAllocateResponse(
+        envs=envs, mounts=mounts, annotations=annotations, cdi_devices=cdi_devices
+    )

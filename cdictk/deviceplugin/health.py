@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdictk.deviceplugin.settings import Health
+from cdictk.deviceplugin.pluginsettings import Health
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,8 +162,7 @@ class HealthMonitor:
             child = self._child = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1
             )
-            assert child.stdout is not None
-            for line in child.stdout:
+            for line in child.stdout or ():
                 try:
                     message = json.loads(line)
                 except ValueError:

@@ -16,6 +16,7 @@ the kernel hangs this process, not the plugin, which sees the probes stop.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import itertools
 import json
@@ -42,10 +43,8 @@ def load(library: str) -> Any:
 def pair_score(nvml: Any, a: Any, b: Any, bus_b: str) -> int:
     """PCIe closeness plus 100 per NVLink from ``a`` to ``b`` (whose bus id is ``bus_b``)."""
     score = 0
-    try:
+    with contextlib.suppress(nvml.NVMLError):
         score += PCIE_SCORES.get(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b), 0)
-    except nvml.NVMLError:
-        pass
     for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
         try:
             if not nvml.nvmlDeviceGetNvLinkState(a, link):
@@ -69,7 +68,8 @@ def links(nvml: Any, uuids: list[str]) -> list[list[object]]:
             continue
         handles[uuid], buses[uuid] = handle, bus.decode() if isinstance(bus, bytes) else bus
     return [
-        [a, b, pair_score(nvml, handles[a], handles[b], buses[b])] for a, b in itertools.combinations(handles, 2)
+        [a, b, pair_score(nvml, handles[a], handles[b], buses[b])]
+        for a, b in itertools.combinations(handles, 2)
     ]
 
 
@@ -121,7 +121,14 @@ def watch(nvml: Any, uuids: list[str], interval: float) -> None:
             continue
         gi = None if data.gpuInstanceId == NO_INSTANCE else data.gpuInstanceId
         ci = None if data.computeInstanceId == NO_INSTANCE else data.computeInstanceId
-        say({"xid": data.eventData, "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid, "gi": gi, "ci": ci})
+        say(
+            {
+                "xid": data.eventData,
+                "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                "gi": gi,
+                "ci": ci,
+            }
+        )
 
 
 def main(argv: list[str]) -> int:
@@ -133,7 +140,10 @@ def main(argv: list[str]) -> int:
         elif option == "--topology-only":
             events = False
     if not argv:
-        print("usage: python -m cdictk.deviceplugin.nvmlwatch [--interval S] [--topology-only] LIBRARY UUID...", file=sys.stderr)
+        print(
+            "usage: python -m cdictk.deviceplugin.nvmlwatch [--interval S] [--topology-only] LIBRARY UUID...",
+            file=sys.stderr,
+        )
         return 2
     library, uuids = argv[0], argv[1:]
     try:

@@ -20,7 +20,7 @@ from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import Resource, build, numa_reader
 from cdictk.deviceplugin.server import ResourceServer
-from cdictk.deviceplugin.settings import Settings
+from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.errors import CdictkError
 from cdictk.node.facts import find_nvml_library
 from cdictk.node.fingerprint import node_fingerprint
@@ -147,8 +147,7 @@ class DevicePlugin:
             server.update()
 
     def _unresolved(self, names: list[str]) -> list[str]:
-        assert self.specs is not None
-        defined = set(self.specs.devices())
+        defined = set(self.specs.devices()) if self.specs is not None else set()
         return [name for name in names if name not in defined]
 
     def _nvml_library(self) -> str | None:

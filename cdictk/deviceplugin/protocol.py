@@ -33,7 +33,7 @@ def compile_proto(proto: str) -> bytes:
     """The FileDescriptorSet of ``proto`` (no imports, no source info), as protoc writes it."""
     import tempfile  # noqa: PLC0415 - only the compile step needs these
 
-    from grpc_tools import protoc  # noqa: PLC0415 - a test extra, never needed at run time
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # noqa: PLC0415 - a test extra
 
     directory, name = os.path.split(os.path.abspath(proto))
     with tempfile.TemporaryDirectory() as scratch:
@@ -156,7 +156,10 @@ class Codec:
 
 
 def _is_map(field: FieldDescriptor) -> bool:
-    return field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
+    message = field.message_type
+    return (
+        field.type == FieldDescriptor.TYPE_MESSAGE and message is not None and message.GetOptions().map_entry
+    )
 
 
 def _is_repeated(field: FieldDescriptor) -> bool:
@@ -164,7 +167,7 @@ def _is_repeated(field: FieldDescriptor) -> bool:
     repeated = getattr(field, "is_repeated", None)
     if isinstance(repeated, bool):
         return repeated
-    return bool(field.label == FieldDescriptor.LABEL_REPEATED)
+    return bool(getattr(field, "label", None) == FieldDescriptor.LABEL_REPEATED)
 
 
 def _optional_of(hint: Any) -> Any:

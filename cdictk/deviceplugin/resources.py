@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from cdictk.deviceplugin.settings import Settings
+from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.errors import CdictkError
 from cdictk.node.gpus import Gpu, MigDevice
 
@@ -105,7 +105,9 @@ def build(
         if empty:
             raise ResourceError(f"single: GPUs {', '.join(empty)} are in MIG mode without MIG devices")
         if len(profiles) > 1:
-            raise ResourceError(f"single needs one MIG profile on the node, not {', '.join(sorted(profiles))}")
+            raise ResourceError(
+                f"single needs one MIG profile on the node, not {', '.join(sorted(profiles))}"
+            )
         found[f"{prefix}/gpu"] = whole + [_mig_device(gpu, mig, numa) for gpu in mig_gpus for mig in gpu.migs]
     else:
         found[f"{prefix}/gpu"] = whole

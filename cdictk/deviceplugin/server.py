@@ -37,7 +37,7 @@ from cdictk.deviceplugin.messages import (
     TopologyInfo,
 )
 from cdictk.deviceplugin.resources import Resource
-from cdictk.deviceplugin.settings import Settings
+from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.topology import Links, preferred
 
 OPTIONS = DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
@@ -158,13 +158,19 @@ class ResourceServer:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return AllocateResponse(answers)
 
-    def pre_start(self, request: PreStartContainerRequest, context: grpc.ServicerContext) -> PreStartContainerResponse:
+    def pre_start(
+        self, request: PreStartContainerRequest, context: grpc.ServicerContext
+    ) -> PreStartContainerResponse:
         return PreStartContainerResponse()
 
     def _handlers(self) -> grpc.GenericRpcHandler:
-        def unary(function: Callable[[Any, grpc.ServicerContext], Any], kind: type) -> grpc.RpcMethodHandler:
+        def unary(
+            function: Callable[[Any, grpc.ServicerContext], Any], kind: type
+        ) -> grpc.RpcMethodHandler[Any, Any]:
             return grpc.unary_unary_rpc_method_handler(
-                function, request_deserializer=CODEC.deserializer(kind), response_serializer=CODEC.serializer()
+                function,
+                request_deserializer=CODEC.deserializer(kind),
+                response_serializer=CODEC.serializer(),
             )
 
         return grpc.method_handlers_generic_handler(

@@ -31,7 +31,9 @@ def preferred(
     known = {device.id: device for device in resource.devices}
     required = [device_id for device_id in dict.fromkeys(must_include) if device_id in known]
     candidates = [
-        device_id for device_id in dict.fromkeys(available) if device_id in known and device_id not in required
+        device_id
+        for device_id in dict.fromkeys(available)
+        if device_id in known and device_id not in required
     ]
     needed = size - len(required)
     if needed <= 0:
@@ -58,7 +60,12 @@ def _best_connected(
         chosen: list[PluginDevice] = []
         for _ in range(needed):
             rest = [device for device in candidates if device not in chosen]
-            chosen.append(max(rest, key=lambda device: (set_score([*required, *chosen, device], links), -device.gpu_index)))
+            chosen.append(
+                max(
+                    rest,
+                    key=lambda device: (set_score([*required, *chosen, device], links), -device.gpu_index),
+                )
+            )
         return chosen
     best: tuple[int, int, tuple[int, ...]] | None = None
     best_set: tuple[PluginDevice, ...] = ()

@@ -10,6 +10,7 @@ nvidia-smi) and checks that removing it leaves nothing behind.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -24,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.settings import Health, Settings
+from cdictk.deviceplugin.pluginsettings import Health, Settings
 from cdictk.runtime.launchers import install_launchers
 from tests.conftest import node_with_spec
 from tests.e2e.conftest import build_busybox_rootfs, require_root
@@ -51,7 +52,9 @@ class Cluster:
     cgroup: str
 
 
-def _start_plugin(node: FakeNode, spec_dir: Path, plugin_dir: str, stop: threading.Event, **changes: object) -> Kubelet:
+def _start_plugin(
+    node: FakeNode, spec_dir: Path, plugin_dir: str, stop: threading.Event, **changes: object
+) -> Kubelet:
     kubelet = Kubelet(plugin_dir)
     kubelet.start()
     settings = Settings(
@@ -83,7 +86,9 @@ def cluster(
     busybox = work / "busybox-rootfs"
     build_busybox_rootfs(busybox)
     cuda_style = work / "cuda-style.tar"
-    docker_archive(busybox, cuda_style, CUDA_STYLE, env=["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"])
+    docker_archive(
+        busybox, cuda_style, CUDA_STYLE, env=["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"]
+    )
     # The RuntimeClass's handler: cdictk-runtime through its launcher, with settings of its own.
     install_launchers(str(work / "launchers"))
     launcher = str(work / "launchers" / "cdictk-runtime")
@@ -154,10 +159,8 @@ def _remove_cgroup(name: str) -> None:
         group = controller / name.lstrip("/")
         if group.is_dir():
             for sub in sorted(group.glob("**/"), key=lambda p: len(p.parts), reverse=True):
-                try:
+                with contextlib.suppress(OSError):
                     sub.rmdir()
-                except OSError:
-                    pass
 
 
 def nothing_left(cluster: Cluster, pod: Pod) -> None:
@@ -168,7 +171,9 @@ def nothing_left(cluster: Cluster, pod: Pod) -> None:
     mountinfo = Path("/proc/self/mountinfo").read_text()
     for ident in (pod.sandbox_id, pod.container_id):
         assert ident not in mountinfo, f"a mount of {ident[:12]} is left"
-        assert not list(Path("/sys/fs/cgroup/memory").glob(f"**/{ident}")), f"a cgroup of {ident[:12]} is left"
+        assert not list(Path("/sys/fs/cgroup/memory").glob(f"**/{ident}")), (
+            f"a cgroup of {ident[:12]} is left"
+        )
     tasks = cluster.containerd.ctr("tasks", "list", "--quiet", namespace="k8s.io").stdout.split()
     assert tasks == []
 
@@ -201,7 +206,9 @@ def test_cdi_annotations_with_containerd_2(cluster: Cluster) -> None:
     _, answer = cluster.kubelet.allocate(GPU, 2)
     only_annotations = type(answer)(annotations=answer.annotations)
     with run_pod(cluster.client, DEBIAN, [only_annotations], cgroup_parent=cluster.cgroup) as pod:
-        found = [name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()]
+        found = [
+            name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()
+        ]
         assert len(found) == 2, found
         gpu_inside(pod, found[0])
     nothing_left(cluster, pod)
@@ -214,9 +221,13 @@ def test_runtime_class_with_annotations(cluster: Cluster) -> None:
     with run_pod(
         cluster.client, DEBIAN, [only_annotations], runtime_handler=HANDLER, cgroup_parent=cluster.cgroup
     ) as pod:
-        status = cluster.client.runtime(cri.PodSandboxStatusRequest(pod.sandbox_id), cri.PodSandboxStatusResponse)
+        status = cluster.client.runtime(
+            cri.PodSandboxStatusRequest(pod.sandbox_id), cri.PodSandboxStatusResponse
+        )
         assert status.status is not None and status.status.runtime_handler == HANDLER
-        found = [name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()]
+        found = [
+            name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()
+        ]
         assert len(found) == 1
         gpu_inside(pod, found[0])
     nothing_left(cluster, pod)
@@ -227,7 +238,9 @@ def test_runtime_class_with_volume_mounts(cluster: Cluster) -> None:
     into a GPU; containerd knows nothing of them."""
     devices, answer = cluster.mounts_kubelet.allocate(GPU, 1)
     assert answer.envs == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
-    with run_pod(cluster.client, DEBIAN, [answer], runtime_handler=HANDLER, cgroup_parent=cluster.cgroup) as pod:
+    with run_pod(
+        cluster.client, DEBIAN, [answer], runtime_handler=HANDLER, cgroup_parent=cluster.cgroup
+    ) as pod:
         gpu = next(g for g in cluster.node.preset.gpus if g.uuid == devices[0])
         gpu_inside(pod, f"nvidia{gpu.minor}")
     nothing_left(cluster, pod)

@@ -61,7 +61,9 @@ LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse
 def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
     """The kubernetes extra is optional: the CLI (whose device-plugin command imports them when it
     runs), the library API and the start path load neither grpc nor protobuf."""
-    code = f"import sys, {module}; print(','.join(m for m in ('grpc', 'google.protobuf') if m in sys.modules))"
+    code = (
+        f"import sys, {module}; print(','.join(m for m in ('grpc', 'google.protobuf') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "", f"{module} pulls in {result.stdout.strip()}"
 

@@ -23,6 +23,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import grpc
 
@@ -46,6 +47,8 @@ from cdictk.deviceplugin.messages import (
     RegisterRequest,
 )
 from tests.e2e.kubelet import cri
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -77,9 +80,13 @@ class Kubelet:
         os.makedirs(self.plugin_dir, exist_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         handler = grpc.unary_unary_rpc_method_handler(
-            self._register, request_deserializer=CODEC.deserializer(RegisterRequest), response_serializer=CODEC.serializer()
+            self._register,
+            request_deserializer=CODEC.deserializer(RegisterRequest),
+            response_serializer=CODEC.serializer(),
         )
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": handler}),))
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": handler}),)
+        )
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self._server = server
@@ -107,7 +114,9 @@ class Kubelet:
         if request.version != VERSION:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version!r}")
         if "/" not in request.resource_name or request.resource_name.split("/")[0].endswith("kubernetes.io"):
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {request.resource_name!r}")
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {request.resource_name!r}"
+            )
         socket = os.path.join(self.plugin_dir, request.endpoint)
         channel = grpc.insecure_channel(f"unix://{socket}")
         try:
@@ -148,8 +157,8 @@ class Kubelet:
             self._changed.notify_all()
 
     @staticmethod
-    def _unary(channel: grpc.Channel, method: str, request: object, response: type) -> object:
-        call = channel.unary_unary(
+    def _unary(channel: grpc.Channel, method: str, request: object, response: type[T]) -> T:
+        call: grpc.UnaryUnaryMultiCallable[object, T] = channel.unary_unary(
             SCHEMA.method_path("DevicePlugin", method),
             request_serializer=CODEC.serializer(),
             response_deserializer=CODEC.deserializer(response),
@@ -177,12 +186,16 @@ class Kubelet:
 
     def preferred(self, resource: str, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
         endpoint = self.endpoints[resource]
-        request = PreferredAllocationRequest([ContainerPreferredAllocationRequest(list(available), list(must), size)])
+        request = PreferredAllocationRequest(
+            [ContainerPreferredAllocationRequest(list(available), list(must), size)]
+        )
         answer = self._unary(endpoint.channel, "GetPreferredAllocation", request, PreferredAllocationResponse)
         assert isinstance(answer, PreferredAllocationResponse)
         return answer.container_responses[0].deviceIDs
 
-    def allocate(self, resource: str, count: int, taken: Sequence[str] = ()) -> tuple[list[str], ContainerAllocateResponse]:
+    def allocate(
+        self, resource: str, count: int, taken: Sequence[str] = ()
+    ) -> tuple[list[str], ContainerAllocateResponse]:
         """Admission of one container asking for ``count`` of ``resource``: the devices and the answer."""
         endpoint = self.endpoints[resource]
         healthy = [d.ID for d in endpoint.devices if d.health == HEALTHY and d.ID not in taken]
@@ -195,14 +208,19 @@ class Kubelet:
 
     def allocate_ids(self, resource: str, ids: Sequence[str]) -> ContainerAllocateResponse:
         endpoint = self.endpoints[resource]
-        answer = self._unary(endpoint.channel, "Allocate", AllocateRequest([ContainerAllocateRequest(list(ids))]), AllocateResponse)
+        answer = self._unary(
+            endpoint.channel,
+            "Allocate",
+            AllocateRequest([ContainerAllocateRequest(list(ids))]),
+            AllocateResponse,
+        )
         assert isinstance(answer, AllocateResponse)
         assert answer.container_responses, "Allocate answered no container response"
         return answer.container_responses[0]
 
 
 def _is_socket(path: str) -> bool:
-    import stat  # noqa: PLC0415
+    import stat
 
     try:
         return stat.S_ISSOCK(os.lstat(path).st_mode)
@@ -221,18 +239,26 @@ class Pod:
 
     def exec(self, command: str, timeout: int = 30) -> cri.ExecSyncResponse:
         return self.client.runtime(
-            cri.ExecSyncRequest(self.container_id, ["sh", "-c", command], timeout), cri.ExecSyncResponse, timeout=timeout + 30
+            cri.ExecSyncRequest(self.container_id, ["sh", "-c", command], timeout),
+            cri.ExecSyncResponse,
+            timeout=timeout + 30,
         )
 
     def sh(self, command: str) -> str:
         """stdout of ``sh -c command`` in the container; AssertionError on a non-zero exit."""
         answer = self.exec(command)
-        assert answer.exit_code == 0, f"{command!r} exited {answer.exit_code}: {answer.stderr.decode(errors='replace')}"
+        assert answer.exit_code == 0, (
+            f"{command!r} exited {answer.exit_code}: {answer.stderr.decode(errors='replace')}"
+        )
         return answer.stdout.decode(errors="replace")
 
 
 def container_config(
-    name: str, image: str, command: Sequence[str], answers: Sequence[ContainerAllocateResponse], env: dict[str, str] | None = None
+    name: str,
+    image: str,
+    command: Sequence[str],
+    answers: Sequence[ContainerAllocateResponse],
+    env: dict[str, str] | None = None,
 ) -> cri.ContainerConfig:
     """The CRI config the kubelet writes for a container with these Allocate answers: the pod's env
     first, then the plugins'; mounts and devices appended; plugin annotations under the kubelet's
@@ -246,11 +272,13 @@ def container_config(
         envs += [cri.KeyValue(k, v.encode()) for k, v in answer.envs.items()]
         mounts += [cri.Mount(m.container_path, m.host_path, m.read_only) for m in answer.mounts]
         for device in answer.devices:
-            devices.setdefault(device.container_path, cri.Device(device.container_path, device.host_path, device.permissions))
+            devices.setdefault(
+                device.container_path, cri.Device(device.container_path, device.host_path, device.permissions)
+            )
         for key, value in answer.annotations.items():
             annotations.setdefault(key, value)
-        for device in answer.cdi_devices:
-            cdi.setdefault(device.name, cri.CDIDevice(device.name))
+        for cdi_device in answer.cdi_devices:
+            cdi.setdefault(cdi_device.name, cri.CDIDevice(cdi_device.name))
     annotations["io.kubernetes.container.name"] = name
     return cri.ContainerConfig(
         cri.ContainerMetadata(name),
@@ -284,11 +312,15 @@ def run_pod(
             security_context=cri.LinuxSandboxSecurityContext(cri.NamespaceOption(network=cri.NODE)),
         ),
     )
-    sandbox_id = client.runtime(cri.RunPodSandboxRequest(sandbox, runtime_handler), cri.RunPodSandboxResponse).pod_sandbox_id
+    sandbox_id = client.runtime(
+        cri.RunPodSandboxRequest(sandbox, runtime_handler), cri.RunPodSandboxResponse
+    ).pod_sandbox_id
     container_id = ""
     try:
         config = container_config("main", image, ["sleep", "3600"], answers, env)
-        container_id = client.runtime(cri.CreateContainerRequest(sandbox_id, config, sandbox), cri.CreateContainerResponse).container_id
+        container_id = client.runtime(
+            cri.CreateContainerRequest(sandbox_id, config, sandbox), cri.CreateContainerResponse
+        ).container_id
         client.runtime(cri.StartContainerRequest(container_id), cri.StartContainerResponse)
         status = client.runtime(cri.ContainerStatusRequest(container_id), cri.ContainerStatusResponse).status
         assert status is not None and status.state == cri.CONTAINER_RUNNING, status

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.settings import Health, Settings
+from cdictk.deviceplugin.pluginsettings import Health, Settings
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.fakenode.node import FakeNode

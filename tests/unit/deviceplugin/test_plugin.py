@@ -11,9 +11,9 @@ import pytest
 from cdictk.deviceplugin.messages import HEALTHY, UNHEALTHY
 from cdictk.deviceplugin.plugin import DevicePlugin
 from cdictk.deviceplugin.resources import ResourceError
-from cdictk.deviceplugin.settings import Replicas, Settings
+from cdictk.deviceplugin.pluginsettings import Replicas, Settings
 from tests.conftest import NodeFactory
-from tests.fakenode.node import FakeMig
+from tests.fakenode.nvml import FakeMig
 from tests.unit.deviceplugin.conftest import GPU, PluginFactory
 
 UUID = "GPU-4b1d0c2e-7a3f-4c55-9e21-0000000000{:02d}"
@@ -38,7 +38,9 @@ def test_registers_the_whole_gpus_by_uuid_with_numa_nodes(run_plugin: PluginFact
     assert kubelet.endpoints[GPU].options.get_preferred_allocation_available
 
 
-def test_allocate_answers_cdi_names_in_the_field_and_an_annotation_never_the_variable(run_plugin: PluginFactory) -> None:
+def test_allocate_answers_cdi_names_in_the_field_and_an_annotation_never_the_variable(
+    run_plugin: PluginFactory,
+) -> None:
     kubelet = run_plugin().kubelet
     kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
     answer = kubelet.allocate_ids(GPU, [WHOLE[2], WHOLE[0]])
@@ -59,11 +61,11 @@ def test_allocate_refuses_unknown_devices_and_names_no_spec_defines(run_plugin: 
     kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
     with pytest.raises(grpc.RpcError) as unknown:
         kubelet.allocate_ids(GPU, ["GPU-nope"])
-    assert "nvidia.com/gpu has no device GPU-nope" in str(unknown.value.details())  # type: ignore[attr-defined]
+    assert "nvidia.com/gpu has no device GPU-nope" in str(unknown.value.details())
     (running.spec_dir / "nvidia.yaml").unlink()
     with pytest.raises(grpc.RpcError) as missing:
         kubelet.allocate_ids(GPU, [WHOLE[0]])
-    assert f"no CDI spec defines nvidia.com/gpu={WHOLE[0]}" in str(missing.value.details())  # type: ignore[attr-defined]
+    assert f"no CDI spec defines nvidia.com/gpu={WHOLE[0]}" in str(missing.value.details())
 
 
 def test_volume_mounts_strategy(run_plugin: PluginFactory) -> None:
@@ -89,9 +91,8 @@ def test_registers_again_when_the_kubelet_restarts(run_plugin: PluginFactory) ->
 
 def test_preferred_allocation_keeps_nvlink_pairs_together(run_plugin: PluginFactory) -> None:
     kubelet = run_plugin().kubelet
-    kubelet.wait_for("links", lambda k: k.devices(GPU) and True)
-    running_links = lambda: kubelet.preferred(GPU, WHOLE, [], 2)  # noqa: E731
-    kubelet.wait_for("topology", lambda k: running_links() != WHOLE[:2])
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    kubelet.wait_for("the topology", lambda k: k.preferred(GPU, WHOLE, [], 2) != WHOLE[:2])
     # GPUs 2-3, 4-5 and 6-7 share four NVLinks; GPU 1 has none.
     assert kubelet.preferred(GPU, WHOLE, [], 2) == [UUID.format(2), UUID.format(3)]
     assert kubelet.preferred(GPU, WHOLE, [UUID.format(5)], 2) == [UUID.format(5), UUID.format(4)]
@@ -113,7 +114,9 @@ def test_health_xid_and_lost_gpus_go_unhealthy_and_recover(run_plugin: PluginFac
     node.nvml_event("xid gpu=3 xid=79")
     kubelet.wait_for("GPU 3 unhealthy", lambda k: k.health(GPU)[UUID.format(3)] == UNHEALTHY)
     assert kubelet.health(GPU)[UUID.format(2)] == HEALTHY
-    kubelet.wait_for("GPU 3 healthy after the recovery time", lambda k: k.health(GPU)[UUID.format(3)] == HEALTHY)
+    kubelet.wait_for(
+        "GPU 3 healthy after the recovery time", lambda k: k.health(GPU)[UUID.format(3)] == HEALTHY
+    )
     node.nvml_event("lost gpu=5")
     kubelet.wait_for("GPU 5 unhealthy", lambda k: k.health(GPU)[UUID.format(5)] == UNHEALTHY)
     node.nvml_event("recover gpu=5")
@@ -130,7 +133,9 @@ def test_mixed_offers_mig_profiles_and_follows_mig_changes(run_plugin: PluginFac
     answer = kubelet.allocate_ids(small, [node.preset.migs[1].uuid])
     assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={node.preset.migs[1].uuid}"]
     # nvidia-smi mig: the 3g.40gb instance destroyed, a 1g.10gb created in its place.
-    new = dataclasses.replace(node.preset.migs[1], index=3, gi=9, uuid="MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000009")
+    new = dataclasses.replace(
+        node.preset.migs[1], index=3, gi=9, uuid="MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000009"
+    )
     migs: tuple[FakeMig, ...] = (*node.preset.migs[1:], new)
     node.reconfigure_mig(migs)
     kubelet.wait_for("the new MIG device", lambda k: len(k.devices(small)) == 3)
@@ -158,4 +163,4 @@ def test_replicas_offer_each_gpu_n_times(run_plugin: PluginFactory) -> None:
 
     with pytest.raises(grpc.RpcError) as refused:
         kubelet.allocate_ids(GPU, [f"{WHOLE[0]}::0", f"{WHOLE[1]}::0"])
-    assert "at most 1 per container" in str(refused.value.details())  # type: ignore[attr-defined]
+    assert "at most 1 per container" in str(refused.value.details())

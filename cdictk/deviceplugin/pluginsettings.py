@@ -93,7 +93,9 @@ def load(path: str) -> Settings:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise SettingsError(path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+        raise SettingsError(
+            path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})"
+        ) from None
     return from_data(data if data is not None else {}, path)
 
 
@@ -144,18 +146,27 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
             raise SettingsError(source, "cdi.kind", f"{kind!r} is not a CDI kind (vendor/class)")
         values["cdi_kind"] = kind
     if "specDirs" in cdi:
-        values["spec_dirs"] = tuple(reader.path(d, "cdi.specDirs") for d in reader.sequence(cdi["specDirs"], "cdi.specDirs"))
+        values["spec_dirs"] = tuple(
+            reader.path(d, "cdi.specDirs") for d in reader.sequence(cdi["specDirs"], "cdi.specDirs")
+        )
     sharing = reader.mapping(top.get("sharing", {}), "sharing")
     reader.only(sharing, "sharing", ("timeSlicing", "mps"))
     if "mps" in sharing:
         raise SettingsError(source, "sharing.mps", "not supported (time-slicing only)")
     slicing = reader.mapping(sharing.get("timeSlicing", {}), "sharing.timeSlicing")
-    reader.only(slicing, "sharing.timeSlicing", ("renameByDefault", "failRequestsGreaterThanOne", "resources"))
-    for key, name in (("renameByDefault", "rename_by_default"), ("failRequestsGreaterThanOne", "fail_requests_greater_than_one")):
+    reader.only(
+        slicing, "sharing.timeSlicing", ("renameByDefault", "failRequestsGreaterThanOne", "resources")
+    )
+    for key, name in (
+        ("renameByDefault", "rename_by_default"),
+        ("failRequestsGreaterThanOne", "fail_requests_greater_than_one"),
+    ):
         if key in slicing:
             values[name] = reader.boolean(slicing[key], f"sharing.timeSlicing.{key}")
-    rules = []
-    for number, item in enumerate(reader.sequence(slicing.get("resources", []), "sharing.timeSlicing.resources")):
+    rules: list[Replicas] = []
+    for number, item in enumerate(
+        reader.sequence(slicing.get("resources", []), "sharing.timeSlicing.resources")
+    ):
         where = f"sharing.timeSlicing.resources[{number}]"
         rule = reader.mapping(item, where)
         reader.only(rule, where, ("name", "replicas", "rename", "devices"))
@@ -182,9 +193,13 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
         health_values["ignored_xids"] = tuple(xids)
     if "xidRecoverySeconds" in health:
         value = health["xidRecoverySeconds"]
-        health_values["xid_recovery"] = None if value in (None, "never") else reader.seconds(value, "health.xidRecoverySeconds")
+        health_values["xid_recovery"] = (
+            None if value in (None, "never") else reader.seconds(value, "health.xidRecoverySeconds")
+        )
     if "probeIntervalSeconds" in health:
-        health_values["probe_interval"] = reader.seconds(health["probeIntervalSeconds"], "health.probeIntervalSeconds", minimum=0.05)
+        health_values["probe_interval"] = reader.seconds(
+            health["probeIntervalSeconds"], "health.probeIntervalSeconds", minimum=0.05
+        )
     values["health"] = Health(**health_values)
     return Settings(**values)
 
@@ -201,7 +216,9 @@ def list_strategies(value: object, source: str = "--device-list-strategy") -> tu
             raise SettingsError(source, "deviceListStrategy", ENVVAR_REFUSED)
         if name not in LIST_STRATEGIES:
             raise SettingsError(
-                source, "deviceListStrategy", f"unknown strategy {name!r} (one of {', '.join(LIST_STRATEGIES)})"
+                source,
+                "deviceListStrategy",
+                f"unknown strategy {name!r} (one of {', '.join(LIST_STRATEGIES)})",
             )
         if name not in found:
             found.append(name)
@@ -211,7 +228,11 @@ def list_strategies(value: object, source: str = "--device-list-strategy") -> tu
 def with_flags(settings: Settings, **flags: Any) -> Settings:
     """``settings`` with every flag given (not None) put over it."""
     changes = {name: value for name, value in flags.items() if value is not None}
-    health_changes = {name.removeprefix("health_"): changes.pop(name) for name in list(changes) if name.startswith("health_")}
+    health_changes = {
+        name.removeprefix("health_"): changes.pop(name)
+        for name in list(changes)
+        if name.startswith("health_")
+    }
     if health_changes:
         changes["health"] = dataclasses.replace(settings.health, **health_changes)
     return dataclasses.replace(settings, **changes)
