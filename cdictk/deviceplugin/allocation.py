@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 
 from cdictk.api import CdictkError, annotations_for
 from cdictk.deviceplugin.messages import CDIDevice, ContainerAllocateResponse, Mount
-from cdictk.deviceplugin.resources import REPLICA_SEPARATOR, Resource, underlying
 from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.resources import REPLICA_SEPARATOR, Resource, underlying
 
 ANNOTATION_PLUGIN = "cdictk-device-plugin"
 DEVICE_LIST_DIR = "/var/run/nvidia-container-devices"

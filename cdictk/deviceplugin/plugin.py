@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 from cdictk.api import NodeSpecs, SpecCache
 from cdictk.deviceplugin.health import HealthMonitor, Watched
+from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import Resource, build, numa_reader
 from cdictk.deviceplugin.server import ResourceServer
-from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.errors import CdictkError
 from cdictk.node.facts import find_nvml_library
 from cdictk.node.fingerprint import node_fingerprint

@@ -36,8 +36,8 @@ from cdictk.deviceplugin.messages import (
     PreStartContainerResponse,
     TopologyInfo,
 )
-from cdictk.deviceplugin.resources import Resource
 from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.resources import Resource
 from cdictk.deviceplugin.topology import Links, preferred
 
 OPTIONS = DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)

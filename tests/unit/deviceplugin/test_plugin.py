@@ -10,8 +10,8 @@ import pytest
 
 from cdictk.deviceplugin.messages import HEALTHY, UNHEALTHY
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.resources import ResourceError
 from cdictk.deviceplugin.pluginsettings import Replicas, Settings
+from cdictk.deviceplugin.resources import ResourceError
 from tests.conftest import NodeFactory
 from tests.fakenode.nvml import FakeMig
 from tests.unit.deviceplugin.conftest import GPU, PluginFactory
