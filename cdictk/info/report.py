@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shlex
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cdictk.info.checks import Finding, NodeReport, Status
@@ -10,10 +12,10 @@ from cdictk.info.platforms import check_node
 from cdictk.info.specs import SpecCheck, SpecState, check_specs
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import LEFT_OUT
-from cdictk.record import asdict, field, record
+from cdictk.trustscan import repairs
 
 
-@record
+@dataclass(slots=True)
 class InfoReport:
     roots: Roots
     node: NodeReport
@@ -76,10 +78,6 @@ def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> tu
 def _left_out_findings(lines: list[str]) -> list[Finding]:
     """A warning for each host path generate leaves out (a user's /tmp/nvidia-mps: MPS clients in
     containers then find no daemon), with what would make it root's or remove it."""
-    import shlex  # noqa: PLC0415
-
-    from cdictk.trustscan import repairs  # noqa: PLC0415
-
     findings = []
     for line in lines:
         path = line.split(": ", 1)[0]
@@ -110,7 +108,7 @@ def to_json(report: InfoReport) -> dict[str, Any]:
             )
     return {
         "ok": report.ok,
-        "roots": asdict(report.roots),
+        "roots": report.roots.as_dict(),
         "platform": report.node.platform,
         "driver_version": report.node.driver_version,
         "modules": report.node.modules,

@@ -7,21 +7,26 @@ can hand a runtime a spec that the checks would refuse.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from cdictk.cdi.dump import dump
 from cdictk.cdi.model import ContainerEdits, Spec
+from cdictk.cdi.rules import check_spec
 from cdictk.errors import CdictkError
+from cdictk.hostpaths import LOGIN_DEFS, HostPathCheck
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.facts import NodeFacts, discover
 from cdictk.node.modes import Mode
 from cdictk.node.nvml import NvmlQuery
-from cdictk.node.roots import Roots
+from cdictk.node.roots import Roots, join
 from cdictk.nvcdi.build import build_spec
+from cdictk.nvcdi.hostroot import strip_host_root
 from cdictk.nvcdi.options import SpecOptions
-from cdictk.record import record
 
 LEFT_OUT = "left out of the spec"  # how a warning about a host path others could change ends
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     spec: Spec
     facts: NodeFacts
@@ -37,7 +42,6 @@ class NodeSpec:
 
     def dump(self, fmt: str) -> bytes:
         """The spec file's bytes, as ``fmt`` (yaml or json)."""
-        from cdictk.cdi.dump import dump  # noqa: PLC0415
 
         try:
             return dump(self.spec, fmt).encode()
@@ -64,9 +68,6 @@ def node_spec(
     Raises CdictkError when there is nothing to write (no driver, no GPU) and when the spec would be
     invalid, which is our bug: a runtime must never be handed a spec it refuses.
     """
-    from cdictk.cdi.rules import check_spec  # noqa: PLC0415
-    from cdictk.nvcdi.hostroot import strip_host_root  # noqa: PLC0415
-
     found = discover(roots, mode, csv=csv, nvml=nvml) if facts is None else facts
     spec, warnings = build_spec(found, options)
     warnings += leave_out_foreign_paths(spec, found, host_root)
@@ -84,9 +85,6 @@ def leave_out_foreign_paths(spec: Spec, facts: NodeFacts, host_root: str = "/") 
     (:mod:`cdictk.hostpaths`: a user could swap what root mounts), or was found through a symlink
     that is not (``facts``' driver files say which they followed), and every device that loses one; a
     warning line for each. The node's login range is read under ``host_root``."""
-    from cdictk.hostpaths import LOGIN_DEFS, HostPathCheck  # noqa: PLC0415
-    from cdictk.node.roots import join  # noqa: PLC0415
-
     check = HostPathCheck(login_defs=join(host_root, LOGIN_DEFS))
     warnings: list[str] = []
 
