@@ -142,3 +142,25 @@ def test_a_spec_written_while_the_directory_was_roots_is_refused_once_a_user_too
         and "refusing to give it to a container" in lines[0]
     )
     assert sorted(os.listdir(standin(open_node))) == ["secret"]
+
+
+def test_generate_never_writes_through_a_users_directory_or_link(
+    open_node: FakeNode, login_user: LoginUser
+) -> None:
+    """Attack 3: the user makes /tmp/pub and links /tmp/pub/specs to a directory of root's; root runs
+    ``generate --output /tmp/pub/specs/nvidia.yaml``. Before issue 25 root wrote into the link's
+    target, or into the user's directory (``wrote ...``, exit 0), where they could swap it at will."""
+    pub = Path(f"/tmp/cdictk-e2e-pub-{uuid.uuid4().hex[:8]}")
+    target = standin(open_node)
+    try:
+        made = login_user.run("sh", "-c", f"mkdir {pub} && ln -s {target} {pub}/specs")
+        assert made.returncode == 0, made.stderr
+        for output in (pub / "specs" / "nvidia.yaml", pub / "nvidia.yaml"):
+            result = cdictk("cdi", "generate", *open_node.cli_args(), "--output", str(output))
+            assert sorted(os.listdir(target)) == ["secret"], "root wrote where the user's link points"
+            assert sorted(os.listdir(pub)) == ["specs"], "root wrote into the user's directory"
+            assert result.returncode == 1, result.stderr
+            errors = [line for line in result.stderr.splitlines() if line.startswith("cdictk: error:")]
+            assert len(errors) == 1 and f"owned by uid {login_user.uid}" in errors[0], result.stderr
+    finally:
+        shutil.rmtree(pub, ignore_errors=True)

@@ -280,3 +280,30 @@ def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
     assert code == 0 and f"wrote {output}: replaced the same spec owned by uid 12345 (" in err
     assert "unchanged" not in err
     assert output.stat().st_uid == 0
+
+
+def test_an_output_through_a_users_directory_or_link_is_refused(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """Issue 25, attack 3: ``--output /tmp/pub/specs/nvidia.yaml`` with ``/tmp/pub`` a user's and
+    ``specs`` their link to wherever; before, root wrote where it pointed, or into the user's directory
+    (``wrote ...``, exit 0) where they could swap the file at will."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: directories of another owner")
+    node = make_node("single")
+    os.chmod(tmp_path, 0o755)
+    pub, somewhere = tmp_path / "pub", tmp_path / "somewhere"
+    pub.mkdir()
+    somewhere.mkdir()
+    os.chown(pub, 12345, 12345)
+    os.symlink(somewhere, pub / "specs")
+    os.lchown(pub / "specs", 12345, 12345)
+    for output in (pub / "specs" / "nvidia.yaml", pub / "nvidia.yaml", pub / "new" / "cdi" / "nvidia.yaml"):
+        code, _, err = generate(capsys, node, "--output", str(output))
+        assert code == 1
+        errors = [line for line in err.splitlines() if line.startswith("cdictk: error:")]
+        assert len(errors) == 1 and "owned by uid 12345" in errors[0] and "someone other than root" in err, (
+            err
+        )
+    assert os.listdir(somewhere) == []
+    assert sorted(os.listdir(pub)) == ["specs"]
