@@ -55,6 +55,7 @@ def apply_requests(
             accept_env_unprivileged=settings.accept_env_unprivileged or env_granted,
             accept_volume_mounts=settings.accept_volume_mounts,
             env_kinds=settings.env_kinds,
+            accept_copied_annotations=settings.accept_copied_annotations,
         )
         requests = requests_from_config(config, policy)
     except RequestError as exc:
