@@ -405,23 +405,17 @@ class LoginUser:
     ) -> subprocess.CompletedProcess[str]:
         """``command`` as this user (``runuser``), from its home, with a login's plain environment."""
         plain = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.home), "USER": self.name}
-        return subprocess.run(
-            [
-                "runuser",
-                "-u",
-                self.name,
-                "--",
-                "env",
-                *[f"{k}={v}" for k, v in {**plain, **(env or {})}.items()],
-                *command,
-            ],
-            input=input.decode() if input is not None else None,
+        variables = [f"{key}={value}" for key, value in {**plain, **(env or {})}.items()]
+        done = subprocess.run(
+            ["runuser", "-u", self.name, "--", "env", "-i", *variables, *command],
+            input=input,
             capture_output=True,
-            text=True,
             cwd=self.home,
             timeout=timeout,
             check=False,
         )
+        out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+        return subprocess.CompletedProcess(done.args, done.returncode, out, err)
 
     def subordinate_ids(self) -> bool:
         """Whether /etc/subuid and /etc/subgid give the user a range (useradd adds one where both exist)."""
