@@ -32,7 +32,7 @@ from typing import Any
 from realnode import carried, containers, imagefs, nodefacts, pyenv, specs, timing
 from realnode.containers import GPU_SCRIPT, Containers, Shim, oci_config, verdict
 from realnode.nodefacts import Roots
-from realnode.steps import INFO, Recorder, Row, StepFailed, StepSkipped
+from realnode.steps import INFO, Recorder, Result, Row, StepFailed, StepSkipped
 
 REPORT = "real-node-report.json"
 LOG = "real-node-check.log"
@@ -53,6 +53,8 @@ class State:
     loaded: dict[str, dict[str, Any]] = field(default_factory=dict)
     image: str | None = None
     containers: Containers | None = None
+    runs: bool = False  # runc ran a plain container
+    mounted_cgroup: str | None = None  # a cgroup2 mount the check made (a VM without one), undone at the end
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # injected configs, by spec
     device: str = "0"
     facts: dict[str, Any] = field(default_factory=dict)
@@ -179,6 +181,8 @@ def run_steps(recorder: Recorder, args: argparse.Namespace, bundle: str, roots: 
     generate_specs(recorder, roots, state)
     with recorder.step("container image (node libc, busybox)") as row:
         build_image(recorder, row, state)
+    with recorder.step("runc: a container without GPU", need=15) as row:
+        runc_smoke(recorder, row, state)
     with recorder.step("host: probe, CUDA program, nvidia-smi") as row:
         host_baseline(recorder, row, state, args.expect_smi)
     run_ways(recorder, args, roots, state)
@@ -291,6 +295,38 @@ def build_image(recorder: Recorder, row: Row, state: State) -> None:
         row.detail += f"; not found on the node: {', '.join(missing)} (the spec must bring them)"
 
 
+def cgroup_mounted() -> bool:
+    with open("/proc/self/mountinfo", encoding="utf-8") as handle:
+        return any(" - cgroup2 " in line or " - cgroup " in line for line in handle)
+
+
+def runc_smoke(recorder: Recorder, row: Row, state: State) -> None:
+    """One plain container: whether runc runs here at all (gVisor, a VM without cgroups), before the
+    GPU steps spend their timeouts. Without any cgroup mount, cgroup2 is mounted for the check."""
+    if state.containers is None:
+        raise StepSkipped("needs the image")
+    containers = state.containers
+
+    def attempt() -> Result:
+        bundle, container = containers.bundle("plain", lambda rootfs: oci_config(rootfs, ["/bin/echo", "ok"]))
+        return containers.run(bundle, container, timeout=30)
+
+    result = attempt()
+    if not result.ok and not cgroup_mounted() and shutil.which("mount"):
+        mounted = recorder.run(["mount", "-t", "cgroup2", "cgroup2", "/sys/fs/cgroup"], 15)
+        if mounted.ok:
+            state.mounted_cgroup = "/sys/fs/cgroup"
+            result = attempt()
+    if not result.ok or result.stdout.strip() != "ok":
+        recorder.fail(
+            row, result, f"runc cannot run a container here, the container steps skip: {result.why()}"
+        )
+    state.runs = True
+    row.detail = f"runc run of echo: {result.ms:.0f} ms"
+    if state.mounted_cgroup:
+        row.detail += "; no cgroup mount on the node: cgroup2 mounted at /sys/fs/cgroup for the check"
+
+
 def host_baseline(recorder: Recorder, row: Row, state: State, expect_smi: str) -> None:
     """The same programs on the host, with the driver's library directories from cdictk's spec on
     LD_LIBRARY_PATH: tells a broken node from a broken container."""
@@ -341,8 +377,8 @@ def injected(recorder: Recorder, state: State, spec: str, args: list[str]) -> di
 
 def gpu_way(row: Row, state: State, expect: str, config: dict[str, Any], shim: Shim | None = None) -> None:
     """One container of ``config`` (its rootfs set here), run by runc or through the shim."""
-    if state.containers is None:
-        raise StepSkipped("needs the image and runc")
+    if state.containers is None or not state.runs:
+        raise StepSkipped("needs the image and a runc that runs")
 
     def config_for(rootfs: str) -> dict[str, Any]:
         made = copy.deepcopy(config)
@@ -351,7 +387,7 @@ def gpu_way(row: Row, state: State, expect: str, config: dict[str, Any], shim: S
 
     bundle, container = state.containers.bundle("gpu", config_for)
     result = state.containers.run(
-        bundle, container, shim.runtime if shim else None, shim.env if shim else None, timeout=180
+        bundle, container, shim.runtime if shim else None, shim.env if shim else None, timeout=120
     )
     found = verdict(result.stdout, expect)
     row.data["output"] = result.stdout[-4000:]
@@ -406,8 +442,8 @@ def run_ways(recorder: Recorder, args: argparse.Namespace, roots: Roots, state: 
 def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> None:
     labels = {"none": "no GPU", "cdictk": "cdictk's spec + hook", "nvidia": "NVIDIA's spec + hooks"}
     with recorder.step(f"start time, {args.rounds} rounds interleaved", need=40) as row:
-        if state.containers is None:
-            raise StepSkipped("needs the image and runc")
+        if state.containers is None or not state.runs:
+            raise StepSkipped("needs the image and a runc that runs")
         configs = {labels["none"]: oci_config("/", ["/bin/true"])}
         for spec in ("cdictk", "nvidia"):
             if spec in state.loaded:
@@ -427,8 +463,8 @@ def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> No
         rounds = min(len(times) for times in samples.values())
         row.detail = f"medians of {rounds}: " + ", ".join(parts)
     with recorder.step(f"burst: {args.burst} GPU containers, {args.parallel} at a time", need=40) as row:
-        if state.containers is None or "cdictk" not in state.loaded:
-            raise StepSkipped("needs the image, runc and cdictk's spec")
+        if state.containers is None or not state.runs or "cdictk" not in state.loaded:
+            raise StepSkipped("needs the image, a runc that runs and cdictk's spec")
         config = injected(recorder, state, "cdictk", [f"{imagefs.PROGRAM_DIR}/cuda-probe", "--dlopen"])
         recorder.sections["burst"] = timing.burst(
             recorder, row, state.containers, config, total=args.burst, parallel=args.parallel
@@ -441,6 +477,10 @@ def clean_up(recorder: Recorder, state: State, keep: bool) -> None:
         if state.carried is not None and state.carried.seccomp_link:
             with contextlib.suppress(OSError):
                 os.unlink(state.carried.seccomp_link)
+        if state.mounted_cgroup:
+            unmounted = recorder.run(["umount", state.mounted_cgroup], 15)
+            if not unmounted.ok:
+                recorder.run(["umount", "-l", state.mounted_cgroup], 15)
         if not keep:
             shutil.rmtree(state.work, ignore_errors=True)
         row.detail = f"containers left: {len(left)}; work dir {'kept: ' + state.work if keep else 'removed'}"

@@ -10,6 +10,7 @@ cdictk (``cdictk.hooks.steps.BATCHED``), so that a link is a link whichever hook
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -121,19 +122,59 @@ def host_view(roots: Roots) -> list[str]:
     ]
 
 
+# Where a cloud may keep the driver outside the ld cache (GKE-like); an operator points nvidia-ctk at it.
+DRIVER_TREES = ("/usr/local/nvidia",)
+
+
+def nvidia_roots(roots: Roots) -> list[list[str]]:
+    """The roots nvidia-ctk is tried with, in turn: the node's, then a driver tree of its own when the
+    node has one (nvidia-ctk finds the driver's libraries only through the ld cache and its search
+    paths under the driver root)."""
+    first = ["--driver-root", roots.driver, "--dev-root", roots.dev] if roots.fake else []
+    trees = [roots.under(roots.driver, tree) for tree in DRIVER_TREES]
+    found = [tree for tree in trees if glob.glob(os.path.join(tree, "lib*", "libcuda.so.*"))]
+    return [first, *[["--driver-root", tree, "--dev-root", roots.dev] for tree in found]]
+
+
 def generate_nvidia(
     recorder: Recorder, row: Row, tools: Mapping[str, str], roots: Roots, output: str
 ) -> None:
-    dirs = ["--driver-root", roots.driver, "--dev-root", roots.dev] if roots.fake else []
+    """nvidia-ctk's spec, from the first roots whose spec mounts libcuda (the last one's else)."""
     hook = ["--nvidia-cdi-hook-path", tools["nvidia-cdi-hook"]]
-    command = [*host_view(roots), tools["nvidia-ctk"], "cdi", "generate", *hook, *dirs, "--output", output]
-    result = recorder.run(command, 90)
-    row.data["command"] = " ".join(command)
-    row.data["stderr"] = result.stderr.strip()[-3000:]
-    if not result.ok or not os.path.exists(output):
+    attempts = []
+    for dirs in nvidia_roots(roots):
+        if os.path.exists(output):
+            os.unlink(output)
+        command = [
+            *host_view(roots),
+            tools["nvidia-ctk"],
+            "cdi",
+            "generate",
+            *hook,
+            *dirs,
+            "--output",
+            output,
+        ]
+        result = recorder.run(command, 90)
+        written = result.ok and os.path.exists(output)
+        with_cuda = written and "libcuda.so" in open(output, encoding="utf-8").read()  # noqa: SIM115
+        warnings = sum("level=warning" in line for line in result.stderr.splitlines())
+        attempts.append(
+            {
+                "command": " ".join(command),
+                "result": "written" if written else result.why(),
+                "libcuda": with_cuda,
+                "stderr": result.stderr.strip()[-3000:],
+            }
+        )
+        row.data["attempts"] = attempts
+        roots_said = " ".join(dirs) or "default roots"
+        if with_cuda:
+            row.detail = f"written with {roots_said} ({warnings} warnings)"
+            return
+    if not written:
         recorder.fail(row, result)
-    warnings = sum("level=warning" in line for line in result.stderr.splitlines())
-    row.detail = f"written ({warnings} warnings)"
+    row.detail = f"written with {roots_said}, but it mounts no libcuda ({warnings} warnings)"
 
 
 def load(recorder: Recorder, venv: Venv, spec: str, target: str) -> dict[str, Any]:

@@ -38,6 +38,7 @@ STEPS = (
     "nvidia-ctk cdi generate",
     "specs compared item by item",
     "container image (node libc, busybox)",
+    "runc: a container without GPU",
     "host: probe, CUDA program, nvidia-smi",
     "GPU container: cdictk's spec, injected",
     "GPU container: NVIDIA's spec and hooks, injected",
@@ -97,7 +98,9 @@ def test_the_dry_run_passes_every_step_on_the_fake_node(bundle: Path, node: Fake
         if not NVIDIA_TOOLS and name in NEEDS_NVIDIA:
             assert row["status"] == "skip" and NEEDS_NVIDIA[name] in row["detail"], row
         else:
-            assert row["status"] in ("pass", "info"), f"{name}: {row['detail']}\n{row['tail']}\n{result.stdout}"
+            assert row["status"] in ("pass", "info"), (
+                f"{name}: {row['detail']}\n{row['tail']}\n{result.stdout}"
+            )
     assert result.returncode == 0, result.stdout + result.stderr
     # The table, one row per step, and the closing line; the files the lead gets back.
     for name in STEPS:
@@ -122,9 +125,33 @@ def test_the_dry_run_passes_every_step_on_the_fake_node(bundle: Path, node: Fake
     assert report["node"]["driver_version_file"].startswith("NVRM version:")
 
 
+def test_the_dry_run_passes_on_a_node_whose_driver_is_under_usr_local_nvidia(
+    bundle: Path, tmp_path: Path, stub_cache: str
+) -> None:
+    # GKE's layout: the driver in /usr/local/nvidia, outside the ld cache, and /usr/bin/nvidia-smi a
+    # wrapper script. The containers must get the ELF nvidia-smi; nvidia-ctk is tried with its own root.
+    gke = build_node(str(tmp_path / "node"), "gke", stub_cache)
+    result = dry_run(bundle, gke, tmp_path / "out", "--rounds", "1", "--burst", "2")
+    report = json.loads((tmp_path / "out" / "real-node-report.json").read_text())
+    assert report["node"]["nvidia_smi_wrapper"] is True
+    for row in report["steps"]:
+        if not (not NVIDIA_TOOLS and row["name"] in NEEDS_NVIDIA):
+            assert row["status"] in ("pass", "info"), f"{row['name']}: {row['detail']}\n{row['tail']}"
+    assert result.returncode == 0, result.stdout
+    rows = {row["name"]: row for row in report["steps"]}
+    assert (
+        "libcuda from /usr/local/nvidia/lib64/libcuda.so.1"
+        in rows["GPU container: legacy prestart hook"]["detail"]
+    )
+    if NVIDIA_TOOLS:
+        assert "--driver-root " + gke.root + "/usr/local/nvidia" in rows["nvidia-ctk cdi generate"]["detail"]
+
+
 def test_a_failing_step_is_a_row_and_the_check_goes_on(bundle: Path, node: FakeNode, tmp_path: Path) -> None:
     # Every GPU container fails its nvidia-smi expectation; the rest still runs and cleans up.
-    result = dry_run(bundle, node, tmp_path / "out", "--expect-smi", "^GPU 0: ", "--rounds", "1", "--burst", "2")
+    result = dry_run(
+        bundle, node, tmp_path / "out", "--expect-smi", "^GPU 0: ", "--rounds", "1", "--burst", "2"
+    )
     assert result.returncode == 1, result.stdout
     report = json.loads((tmp_path / "out" / "real-node-report.json").read_text())
     rows = {row["name"]: row for row in report["steps"]}
