@@ -337,7 +337,7 @@ def host_baseline(recorder: Recorder, row: Row, state: State, expect_smi: str) -
         {
             os.path.dirname(str(m["hostPath"]))
             for m in mounts
-            if os.path.basename(str(m["containerPath"])).startswith("libcuda.so")
+            if os.path.basename(str(m["containerPath"])).startswith(("libcuda.so", "libnvidia-ml.so"))
         }
     )
     env = {"PATH": containers.HOST_PATH, "LD_LIBRARY_PATH": ":".join(lib_dirs)}

@@ -203,7 +203,13 @@ def gather(recorder: Recorder, roots: Roots, smi: str | None) -> dict[str, Any]:
         facts["nvcc_version"] = (asked.stdout.strip().splitlines() or [asked.why()])[-1]
     program = elf_smi(smi_list)
     if program:
+        # The wrapper a cloud puts on PATH sets what the program needs: NVML's directory, when the ld
+        # cache does not list it.
+        nvml_dirs = sorted({os.path.dirname(p) for p in facts["libraries"]["found"]["libnvidia-ml.so.1"]})
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LD_LIBRARY_PATH": ":".join(nvml_dirs)}
         query = "index,name,uuid,driver_version,pci.bus_id,mig.mode.current,persistence_mode"
-        asked = recorder.run([program, f"--query-gpu={query}", "--format=csv,noheader"], 40, quiet=True)
+        asked = recorder.run(
+            [program, f"--query-gpu={query}", "--format=csv,noheader"], 40, env=env, quiet=True
+        )
         facts["nvidia_smi_query"] = (asked.stdout.strip() or asked.why()).splitlines()[:16]
     return facts
