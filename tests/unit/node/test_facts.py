@@ -13,7 +13,8 @@ from cdictk.node.drm import drm_for_gpu
 from cdictk.node.facts import DiscoveryError, discover
 from cdictk.node.libraries import candidate_dirs, find_driver_libraries, is_driver_library
 from cdictk.node.modes import Mode
-from cdictk.node.nvml import NvmlError, NvmlQuery, query_nvml
+from cdictk.node.nvml import NvmlQuery, query_nvml
+from cdictk.node.nvmllib import NvmlError
 from cdictk.node.roots import Roots
 from tests.conftest import NodeFactory
 from tests.fakenode.node import CAPS_MAJOR, LIB_DIR, UVM_MAJOR, FakeNode, mig_cap_minor

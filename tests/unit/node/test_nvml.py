@@ -4,15 +4,14 @@ query begun before it is asked, and answers of the wrong shape."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 
 import pytest
 
 from cdictk.node.facts import find_nvml_library
 from cdictk.node.libraries import candidate_dirs
-from cdictk.node.nvml import NvmlError, NvmlQuery, query_nvml
+from cdictk.node.nvml import NvmlQuery, query_nvml
+from cdictk.node.nvmllib import NvmlError
 from cdictk.node.roots import Roots
 from tests.conftest import NodeFactory
 from tests.fakenode.node import FakeNode
@@ -71,15 +70,6 @@ def test_a_query_under_way_is_killed_and_reaped_when_discovery_stops_without_it(
         os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left behind
     with pytest.raises(NvmlError, match="answered or closed already"):
         query.answer()
-
-
-def test_the_child_imports_pynvml_without_ctypes_util_and_leaves_no_stand_in() -> None:
-    code = (
-        "import sys; from cdictk.node.nvml import _import_pynvml; pynvml = _import_pynvml(); "
-        "print('ctypes.util' in sys.modules, 'subprocess' in sys.modules, callable(pynvml.find_library))"
-    )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert done.stdout.split() == ["False", "False", "True"]
 
 
 def test_a_query_begun_first_is_asked_later_and_answers_as_one_asked_at_once(make_node: NodeFactory) -> None:
