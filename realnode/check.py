@@ -462,18 +462,14 @@ def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> No
                 configs[labels[spec]] = injected(recorder, state, spec, ["/bin/true"])
         samples = timing.interleaved(recorder, row, state.containers, configs, args.rounds)
         figures = timing.added(samples, labels["none"])
-        row.data["figures"] = figures
-        recorder.sections["timing"] = figures
-        parts = [f"no GPU {figures[labels['none']]['median_ms']:.1f} ms"]
-        for spec in ("cdictk", "nvidia"):
-            if labels[spec] in figures:
-                parts.append(f"{spec} {figures[labels[spec]]['added_ms']:+.1f} ms")
-        if labels["nvidia"] in figures and figures[labels["nvidia"]]["added_ms"] > 0:
-            ratio = figures[labels["cdictk"]]["added_ms"] / figures[labels["nvidia"]]["added_ms"]
-            figures["ratio_cdictk_over_nvidia"] = {"added": round(ratio, 2)}
-            parts.append(f"cdictk/NVIDIA {ratio:.2f}")
-        rounds = min(len(times) for times in samples.values())
-        row.detail = f"medians of {rounds}: " + ", ".join(parts)
+        names = {labels["none"]: "no GPU", labels["cdictk"]: "cdictk", labels["nvidia"]: "NVIDIA"}
+        row.detail = timing.describe(figures, labels["none"], names, args.rounds)
+        report: dict[str, Any] = dict(figures)
+        found = timing.ratio(figures, labels["cdictk"], labels["nvidia"])
+        if found is not None:
+            report["ratio_cdictk_over_nvidia"] = {"added": found}
+        row.data["figures"] = report
+        recorder.sections["timing"] = report
     with recorder.step(f"burst: {args.burst} GPU containers, {args.parallel} at a time") as row:
         recorder.need(40)
         if state.containers is None or not state.runs or "cdictk" not in state.loaded:
