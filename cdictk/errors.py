@@ -1,4 +1,6 @@
-"""One error shape for every command: ``<file>: <field>: <reason>``.
+"""Start path: standard library only.
+
+One error shape for every command: ``<file>: <field>: <reason>``.
 
 Standard library only, and not even :mod:`dataclasses` (about 10 ms of imports on a small machine):
 the hooks and the runtime shim import this on every container start.

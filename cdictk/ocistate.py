@@ -1,4 +1,6 @@
-"""The container a hook works on: OCI state on stdin, then its rootfs.
+"""Start path: standard library only.
+
+The container a hook works on: OCI state on stdin, then its rootfs.
 
 runc and crun pass the OCI state as JSON on stdin. crun adds a ``root`` field holding the rootfs it
 actually uses (it differs from ``config.json`` under ``--userns=nomap`` and podman's overlay); runc

@@ -1,4 +1,6 @@
-"""Strict JSON, in and out, for everything cdictk reads and writes, without importing :mod:`json`.
+"""Start path: standard library only.
+
+Strict JSON, in and out, for everything cdictk reads and writes, without importing :mod:`json`.
 
 The hooks and the runtime shim read untrusted JSON (OCI state, ``config.json``) and the shim writes
 ``config.json`` back, on every container start. :mod:`json` pulls in :mod:`re` and :mod:`enum`, about

@@ -1,4 +1,6 @@
-"""Apply CDI devices to an OCI runtime config (``config.json`` as a dict), as CDI-aware runtimes do.
+"""Start path: standard library only.
+
+Apply CDI devices to an OCI runtime config (``config.json`` as a dict), as CDI-aware runtimes do.
 
 The reference library's semantics: each spec's own edits once, before its first requested device;
 the merged edits applied env -> device nodes -> net devices -> mounts -> hooks -> intelRdt ->

@@ -1,4 +1,6 @@
-"""The ``cdictk`` console script: ``cdictk hook ...`` goes straight to the hooks (and ``cdictk hook
+"""Start path: standard library only.
+
+The ``cdictk`` console script: ``cdictk hook ...`` goes straight to the hooks (and ``cdictk hook
 prestart`` to the legacy prestart hook), without click; every other command to click.
 
 Hooks run on every container start; loading the whole command line (click, and what the other

@@ -1,4 +1,6 @@
-"""The hooks' entry point: ``python3 -I -S /path/to/cdictk/hooks/__main__.py HOOK [OPTIONS]``.
+"""Start path: standard library only.
+
+The hooks' entry point: ``python3 -I -S /path/to/cdictk/hooks/__main__.py HOOK [OPTIONS]``.
 
 Generated specs run this file by its absolute path with an isolated interpreter: ``-I`` keeps the
 image's PYTHON* variables, user site and working directory out, and ``-S`` skips site-packages and

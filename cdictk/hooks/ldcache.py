@@ -1,4 +1,6 @@
-"""The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
+"""Start path: standard library only.
+
+The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
 
 nvidia-cdi-hook compatible: the requested folders go into an ld.so.conf.d drop-in, the container's own
 system library folders into another, and the container's ``/etc/ld.so.cache`` and SONAME links are

@@ -1,4 +1,6 @@
-"""The device requests of an OCI config, met from the CDI spec dirs (for the shim, the precreate hook
+"""Start path: standard library only.
+
+The device requests of an OCI config, met from the CDI spec dirs (for the shim, the precreate hook
 and the prestart hook).
 
 Requests (annotations, ``NVIDIA_VISIBLE_DEVICES``) are read by :mod:`cdictk.runtime.requests`,

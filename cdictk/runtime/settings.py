@@ -1,4 +1,6 @@
-"""``/etc/cdictk/config.toml``: what ``cdictk-runtime`` runs and which device requests it honours.
+"""Start path: standard library only.
+
+``/etc/cdictk/config.toml``: what ``cdictk-runtime`` runs and which device requests it honours.
 
 ``cdictk config default`` prints :data:`DEFAULT_CONFIG`, the file with every key at its default.
 A missing file means the defaults, read without importing the TOML parser; ``CDICTK_CONFIG`` names

@@ -1,4 +1,6 @@
-"""The driver and GPU facts that requirements are checked against, from NVML, in a child process.
+"""Start path: standard library only.
+
+The driver and GPU facts that requirements are checked against, from NVML, in a child process.
 
 NVML is asked through :class:`cdictk.node.nvmllib.NvmlLibrary` (ctypes, no pynvml: it costs tens of
 milliseconds to import, and this runs on container starts). The facts are those libnvidia-container
