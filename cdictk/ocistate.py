@@ -27,7 +27,7 @@ MAX_CONFIG = 16 << 20  # a config.json with a very large environment is still fa
 
 
 class ContainerState:
-    """What a hook knows of its container. A plain class: dataclasses costs 20 ms of imports per start."""
+    """What a hook knows of its container. A plain class: dataclasses' import would cost every start."""
 
     __slots__ = ("bundle", "id", "rootfs")
 

@@ -16,7 +16,7 @@ device node, cgroup rule and hook is removed where it already is and added at th
 The engine reads container edits as the spec writes them (``{"env": [...], "deviceNodes": [...]}``,
 a validated spec's ``containerEdits`` as plain data) rather than as model objects: the runtime shim
 applies devices on every container start from the spec cache, and
-the model's dataclasses alone cost it 10 ms of imports. The spec cache (:mod:`cdictk.cdi.cache`)
+the model's dataclasses would cost it their imports. The spec cache (:mod:`cdictk.cdi.cache`)
 gives the edit blocks in the library's order. Standard library only, no :mod:`typing`.
 """
 

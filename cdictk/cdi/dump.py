@@ -74,7 +74,7 @@ def _dumper() -> Any:
 
 
 def dump(spec: Spec, fmt: str) -> str:
-    """``fmt`` is "yaml" or "json"."""
+    """``spec`` as text in ``fmt``, "yaml" or "json"."""
     if fmt == "json":
         return dump_json(spec)
     if fmt == "yaml":

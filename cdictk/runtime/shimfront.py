@@ -1,7 +1,7 @@
 """The front of ``cdictk-runtime``: a POSIX shell script that starts Python only when it may matter.
 
 Engines call their runtime for every ``state``, ``start``, ``kill`` and ``delete`` too, and for those
-the shim only execs the low-level runtime: starting Python for that cost about 10 ms a command. The
+the shim only execs the low-level runtime: starting Python for that cost an interpreter's start a command. The
 front finds the subcommand as the shim does (the first word that is not a global option or its value)
 and, for anything but ``create`` and ``run``, execs the low-level runtime itself: the first of the
 settings' ``runtimes`` found (an absolute path, or a name looked up in ``PATH``), as
