@@ -37,6 +37,7 @@ COMMANDS = {
     "config": "cdictk.cli.config.config_group",
     "info": "cdictk.cli.info.info_command",
     "system": "cdictk.cli.system.system_group",
+    "device-plugin": "cdictk.cli.deviceplugin.device_plugin_command",
 }
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests import REPO
 
-HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools")
+HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools", "grpc", "google.protobuf")
 
 
 @pytest.mark.parametrize(
@@ -55,6 +55,17 @@ def test_generate_imports_nvml_and_elf_readers_only_when_it_scans() -> None:
 
 
 LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse", "subprocess", "ctypes"}
+
+
+@pytest.mark.parametrize("module", ["cdictk.cli.main", "cdictk.api", "cdictk.runtime.shim"])
+def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
+    """The kubernetes extra is optional: the CLI (whose device-plugin command imports them when it
+    runs), the library API and the start path load neither grpc nor protobuf."""
+    code = (
+        f"import sys, {module}; print(','.join(m for m in ('grpc', 'google.protobuf') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "", f"{module} pulls in {result.stdout.strip()}"
 
 
 @pytest.mark.parametrize(
