@@ -1,4 +1,6 @@
-"""A shared object's SONAME, and what ldconfig reads from it: standard library only, no ELF parser.
+"""Start path: standard library only.
+
+A shared object's SONAME, and what ldconfig reads from it: standard library only, no ELF parser.
 
 Read through ``os.pread`` at offsets checked against the file's size and fixed caps: the ELF header,
 the program headers, the dynamic entries and one string, never the whole file (a libcuda is 100 MiB).

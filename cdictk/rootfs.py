@@ -1,4 +1,6 @@
-"""File operations confined to a container's rootfs, which the image controls.
+"""Start path: standard library only.
+
+File operations confined to a container's rootfs, which the image controls.
 
 Every path is resolved inside the rootfs as if it were ``/``: absolute symlinks, ``..`` and links to
 ``/`` all stay inside (openat2 with RESOLVE_IN_ROOT, or a descriptor-by-descriptor walk where openat2

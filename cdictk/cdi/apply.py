@@ -1,4 +1,6 @@
-"""Apply CDI devices to an OCI runtime config (``config.json`` as a dict), as CDI-aware runtimes do.
+"""Start path: standard library only.
+
+Apply CDI devices to an OCI runtime config (``config.json`` as a dict), as CDI-aware runtimes do.
 
 The reference library's semantics: each spec's own edits once, before its first requested device;
 the merged edits applied env -> device nodes -> net devices -> mounts -> hooks -> intelRdt ->
@@ -14,7 +16,7 @@ device node, cgroup rule and hook is removed where it already is and added at th
 The engine reads container edits as the spec writes them (``{"env": [...], "deviceNodes": [...]}``,
 a validated spec's ``containerEdits`` as plain data) rather than as model objects: the runtime shim
 applies devices on every container start from the spec cache, and
-the model's dataclasses alone cost it 10 ms of imports. The spec cache (:mod:`cdictk.cdi.cache`)
+the model's dataclasses would cost it their imports. The spec cache (:mod:`cdictk.cdi.cache`)
 gives the edit blocks in the library's order. Standard library only, no :mod:`typing`.
 """
 

@@ -33,7 +33,7 @@ def parse_document(data: bytes, file: str, *, json_only: bool = False) -> Any:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CdictkError(file, "", f"not valid UTF-8 (byte {exc.start})") from None
+        raise CdictkError(file, "", f"not valid UTF-8 (byte {exc.start})") from exc
     if not json_only and not text.lstrip().startswith("{"):
         return parse_yaml(text, file)
     try:
@@ -57,9 +57,9 @@ def parse_yaml(text: str, file: str) -> Any:
         return _build_document(loader, file)
     except yaml.MarkedYAMLError as exc:
         where = _line(exc.problem_mark or exc.context_mark)
-        raise CdictkError(file, "", f"invalid YAML: {exc.problem or exc.context}{where}") from None
+        raise CdictkError(file, "", f"invalid YAML: {exc.problem or exc.context}{where}") from exc
     except yaml.YAMLError as exc:
-        raise CdictkError(file, "", f"invalid YAML: {exc}") from None
+        raise CdictkError(file, "", f"invalid YAML: {exc}") from exc
     finally:
         loader.dispose()
 

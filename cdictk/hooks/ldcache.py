@@ -1,4 +1,6 @@
-"""The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
+"""Start path: standard library only.
+
+The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
 
 nvidia-cdi-hook compatible: the requested folders go into an ld.so.conf.d drop-in, the container's own
 system library folders into another, and the container's ``/etc/ld.so.cache`` and SONAME links are
@@ -49,9 +51,8 @@ CACHE_MODE = 0o644
 # What a cache names as its writer when the image had none to copy the name from.
 GENERATOR = b"cdictk hook update-ldcache (ldconfig's format)"
 CONF_MODE = 0o644
-# A sandboxed run takes 4 to 12 ms on a small image, and ldconfig indexes 1,800 libraries from a cold
-# page cache in 0.34 s: 2 s leaves a slow node room, and bounds what an image that makes it walk
-# forever adds to a container start.
+# Far above what a sandboxed run takes, even on a cold page cache with thousands of libraries
+# (docs/development.md), and a bound on what an image that makes it walk forever adds to a start.
 LDCONFIG_TIMEOUT = 2.0
 # The include walk stops (leaving the rest to the deadline) after this many paths, lines and directory
 # entries: a real image has a few dozen of each.

@@ -1,4 +1,6 @@
-"""ld.so.conf as glibc's ldconfig reads it: ``include`` lines and the glob(3) patterns they name.
+"""Start path: standard library only.
+
+ld.so.conf as glibc's ldconfig reads it: ``include`` lines and the glob(3) patterns they name.
 
 Shared by the check that runs before the host's ldconfig (:mod:`cdictk.hooks.ldcache`) and by the
 cache writer that can stand in for it (:mod:`cdictk.hooks.ldscan`); both resolve every path inside the

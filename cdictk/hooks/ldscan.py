@@ -1,4 +1,6 @@
-"""What glibc's ldconfig would put in a container's ld.so.cache, found without running it.
+"""Start path: standard library only.
+
+What glibc's ldconfig would put in a container's ld.so.cache, found without running it.
 
 The directories come from ``/etc/ld.so.conf`` and its includes, in ldconfig's order, then the built-in
 system directories of the ldconfig this stands in for; a directory reached twice (a merged ``/usr``

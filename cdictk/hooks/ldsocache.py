@@ -1,4 +1,6 @@
-"""The bytes of an ``ld.so.cache``, laid out as glibc's ldconfig (2.32 and later) lays them out.
+"""Start path: standard library only.
+
+The bytes of an ``ld.so.cache``, laid out as glibc's ldconfig (2.32 and later) lays them out.
 
 The new format only (ldconfig's default since 2.32): a header, one 24-byte entry per library, a string
 table, and the extension directory with the generator string (and the glibc-hwcaps section, which this

@@ -1,4 +1,6 @@
-"""The hook steps, one row each: name, what it does, its options, and the module that does it.
+"""Start path: standard library only.
+
+The hook steps, one row each: name, what it does, its options, and the module that does it.
 
 The hook entry point, the batched hook, the generator (which writes their names and options into
 specs) and the prestart hook (which runs cdictk's own spec hooks in its process) all read this table.
