@@ -9,6 +9,7 @@ runtimes accept such specs, so the registry still lists their devices.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import read_document
@@ -20,10 +21,9 @@ from cdictk.cdi.schema import schema_problems
 from cdictk.cdi.specdirs import spec_paths
 from cdictk.cdi.version import is_newer, minimum_version
 from cdictk.errors import CdictkError, Problem
-from cdictk.record import field, record
 
 
-@record
+@dataclass(slots=True)
 class Report:
     file: str
     spec: Spec | None = None
