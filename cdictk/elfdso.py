@@ -35,6 +35,7 @@ _MAX_VERDEFS = 512
 _MAX_DYNSTR = 1 << 20  # a libc's .dynstr is about 25 KiB
 _MAX_NOTES = 64 << 10  # a note segment: a real library's hold a few dozen bytes
 _MIN_SIZE = 64  # ldconfig skips files smaller than an ELF64 header (and a.out's header)
+_HEAD = 1024  # read first: the ELF header, and mostly the program headers and notes after it
 _MAX_PHDRS = 512
 _MAX_DYNAMIC = 64 << 10
 _MAX_NAME = 4096
@@ -80,7 +81,7 @@ def read_dso(fd: int, size: int, *, abi_tag: bool = False) -> Dso | None:
     if found is None:
         return None
     soname, needs_libc, interpreter = found
-    osversion = _abi_tag(fd, size, is64, segments) if abi_tag else 0
+    osversion = _abi_tag(fd, size, is64, segments, headers[3]) if abi_tag else 0
     if arch:
         return Dso(arch | FLAG_ELF_LIBC6, soname, osversion)
     libc6 = needs_libc or interpreter in _LIBC6_INTERPRETERS
@@ -154,16 +155,24 @@ def read_soname(path: str, max_size: int = 1 << 30) -> str | None:
         os.close(fd)
 
 
-def _header(fd: int) -> tuple[bool, int, int, tuple[int, int, int]] | None:
-    """(64-bit, e_type, e_machine, (phoff, phentsize, phnum)) of a little-endian ELF file, or None."""
-    ident = os.pread(fd, 64, 0)
-    if len(ident) < 52 or ident[:4] != b"\x7fELF" or ident[5] != 1 or ident[4] not in (1, 2):
+def _header(fd: int) -> tuple[bool, int, int, tuple[int, int, int, bytes]] | None:
+    """(64-bit, e_type, e_machine, (phoff, phentsize, phnum, the file's first bytes)) of a little-endian
+    ELF file, or None. The first bytes usually hold the program headers and the notes too: one read."""
+    head = os.pread(fd, _HEAD, 0)
+    if len(head) < 52 or head[:4] != b"\x7fELF" or head[5] != 1 or head[4] not in (1, 2):
         return None
-    is64 = ident[4] == 2
-    if is64 and len(ident) < 64:
+    is64 = head[4] == 2
+    if is64 and len(head) < 64:
         return None
-    fields = struct.unpack_from("<HHIQQQIHHH" if is64 else "<HHIIIIIHHH", ident, 16)
-    return is64, fields[0], fields[1], (fields[4], fields[8], fields[9])
+    fields = struct.unpack_from("<HHIQQQIHHH" if is64 else "<HHIIIIIHHH", head, 16)
+    return is64, fields[0], fields[1], (fields[4], fields[8], fields[9], head)
+
+
+def _pread(fd: int, length: int, offset: int, head: bytes) -> bytes:
+    """``os.pread``, from ``head`` (the file's first bytes) when they hold the range."""
+    if offset + length <= len(head):
+        return head[offset : offset + length]
+    return os.pread(fd, length, offset)
 
 
 def _arch_flags(machine: int, is64: bool) -> int | None:
@@ -177,14 +186,14 @@ def _arch_flags(machine: int, is64: bool) -> int | None:
     return None
 
 
-def _segments(fd: int, size: int, is64: bool, headers: tuple[int, int, int]) -> list[_Segment] | None:
+def _segments(fd: int, size: int, is64: bool, headers: tuple[int, int, int, bytes]) -> list[_Segment] | None:
     """(type, offset, vaddr, filesz, align) of each program header (their offset, entry size and count);
     None when the table does not fit in the file."""
-    phoff, phentsize, phnum = headers
+    phoff, phentsize, phnum, head = headers
     phdr = _PHDR64 if is64 else _PHDR32
     if phnum > _MAX_PHDRS or phentsize < phdr.size or phoff + phnum * phentsize > size:
         return None
-    table = os.pread(fd, phnum * phentsize, phoff)
+    table = _pread(fd, phnum * phentsize, phoff, head)
     if phentsize == phdr.size:
         rows = list(phdr.iter_unpack(table))
     else:
@@ -259,7 +268,7 @@ def _dynamic(
     return soname, needs_libc, interpreter
 
 
-def _abi_tag(fd: int, size: int, is64: bool, segments: list[_Segment]) -> int:
+def _abi_tag(fd: int, size: int, is64: bool, segments: list[_Segment], head: bytes) -> int:
     """glibc 2.35's ``process_elf_file`` on PT_NOTE segments: the first ``NT_GNU_ABI_TAG`` note (owner
     "GNU", 16 bytes) of a segment of at least 32 bytes aligned to 4 or 8, as OS << 24 | major << 16 |
     minor << 8 | patch; a segment whose note gives 0 lets the next one try. 0 without one."""
@@ -267,7 +276,7 @@ def _abi_tag(fd: int, size: int, is64: bool, segments: list[_Segment]) -> int:
     for kind, offset, _, filesz, align in segments:
         if kind != _PT_NOTE or filesz < 32 or align not in (4, 8) or offset >= size:
             continue
-        data = os.pread(fd, min(filesz, _MAX_NOTES), offset)
+        data = _pread(fd, min(filesz, _MAX_NOTES), offset, head)
         pos, left = 0, filesz
         while pos + 32 <= len(data):
             namesz, descsz, note_type = struct.unpack_from("<III", data, pos)
