@@ -93,11 +93,23 @@ def scan(rootfs: Rootfs, dirs: list[str], system_dirs: tuple[str, ...], release:
         _add_dir(rootfs, line, found, release)
     for system_dir in system_dirs:
         _add_dir(rootfs, system_dir, found, release)
-    entries: list[CacheEntry] = []
-    budget = [_MAX_ENTRIES]
-    for directory in found:
-        _scan_dir(rootfs, directory.path, entries, budget, release)
-    return entries
+    # Every directory is listed before anything changes, so that an image handed back to ldconfig
+    # (Unsupported) is handed back untouched. Listing ahead reads what ldconfig's readdir would: no
+    # directory is scanned twice, and the links are made only in the directory being indexed.
+    listed: list[_Listing] = []
+    try:
+        budget = [_MAX_ENTRIES]
+        for directory in found:
+            listing = _list_dir(rootfs, directory.path, budget, release)
+            if listing is not None:
+                listed.append(listing)
+        entries: list[CacheEntry] = []
+        for listing in listed:
+            _index_dir(rootfs, listing, entries, release)
+        return entries
+    finally:
+        for listing in listed:
+            os.close(listing.fd)
 
 
 def _add_dir(rootfs: Rootfs, line: str, dirs: list[_Dir], release: Release) -> None:
@@ -143,72 +155,94 @@ def is_dso(name: bytes, new_names: bool = True) -> bool:
     return new_names and name.startswith((b"ld.so.", b"ld64.so."))
 
 
-def _scan_dir(
-    rootfs: Rootfs, path: str, entries: list[CacheEntry], budget: list[int], release: Release
-) -> None:
+class _Listing:
+    __slots__ = ("fd", "files", "links", "path")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self.fd = fd  # the directory, open for reading
+        self.files: list[str] = []  # regular files with a library's name
+        self.links: list[str] = []  # symlinks with a library's name
+
+
+def _list_dir(rootfs: Rootfs, path: str, budget: list[int], release: Release) -> _Listing | None:
+    """The directory's entries that ldconfig reads as libraries; None when it cannot be opened."""
     try:
         dir_fd = rootfs.open(path, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:
-        return
+        return None
+    listing = _Listing(path, dir_fd)
     try:
-        with os.scandir(dir_fd) as listing:
-            found = list(listing)
+        with os.scandir(dir_fd) as entries:
+            found = list(entries)
         budget[0] -= len(found)
         if budget[0] < 0:
             raise Unsupported(f"more than {_MAX_ENTRIES} directory entries")
-        # Files first, so that a link to a file of the same directory (libfoo.so.1 -> libfoo.so.1.2.3,
-        # most links) reuses what was read from it instead of resolving and reading it again.
-        files: dict[str, _Read | None] = {}
-        libraries: dict[bytes, _Library] = {}
-        links: dict[str, str] = {}
         for entry in found:
             kind = _kind(rootfs, path, entry, release)
             if kind == "file":
-                files[entry.name] = _read_file(dir_fd, entry.name, release)
-                _choose(libraries, os.fsencode(entry.name), False, files[entry.name])
+                listing.files.append(entry.name)
             elif kind == "link":
-                try:
-                    links[entry.name] = os.readlink(entry.name, dir_fd=dir_fd)
-                except OSError:
-                    continue
-        stale = []
-        for name, target in links.items():
-            if "/" not in target and target in files:
-                dso = files[target]
-            else:
-                try:
-                    dso = _read_link(rootfs, f"{path}/{name}", release)
-                except (FileNotFoundError, NotADirectoryError):
-                    if ".so." in name:
-                        stale.append(name)
-                    continue
-            _choose(libraries, os.fsencode(name), True, dso)
-        for name in stale:
-            # ldconfig removes a dangling link as it reads the directory, before making any link.
-            try:
-                if rootfs.remove_symlink(f"{path}/{name}"):
-                    del links[name]
-            except OSError:
-                pass
-        made = []
-        for soname, library in libraries.items():
-            if not library.is_link and soname != library.name:
-                wanted = _link(rootfs, (dir_fd, path), (library.name, soname), links, release)
-                if wanted is not None:
-                    made.append(wanted)
-            entries.append(
-                CacheEntry(soname, os.fsencode(path) + b"/" + soname, library.flags, 0, library.osversion)
-            )
-        for target, link in made:
-            # As ldconfig, which says "Can't link" and goes on: a SONAME link that cannot be made (its
-            # directory a read-only volume, a mount the hook never writes across) costs that library
-            # its link, not the container its start. The cache still names the link's path.
-            try:
-                rootfs.symlink(target, link)
-            except OSError:
-                continue
-    finally:
+                listing.links.append(entry.name)
+    except BaseException:
         os.close(dir_fd)
+        raise
+    return listing
+
+
+def _index_dir(rootfs: Rootfs, listing: _Listing, entries: list[CacheEntry], release: Release) -> None:
+    """ldconfig's ``search_dir`` on a listed directory: its dangling ``.so.`` links removed, its
+    libraries chosen and added to ``entries``, their SONAME links made."""
+    path, dir_fd = listing.path, listing.fd
+    # Files first, so that a link to a file of the same directory (libfoo.so.1 -> libfoo.so.1.2.3,
+    # most links) reuses what was read from it instead of resolving and reading it again.
+    files: dict[str, _Read | None] = {}
+    libraries: dict[bytes, _Library] = {}
+    links: dict[str, str] = {}
+    for name in listing.files:
+        files[name] = _read_file(dir_fd, name, release)
+        _choose(libraries, os.fsencode(name), False, files[name])
+    for name in listing.links:
+        try:
+            links[name] = os.readlink(name, dir_fd=dir_fd)
+        except OSError:
+            continue
+    stale = []
+    for name, target in links.items():
+        if "/" not in target and target in files:
+            dso = files[target]
+        else:
+            try:
+                dso = _read_link(rootfs, f"{path}/{name}", release)
+            except (FileNotFoundError, NotADirectoryError):
+                if ".so." in name:
+                    stale.append(name)
+                continue
+        _choose(libraries, os.fsencode(name), True, dso)
+    for name in stale:
+        # ldconfig removes a dangling link as it reads the directory, before making any link.
+        try:
+            if rootfs.remove_symlink(f"{path}/{name}"):
+                del links[name]
+        except OSError:
+            pass
+    made = []
+    for soname, library in libraries.items():
+        if not library.is_link and soname != library.name:
+            wanted = _link(rootfs, (dir_fd, path), (library.name, soname), links, release)
+            if wanted is not None:
+                made.append(wanted)
+        entries.append(
+            CacheEntry(soname, os.fsencode(path) + b"/" + soname, library.flags, 0, library.osversion)
+        )
+    for target, link in made:
+        # As ldconfig, which says "Can't link" and goes on: a SONAME link that cannot be made (its
+        # directory a read-only volume, a mount the hook never writes across) costs that library
+        # its link, not the container its start. The cache still names the link's path.
+        try:
+            rootfs.symlink(target, link)
+        except OSError:
+            continue
 
 
 def _kind(rootfs: Rootfs, path: str, entry: os.DirEntry[str], release: Release) -> str | None:

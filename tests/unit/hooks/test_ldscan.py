@@ -214,6 +214,19 @@ def test_what_only_ldconfig_does_is_handed_back(
         scan(tmp_path)
 
 
+def test_an_image_handed_back_is_handed_back_untouched(built: Programs, tmp_path: Path) -> None:
+    """The last directory needs ldconfig: the first one's links are neither made nor removed."""
+    plain(tmp_path, built)
+    lib = tmp_path / LIB.lstrip("/")
+    (lib / "libgone.so.1").symlink_to("libnothere.so.1.0")
+    (tmp_path / "usr/lib/tls").mkdir()  # /usr/lib: a built-in directory, scanned last
+    before = _links(tmp_path)
+    with pytest.raises(ldscan.Unsupported, match="hwcap subdirectory"):
+        scan(tmp_path)
+    assert _links(tmp_path) == before
+    assert not (lib / "libfoo.so.1").exists()
+
+
 def test_what_later_releases_no_longer_hand_back(built: Programs, tmp_path: Path) -> None:
     """2.37 and later: a hwcap-named subdirectory is a plain directory (not scanned), and "=" is part of
     a directory's name; 2.32 and earlier have no glibc-hwcaps."""
