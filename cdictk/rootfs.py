@@ -348,6 +348,21 @@ class Rootfs:
                 os.close(dir_fd)
         return changed
 
+    def remove_symlink(self, path: str) -> bool:
+        """Remove ``path`` when it is a symlink, never a file or a directory, found without crossing a
+        mount point; False when it is something else. A missing path is FileNotFoundError."""
+        parent, name = _split(path)
+        if not name:
+            return False
+        dir_fd = self.open(parent, _PATH_FLAGS | os.O_DIRECTORY, same_mount=True)
+        try:
+            if not stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                return False
+            os.unlink(name, dir_fd=dir_fd)
+            return True
+        finally:
+            os.close(dir_fd)
+
 
 def reopen_regular(fd: int, what: str) -> int:
     """A readable descriptor for the regular file behind O_PATH descriptor ``fd``; anything else is refused.
