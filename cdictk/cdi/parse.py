@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdictk import strictjson
-from cdictk.cdi.yamlscalar import Timestamp, go_text, resolve_plain
+from cdictk.cdi.yamlscalar import go_text, resolve_plain
 from cdictk.errors import CdictkError
 
 MAX_DEPTH = 64
@@ -164,8 +164,7 @@ def _mapping_key(value: Any, file: str, stack: list[Any], keys: list[Any], event
     text = go_text(value)
     if text is not None:
         return text
-    shown = value.text if isinstance(value, Timestamp) else repr(value)
-    raise _error(file, stack, keys, f"mapping key {shown} must be a string", event)
+    raise _error(file, stack, keys, f"mapping key {value!r} must be a string", event)
 
 
 def _refuse_anchor(event: Any, stack: list[Any], keys: list[Any], file: str) -> None:

@@ -98,11 +98,19 @@ def test_numbers_and_booleans_in_string_fields_become_text_as_in_go() -> None:
     assert spec.annotations == {"a": "1", "b": "true", "c": "432"}
 
 
-@pytest.mark.parametrize(("value", "shown"), [(1.5, "the number 1.5"), ("2001-12-14", "the date 2001-12-14")])
-def test_floats_and_dates_in_string_fields_are_refused(value: object, shown: str) -> None:
+@pytest.mark.parametrize(("value", "shown"), [(1.5, "the number 1.5"), (1.0, "the number 1.0")])
+def test_floats_in_string_fields_are_refused(value: object, shown: str) -> None:
     text = f"cdiVersion: 0.5.0\nkind: v.com/c\ndevices: [{{name: {value}, containerEdits: {{env: [A=1]}}}}]\n"
     with pytest.raises(CdictkError, match=f"devices\\[0\\].name: expected a string, got {shown}: quote it"):
         decode_yaml(text)
+
+
+def test_a_date_in_a_string_field_is_its_text_as_in_go() -> None:
+    text = "cdiVersion: 0.5.0\nkind: v.com/c\ndevices: [{name: 2001-12-14, containerEdits: {env: [A=1]}}]\n"
+    assert decode_yaml(text).devices[0].name == "2001-12-14"
+    assert decode_yaml(
+        text.replace("0.5.0", "0.6.0").replace("devices:", "annotations: {2001-1-2: x}\ndevices:")
+    ).annotations == {"2001-1-2": "x"}
 
 
 def test_null_means_absent() -> None:
