@@ -4,9 +4,9 @@ Unknown keys are errors, as in the reference library. Field names are case-sensi
 also takes ``CDIVersion``; we name the right spelling instead). Where the Go library coerces a number or
 a boolean into a string field (``name: 0``), so do we, with the same result, and a date is its text as
 written, as in Go; a float in a string field is refused rather than guessed at, because Go's rendering
-of it is not what the author wrote (``1.0`` becomes "1"). As in Go, a null value means the field is absent, a null in a list of strings or numbers or an
-annotation's null value is "" or 0 (``cdictk cdi validate`` warns), and a float that is a whole number
-fills an integer field (``major: 1.0``).
+of it is not what the author wrote (``1.0`` becomes "1"). As in Go, a null value means the field is
+absent, a null in a list of strings or numbers or an annotation's null value is "" or 0 (``cdictk cdi
+validate`` warns), and a float that is a whole number fills an integer field (``major: 1.0``).
 """
 
 from __future__ import annotations
