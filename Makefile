@@ -11,13 +11,15 @@ PYTHON := $(VENV)/bin/python
 endif
 # The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-SOURCES = cdictk tests bench examples
+SOURCES = cdictk tests bench examples realnode
 
-.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api demo
+.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api demo \
+	real-node-bundle
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
+	@echo "     real-node-bundle [NVIDIA_TOOLS=DIR]"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -94,3 +96,11 @@ bench-prestart: $(VENV)/.cdictk-test-installed
 # specs, SpecCache's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.
 bench-api: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.api
+
+# What to carry to a real GPU node (docs/development.md, "A real GPU node"): build/real-node-bundle, with
+# the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox and the CUDA probe; with
+# NVIDIA_TOOLS=DIR, NVIDIA's nvidia-ctk, nvidia-cdi-hook and runtimes built in DIR too. Needs gcc, runc,
+# busybox-static (tests/setup-host.sh installs them) and PyPI.
+NVIDIA_TOOLS ?=
+real-node-bundle: $(VENV)/.cdictk-installed
+	$(PYTHON) -m realnode.bundle --out build/real-node-bundle $(if $(NVIDIA_TOOLS),--nvidia-tools $(NVIDIA_TOOLS))

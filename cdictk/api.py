@@ -31,7 +31,6 @@ from cdictk.cdi.version import minimum_version
 from cdictk.errors import CdictkError, Problem
 from cdictk.node.facts import DiscoveryError
 from cdictk.nvcdi.claims import NodeSpecs, UnknownDeviceError
-from cdictk.record import asdict, replace
 
 __all__ = [
     "CdictkError",
@@ -55,12 +54,10 @@ __all__ = [
     "UnknownDeviceError",
     "UnresolvedDevicesError",
     "annotations_for",
-    "asdict",
     "devices_from_annotations",
     "minimum_version",
     "parse_qualified_name",
     "qualified_name",
-    "replace",
     "transient_spec_name",
     "validate",
 ]

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
 from cdictk.trust import WRITABLE, owners_of_trust, path_problem, paths_problem, stat_problem
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # a type alias that trust.py defines only for type checkers
     from cdictk.trust import Seen
 
 

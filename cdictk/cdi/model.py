@@ -7,12 +7,11 @@ the dumper both work from it, so the two can never disagree about a field.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from enum import Enum
 
-from cdictk.record import field, record
 
-
-@record
+@dataclass(slots=True)
 class DeviceNode:
     path: str = ""
     host_path: str = ""
@@ -25,7 +24,7 @@ class DeviceNode:
     gid: int | None = None
 
 
-@record
+@dataclass(slots=True)
 class Mount:
     host_path: str = ""
     container_path: str = ""
@@ -33,7 +32,7 @@ class Mount:
     type: str = ""
 
 
-@record
+@dataclass(slots=True)
 class Hook:
     hook_name: str = ""
     path: str = ""
@@ -42,7 +41,7 @@ class Hook:
     timeout: int | None = None
 
 
-@record
+@dataclass(slots=True)
 class IntelRdt:
     clos_id: str = ""
     l3_cache_schema: str = ""
@@ -52,13 +51,13 @@ class IntelRdt:
     enable_monitoring: bool = False
 
 
-@record
+@dataclass(slots=True)
 class NetDevice:
     host_interface_name: str = ""
     name: str = ""
 
 
-@record
+@dataclass(slots=True)
 class ContainerEdits:
     env: list[str] = field(default_factory=list)
     device_nodes: list[DeviceNode] = field(default_factory=list)
@@ -80,14 +79,14 @@ class ContainerEdits:
         )
 
 
-@record
+@dataclass(slots=True)
 class Device:
     name: str = ""
     annotations: dict[str, str] = field(default_factory=dict)
     container_edits: ContainerEdits = field(default_factory=ContainerEdits)
 
 
-@record
+@dataclass(slots=True)
 class Spec:
     cdi_version: str = ""
     kind: str = ""
@@ -118,7 +117,7 @@ class Omit(Enum):
     NONE = 2  # a nil pointer
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Field:
     key: str
     attr: str

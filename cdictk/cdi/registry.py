@@ -13,23 +13,23 @@ drops the device when no later directory defines it: the Go library drops it eve
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
 from cdictk.cdi.load import InvalidSpecError, load_spec
 from cdictk.cdi.model import Device, Spec
 from cdictk.cdi.names import QualifiedName, split_kind
 from cdictk.cdi.specdirs import DEFAULT_SPEC_DIRS, spec_paths
 from cdictk.errors import CdictkError, Problem
-from cdictk.record import field, record
 
 
-@record(frozen=True, eq=False)
+@dataclass(frozen=True, slots=True, eq=False)
 class SpecFile:
     path: str
     priority: int
     spec: Spec
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RegisteredDevice:
     name: QualifiedName
     device: Device
@@ -37,7 +37,7 @@ class RegisteredDevice:
     spec_file: SpecFile
 
 
-@record
+@dataclass(slots=True)
 class Registry:
     dirs: tuple[str, ...]
     spec_files: list[SpecFile] = field(default_factory=list)

@@ -27,9 +27,11 @@ from collections.abc import Iterable
 from cdictk.cdi.dump import dump_json
 from cdictk.cdi.model import Spec
 from cdictk.cdi.names import split_kind, vendor_or_class_problem
+from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES
 from cdictk.errors import CdictkError
+from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps_of
 from cdictk.trust import WRITABLE, path_problem
 
 SUFFIXES = (".json", ".yaml")  # what the reference library may have written for the same name
@@ -95,7 +97,6 @@ class TransientSpecs:
         if replace and os.path.lexists(path) and not self._ours(path):
             raise CdictkError(path, "", f'not a spec of "{self.kind}": another producer\'s, left alone')
         data = dump_json(spec).encode()
-        from cdictk.fsutil import atomic_write  # noqa: PLC0415
 
         try:
             atomic_write(path, data, mode=SPEC_MODE, keep_mode=False, lock=True, no_replace=not replace)
@@ -127,7 +128,6 @@ class TransientSpecs:
     def gc(self, live_claim_uids: Iterable[str]) -> builtins.list[str]:
         """Remove this producer's specs of claims not in ``live_claim_uids``, and temporary files its
         killed writers left; the claim ids removed. Files of other producers are never touched."""
-        from cdictk.fsutil import sweep_temps_of  # noqa: PLC0415
 
         live = {_id(uid) for uid in live_claim_uids}
         removed: set[str] = set()
@@ -177,8 +177,6 @@ class TransientSpecs:
         try:
             document = json.loads(data)
         except ValueError:
-            from cdictk.cdi.parse import parse_document  # noqa: PLC0415 - a YAML spec of the same name
-
             try:
                 document = parse_document(data, path)
             except CdictkError:
@@ -196,7 +194,6 @@ class TransientSpecs:
         except FileNotFoundError:
             if not create:
                 return False
-            from cdictk.fsutil import make_dirs  # noqa: PLC0415
 
             try:
                 make_dirs(self.spec_dir, 0o755)
@@ -229,7 +226,6 @@ def _id(claim_uid: str) -> str:
 
 
 def _read(path: str) -> bytes | None:
-    from cdictk.fsutil import read_capped  # noqa: PLC0415
 
     try:
         return read_capped(path, MAX_SPEC_BYTES)

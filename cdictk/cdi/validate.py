@@ -14,6 +14,7 @@ reference library lets through because it checks host paths and mount types of t
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from cdictk import fsutil
@@ -27,10 +28,9 @@ from cdictk.cdi.schema import schema_problems
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths
 from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, minimum_version, reference_minimum_version
 from cdictk.errors import CdictkError, Problem
-from cdictk.record import field, record
 
 
-@record
+@dataclass(slots=True)
 class Report:
     file: str
     spec: Spec | None = None

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
-from cdictk.record import record
 
-
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Timestamp:
     """A plain scalar that YAML 1.1 reads as a date; no CDI field takes one."""
 

@@ -4,12 +4,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 
 from cdictk.errors import CdictkError
-
-TYPE_CHECKING = False  # typing imports re: keep both off the fast paths
-if TYPE_CHECKING:
-    from collections.abc import Callable
 
 
 def guarded(command: Callable[[], object]) -> int:

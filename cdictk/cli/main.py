@@ -12,6 +12,7 @@ from cdictk.cli import generate
 from cdictk.cli.argtable import click_command
 from cdictk.cli.cdi import cdi_group
 from cdictk.cli.config import config_group
+from cdictk.cli.deviceplugin import device_plugin_command
 from cdictk.cli.guard import guarded
 from cdictk.cli.info import info_command
 from cdictk.cli.runtime import runtime_group
@@ -52,6 +53,7 @@ cli.add_command(runtime_group)
 cli.add_command(config_group)
 cli.add_command(info_command)
 cli.add_command(system_group)
+cli.add_command(device_plugin_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

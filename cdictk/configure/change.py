@@ -8,9 +8,8 @@ the registry can import them without a cycle.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-from cdictk.record import record
 
 if TYPE_CHECKING:
     from cdictk.configure.writer import Current
@@ -18,7 +17,7 @@ if TYPE_CHECKING:
 SHIM = "cdictk-runtime"
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Request:
     """One ``cdictk runtime configure`` run, as the command line gives it."""
 
@@ -35,7 +34,7 @@ class Request:
     follow_symlinks: bool = False
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RuntimeChange:
     """What configure adds (or, with ``remove``, takes away)."""
 
@@ -47,7 +46,7 @@ class RuntimeChange:
     remove: bool = False
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Edit:
     """A file's new text; None deletes the file (a drop-in that is no longer needed)."""
 
@@ -55,7 +54,7 @@ class Edit:
     text: str | None
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Plan:
     """An engine's edits for one run, committed in this order; ``own`` are cdictk's own files (a
     drop-in), written without a backup since nothing of the user's is in them."""
@@ -64,7 +63,7 @@ class Plan:
     own: frozenset[str] = frozenset()
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Inspection:
     """What an engine's config says, in words ``cdictk info`` turns into its finding."""
 

@@ -34,6 +34,7 @@ CRI_PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v
 RUNC_V2 = "io.containerd.runc.v2"
 DEFAULT_CDI_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 DROP_IN_HEADER = "# Written by `cdictk runtime configure`"
+CDI_ANNOTATIONS = "cdi.k8s.io/*"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
@@ -188,6 +189,14 @@ def _runtime_table(
     if not isinstance(options, dict):
         raise CdictkError(file, f"runtimes.{name}.options", "is not a table")
     options["BinaryName"] = change.runtime_path
+    # The CRI plugin copies a pod's or container's annotations into the OCI config only when the
+    # runtime lists them: without this, a device plugin's cdi.k8s.io/ annotations never reach the shim
+    # (containerd 1.6, or 1.7 and 2.x with CDI off, ignore them themselves).
+    passed = base.get("container_annotations", [])
+    if not isinstance(passed, list):
+        raise CdictkError(file, f"runtimes.{name}.container_annotations", "is not a list")
+    if CDI_ANNOTATIONS not in passed:
+        base["container_annotations"] = [*passed, CDI_ANNOTATIONS]
     return base
 
 

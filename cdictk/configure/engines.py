@@ -9,10 +9,12 @@ behind it, is imported only when a record's ``plan`` or ``inspect`` needs it.
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 from cdictk.errors import CdictkError
+from cdictk.node.roots import join
 
 if TYPE_CHECKING:
     from cdictk.configure.change import Inspection, Plan, Request, RuntimeChange
@@ -78,9 +80,6 @@ class Engine(NamedTuple):
 
     def inspect(self, host_root: str) -> Inspection | None:
         """What the engine's config under ``host_root`` says; None when there is no config to read."""
-        import glob  # noqa: PLC0415 (the command line's start does without it)
-
-        from cdictk.node.roots import join  # noqa: PLC0415
 
         paths = [join(host_root, self.config)]
         if self.drop_in_glob is not None:

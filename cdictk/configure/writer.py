@@ -18,16 +18,16 @@ import os
 import stat
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
 from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps
-from cdictk.record import record
 
 MAX_CONFIG_BYTES = 16 << 20
 BACKUP_SUFFIX = ".cdictk.orig"
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Current:
     path: str  # the file to edit (a followed symlink's target)
     text: str | None  # None: the file does not exist

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from dataclasses import dataclass, field
 from enum import Enum
 
 from cdictk.errors import CdictkError
@@ -12,7 +13,6 @@ from cdictk.node.devnodes import stat_node
 from cdictk.node.facts import NodeFacts, discover
 from cdictk.node.modes import Mode
 from cdictk.node.roots import Roots
-from cdictk.record import field, record
 
 CREATE_NODES = ("cdictk", "system", "create-device-nodes", "--control-devices", "--load-kernel-modules")
 
@@ -43,7 +43,7 @@ class Status(Enum):
     FAIL = "FAIL"  # GPU containers would fail to start, or start without what they asked for
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Finding:
     check: str  # "driver", "modules", "device nodes", "spec /etc/cdi/nvidia.yaml", ...
     status: Status
@@ -51,7 +51,7 @@ class Finding:
     fix: str = ""  # one line: the command or change that repairs it
 
 
-@record
+@dataclass(slots=True)
 class NodeReport:
     platform: str = "GPU host"  # cdictk.node.platform.Platform's value
     findings: list[Finding] = field(default_factory=list)

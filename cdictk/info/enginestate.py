@@ -18,10 +18,7 @@ from cdictk.configure.change import Inspection
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.info.checks import Finding, Status
 from cdictk.node.roots import join
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from cdictk.runtime.settings import Settings
+from cdictk.runtime.settings import CONFIG_PATH, Settings, SettingsError, load_settings
 
 
 def check_engines(host_root: str) -> list[Finding]:
@@ -67,7 +64,6 @@ def _missing_programs(host_root: str, paths: list[str]) -> Finding | None:
 
 
 def _settings(host_root: str) -> Finding:
-    from cdictk.runtime.settings import CONFIG_PATH, SettingsError, load_settings  # noqa: PLC0415
 
     path = os.environ.get("CDICTK_CONFIG") or join(host_root, CONFIG_PATH)
     if not os.path.exists(path):

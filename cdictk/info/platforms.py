@@ -16,8 +16,7 @@ from cdictk.node import csvfiles, wsl
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.devnodes import stat_node
 from cdictk.node.platform import Platform, detect
-from cdictk.node.procfs import read_text
-from cdictk.node.roots import Roots
+from cdictk.node.roots import Roots, read_text
 
 WINDOWS_DRIVER = "install or update the NVIDIA driver on Windows (it brings WSL2's GPU support)"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from cdictk.info.checks import Finding, NodeReport, Status
@@ -9,10 +10,9 @@ from cdictk.info.enginestate import check_engines
 from cdictk.info.platforms import check_node
 from cdictk.info.specs import SpecCheck, SpecState, check_specs
 from cdictk.node.roots import Roots
-from cdictk.record import asdict, field, record
 
 
-@record
+@dataclass(slots=True)
 class InfoReport:
     roots: Roots
     node: NodeReport
@@ -91,7 +91,7 @@ def to_json(report: InfoReport) -> dict[str, Any]:
             )
     return {
         "ok": report.ok,
-        "roots": asdict(report.roots),
+        "roots": report.roots.as_dict(),
         "platform": report.node.platform,
         "driver_version": report.node.driver_version,
         "modules": report.node.modules,

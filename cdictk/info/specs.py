@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import shlex
 import stat
+from dataclasses import dataclass
 
 from cdictk.cdi.load import read_document
 from cdictk.cdi.model import ContainerEdits, Spec
@@ -32,13 +33,12 @@ from cdictk.errors import CdictkError
 from cdictk.info.checks import Finding, Status
 from cdictk.node.facts import NodeFacts
 from cdictk.node.roots import join
-from cdictk.record import record
 from cdictk.trustscan import repairs
 
 MAX_SHOWN = 3  # paths or names shown in a finding
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpecState:
     path: str
     kind: str  # "" when the file cannot be read
@@ -47,7 +47,7 @@ class SpecState:
     reason: str
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpecCheck:
     """What the checks need besides the spec: the node, a fresh generation, how to regenerate."""
 

@@ -18,16 +18,19 @@ NVIDIA's patterns do).
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import stat
+from dataclasses import dataclass, field
 from enum import Enum
 
 from cdictk.errors import CdictkError
+from cdictk.fsutil import read_capped
 from cdictk.node.devnodes import NodeInfo, stat_node
 from cdictk.node.libraries import usable_name
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 from cdictk.sorting import natural_key
+from cdictk.trust import path_problem
 
 DEFAULT_DIR = "/etc/nvidia-container-runtime/host-files-for-container.d"
 DEFAULT_FILES = tuple(f"{DEFAULT_DIR}/{name}" for name in ("devices.csv", "drivers.csv", "l4t.csv"))
@@ -45,13 +48,13 @@ class EntryType(Enum):
     DIR = "dir"
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CsvEntry:
     type: EntryType
     path: str  # absolute, in the driver root (dev: the dev root)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CsvSource:
     """What ``--csv.file`` and ``--csv.ignore-pattern`` say. No files: the defaults, read under the
     driver root and skipped when missing; given files are host paths and must exist."""
@@ -70,14 +73,14 @@ class CsvSource:
         return found
 
 
-@record
+@dataclass(slots=True)
 class CsvEntries:
     entries: list[CsvEntry] = field(default_factory=list)
     read: list[str] = field(default_factory=list)  # host paths of the files read
     absent: list[str] = field(default_factory=list)  # default files that are not there
 
 
-@record
+@dataclass(slots=True)
 class CsvFound:
     nodes: list[NodeInfo] = field(default_factory=list)
     files: list[tuple[str, str, bool]] = field(default_factory=list)  # (path, host path, is a directory)
@@ -109,8 +112,6 @@ def parse(text: str, name: str) -> list[CsvEntry]:
 def read_entries(roots: Roots, source: CsvSource) -> CsvEntries:
     """Every entry of the CSV files, in file order; CdictkError for a file given but missing, for a
     malformed file, and when no file is there at all."""
-    from cdictk.fsutil import read_capped  # noqa: PLC0415
-    from cdictk.trust import path_problem  # noqa: PLC0415
 
     result = CsvEntries()
     for path, required in source.paths(roots):
@@ -135,7 +136,6 @@ def read_entries(roots: Roots, source: CsvSource) -> CsvEntries:
 
 
 def ignored(path: str, patterns: tuple[str, ...]) -> bool:
-    import fnmatch  # noqa: PLC0415 - it imports re: only a Jetson's generate needs it
 
     for pattern in patterns:
         if pattern.startswith("**/"):
@@ -167,7 +167,6 @@ def expand(root: str, path: str) -> list[str]:
     order; a path without one as it is. Directories are followed inside ``root`` only."""
     if not any(char in path for char in _GLOB):
         return [path]
-    import fnmatch  # noqa: PLC0415 - as in ignored()
 
     matches = [""]
     for part in path.strip("/").split("/"):

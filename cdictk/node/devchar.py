@@ -18,6 +18,7 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from cdictk.errors import CdictkError, Problem
 from cdictk.fsutil import make_dirs
@@ -33,13 +34,12 @@ from cdictk.node.nodecreate import (
 )
 from cdictk.node.procfs import read_mig_minors, read_proc_gpus
 from cdictk.node.roots import Roots
-from cdictk.record import field, record
 
 DEFAULT_DEV_CHAR = "/dev/char"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LinkSource:
     """A node to link to: its host path and numbers (the link's name)."""
 
@@ -92,7 +92,7 @@ def _cap(major: int, minor: int) -> WantedNode:
     return WantedNode(f"/dev/nvidia-caps/nvidia-cap{minor}", major, minor)
 
 
-@record
+@dataclass(slots=True)
 class Selection:
     sources: list[LinkSource] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)  # host paths of nodes not there, not linked
@@ -124,7 +124,7 @@ def link_target(dev_char_dir: str, host_path: str) -> str:
     return os.path.relpath(node, os.path.realpath(dev_char_dir))
 
 
-@record
+@dataclass(slots=True)
 class LinkReport:
     created: int = 0
     replaced: int = 0

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 
 from cdictk.node.roots import Roots
-from cdictk.record import record
 
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 # The management device leaves out nodes that belong to other drivers' devices (GPUDirect Storage,
@@ -19,7 +19,7 @@ CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/d
 _BLOCKED_PREFIXES = ("nvidia-fs", "nvidia-nvswitch", "nvidia-nvlink")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeInfo:
     path: str  # in the container, e.g. /dev/nvidia0
     host_path: str

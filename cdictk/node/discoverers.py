@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from cdictk.elfdso import read_soname
 from cdictk.errors import CdictkError
@@ -27,10 +28,9 @@ from cdictk.node.libraries import (
     usable_name,
 )
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 
 
-@record
+@dataclass(slots=True)
 class Found:
     nodes: list[NodeInfo] = field(default_factory=list)
     # Nodes for the mode's devices rather than the common edits (a Jetson's, from its CSV files).

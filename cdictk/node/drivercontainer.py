@@ -13,7 +13,6 @@ import os
 
 from cdictk.node.libraries import candidate_dirs
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import replace
 
 DRIVER_CONTAINER_ROOT = "/run/nvidia/driver"
 # Either names the driver: libcuda for a compute install, NVML for every install.
@@ -33,7 +32,7 @@ def in_driver_container(roots: Roots, dirs: list[str], warnings: list[str]) -> t
     tree = join(roots.driver, DRIVER_CONTAINER_ROOT)
     if has_driver(roots.driver, dirs) or not os.path.isdir(tree):
         return None
-    inside = replace(roots, driver=tree)
+    inside = roots.with_driver(tree)
     tree_warnings: list[str] = []
     tree_dirs = candidate_dirs(inside, tree_warnings)
     if not has_driver(tree, tree_dirs):

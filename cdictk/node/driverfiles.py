@@ -9,11 +9,10 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from enum import Enum
 
-from cdictk.node.procfs import read_text
-from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
+from cdictk.node.roots import Roots, join, read_text, resolve
 
 BINARIES = (
     "nvidia-smi",
@@ -71,14 +70,14 @@ class FileKind(Enum):
     PLATFORM = "platform file"  # read-only: a WSL driver store's, a Jetson CSV file's, GDS's config
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DriverFile:
     path: str  # in the container
     host_path: str
     kind: FileKind
 
 
-@record
+@dataclass(slots=True)
 class Found:
     files: list[DriverFile] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)  # (target as written, link path)

@@ -8,13 +8,13 @@ host and points at one of this GPU's nodes.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 
 from cdictk.node.devnodes import NodeInfo, stat_node
 from cdictk.node.roots import Roots
-from cdictk.record import field, record
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DrmInfo:
     nodes: list[NodeInfo] = field(default_factory=list)
     # (link target as written on the host, link path in the container)

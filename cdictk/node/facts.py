@@ -6,6 +6,8 @@ discoverers (:mod:`cdictk.node.discoverers`) give the common edits; this module 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from cdictk.errors import CdictkError
 from cdictk.node import devnodes, driverfiles, platform, procfs, wsl
 from cdictk.node.csvfiles import CsvSource
@@ -16,10 +18,10 @@ from cdictk.node.drm import DrmInfo, drm_for_gpu
 from cdictk.node.gpus import Gpu, gpus_from_procfs
 from cdictk.node.libraries import candidate_dirs, version_from_libraries
 from cdictk.node.modes import MODES, NVML_SOURCES, DriverSource, GpuSource, Mode
-from cdictk.node.nvml import NvmlError, NvmlQuery
+from cdictk.node.nvml import NvmlQuery, query_nvml
+from cdictk.node.nvmllib import NvmlError
 from cdictk.node.platform import Platform
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 
@@ -29,7 +31,7 @@ class DiscoveryError(CdictkError):
         super().__init__("", "", reason)
 
 
-@record
+@dataclass(slots=True)
 class NodeFacts:
     roots: Roots
     mode: Mode  # the mode that produced the spec's devices (never AUTO)
@@ -163,7 +165,6 @@ def _platform_mode(roots: Roots, warnings: list[str]) -> tuple[Mode, list[str] |
     A Jetson is generated from its CSV files when it has no NVML, or when NVML reports its integrated
     GPU (an Orin's "(nvgpu)", a Thor), as NVIDIA decides; one whose NVML reports discrete GPUs alone
     is generated with NVML, with a warning, since that is a guess."""
-    from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (its query runs a child)
 
     found = platform.detect(roots)
     if found is not Platform.TEGRA:

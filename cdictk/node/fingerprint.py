@@ -23,8 +23,7 @@ from __future__ import annotations
 import os
 import stat
 
-from cdictk.node.procfs import NVIDIA_MODULES, read_text
-from cdictk.node.roots import Roots
+from cdictk.node.roots import NVIDIA_MODULES, Roots, read_text
 
 MAX_ENTRIES = 4096  # a capabilities tree or /dev larger than this is cut: the rest is not compared
 _DEV_DIRS = ("", "nvidia-caps", "dri", "nvidia-caps-imex-channels", "infiniband", "nvgpu")

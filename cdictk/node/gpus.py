@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from cdictk.node.procfs import ProcGpu
-from cdictk.record import field, record
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MigDevice:
     parent_index: int
     index: int  # NVML's MIG slot on the parent, as in "0:1" (slots can have holes)
@@ -16,7 +17,7 @@ class MigDevice:
     profile: str  # e.g. 1g.10gb, or 1c.2g.20gb when the compute instance is smaller
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Gpu:
     index: int
     minor: int

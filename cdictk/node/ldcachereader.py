@@ -24,8 +24,7 @@ import os
 import stat
 import struct
 import sys
-
-from cdictk.record import record
+from dataclasses import dataclass
 
 _OLD_MAGIC = b"ld.so-1.7.0"
 _NEW_MAGIC = b"glibc-ld.so.cache1.1"
@@ -63,7 +62,7 @@ _ARCH_BITS = {
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CacheEntry:
     name: str  # the key, e.g. "libcuda.so.1"
     path: str  # the value as stored, inside the cache's own root: "/usr/lib/x86_64-linux-gnu/libcuda.so.1"

@@ -12,11 +12,12 @@ The links are the symlinks present on the host that resolve to one of those file
 from __future__ import annotations
 
 import os
+import re
+from dataclasses import dataclass, field
 
 from cdictk.elfdso import read_soname
 from cdictk.node.ldcachereader import LdCacheError, read_ld_cache
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 from cdictk.sorting import natural_key
 
 LD_CACHE = "/etc/ld.so.cache"
@@ -39,13 +40,13 @@ _LIBRARY_SUBDIRS = ("vdpau",)
 _LINK_SUBDIRS = ("vdpau", "gbm")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class DriverLibrary:
     path: str  # inside the driver root, symlinks resolved
     soname: str | None
 
 
-@record
+@dataclass(slots=True)
 class LibraryScan:
     libraries: list[DriverLibrary] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)  # driver library directories, inside the root
@@ -229,7 +230,6 @@ def version_from_libraries(roots: Roots, dirs: list[str]) -> str | None:
     The file ``libcuda.so.1`` points at is the driver in use; without that link, the newest version
     found (an upgrade can leave the old driver's files behind).
     """
-    import re  # noqa: PLC0415 - the last resort: a generate that reaches it pays for re
 
     pattern = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)")
     found: list[str] = []

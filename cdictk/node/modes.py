@@ -9,9 +9,8 @@ common edits is a discoverer and its name in the recipes that want it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import Enum
-
-from cdictk.record import record
 
 
 class Mode(Enum):
@@ -60,7 +59,7 @@ NODE_MODIFICATION = "disable-device-node-modification"
 APP_PROFILE = "update-application-profile"  # NVIDIA writes it in the GPU modes alone
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Recipe:
     """How a mode finds its GPUs, common edits and devices, and its spec's defaults."""
 

@@ -19,12 +19,12 @@ import errno
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 
 from cdictk.errors import CdictkError, Problem
-from cdictk.node.procfs import parse_devices, read_text
-from cdictk.node.roots import Roots
-from cdictk.record import record
+from cdictk.node.procfs import parse_devices
+from cdictk.node.roots import Roots, read_text
 
 NODE_MODE = 0o666
 DIR_MODE = 0o755
@@ -33,7 +33,7 @@ MODESET_MINOR = 254
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Majors:
     """The NVIDIA character majors in /proc/devices; None for a module that is not loaded."""
 
@@ -61,7 +61,7 @@ def read_majors(roots: Roots) -> Majors:
     return found
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WantedNode:
     """A character device that should exist: its path in the dev root and its numbers."""
 

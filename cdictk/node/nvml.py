@@ -1,4 +1,4 @@
-"""NVML, the one wrapper of ``libnvidia-ml``, two ways in, one :class:`NvmlError`.
+"""NVML, the one wrapper of ``libnvidia-ml``, two ways in, one :class:`~cdictk.node.nvmllib.NvmlError`.
 
 - :func:`query_nvml`: GPUs and MIG devices for discovery, with pynvml over the driver root's
   ``libnvidia-ml.so.1``, asked in a forked child that gets :data:`NVML_DEADLINE` to answer: a driver
@@ -9,48 +9,34 @@
   node) needs that library instead, so the module's library handle is set to the one opened before
   ``nvmlInit``.
 - :class:`cdictk.node.nvmllib.NvmlLibrary`: the few facts the prestart hook checks ``NVIDIA_REQUIRE_*``
-  against, by ctypes, which discovery does not need to import.
+  against, by ctypes, without pynvml.
 
-Light to import: pynvml and the GPU model are imported where they are used.
+pynvml and the GPU model are imported where they are used: this module is imported before the child
+is forked, and the child should not wait for what only the parent needs.
 """
 
 from __future__ import annotations
 
-from cdictk.errors import CdictkError
+import contextlib
+import ctypes
+import marshal
+import os
+import select
+import signal
+import time
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False  # typing imports re: keep both out of the container start
-if TYPE_CHECKING:
-    from typing import Any
+from cdictk.node.nvmllib import NvmlError
 
+if TYPE_CHECKING:  # imported after NVML's child is forked (NvmlQuery): the child need not wait for it
     from cdictk.node.gpus import Gpu, MigDevice
-
-
-class NvmlError(CdictkError):
-    """NVML could not be loaded or answered with an error. ``library`` names it in the message (the
-    discovery's); ``function`` and ``code`` say which call failed and how (the prestart hook's);
-    ``absent``: there is no usable library at all (as opposed to one that answered badly or not)."""
-
-    def __init__(
-        self,
-        reason: str,
-        *,
-        library: str = "",
-        function: str = "",
-        code: int | None = None,
-        absent: bool = False,
-    ) -> None:
-        super().__init__(library, "NVML" if library else "", reason)
-        self.function = function
-        self.code = code
-        self.absent = absent
-
 
 NVML_DEADLINE = 10.0  # seconds for the whole query: a healthy driver answers in a fraction of one
 
 
 class NvmlAnswer:
-    """What :func:`query_nvml` found. (A plain class: the prestart hook imports this module on
-    container starts, where typing's NamedTuple would cost an import of re.)"""
+    """What :func:`query_nvml` found. (A plain class: this module is imported before NVML's child is
+    forked, and the dataclasses module's import would delay the fork.)"""
 
     __slots__ = ("gpus", "left_out", "version")
 
@@ -68,21 +54,19 @@ def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
 
 
 class NvmlQuery:
-    """A :func:`query_nvml` under way. The child is forked at once and imports pynvml (about 8 ms) while
-    the caller goes on: a caller that will want NVML starts one first thing, before its own imports,
+    """A :func:`query_nvml` under way. The child is forked at once and imports pynvml while the caller
+    goes on: a caller that will want NVML starts one first thing, before its own imports,
     then :meth:`ask` s it once it knows the library, finds the driver's files meanwhile, and waits in
     :meth:`answer`. Leaving the ``with`` block (or :meth:`close`) without an answer kills the child.
 
-    Forked, not spawned: a new interpreter would add tens of milliseconds to every generate. The
-    answer comes back with marshal: plain data from our own process, and no import of json (and re)
-    in the parent. The deadline counts from the question.
+    Forked, not spawned: a new interpreter would start from nothing. The answer comes back with
+    marshal (plain data from our own process). The deadline counts from the question.
     """
 
     __slots__ = ("_end", "_pid", "_questions", "_reader", "deadline", "library")
 
     def __init__(self, library: str | None = None, *, deadline: float | None = None) -> None:
         """Fork the child; ``library``: ask it at once."""
-        import os  # noqa: PLC0415 - discovery only: the prestart hook imports this module too
 
         self.library = ""
         self.deadline = NVML_DEADLINE if deadline is None else deadline
@@ -104,17 +88,13 @@ class NvmlQuery:
 
     def ask(self, library: str) -> None:
         """Ask the NVML at ``library``; the deadline starts now."""
-        import os  # noqa: PLC0415
-        import time  # noqa: PLC0415
 
         if self._questions is None:
             raise NvmlError("the query was asked already", library=library)
         self.library = library
         self._end = time.monotonic() + self.deadline
-        try:  # noqa: SIM105 - contextlib costs functools and collections to import
+        with contextlib.suppress(OSError):  # the child is gone: answer() reports it
             os.write(self._questions, os.fsencode(library))  # a path: far below a pipe's atomic size
-        except OSError:
-            pass  # the child is gone: answer() reports it
         os.close(self._questions)
         self._questions = None
 
@@ -132,10 +112,6 @@ class NvmlQuery:
 
     def answer(self) -> NvmlAnswer:
         """The child's answer; NvmlError when it failed, or gave none within the deadline."""
-        import marshal  # noqa: PLC0415
-        import os  # noqa: PLC0415
-        import select  # noqa: PLC0415
-        import time  # noqa: PLC0415
 
         if self._pid is None:
             raise NvmlError("the query was answered or closed already", library=self.library)
@@ -174,7 +150,6 @@ class NvmlQuery:
             raise failed from None
 
     def _done(self) -> None:
-        import os  # noqa: PLC0415
 
         os.close(self._reader)
         if self._questions is not None:
@@ -186,11 +161,10 @@ class NvmlQuery:
 def _child(questions: int, writer: int) -> int:
     """The child's work: pynvml imported, the question read from ``questions`` (none: the parent
     did not need NVML after all), the answer written on ``writer``; its exit status back."""
-    import marshal  # noqa: PLC0415
-    import os  # noqa: PLC0415
 
     try:
-        pynvml = _import_pynvml()
+        import pynvml  # noqa: PLC0415 - the child's work, beside the parent's
+
         asked = b""
         while chunk := os.read(questions, 4096):
             asked += chunk
@@ -206,9 +180,6 @@ def _child(questions: int, writer: int) -> int:
 
 def _abandon(pid: int) -> None:
     """Kill a child stuck in NVML; reap it if it dies at once (one stuck in the kernel may not)."""
-    import os  # noqa: PLC0415
-    import signal  # noqa: PLC0415
-    import time  # noqa: PLC0415
 
     os.kill(pid, signal.SIGKILL)
     for _ in range(20):
@@ -225,10 +196,7 @@ def _gpu_of(data: dict[str, Any]) -> Gpu:
 
 def _answer(pynvml: Any, library: str) -> dict[str, Any]:
     """The query, run in the forked child of :func:`query_nvml`, as plain data for the pipe."""
-    import contextlib  # noqa: PLC0415
-    import ctypes  # noqa: PLC0415
-
-    from cdictk.record import asdict  # noqa: PLC0415
+    from dataclasses import asdict  # noqa: PLC0415
 
     try:
         handle = ctypes.CDLL(library)
@@ -255,33 +223,6 @@ def _answer(pynvml: Any, library: str) -> dict[str, Any]:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
     return {"version": version, "gpus": gpus, "left_out": left_out}
-
-
-def _import_pynvml() -> Any:
-    """pynvml, without the ``ctypes.util`` its first lines import: that module pulls in subprocess,
-    shutil, tempfile and re (7 ms on a 2-core machine) for ``find_library``, which pynvml calls only on
-    Windows. A stand-in that loads the real one on first use takes its place during the import."""
-    import sys  # noqa: PLC0415
-
-    if "ctypes.util" in sys.modules:
-        import pynvml  # noqa: PLC0415
-
-        return pynvml
-    stand_in = type(sys)("ctypes.util")
-    stand_in.find_library = _find_library  # type: ignore[attr-defined]
-    sys.modules["ctypes.util"] = stand_in
-    try:
-        import pynvml  # noqa: PLC0415
-    finally:
-        if sys.modules.get("ctypes.util") is stand_in:
-            del sys.modules["ctypes.util"]
-    return pynvml
-
-
-def _find_library(name: str) -> str | None:
-    from ctypes.util import find_library  # noqa: PLC0415 - the real one, once someone needs it
-
-    return find_library(name)
 
 
 def _reset(pynvml: Any, library: Any) -> None:

@@ -7,12 +7,33 @@ from __future__ import annotations
 
 import ctypes
 
-from cdictk.node.nvml import NvmlError
+from cdictk.errors import CdictkError
 
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from ctypes import _NamedFuncPointer
+
+
+class NvmlError(CdictkError):
+    """NVML could not be loaded or answered with an error. ``library`` names it in the message (the
+    discovery's); ``function`` and ``code`` say which call failed and how (the prestart hook's);
+    ``absent``: there is no usable library at all (as opposed to one that answered badly or not)."""
+
+    def __init__(
+        self,
+        reason: str,
+        *,
+        library: str = "",
+        function: str = "",
+        code: int | None = None,
+        absent: bool = False,
+    ) -> None:
+        super().__init__(library, "NVML" if library else "", reason)
+        self.function = function
+        self.code = code
+        self.absent = absent
+
 
 NVML_SUCCESS = 0
 _DRIVER_VERSION_SIZE = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE

@@ -9,6 +9,7 @@ a runtime to stat a host path that may not be there when the container starts.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 
 from cdictk.node.devnodes import NodeInfo, stat_node
@@ -36,7 +37,6 @@ def _names(roots: Roots, directory: str) -> list[str]:
 
 def matching_nodes(roots: Roots, patterns: tuple[tuple[str, str], ...]) -> list[NodeInfo]:
     """The character devices whose names match ``patterns``, each once, in natural order."""
-    import fnmatch  # noqa: PLC0415 - it imports re: only the gated modes' generates need it
 
     found: dict[str, NodeInfo] = {}
     for directory, pattern in patterns:

@@ -15,8 +15,7 @@ from enum import Enum
 
 from cdictk.node import wsl
 from cdictk.node.csvfiles import TEGRA_RELEASE
-from cdictk.node.procfs import read_text
-from cdictk.node.roots import Roots
+from cdictk.node.roots import Roots, read_text
 
 SOC_FAMILY = "devices/soc0/family"
 

@@ -9,42 +9,12 @@ nodes. Every reader takes ``Roots`` and reads at most ``MAX_PROC_BYTES``.
 from __future__ import annotations
 
 import os
-import stat
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
-from cdictk.fsutil import read_fd
-from cdictk.node.roots import Roots
-from cdictk.record import field, record
+from cdictk.node.roots import NVIDIA_MODULES, Roots, read_text
 
-TYPE_CHECKING = False  # typing imports re
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-MAX_PROC_BYTES = 1 << 20
-NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
 _KERNEL_MODULE = "Kernel Module"
-
-
-def read_text(path: str) -> str | None:
-    """The file's text, or None when it is missing, unreadable or not a regular file.
-
-    procfs and sysfs files report no useful size, so the read is capped instead; O_NONBLOCK and the
-    type check keep a FIFO planted in a fake or hostile root from hanging discovery.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        data = read_fd(fd, MAX_PROC_BYTES)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    return None if data is None else data.decode("utf-8", "replace")
-
-
 MAX_MAJOR = 4095  # the kernel's device numbers: 12-bit majors, 20-bit minors
 MAX_MINOR = (1 << 20) - 1
 
@@ -156,7 +126,7 @@ def read_driver_version(roots: Roots) -> str | None:
     return parse_driver_version(text) if text is not None else None
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProcGpu:
     """One GPU as the kernel module lists it."""
 
@@ -195,7 +165,7 @@ def read_proc_gpus(roots: Roots) -> list[ProcGpu]:
     return sorted(gpus, key=lambda gpu: gpu.bus_id)
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class MigMinors:
     """Minors of the nvidia-caps nodes: MIG config and monitor, and per GPU-/compute-instance access."""
 

@@ -12,17 +12,49 @@ import os
 import stat
 from collections import deque
 
-from cdictk.record import record
+from cdictk.fsutil import read_fd
 
 _MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
+MAX_PROC_BYTES = 1 << 20
+NVIDIA_MODULES = ("nvidia", "nvidia_uvm", "nvidia_modeset", "nvidia_drm")
 
 
-@record(frozen=True)
 class Roots:
-    driver: str = "/"
-    dev: str = "/"
-    proc: str = "/proc"
-    sys: str = "/sys"
+    """The four roots, compared and hashed by value.
+
+    A plain class rather than a dataclass: the shim builds one on every create on a node without a
+    spec on disk, to compare the node's fingerprint, and the dataclasses module's import would be
+    most of that create's cost (``make bench-shim``, "node's spec kept").
+    """
+
+    __slots__ = ("dev", "driver", "proc", "sys")
+
+    def __init__(self, driver: str = "/", dev: str = "/", proc: str = "/proc", sys: str = "/sys") -> None:
+        self.driver = driver
+        self.dev = dev
+        self.proc = proc
+        self.sys = sys
+
+    def _key(self) -> tuple[str, str, str, str]:
+        return (self.driver, self.dev, self.proc, self.sys)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Roots):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return f"Roots(driver={self.driver!r}, dev={self.dev!r}, proc={self.proc!r}, sys={self.sys!r})"
+
+    def as_dict(self) -> dict[str, str]:
+        return {"driver": self.driver, "dev": self.dev, "proc": self.proc, "sys": self.sys}
+
+    def with_driver(self, driver: str) -> Roots:
+        """The same roots with another driver root."""
+        return Roots(driver, self.dev, self.proc, self.sys)
 
     @classmethod
     def from_options(
@@ -93,3 +125,24 @@ def resolve(root: str, path: str) -> str | None:
             resolved.clear()
         pending.extendleft(reversed([p for p in target.split("/") if p]))
     return "/" + "/".join(resolved)
+
+
+def read_text(path: str) -> str | None:
+    """The file's text, or None when it is missing, unreadable or not a regular file.
+
+    procfs and sysfs files report no useful size, so the read is capped instead; O_NONBLOCK and the
+    type check keep a FIFO planted in a fake or hostile root from hanging discovery.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = read_fd(fd, MAX_PROC_BYTES)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return None if data is None else data.decode("utf-8", "replace")

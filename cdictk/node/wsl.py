@@ -11,11 +11,14 @@ store's NVML when it answers, else from a versioned library's name there, and is
 from __future__ import annotations
 
 import os
+import re
 import stat
+from dataclasses import dataclass, field
 
 from cdictk.node.libraries import usable_name
+from cdictk.node.nvml import query_nvml
+from cdictk.node.nvmllib import NvmlError
 from cdictk.node.roots import Roots, join, resolve
-from cdictk.record import field, record
 from cdictk.sorting import natural_key
 
 WSL_LIB = "/usr/lib/wsl/lib"
@@ -42,7 +45,7 @@ _LIBRARY = r"lib.+\.so(\..*)?"
 _VERSIONED = r"lib[\w.+-]+\.so\.([1-9][0-9]{2}\.[0-9]+(?:\.[0-9]+)?)"
 
 
-@record
+@dataclass(slots=True)
 class WslFound:
     libraries: list[str] = field(default_factory=list)  # in the driver root: the ld cache gets their dirs
     files: list[str] = field(default_factory=list)  # the store's other files (nvcubins.bin, nvidia-smi)
@@ -88,7 +91,6 @@ def find_driver(roots: Roots) -> WslFound | None:
     stores = driver_stores(roots)
     if not stores:
         return None
-    import re  # noqa: PLC0415 - WSL's generate alone pays for re
 
     other_files, library = re.compile(_OTHER_FILES), re.compile(_LIBRARY)
     store = stores[0]
@@ -128,8 +130,6 @@ def driver_version(roots: Roots, warnings: list[str]) -> str:
     store = stores[0]
     nvml = _regular(roots, f"{store}/{NVML}")
     if nvml is not None:
-        from cdictk.node.nvml import NvmlError, query_nvml  # noqa: PLC0415 (its query runs a child)
-
         try:
             return query_nvml(join(roots.driver, nvml)).version
         except NvmlError as exc:
@@ -138,7 +138,6 @@ def driver_version(roots: Roots, warnings: list[str]) -> str:
         names = os.listdir(join(roots.driver, store))
     except OSError:
         names = []
-    import re  # noqa: PLC0415 - as in find_driver
 
     versioned = re.compile(_VERSIONED)
     versions = [match.group(1) for name in names if (match := versioned.fullmatch(name))]

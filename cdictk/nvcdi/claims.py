@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from cdictk.cdi.model import ContainerEdits, Device, Spec
 from cdictk.cdi.names import device_name_problem
@@ -32,7 +33,6 @@ from cdictk.nvcdi.hooks import hook_program
 from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.nodespec import NodeSpec, node_spec
 from cdictk.nvcdi.options import SpecOptions, kind_problem
-from cdictk.record import record
 
 
 class UnknownDeviceError(CdictkError):
@@ -42,7 +42,7 @@ class UnknownDeviceError(CdictkError):
         super().__init__("", "device id", f"{device_id!r}: {reason}")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class _Warm:
     made: NodeSpec  # every device of the node, by index and by UUID
     devices: dict[str, Device]

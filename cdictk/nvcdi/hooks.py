@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 
 import cdictk.hooks
 from cdictk.cdi.model import Hook
 from cdictk.errors import CdictkError
 from cdictk.hooks.steps import BATCHED, BY_NAME
-from cdictk.record import record
 
 # The steps' names, from the hooks' own table: a spec never names a step the hooks lack.
 CREATE_SYMLINKS = BY_NAME["create-symlinks"].name
@@ -35,7 +35,7 @@ HOOK_ENV = ("LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
 _WITH_HOOK_SUBCOMMAND = ("nvidia-ctk", "cdictk")
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HookProgram:
     path: str
     prefix: tuple[str, ...]  # argv before the hook name

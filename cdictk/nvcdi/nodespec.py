@@ -7,7 +7,11 @@ can hand a runtime a spec that the checks would refuse.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from cdictk.cdi.dump import dump
 from cdictk.cdi.model import Spec
+from cdictk.cdi.rules import check_spec
 from cdictk.errors import CdictkError
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.facts import NodeFacts, discover
@@ -15,11 +19,11 @@ from cdictk.node.modes import Mode
 from cdictk.node.nvml import NvmlQuery
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.build import build_spec
+from cdictk.nvcdi.hostroot import strip_host_root
 from cdictk.nvcdi.options import SpecOptions
-from cdictk.record import record
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class NodeSpec:
     spec: Spec
     facts: NodeFacts
@@ -35,7 +39,6 @@ class NodeSpec:
 
     def dump(self, fmt: str) -> bytes:
         """The spec file's bytes, as ``fmt`` (yaml or json)."""
-        from cdictk.cdi.dump import dump  # noqa: PLC0415
 
         try:
             return dump(self.spec, fmt).encode()
@@ -62,8 +65,6 @@ def node_spec(
     Raises CdictkError when there is nothing to write (no driver, no GPU) and when the spec would be
     invalid, which is our bug: a runtime must never be handed a spec it refuses.
     """
-    from cdictk.cdi.rules import check_spec  # noqa: PLC0415
-    from cdictk.nvcdi.hostroot import strip_host_root  # noqa: PLC0415
 
     found = discover(roots, mode, csv=csv, nvml=nvml) if facts is None else facts
     spec, warnings = build_spec(found, options)

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from cdictk.cdi.names import kind_spec_problem, vendor_or_class_problem
 from cdictk.node.devnodes import NodeInfo
 from cdictk.nvcdi import hooks, naming
 from cdictk.nvcdi.naming import Strategy
-from cdictk.record import field, record
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpecOptions:
     vendor: str = "nvidia.com"
     cls: str = "gpu"
@@ -23,7 +24,7 @@ class SpecOptions:
     include_display_gpus: bool = False  # a DGX Station's "DGX Display" GPU gets a device too
 
 
-@record
+@dataclass(slots=True)
 class Parts:
     """One device's nodes and links before they become edits (so ``all`` can merge them)."""
 

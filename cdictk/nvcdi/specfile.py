@@ -14,20 +14,25 @@ itself changes (:class:`WatchedSpec`, :mod:`cdictk.nvcdi.watch`).
 from __future__ import annotations
 
 import os
+import signal
 import stat
+import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
+from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps
+from cdictk.node.fingerprint import node_fingerprint
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import NodeSpec
-from cdictk.record import record
+from cdictk.nvcdi.watch import FatalWatchError, WatchTiming, watch
 
 MAX_SPEC_BYTES = 64 << 20  # far above any generated spec; a bigger file is not ours
 
 Stamp = tuple[int, ...]
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OnDisk:
     data: bytes | None  # None: no file
     not_ours: str | None  # why the file is not as we leave it ("owned by uid 1000"), None when it is
@@ -44,7 +49,6 @@ def read(path: str) -> OnDisk:
         raise CdictkError(path, "", exc.strerror or str(exc)) from None
     if not stat.S_ISREG(info.st_mode):
         raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
-    from cdictk.fsutil import read_capped  # noqa: PLC0415
 
     return OnDisk(read_capped(path, MAX_SPEC_BYTES), _not_ours(info), stamp_of(info))
 
@@ -58,7 +62,6 @@ def _not_ours(info: os.stat_result) -> str | None:
 
 def write(path: str, data: bytes) -> Stamp:
     """Write ``data`` atomically with mode 0644; the stamp of the file as written."""
-    from cdictk.fsutil import atomic_write, make_dirs  # noqa: PLC0415
 
     directory = os.path.dirname(os.path.abspath(path))
     try:
@@ -80,7 +83,6 @@ def settle(path: str, data: bytes, current: OnDisk) -> tuple[bool, Stamp | None,
         return True, write(path, data), None
     if current.not_ours is not None:
         return True, write(path, data), current.not_ours
-    from cdictk.fsutil import sweep_temps  # noqa: PLC0415
 
     sweep_temps(path)  # a killed run's leftovers go even when there is nothing to write
     return False, current.stamp, None
@@ -137,7 +139,6 @@ class WatchedSpec:
         self._written: Stamp | None = None  # the output as we last wrote or read it
 
     def fingerprint(self) -> object:
-        from cdictk.node.fingerprint import node_fingerprint  # noqa: PLC0415
 
         # The output is part of it: a spec deleted, replaced, chmod'ed or chown'ed by someone else is
         # put back.
@@ -146,7 +147,6 @@ class WatchedSpec:
         return node_fingerprint(self._roots, self._inputs), "ours" if stamp == self._written else stamp
 
     def regenerate(self) -> None:
-        from cdictk.nvcdi.watch import FatalWatchError  # noqa: PLC0415
 
         made = self._produce()
         if made.warnings != self._shown:  # once, not every time the node is looked at
@@ -180,10 +180,6 @@ def watch_spec(
     """Keep ``output`` current until SIGTERM or SIGINT; see :mod:`cdictk.nvcdi.watch`.
 
     ``inputs``: host paths of files the spec is made from beside the node's usual ones (CSV files)."""
-    import signal  # noqa: PLC0415
-    import threading  # noqa: PLC0415
-
-    from cdictk.nvcdi.watch import WatchTiming, watch  # noqa: PLC0415
 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

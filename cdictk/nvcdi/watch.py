@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
-from cdictk.record import record
 
 MAX_BACKOFF = 30.0
 
@@ -27,7 +27,7 @@ class FatalWatchError(CdictkError):
     """A problem waiting cannot fix: the watch ends with it."""
 
 
-@record(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WatchTiming:
     interval: float = 1.0  # seconds between fingerprints
     full_every: float = 300.0  # seconds between generations even when the fingerprint is unchanged

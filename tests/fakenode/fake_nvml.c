@@ -11,6 +11,10 @@
  * file itself, so every test can build its own library + config pair in a
  * temporary directory and several can coexist in one process.
  *
+ * Events (Xid errors) and GPUs that fall off the bus and come back are told to
+ * the library at run time through a second file beside it, fake-nvml.events
+ * (or FAKE_NVML_EVENTS), which tests append to (see fake_read_events).
+ *
  * Not thread-safe: tests drive NVML from one thread, and keeping locks out
  * keeps the build to a plain "gcc -shared" without -pthread.
  */
@@ -33,6 +37,7 @@
 #define NVML_ERROR_NOT_FOUND 6
 #define NVML_ERROR_INSUFFICIENT_SIZE 7
 #define NVML_ERROR_DRIVER_NOT_LOADED 9
+#define NVML_ERROR_TIMEOUT 10
 #define NVML_ERROR_GPU_IS_LOST 15
 #define NVML_ERROR_UNKNOWN 999
 
@@ -47,6 +52,10 @@
 #define FAKE_MAX_TOKENS 16
 #define FAKE_KEY_SIZE 16
 #define FAKE_CONFIG_NAME "fake-nvml.conf"
+#define FAKE_EVENTS_NAME "fake-nvml.events"
+#define FAKE_MAX_LINKS 18 /* NVML_NVLINK_MAX_LINKS of NVML 12 */
+#define FAKE_MAX_SETS 8
+#define FAKE_MAX_QUEUED 64
 #define FAKE_DEFAULT_PCI_ID 0x233010DEu /* H100 SXM5 80GB */
 /* What an H100 reports: compute capability 9.0 and, like every data-center
  * GPU since Ampere (and the T4 on current drivers), "Product Brand: NVIDIA". */
@@ -222,6 +231,12 @@ struct fake_device {
     int arch_major, arch_minor; /* nvmlDeviceGetCudaComputeCapability */
     int brand;                  /* nvmlBrandType_t, any value: NVML adds brands */
     unsigned long long memory_mb; /* the GPU's total, or the MIG device's (its GPU instance's) */
+    /* Topology (GPU only): the NUMA node and PCIe switch it hangs off (-1: not
+     * told, and nvmlDeviceGetTopologyCommonAncestor answers NOT_SUPPORTED),
+     * and the GPU at the other end of each NVLink (-1: link down). */
+    int numa, pcisw, has_links;
+    int links[FAKE_MAX_LINKS];
+    unsigned long long events; /* the event types registered for it (one set) */
     /* MIG only */
     unsigned int gi, ci, gi_slices, ci_slices, sms;
     /* Derived at load from the above, the GPU's memory and the profile that
@@ -529,6 +544,22 @@ static int fake_record_init(struct fake_line *l, struct fake_state *st)
     return fake_check_all_seen(l);
 }
 
+/* An optional small number; -1 when the key is absent. */
+static int fake_optional_int(struct fake_line *l, const char *key, int *out)
+{
+    unsigned long long v;
+    const char *s = fake_get(l, key);
+
+    if (s == NULL) {
+        *out = -1;
+        return 0;
+    }
+    if (fake_parse_num(s, 1023, &v) != 0)
+        return fake_bad(l, "bad number for", key);
+    *out = (int)v;
+    return 0;
+}
+
 /* "9.0": a compute capability, two decimal numbers below 100. */
 static int fake_parse_arch(const char *s, int *major, int *minor)
 {
@@ -583,6 +614,11 @@ static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
     if (arch != NULL && fake_parse_arch(arch, &d->arch_major, &d->arch_minor) != 0)
         return fake_bad(l, "bad compute capability (want major.minor)", arch);
 
+    if (fake_optional_int(l, "numa", &d->numa) != 0 || fake_optional_int(l, "pcisw", &d->pcisw) != 0)
+        return -1;
+    for (unsigned int k = 0; k < FAKE_MAX_LINKS; k++)
+        d->links[k] = -1;
+
     bus = fake_get(l, "bus");
     if (bus == NULL)
         return fake_bad(l, "missing key", "bus");
@@ -600,6 +636,24 @@ static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
         return fake_bad(l, "mig must be disabled, enabled or unsupported", mig);
 
     d->used = 1;
+    return fake_check_all_seen(l);
+}
+
+/* A nvlink record: link number `link` of GPU `gpu` goes to GPU `peer`. */
+static int fake_record_nvlink(struct fake_line *l, struct fake_state *st)
+{
+    unsigned int gpu, link, peer;
+
+    if (fake_uint(l, "gpu", 1, 0, FAKE_MAX_GPUS - 1, &gpu) != 0 ||
+        fake_uint(l, "link", 1, 0, FAKE_MAX_LINKS - 1, &link) != 0 ||
+        fake_uint(l, "peer", 1, 0, FAKE_MAX_GPUS - 1, &peer) != 0)
+        return -1;
+    if (!st->gpus[gpu].used || !st->gpus[peer].used || gpu == peer)
+        return fake_bad(l, "nvlink between gpus that are not defined (gpu records first), or to itself", NULL);
+    if (st->gpus[gpu].links[link] != -1)
+        return fake_bad(l, "nvlink link defined twice", NULL);
+    st->gpus[gpu].links[link] = (int)peer;
+    st->gpus[gpu].has_links = 1;
     return fake_check_all_seen(l);
 }
 
@@ -781,7 +835,8 @@ static int fake_read_line(FILE *f, char *buf, size_t size)
  *   driver version=580.95.05 cuda=13000
  *   init error=9
  *   gpu index=0 minor=0 uuid=GPU-... bus=00000000:18:00.0 name="..." [mig=disabled|enabled|unsupported]
- *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14] [lost=0] [memmb=81559]
+ *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14] [lost=0] [memmb=81559] [numa=0] [pcisw=0]
+ *   nvlink gpu=0 link=0 peer=1     (after both gpu records; one line per direction)
  *   mig gpu=0 index=0 gi=2 ci=0 uuid=MIG-... name="... MIG 3g.40gb" gislices=3 cislices=3 memmb=40192 [sms=14]
  * A MIG device's name ends in its profile, as NVML's do; the GPU and compute
  * instance queries derive their answers from it (see fake_mig_profiles).
@@ -832,6 +887,8 @@ static nvmlReturn_t fake_read_config(const char *path, struct fake_state *st)
             rc = fake_record_gpu(&line, st);
         else if (strcmp(line.kind, "mig") == 0)
             rc = fake_record_mig(&line, st);
+        else if (strcmp(line.kind, "nvlink") == 0)
+            rc = fake_record_nvlink(&line, st);
         else
             rc = fake_bad(&line, "unknown record kind", line.kind);
     }
@@ -845,9 +902,9 @@ static nvmlReturn_t fake_read_config(const char *path, struct fake_state *st)
 
 /* The library's own path, not the cwd or a fixed location, decides which
  * config applies, so each test's copy of the library sees its own devices. */
-static int fake_config_path(char *out, size_t size)
+static int fake_sibling_path(char *out, size_t size, const char *env_name, const char *file)
 {
-    const char *env = getenv("FAKE_NVML_CONFIG");
+    const char *env = getenv(env_name);
     Dl_info info;
     const char *slash;
     size_t dirlen;
@@ -862,12 +919,122 @@ static int fake_config_path(char *out, size_t size)
     slash = strrchr(info.dli_fname, '/');
     /* dli_fname is the name as opened; without a directory part that was the cwd. */
     dirlen = slash == NULL ? 1 : (size_t)(slash - info.dli_fname);
-    if (dirlen + 1 + sizeof FAKE_CONFIG_NAME > size)
+    if (dirlen + 2 + strlen(file) > size)
         return -1;
     memcpy(out, slash == NULL ? "." : info.dli_fname, dirlen);
     out[dirlen] = '/';
-    memcpy(out + dirlen + 1, FAKE_CONFIG_NAME, sizeof FAKE_CONFIG_NAME);
+    memcpy(out + dirlen + 1, file, strlen(file) + 1);
     return 0;
+}
+
+static int fake_config_path(char *out, size_t size)
+{
+    return fake_sibling_path(out, size, "FAKE_NVML_CONFIG", FAKE_CONFIG_NAME);
+}
+
+/* ---- events ------------------------------------------------------------- */
+
+struct fake_event {
+    struct fake_device *device;
+    unsigned long long type, data;
+    unsigned int gi, ci;
+};
+
+struct fake_event_set {
+    int used;
+    unsigned int head, count;
+    struct fake_event queue[FAKE_MAX_QUEUED];
+};
+
+static struct fake_event_set event_sets[FAKE_MAX_SETS];
+static long events_offset; /* how much of the events file has been applied */
+
+#define NVML_EVENT_TYPE_SINGLE_BIT_ECC 0x1ULL
+#define NVML_EVENT_TYPE_DOUBLE_BIT_ECC 0x2ULL
+#define NVML_EVENT_TYPE_XID 0x8ULL
+#define FAKE_NO_INSTANCE 0xFFFFFFFFu
+
+static void fake_queue_event(struct fake_device *gpu, unsigned long long xid, unsigned int gi, unsigned int ci)
+{
+    for (unsigned int i = 0; i < FAKE_MAX_SETS; i++) {
+        struct fake_event_set *set = &event_sets[i];
+        struct fake_event *e;
+
+        if (!set->used || !(gpu->events & NVML_EVENT_TYPE_XID) || set->count == FAKE_MAX_QUEUED)
+            continue;
+        e = &set->queue[(set->head + set->count) % FAKE_MAX_QUEUED];
+        e->device = gpu;
+        e->type = NVML_EVENT_TYPE_XID;
+        e->data = xid;
+        e->gi = gi;
+        e->ci = ci;
+        set->count++;
+    }
+}
+
+/*
+ * The events file, one record per line, appended to while the library runs:
+ *   xid gpu=3 xid=79 [gi=2 ci=0]   an Xid error on GPU 3 (on a MIG device's GPU and compute instance)
+ *   lost gpu=3                     GPU 3 falls off the bus: its handle lookups answer "GPU is lost"
+ *   recover gpu=3                  GPU 3 answers again
+ * Read from where the last read stopped. The first read (at nvmlInit) applies lost and recover and
+ * skips xid lines: a process hears only of errors raised after it started, as with a real driver.
+ * A malformed line is reported on stderr and skipped.
+ */
+static void fake_read_events(int replay)
+{
+    char path[PATH_MAX], buf[FAKE_LINE_SIZE];
+    struct fake_line line;
+    FILE *f;
+
+    if (fake_sibling_path(path, sizeof path, "FAKE_NVML_EVENTS", FAKE_EVENTS_NAME) != 0)
+        return;
+    f = fopen(path, "re");
+    if (f == NULL)
+        return;
+    if (fseek(f, events_offset, SEEK_SET) != 0) {
+        fclose(f);
+        return;
+    }
+    memset(&line, 0, sizeof line);
+    line.path = path;
+    for (;;) {
+        long start = ftell(f);
+        unsigned int gpu, gi, ci;
+        unsigned long long xid;
+        int r = fake_read_line(f, buf, sizeof buf);
+
+        /* A line still being written (no newline yet) waits for the next read. */
+        if (r == 0 || (r > 0 && feof(f))) {
+            events_offset = start;
+            break;
+        }
+        line.lineno++;
+        if (r < 0 || fake_tokenize(buf, &line) != 1)
+            continue;
+        if (fake_uint(&line, "gpu", 1, 0, FAKE_MAX_GPUS - 1, &gpu) != 0)
+            continue;
+        if (gpu >= live.gpu_count) {
+            fake_bad(&line, "no such gpu", NULL);
+            continue;
+        }
+        if (strcmp(line.kind, "lost") == 0 && fake_check_all_seen(&line) == 0) {
+            live.gpus[gpu].lost = 1;
+        } else if (strcmp(line.kind, "recover") == 0 && fake_check_all_seen(&line) == 0) {
+            live.gpus[gpu].lost = 0;
+        } else if (strcmp(line.kind, "xid") == 0) {
+            if (fake_num(&line, "xid", 1, 0, ULLONG_MAX, &xid) != 0 ||
+                fake_uint(&line, "gi", 0, FAKE_NO_INSTANCE, UINT_MAX, &gi) != 0 ||
+                fake_uint(&line, "ci", 0, FAKE_NO_INSTANCE, UINT_MAX, &ci) != 0 || fake_check_all_seen(&line) != 0)
+                continue;
+            if (!replay)
+                fake_queue_event(&live.gpus[gpu], xid, gi, ci);
+        } else {
+            fake_bad(&line, "unknown event record", line.kind);
+        }
+        events_offset = ftell(f);
+    }
+    fclose(f);
 }
 
 /* ---- helpers for the API ------------------------------------------------ */
@@ -996,6 +1163,9 @@ nvmlReturn_t nvmlInitWithFlags(unsigned int flags)
      * half-filled device table behind. */
     live = staged;
     init_refs = 1;
+    memset(event_sets, 0, sizeof event_sets);
+    events_offset = 0;
+    fake_read_events(1);
     return NVML_SUCCESS;
 }
 
@@ -1081,6 +1251,7 @@ nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *dev
         return NVML_ERROR_UNINITIALIZED;
     if (device == NULL || index >= live.gpu_count)
         return NVML_ERROR_INVALID_ARGUMENT;
+    fake_read_events(0);
     if (live.gpus[index].lost)
         return NVML_ERROR_GPU_IS_LOST;
     *device = &live.gpus[index];
@@ -1098,6 +1269,7 @@ nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
         return NVML_ERROR_UNINITIALIZED;
     if (uuid == NULL || device == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    fake_read_events(0);
     for (g = 0; g < live.gpu_count; g++) {
         if (strcmp(live.gpus[g].uuid, uuid) == 0) {
             if (live.gpus[g].lost)
@@ -1636,4 +1808,172 @@ nvmlReturn_t nvmlGpuInstanceGetComputeInstanceProfileInfoV(nvmlGpuInstance_t gpu
     memcpy(info, &v3, sizeof *info);
     info->version = FAKE_CI_PROFILE_V2;
     return NVML_SUCCESS;
+}
+
+/* ---- events and topology (the device plugin's health checks and allocation) ---- */
+
+typedef struct {
+    nvmlDevice_t device;
+    unsigned long long eventType;
+    unsigned long long eventData;
+    unsigned int gpuInstanceId;
+    unsigned int computeInstanceId;
+} nvmlEventData_t;
+
+typedef struct fake_event_set *nvmlEventSet_t;
+
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
+{
+    if (init_refs == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    if (set == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (unsigned int i = 0; i < FAKE_MAX_SETS; i++) {
+        if (!event_sets[i].used) {
+            memset(&event_sets[i], 0, sizeof event_sets[i]);
+            event_sets[i].used = 1;
+            *set = &event_sets[i];
+            return NVML_SUCCESS;
+        }
+    }
+    return NVML_ERROR_UNKNOWN;
+}
+
+static struct fake_event_set *fake_set(nvmlEventSet_t set)
+{
+    uintptr_t p = (uintptr_t)set, base = (uintptr_t)event_sets;
+
+    if (p < base || p >= base + sizeof event_sets || (p - base) % sizeof event_sets[0] != 0)
+        return NULL;
+    return event_sets[(p - base) / sizeof event_sets[0]].used ? set : NULL;
+}
+
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set)
+{
+    struct fake_event_set *found;
+
+    if (init_refs == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    found = fake_set(set);
+    if (found == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    found->used = 0;
+    return NVML_SUCCESS;
+}
+
+/* Xid and ECC events on every GPU; none on a MIG device (NVML registers them on the GPU). */
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long *types)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, types, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (d->is_mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (d->lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    *types = NVML_EVENT_TYPE_SINGLE_BIT_ECC | NVML_EVENT_TYPE_DOUBLE_BIT_ECC | NVML_EVENT_TYPE_XID;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types, nvmlEventSet_t set)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, &types, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (fake_set(set) == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    if (d->is_mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (d->lost)
+        return NVML_ERROR_GPU_IS_LOST;
+    d->events |= types;
+    return NVML_SUCCESS;
+}
+
+/* Polls the events file every 10 ms until an event is queued or the time is up. */
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t *data, unsigned int timeoutms)
+{
+    struct fake_event_set *found;
+    unsigned int waited = 0;
+
+    if (init_refs == 0)
+        return NVML_ERROR_UNINITIALIZED;
+    found = fake_set(set);
+    if (found == NULL || data == NULL)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    for (;;) {
+        fake_read_events(0);
+        if (found->count > 0) {
+            const struct fake_event *e = &found->queue[found->head];
+
+            data->device = e->device;
+            data->eventType = e->type;
+            data->eventData = e->data;
+            data->gpuInstanceId = e->gi;
+            data->computeInstanceId = e->ci;
+            found->head = (found->head + 1) % FAKE_MAX_QUEUED;
+            found->count--;
+            return NVML_SUCCESS;
+        }
+        if (waited >= timeoutms)
+            return NVML_ERROR_TIMEOUT;
+        usleep(10000);
+        waited += 10;
+    }
+}
+
+/* nvmlGpuTopologyLevel_t: the same PCIe switch, else the same NUMA node, else across CPUs. */
+#define NVML_TOPOLOGY_SINGLE 10
+#define NVML_TOPOLOGY_NODE 40
+#define NVML_TOPOLOGY_SYSTEM 50
+
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2, int *level)
+{
+    struct fake_device *a, *b;
+    nvmlReturn_t rc = fake_device(device1, level, &a);
+
+    if (rc != NVML_SUCCESS || (rc = fake_device(device2, level, &b)) != NVML_SUCCESS)
+        return rc;
+    if (a->is_mig || b->is_mig || a->numa < 0 || b->numa < 0)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (a->pcisw >= 0 && a->pcisw == b->pcisw)
+        *level = NVML_TOPOLOGY_SINGLE;
+    else if (a->numa == b->numa)
+        *level = NVML_TOPOLOGY_NODE;
+    else
+        *level = NVML_TOPOLOGY_SYSTEM;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link, unsigned int *isActive)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, isActive, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (d->is_mig || !d->has_links)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= FAKE_MAX_LINKS)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *isActive = d->links[link] >= 0;
+    return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link, nvmlPciInfo_t *pci)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, pci, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (d->is_mig || !d->has_links)
+        return NVML_ERROR_NOT_SUPPORTED;
+    if (link >= FAKE_MAX_LINKS || d->links[link] < 0)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return nvmlDeviceGetPciInfo_v3(&live.gpus[d->links[link]], pci);
 }

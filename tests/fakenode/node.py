@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tests.fakenode.nvml import FakeGpu, FakeMig, FakeNvmlConfig, build_fake_nvml
+from tests.fakenode.nvml import FakeGpu, FakeMig, FakeNvmlConfig, append_event, build_fake_nvml
 from tests.fakenode.tools import NodeTools, node_tools
 
 LIB_DIR = "/usr/lib/x86_64-linux-gnu"
@@ -172,9 +172,24 @@ class Preset:
     migs: tuple[FakeMig, ...] = ()
     sockets: bool = False
     layout: Layout = LAYOUTS["debian"]
+    nvlinks: tuple[tuple[int, int, int], ...] = ()  # (gpu, link, peer gpu), one entry per direction
 
 
-def fake_gpu(index: int, bus: int, *, mig: str = "disabled") -> FakeGpu:
+def nvlink_pairs(pairs: tuple[tuple[int, int], ...], links: int) -> tuple[tuple[int, int, int], ...]:
+    """``links`` NVLinks between each pair, both directions, numbered from 0 on each GPU."""
+    used: dict[int, int] = {}
+    found = []
+    for a, b in pairs:
+        for _ in range(links):
+            for gpu, peer in ((a, b), (b, a)):
+                found.append((gpu, used.get(gpu, 0), peer))
+                used[gpu] = used.get(gpu, 0) + 1
+    return tuple(found)
+
+
+def fake_gpu(
+    index: int, bus: int, *, mig: str = "disabled", numa: int | None = None, pcisw: int | None = None
+) -> FakeGpu:
     return FakeGpu(
         index=index,
         minor=index,
@@ -182,6 +197,8 @@ def fake_gpu(index: int, bus: int, *, mig: str = "disabled") -> FakeGpu:
         bus_id=f"00000000:{bus:02X}:00.0",
         name="NVIDIA H100 80GB HBM3",
         mig=mig,
+        numa=numa,
+        pcisw=pcisw,
     )
 
 
@@ -205,9 +222,16 @@ PRESETS = {
     "eight": Preset(
         "eight",
         "580.95.05",
-        tuple(fake_gpu(i, bus, mig="enabled" if i == 0 else "disabled") for i, bus in enumerate(BUSES)),
+        # Two NUMA nodes of four GPUs, two GPUs per PCIe switch, four NVLinks within the pairs 2-3,
+        # 4-5 and 6-7 (GPU 0 is in MIG mode, GPU 1 has no NVLink): what the device plugin's
+        # topology-aware allocation is tested on. Nothing else reads these.
+        tuple(
+            fake_gpu(i, bus, mig="enabled" if i == 0 else "disabled", numa=i // 4, pcisw=i // 2)
+            for i, bus in enumerate(BUSES)
+        ),
         (_mig(0, 2, "3g.40gb", 3, 40192), _mig(1, 7, "1g.10gb", 1, 9856), _mig(2, 8, "1g.10gb", 1, 9856)),
         sockets=True,
+        nvlinks=nvlink_pairs(((2, 3), (4, 5), (6, 7)), 4),
     ),
     **{
         name: Preset(name, "580.95.05", (fake_gpu(0, BUSES[0]),), layout=LAYOUTS[name])
@@ -274,10 +298,20 @@ class FakeNode:
         return ["--driver-root", self.tree, *dev_args, "--proc-root", self.proc, "--sys-root", self.sys]
 
     def nvml_config(self) -> FakeNvmlConfig:
-        return FakeNvmlConfig(self.version, 13000, list(self.preset.gpus), list(self.preset.migs))
+        return FakeNvmlConfig(
+            self.version,
+            13000,
+            list(self.preset.gpus),
+            list(self.preset.migs),
+            nvlinks=list(self.preset.nvlinks),
+        )
 
     def write_nvml_config(self, config: FakeNvmlConfig) -> None:
         Path(self.lib_dir, "fake-nvml.conf").write_text(config.render())
+
+    def nvml_event(self, line: str) -> None:
+        """Tell the running fake NVML of an event: ``xid gpu=3 xid=79``, ``lost gpu=3``, ``recover gpu=3``."""
+        append_event(self.lib_dir, line)
 
     def reconfigure_mig(self, migs: tuple[FakeMig, ...]) -> None:
         """What ``nvidia-smi mig -dci/-dgi/-cgi/-cci`` leaves behind: NVML's MIG devices, the driver's
@@ -302,14 +336,23 @@ def _symlink(target: str, link: str) -> None:
 PROGRAM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_program.c")
 
 
+# What a library exports besides its marker function: CUDA's first two calls, so that a program that
+# loads libcuda.so.1 and asks it for its devices (realnode/cuda_probe.c) passes on the fake node.
+EXPORTS = {
+    "libcuda.so.1": "int cuInit(unsigned int flags) { return 0; }\n"
+    "int cuDeviceGetCount(int *count) { *count = 1; return 0; }\n",
+}
+
+
 def _stub(soname: str, out: str, cache_dir: str, gcc: str) -> None:
-    """A real shared object with ``soname``, compiled once per SONAME into ``cache_dir``."""
-    key = hashlib.sha256(soname.encode()).hexdigest()[:16]
+    """A real shared object with ``soname``, compiled once per source text into ``cache_dir``."""
+    symbol = "".join(c if c.isalnum() else "_" for c in soname)
+    text = f"int cdictk_fake_{symbol}(void) {{ return 0; }}\n" + EXPORTS.get(soname, "")
+    key = hashlib.sha256(f"{soname}\0{text}".encode()).hexdigest()[:16]
     cached = os.path.join(cache_dir, f"stub-{key}.so")
     if not os.path.exists(cached):
         source = os.path.join(cache_dir, f"stub-{key}.c")
-        symbol = "".join(c if c.isalnum() else "_" for c in soname)
-        Path(source).write_text(f"int cdictk_fake_{symbol}(void) {{ return 0; }}\n")
+        Path(source).write_text(text)
         subprocess.run(
             [gcc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{soname}", "-o", cached + ".tmp", source],
             check=True,
@@ -527,4 +570,6 @@ def _sysfs(node: FakeNode) -> None:
         drm = f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}/drm"
         os.makedirs(f"{drm}/card{gpu.index + 1}", exist_ok=True)
         os.makedirs(f"{drm}/renderD{128 + gpu.index}", exist_ok=True)
+        if gpu.numa is not None:
+            _write(f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}/numa_node", f"{gpu.numa}\n")
     _write(f"{node.sys}/module/firmware_class/parameters/path", node.preset.layout.firmware_param + "\n")

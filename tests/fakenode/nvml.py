@@ -13,9 +13,10 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 CONFIG_NAME = "fake-nvml.conf"
+EVENTS_NAME = "fake-nvml.events"  # appended to at run time: Xid errors, GPUs lost and recovered
 MIG_MODES = ("disabled", "enabled", "unsupported")
 # nvmlBrandType_t values from nvml.h (a few of them; any number may be configured).
 NVML_BRAND_UNKNOWN = 0
@@ -46,6 +47,8 @@ class FakeGpu:
     brand: int = NVML_BRAND_NVIDIA  # an nvmlBrandType_t value
     lost: bool = False  # nvmlDeviceGetHandleByIndex (and ByUUID) answer "GPU is lost", as after an Xid 79
     memory_mb: int = 81559  # total memory (nvmlDeviceGetMemoryInfo), an H100 80GB HBM3's
+    numa: int | None = None  # NUMA node (also sysfs numa_node); None: topology not supported
+    pcisw: int | None = None  # the PCIe switch it hangs off; GPUs on one switch are TOPOLOGY_SINGLE
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class FakeNvmlConfig:
     migs: list[FakeMig]
     init_error: int = 0  # an NVML_ERROR_* code that nvmlInit returns instead of succeeding
     init_hang: bool = False  # nvmlInit never returns, as with a driver stuck in the kernel
+    nvlinks: list[tuple[int, int, int]] = field(default_factory=list)  # (gpu, link, peer gpu), per direction
 
     def render(self) -> str:
         lines = [f"driver version={_value(self.driver_version)} cuda={self.cuda_version}"]
@@ -82,6 +86,8 @@ class FakeNvmlConfig:
                 f"gpu index={gpu.index} minor={gpu.minor} uuid={_value(gpu.uuid)} bus={_value(gpu.bus_id)}"
                 f" name={_value(gpu.name)} mig={gpu.mig} maxmig={gpu.max_mig}"
                 f" arch={_value(gpu.arch)} brand={gpu.brand} lost={int(gpu.lost)} memmb={gpu.memory_mb}"
+                + (f" numa={gpu.numa}" if gpu.numa is not None else "")
+                + (f" pcisw={gpu.pcisw}" if gpu.pcisw is not None else "")
             )
         for mig in self.migs:
             lines.append(
@@ -89,6 +95,7 @@ class FakeNvmlConfig:
                 f" name={_value(mig.name)} gislices={mig.gi_slices} cislices={mig.ci_slices}"
                 f" memmb={mig.memory_mb} sms={mig.sms}"
             )
+        lines += [f"nvlink gpu={gpu} link={link} peer={peer}" for gpu, link, peer in self.nvlinks]
         return "\n".join(lines) + "\n"
 
     def write(self, directory: str) -> str:
@@ -154,3 +161,11 @@ def _compile(output: str) -> None:
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise RuntimeError(f"building the fake NVML failed ({' '.join(command)}):\n{result.stderr}")
+
+
+def append_event(directory: str, line: str) -> None:
+    """Tell a running fake NVML in ``directory`` of an event: ``xid gpu=N xid=X [gi= ci=]``, ``lost gpu=N``
+    or ``recover gpu=N`` (fake_nvml.c reads the file from where it stopped, at every event wait and
+    handle lookup)."""
+    with open(os.path.join(directory, EVENTS_NAME), "a", encoding="utf-8") as out:
+        out.write(line.rstrip("\n") + "\n")

@@ -5,6 +5,7 @@ GPU 0 of the node is in MIG mode with three MIG devices (0:0, 0:1, 0:2); GPUs 1 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -434,10 +435,20 @@ def test_every_exported_error_is_a_cdictk_error() -> None:
     assert all(hasattr(api, name) for name in api.__all__)
 
 
-def test_the_models_records_are_changed_and_flattened_with_the_exported_helpers() -> None:
+@pytest.mark.parametrize(
+    "record", [api.Spec, api.Device, api.ContainerEdits, api.DeviceNode, api.Mount, api.Hook]
+)
+def test_every_public_record_is_a_dataclass(record: type[Any]) -> None:
+    made = record()
+    assert dataclasses.is_dataclass(made) and not isinstance(made, type)
+    assert list(dataclasses.asdict(made)) == [field.name for field in dataclasses.fields(made)]
+    assert dataclasses.replace(made) == made
+
+
+def test_the_models_records_are_changed_and_flattened_with_dataclasses() -> None:
     mount = api.Mount(host_path="/usr/lib/libcuda.so.1", container_path="/usr/lib/libcuda.so.1")
     device = api.Device(name="0", container_edits=api.ContainerEdits(mounts=[mount]))
-    renamed = api.replace(device, name="1")
+    renamed = dataclasses.replace(device, name="1")
     assert renamed.name == "1" and renamed.container_edits is device.container_edits
-    flat = api.asdict(renamed)
+    flat = dataclasses.asdict(renamed)
     assert flat["name"] == "1" and flat["container_edits"]["mounts"][0]["host_path"] == mount.host_path

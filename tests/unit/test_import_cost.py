@@ -2,14 +2,12 @@
 
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from tests import REPO
-from tests.conftest import NodeFactory
 
-HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools")
+HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools", "grpc", "google.protobuf")
 
 
 @pytest.mark.parametrize(
@@ -57,6 +55,17 @@ def test_generate_imports_nvml_and_elf_readers_only_when_it_scans() -> None:
 LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse", "subprocess", "ctypes"}
 
 
+@pytest.mark.parametrize("module", ["cdictk.cli.main", "cdictk.api", "cdictk.runtime.shim"])
+def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
+    """The kubernetes extra is optional: the CLI (whose device-plugin command imports them when it
+    runs), the library API and the start path load neither grpc nor protobuf."""
+    code = (
+        f"import sys, {module}; print(','.join(m for m in ('grpc', 'google.protobuf') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "", f"{module} pulls in {result.stdout.strip()}"
+
+
 @pytest.mark.parametrize(
     "module",
     [
@@ -83,44 +92,3 @@ def test_container_start_modules_import_only_light_standard_modules(module: str)
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert module in imported
     assert not LIGHT & imported, f"{module} imports {sorted(LIGHT & imported)}"
-
-
-# Issue 19: discovery runs in every generate and in the shim's in-memory spec (python -I -S), where re
-# costs 1.5 ms to import and a compile per regex; fnmatch imports re. Every `import re` or `import
-# fnmatch` statement is recorded with the module that runs it, then what sys.modules holds at the end.
-WATCH_RE = (
-    "import builtins, sys\n"
-    "seen = []\n"
-    "real_import = builtins.__import__\n"
-    "def watch(name, globals=None, locals=None, fromlist=(), level=0):\n"
-    "    if name in ('re', 'fnmatch'):\n"
-    "        seen.append(f\"{(globals or {}).get('__name__')} imports {name}\")\n"
-    "    return real_import(name, globals, locals, fromlist, level)\n"
-    "builtins.__import__ = watch\n"
-)
-WATCH_RE_REPORT = "print('; '.join(seen + [f'{m} loaded' for m in ('re', 'fnmatch') if m in sys.modules]))\n"
-
-
-def test_discovery_imports_neither_re_nor_fnmatch() -> None:
-    code = (
-        f"{WATCH_RE}sys.path.append({str(REPO)!r})\n"
-        "import cdictk.nvcdi.nodespec, cdictk.node.facts\n"
-        f"{WATCH_RE_REPORT}"
-    )
-    result = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True, check=True
-    )
-    assert result.stdout.strip() == ""
-
-
-def test_a_gpu_servers_generate_compiles_no_regex(make_node: NodeFactory, tmp_path: Path) -> None:
-    """The whole of ``cdictk cdi generate`` (discovery, the spec, its checks, the YAML written) on the
-    fake eight-GPU node with MIG: re is never imported, so no regex is compiled. (NVML's forked child
-    imports it with pynvml; that process records nothing here.)"""
-    node = make_node("eight")
-    output = tmp_path / "nvidia.yaml"
-    argv = ["cdi", "generate", *node.cli_args(), "--output", str(output)]
-    code = f"{WATCH_RE}from cdictk.cli.console import main\nstatus = main({argv!r})\n{WATCH_RE_REPORT}"
-    result = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True, check=True)
-    assert output.exists(), result.stderr
-    assert result.stdout.strip() == ""

@@ -42,7 +42,6 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.trust",
             "cdictk.trustscan",
             "cdictk.elfdso",
-            "cdictk.record",
         ),
         (),
     ),
@@ -54,9 +53,11 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "configure": (("cdictk.configure",), ("helpers", "node")),
     "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime", "configure")),
     "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),
+    # The Kubernetes node agents: gRPC front-ends over the library API (and the node's facts).
+    "deviceplugin": (("cdictk.deviceplugin",), ("helpers", "node", "api")),
     "cli": (
         ("cdictk.cli", "cdictk.__main__"),
-        ("helpers", "hooks", "cdi", "node", "nvcdi", "runtime", "configure", "info", "api"),
+        ("helpers", "hooks", "cdi", "node", "nvcdi", "runtime", "configure", "info", "api", "deviceplugin"),
     ),
 }
 ROOT = "cdictk"

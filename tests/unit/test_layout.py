@@ -6,7 +6,11 @@ from tests import REPO
 
 UNIT = REPO / "tests" / "unit"
 # Trees that are not cdictk's packages but have tests of their own.
-OTHER_TREES = {"deploy": REPO / "deploy", "fakenode": REPO / "tests" / "fakenode"}
+OTHER_TREES = {
+    "deploy": REPO / "deploy",
+    "fakenode": REPO / "tests" / "fakenode",
+    "realnode": REPO / "realnode",
+}
 # Tests of a concern rather than of one module, each named for it.
 CONCERNS = {
     "test_import_cost.py",  # what the start path imports

@@ -24,8 +24,7 @@ import signal
 import sys
 import time
 
-from cdictk.node.nvml import NvmlError
-from cdictk.node.nvmllib import NvmlLibrary
+from cdictk.node.nvmllib import NvmlError, NvmlLibrary
 from cdictk.runtime.prestart.require import KEYS, Facts, GpuFacts
 
 TYPE_CHECKING = False

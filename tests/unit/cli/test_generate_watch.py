@@ -180,7 +180,7 @@ def test_a_spec_removed_right_after_the_write_is_still_put_back(
         os.unlink(path)  # someone removes it before the watch looks at it
         return written
 
-    monkeypatch.setattr(fsutil, "atomic_write", write_then_lose)
+    monkeypatch.setattr("cdictk.nvcdi.specfile.atomic_write", write_then_lose)
     node = tmp_path / "node"
     roots = Roots.from_options(str(node), str(node), str(node / "proc"), str(node / "sys"))
     said: list[str] = []
@@ -197,7 +197,7 @@ def test_a_spec_removed_right_after_the_write_is_still_put_back(
     assert not output.exists()
     assert watched.fingerprint() != before  # so the watch generates again at its next look
 
-    monkeypatch.setattr(fsutil, "atomic_write", real_write)
+    monkeypatch.setattr("cdictk.nvcdi.specfile.atomic_write", real_write)
     watched.regenerate()
     assert output.read_bytes() == b"spec\n"
     assert watched.fingerprint() == watched.fingerprint()  # and then rests

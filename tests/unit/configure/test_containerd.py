@@ -70,6 +70,7 @@ def test_drop_in_appends_to_imports_and_carries_the_whole_cri_table() -> None:
     assert cri["containerd"]["runtimes"]["cdictk"] == {
         "runtime_type": "io.containerd.runc.v2",
         "options": {"SystemdCgroup": True, "BinaryName": PATH},  # copied from the default runtime
+        "container_annotations": ["cdi.k8s.io/*"],  # so that a device plugin's reach the shim
     }
 
 
@@ -105,7 +106,11 @@ def test_empty_config_gets_version_imports_and_runc() -> None:
     # containerd 1.6 drops its built-in runc once a config names any runtime.
     assert runtimes == {
         "runc": {"runtime_type": "io.containerd.runc.v2"},
-        "cdictk": {"runtime_type": "io.containerd.runc.v2", "options": {"BinaryName": PATH}},
+        "cdictk": {
+            "runtime_type": "io.containerd.runc.v2",
+            "options": {"BinaryName": PATH},
+            "container_annotations": ["cdi.k8s.io/*"],
+        },
     }
 
 
@@ -196,6 +201,7 @@ cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
 
 [plugins."{cri}".containerd.runtimes.cdictk]
 runtime_type = "io.containerd.runc.v2"
+container_annotations = ["cdi.k8s.io/*"]
 
 [plugins."{cri}".containerd.runtimes.cdictk.options]
 BinaryName = "/usr/local/bin/cdictk-runtime"
@@ -227,6 +233,7 @@ BinaryName = "/usr/local/bin/cdictk-runtime"
   "{cri}".containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"
   "{cri}".containerd.runtimes.cdictk.runtime_type = "io.containerd.runc.v2"
   "{cri}".containerd.runtimes.cdictk.options.BinaryName = "/usr/local/bin/cdictk-runtime"
+  "{cri}".containerd.runtimes.cdictk.container_annotations = ["cdi.k8s.io/*"]
   "{cri}".containerd.default_runtime_name = "cdictk"
 
 [debug]
@@ -247,6 +254,7 @@ plugins."{cri}".containerd.default_runtime_name = "cdictk"
 plugins."{cri}".containerd.runtimes.runc.runtime_type = "io.containerd.runc.v2"
 plugins."{cri}".containerd.runtimes.cdictk.runtime_type = "io.containerd.runc.v2"
 plugins."{cri}".containerd.runtimes.cdictk.options.BinaryName = "/usr/local/bin/cdictk-runtime"
+plugins."{cri}".containerd.runtimes.cdictk.container_annotations = ["cdi.k8s.io/*"]
 root = "/var/lib/containerd"
 """,
     ),
@@ -277,6 +285,7 @@ root = "/var/lib/containerd"
 
 [plugins."{cri}".containerd.runtimes.cdictk]
 runtime_type = "io.containerd.runc.v2"
+container_annotations = ["cdi.k8s.io/*"]
 
 [plugins."{cri}".containerd.runtimes.cdictk.options]
 SystemdCgroup = true

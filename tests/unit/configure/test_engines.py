@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,6 @@ from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.errors import CdictkError, Problem
 from cdictk.node.roots import join
-from cdictk.record import replace
 
 RUNTIME = "/usr/local/bin/cdictk-runtime"
 EACH = pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))

@@ -14,8 +14,7 @@ from typing import Any
 import pynvml
 import pytest
 
-from cdictk.node.nvml import NvmlError
-from cdictk.node.nvmllib import BRANDS
+from cdictk.node.nvmllib import BRANDS, NvmlError
 from cdictk.runtime.prestart.driverfacts import driver_facts, driver_facts_apart
 from cdictk.runtime.prestart.require import (
     Facts,

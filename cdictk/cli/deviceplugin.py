@@ -1,0 +1,152 @@
+"""``cdictk device-plugin``: a kubelet device plugin for NVIDIA GPUs that hands out CDI names.
+
+grpcio and protobuf come with ``pip install 'cdictk[kubernetes]'``; they are imported only when the
+command runs, so the rest of cdictk (and every container start) never loads them.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from cdictk.errors import CdictkError
+
+
+def _log(line: str) -> None:
+    print(f"cdictk device-plugin: {line}", file=sys.stderr, flush=True)
+
+
+@click.command("device-plugin")
+@click.option(
+    "--config",
+    "config_file",
+    metavar="FILE",
+    help="Settings file (YAML, the shape of NVIDIA's device plugin config: version, flags, "
+    "sharing.timeSlicing; plus cdi and health). Flags override it.",
+)
+@click.option(
+    "--mig-strategy",
+    type=click.Choice(["none", "single", "mixed"]),
+    help="none: whole GPUs as nvidia.com/gpu (GPUs in MIG mode left out); single: MIG devices as "
+    "nvidia.com/gpu (one profile on the node); mixed: nvidia.com/gpu and nvidia.com/mig-<profile>. "
+    "Default: none.",
+)
+@click.option(
+    "--device-list-strategy",
+    metavar="LIST",
+    help="What Allocate answers, comma-separated: cdi-cri (the CRI's CDI field, Kubernetes 1.28+ with "
+    "containerd 1.7.2+ or CRI-O 1.28+), cdi-annotations (cdi.k8s.io/ annotations: containerd 1.7 with CDI "
+    "on, or cdictk-runtime), volume-mounts (for cdictk-runtime with accept-volume-mounts or NVIDIA's "
+    "runtime). envvar is refused. Default: cdi-cri,cdi-annotations.",
+)
+@click.option("--cdi-kind", metavar="VENDOR/CLASS", help="The node spec's kind. Default: nvidia.com/gpu.")
+@click.option(
+    "--spec-dir",
+    "spec_dirs",
+    multiple=True,
+    metavar="DIR",
+    help="Where the node's CDI spec is: Allocate fails when a name is in none (repeatable; default "
+    "/etc/cdi and /var/run/cdi). --no-spec-check turns the check off.",
+)
+@click.option("--no-spec-check", is_flag=True, help="Do not check that the CDI names are in a spec.")
+@click.option(
+    "--plugin-dir",
+    metavar="DIR",
+    help="The kubelet's device plugin directory. Default: /var/lib/kubelet/device-plugins.",
+)
+@click.option("--driver-root", metavar="DIR", help="Root of the driver's files. Default: /.")
+@click.option("--dev-root", metavar="DIR", help="Root holding dev/nvidia*. Default: the driver root.")
+@click.option("--proc-root", metavar="DIR", help="Where procfs is. Default: /proc.")
+@click.option("--sys-root", metavar="DIR", help="Where sysfs is (NUMA nodes). Default: /sys.")
+@click.option(
+    "--xid-recovery",
+    metavar="SECONDS|never",
+    help="How long a GPU stays unhealthy after a fatal Xid once NVML answers for it again. Default: 300.",
+)
+@click.option("--no-health-checks", is_flag=True, help="Report every device healthy; no NVML events.")
+@click.option(
+    "--rescan-interval",
+    type=float,
+    metavar="SECONDS",
+    help="How often to look for driver, GPU and MIG changes. Default: 2.",
+)
+def device_plugin_command(
+    *,
+    config_file: str | None,
+    mig_strategy: str | None,
+    device_list_strategy: str | None,
+    cdi_kind: str | None,
+    spec_dirs: tuple[str, ...],
+    no_spec_check: bool,
+    plugin_dir: str | None,
+    driver_root: str | None,
+    dev_root: str | None,
+    proc_root: str | None,
+    sys_root: str | None,
+    xid_recovery: str | None,
+    no_health_checks: bool,
+    rescan_interval: float | None,
+) -> int:
+    """Offer the node's GPUs (or MIG devices) to the kubelet and answer its Allocate calls with the CDI
+    names of the node's spec (nvidia.com/gpu=<UUID>), never with NVIDIA_VISIBLE_DEVICES.
+
+    It registers nvidia.com/gpu (and nvidia.com/mig-<profile> with --mig-strategy mixed) by GPU and MIG
+    UUID with their NUMA nodes; offers GPUs that share NVLinks or a PCIe switch together
+    (GetPreferredAllocation); reports a GPU unhealthy when NVML loses it or it raises a fatal Xid, and
+    healthy again when it recovers; registers again when the kubelet restarts; follows MIG changes.
+    Time-slicing (replicas) is set in the settings file. The node's spec must be written (cdictk cdi
+    generate --watch, as the DaemonSet in deploy/kubernetes runs beside this). Runs until SIGTERM.
+    See docs/kubernetes.md.
+    """
+    try:
+        from cdictk.deviceplugin import pluginsettings as loader  # noqa: PLC0415 - needs the kubernetes extra
+        from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415
+    except ImportError as exc:
+        raise CdictkError(
+            "", "device-plugin", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"
+        ) from None
+    settings = loader.load(config_file) if config_file else loader.Settings()
+    flags: dict[str, Any] = {
+        "mig_strategy": mig_strategy,
+        "cdi_kind": cdi_kind,
+        "plugin_dir": plugin_dir,
+        "driver_root": driver_root,
+        "dev_root": dev_root,
+        "proc_root": proc_root,
+        "sys_root": sys_root,
+        "rescan_interval": rescan_interval,
+    }
+    if device_list_strategy is not None:
+        flags["list_strategies"] = loader.list_strategies(device_list_strategy)
+    if spec_dirs:
+        flags["spec_dirs"] = spec_dirs
+    if no_spec_check:
+        flags["spec_dirs"] = ()
+    if no_health_checks:
+        flags["health_enabled"] = False
+    if xid_recovery is not None:
+        flags["health_xid_recovery"] = _seconds_or_never(xid_recovery)
+    if rescan_interval is not None and rescan_interval <= 0:
+        raise CdictkError("", "--rescan-interval", "must be above 0")
+    settings = loader.with_flags(settings, **flags)
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
+    DevicePlugin(settings, _log).run(stop)
+    return 0
+
+
+def _seconds_or_never(text: str) -> float | None:
+    if text == "never":
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if value < 0:
+        raise CdictkError("", "--xid-recovery", f"must be a number of seconds or never, not {text!r}")
+    return value

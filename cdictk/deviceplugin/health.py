@@ -1,0 +1,176 @@
+"""Which devices are healthy: Xid events and lost GPUs from NVML, and their recovery.
+
+The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps the state:
+
+- a GPU NVML cannot find (lost, fallen off the bus) is unhealthy, with its MIG devices, until NVML
+  answers for it again;
+- a fatal Xid (any but the application errors of :data:`settings.IGNORED_XIDS` and the settings'
+  own list) makes the GPU unhealthy, or only the MIG device whose GPU and compute instance it names,
+  until ``xid_recovery`` seconds pass without another and NVML answers for the GPU; with
+  ``xid_recovery`` None, until the plugin restarts (NVIDIA's plugin never recovers a device);
+- while the child is down or its event wait fails, every device is unhealthy: nothing vouches for them.
+
+:meth:`HealthMonitor.feed` takes the child's messages, so the rules are tested without a child.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from cdictk.deviceplugin.pluginsettings import Health
+
+
+@dataclass(frozen=True, slots=True)
+class Watched:
+    """A device as health sees it: its own UUID, its GPU's, and for a MIG device its instances."""
+
+    uuid: str
+    gpu_uuid: str
+    gi: int | None = None
+    ci: int | None = None
+
+
+class HealthMonitor:
+    def __init__(
+        self,
+        settings: Health,
+        on_change: Callable[[], None] = lambda: None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] = lambda line: None,
+    ) -> None:
+        self.settings = settings
+        self.on_change = on_change
+        self.clock = clock
+        self.log = log
+        self._lock = threading.Lock()
+        self._devices: tuple[Watched, ...] = ()
+        self._lost: dict[str, str] = {}
+        self._xids: dict[tuple[str, int | None, int | None], tuple[float, int]] = {}
+        self._down: str | None = None
+        self._links: dict[frozenset[str], int] = {}
+        self._last: dict[str, str] = {}
+        self._child: subprocess.Popen[str] | None = None
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.probes = 0  # probes heard: the child is watching events once there is one
+
+    # ---- the rules ----------------------------------------------------------------------------
+
+    def watch(self, devices: Sequence[Watched]) -> None:
+        """The devices to report on (after discovery); forgets what is known of GPUs no longer there."""
+        with self._lock:
+            self._devices = tuple(devices)
+            gpus = {device.gpu_uuid for device in devices}
+            self._lost = {uuid: why for uuid, why in self._lost.items() if uuid in gpus}
+            self._xids = {key: seen for key, seen in self._xids.items() if key[0] in gpus}
+        self._changed()
+
+    def feed(self, message: dict[str, Any]) -> None:
+        """One message of the NVML child."""
+        with self._lock:
+            if "probe" in message:
+                self.probes += 1
+                self._down = None
+                self._lost = {uuid: why for uuid, why in message["probe"].items() if why}
+            elif "xid" in message:
+                xid = int(message["xid"])
+                if xid in self.settings.ignored_xids:
+                    self.log(f"Xid {xid} on {message['uuid']}: an application error, the GPU stays healthy")
+                else:
+                    key = (str(message["uuid"]), message.get("gi"), message.get("ci"))
+                    self._xids[key] = (self.clock(), xid)
+                    self.log(f"Xid {xid} on {key[0]}: marked unhealthy")
+            elif "error" in message:
+                self._down = str(message["error"])
+                self.log(self._down)
+            if "links" in message:
+                self._links = {frozenset((a, b)): int(score) for a, b, score in message["links"]}
+        self._changed()
+
+    def tick(self) -> None:
+        """Re-evaluate (an Xid's recovery time may have come)."""
+        self._changed()
+
+    def unhealthy(self) -> dict[str, str]:
+        """Device UUID -> why it is unhealthy, for every unhealthy device watched."""
+        with self._lock:
+            return self._evaluate()
+
+    def links(self) -> dict[frozenset[str], int]:
+        """How well each pair of GPUs is connected (nvmlwatch.pair_score); empty until known."""
+        with self._lock:
+            return dict(self._links)
+
+    def _evaluate(self) -> dict[str, str]:
+        now = self.clock()
+        recovery = self.settings.xid_recovery
+        found = {}
+        for device in self._devices:
+            why = self._down or self._lost.get(device.gpu_uuid)
+            if why is None:
+                for key in ((device.gpu_uuid, None, None), (device.gpu_uuid, device.gi, device.ci)):
+                    seen = self._xids.get(key)
+                    if seen is not None and (recovery is None or now - seen[0] < recovery):
+                        why = f"Xid {seen[1]}"
+                        break
+            if why is not None:
+                found[device.uuid] = why
+        return found
+
+    def _changed(self) -> None:
+        with self._lock:
+            now = self._evaluate()
+            if now == self._last:
+                return
+            self._last = now
+        self.on_change()
+
+    # ---- the child ----------------------------------------------------------------------------
+
+    def start(self, library: str, command: Sequence[str] | None = None) -> None:
+        """Run the NVML child for the watched GPUs (again, if it runs), reading it in a thread."""
+        self.stop()
+        self._stopped = threading.Event()
+        gpus = sorted({device.gpu_uuid for device in self._devices})
+        base = list(command) if command else [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch"]
+        argv = [*base, "--interval", str(self.settings.probe_interval)]
+        if not self.settings.enabled:
+            argv.append("--topology-only")
+        argv += [library, *gpus]
+        self._thread = threading.Thread(target=self._run, args=(argv, self._stopped), daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        child = self._child
+        if child is not None and child.poll() is None:
+            child.kill()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _run(self, argv: list[str], stopped: threading.Event) -> None:
+        while not stopped.is_set():
+            child = self._child = subprocess.Popen(
+                argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1
+            )
+            for line in child.stdout or ():
+                try:
+                    message = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(message, dict):
+                    self.feed(message)
+            child.wait()
+            if stopped.is_set() or not self.settings.enabled:
+                return
+            self.feed({"error": f"the NVML watcher exited with status {child.returncode}; restarting it"})
+            stopped.wait(self.settings.probe_interval)

@@ -1,0 +1,164 @@
+"""The device plugin's NVML, in a process of its own: GPU topology, then Xid events and lost GPUs.
+
+Run by :mod:`cdictk.deviceplugin.health` as ``python -m cdictk.deviceplugin.nvmlwatch LIBRARY UUID...``
+(the GPUs' UUIDs). It prints JSON lines on stdout:
+
+- ``{"links": [[uuid_a, uuid_b, score], ...]}`` once: how well each pair of GPUs is connected
+  (:func:`pair_score`);
+- ``{"xid": N, "uuid": GPU, "gi": G, "ci": C}`` for each Xid event (gi and ci null for the whole GPU);
+- ``{"probe": {uuid: "" or why it failed}}`` every interval: whether NVML still answers for each GPU;
+- ``{"error": "..."}`` when waiting for events fails (every device is then in doubt).
+
+Why a process: the plugin's discovery forks children that ask NVML afresh (a MIG change must be
+seen); a process that holds NVML initialised would hand them its stale state. And a driver stuck in
+the kernel hangs this process, not the plugin, which sees the probes stop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import itertools
+import json
+import sys
+import time
+from typing import Any
+
+NO_INSTANCE = 0xFFFFFFFF
+# nvmlGpuTopologyLevel_t -> score, as NVIDIA's allocator weighs them: a board, one PCIe switch,
+# several, a host bridge, one CPU, across CPUs.
+PCIE_SCORES = {0: 60, 10: 50, 20: 40, 30: 30, 40: 20, 50: 10}
+NVLINK_SCORE = 100  # per NVLink between the two GPUs
+
+
+def load(library: str) -> Any:
+    import pynvml  # noqa: PLC0415 - this process's one job
+
+    pynvml.nvmlLib = ctypes.CDLL(library)
+    pynvml._nvmlGetFunctionPointer_cache.clear()
+    pynvml.nvmlInit()
+    return pynvml
+
+
+def pair_score(nvml: Any, a: Any, b: Any, bus_b: str) -> int:
+    """PCIe closeness plus 100 per NVLink from ``a`` to ``b`` (whose bus id is ``bus_b``)."""
+    score = 0
+    with contextlib.suppress(nvml.NVMLError):
+        score += PCIE_SCORES.get(nvml.nvmlDeviceGetTopologyCommonAncestor(a, b), 0)
+    for link in range(getattr(nvml, "NVML_NVLINK_MAX_LINKS", 18)):
+        try:
+            if not nvml.nvmlDeviceGetNvLinkState(a, link):
+                continue
+            remote = nvml.nvmlDeviceGetNvLinkRemotePciInfo(a, link).busId
+        except nvml.NVMLError:
+            continue
+        remote = remote.decode() if isinstance(remote, bytes) else remote
+        if remote.lower() == bus_b.lower():
+            score += NVLINK_SCORE
+    return score
+
+
+def links(nvml: Any, uuids: list[str]) -> list[list[object]]:
+    handles, buses = {}, {}
+    for uuid in uuids:
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+            bus = nvml.nvmlDeviceGetPciInfo(handle).busId
+        except nvml.NVMLError:
+            continue
+        handles[uuid], buses[uuid] = handle, bus.decode() if isinstance(bus, bytes) else bus
+    return [
+        [a, b, pair_score(nvml, handles[a], handles[b], buses[b])]
+        for a, b in itertools.combinations(handles, 2)
+    ]
+
+
+def probe(nvml: Any, uuids: list[str]) -> dict[str, str]:
+    found = {}
+    for uuid in uuids:
+        try:
+            nvml.nvmlDeviceGetHandleByUUID(uuid)
+            found[uuid] = ""
+        except nvml.NVMLError as exc:
+            found[uuid] = str(exc)
+    return found
+
+
+def say(message: dict[str, object]) -> None:
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def watch(nvml: Any, uuids: list[str], interval: float) -> None:
+    events = nvml.nvmlEventSetCreate()
+    for uuid in uuids:
+        try:
+            handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
+            supported = nvml.nvmlDeviceGetSupportedEventTypes(handle)
+            nvml.nvmlDeviceRegisterEvents(handle, supported & nvml.nvmlEventTypeXidCriticalError, events)
+        except nvml.NVMLError:
+            continue  # a GPU lost now: the probe says so
+    next_probe = 0.0
+    while True:
+        now = time.monotonic()
+        if now >= next_probe:
+            say({"probe": probe(nvml, uuids)})
+            next_probe = now + interval
+        try:
+            data = nvml.nvmlEventSetWait_v2(events, max(1, int((next_probe - now) * 1000)))
+        except nvml.NVMLError as exc:
+            if getattr(exc, "value", None) == nvml.NVML_ERROR_TIMEOUT:
+                continue
+            say({"error": f"waiting for NVML events failed: {exc}"})
+            time.sleep(interval)
+            continue
+        if data.eventType != nvml.nvmlEventTypeXidCriticalError:
+            continue
+        try:
+            uuid = nvml.nvmlDeviceGetUUID(data.device)
+        except nvml.NVMLError as exc:
+            say({"error": f"an Xid {data.eventData} on a GPU NVML cannot name: {exc}"})
+            continue
+        gi = None if data.gpuInstanceId == NO_INSTANCE else data.gpuInstanceId
+        ci = None if data.computeInstanceId == NO_INSTANCE else data.computeInstanceId
+        say(
+            {
+                "xid": data.eventData,
+                "uuid": uuid.decode() if isinstance(uuid, bytes) else uuid,
+                "gi": gi,
+                "ci": ci,
+            }
+        )
+
+
+def main(argv: list[str]) -> int:
+    interval, events = 5.0, True
+    while argv and argv[0].startswith("--"):
+        option = argv.pop(0)
+        if option == "--interval":
+            interval = float(argv.pop(0))
+        elif option == "--topology-only":
+            events = False
+    if not argv:
+        print(
+            "usage: python -m cdictk.deviceplugin.nvmlwatch [--interval S] [--topology-only] LIBRARY UUID...",
+            file=sys.stderr,
+        )
+        return 2
+    library, uuids = argv[0], argv[1:]
+    try:
+        nvml = load(library)
+    except Exception as exc:
+        say({"error": f"NVML at {library}: {exc}"})
+        return 1
+    say({"links": links(nvml, uuids)})
+    if events:
+        try:
+            watch(nvml, uuids, interval)
+        except KeyboardInterrupt:
+            return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,155 @@
+"""The device plugin's life: discover, serve a resource each, register, then follow the node.
+
+Every second it looks at three things: whether ``kubelet.sock`` is a new file (the kubelet
+restarted: every server is started again and registered), whether one of our sockets is gone (the
+same, for that one), and every ``rescan_interval`` the node's fingerprint (driver, GPUs, MIG instances,
+device nodes: what ``cdictk cdi generate --watch`` watches). When that changed, the node is discovered
+again: a resource whose devices changed sends its new list, a new one (a MIG profile created under
+``mixed``) is served and registered, one gone is stopped (the kubelet marks its devices unhealthy, then
+drops it). A registration that fails is tried again at the next look.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from cdictk.api import NodeSpecs, SpecCache
+from cdictk.deviceplugin.health import HealthMonitor, Watched
+from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
+from cdictk.deviceplugin.resources import Resource, build, numa_reader
+from cdictk.deviceplugin.server import ResourceServer
+from cdictk.errors import CdictkError
+from cdictk.node.facts import find_nvml_library
+from cdictk.node.fingerprint import node_fingerprint
+from cdictk.node.libraries import candidate_dirs
+
+LOOK_INTERVAL = 1.0
+
+
+class DevicePlugin:
+    def __init__(self, settings: Settings, log: Callable[[str], None] = print) -> None:
+        self.settings = settings
+        self.log = log
+        self.node = NodeSpecs(
+            settings.driver_root,
+            dev_root=settings.dev_root,
+            proc_root=settings.proc_root,
+            sys_root=settings.sys_root,
+            max_age=float("inf"),
+        )
+        self.health = HealthMonitor(settings.health, self._health_changed, log=log)
+        self.specs = SpecCache(settings.spec_dirs) if settings.spec_dirs else None
+        self.servers: dict[str, ResourceServer] = {}
+        self._registered: set[str] = set()
+        self._kubelet: tuple[int, int, int] | None = None
+        self._fingerprint: tuple[object, ...] = ()
+
+    def discover(self) -> list[Resource]:
+        """The node's resources now (discovery run again)."""
+        self._fingerprint = node_fingerprint(self.node.roots)
+        self.node.refresh()
+        gpus = self.node.facts().gpus
+        resources = build(gpus, self.settings, numa_reader(self.node.roots.sys), self.log)
+        self.health.watch(
+            [Watched(d.uuid, d.gpu_uuid, d.gi, d.ci) for resource in resources for d in resource.devices]
+        )
+        return resources
+
+    def run(self, stop: threading.Event) -> None:
+        """Serve until ``stop`` is set."""
+        resources = self.discover()
+        library = self._nvml_library()
+        if library is not None:
+            self.health.start(library)
+        elif self.settings.health.enabled:
+            self.log("no libnvidia-ml.so.1 under the driver root: no health checks, no topology")
+        try:
+            self._reconcile(resources)
+            scanned = time.monotonic()
+            while not stop.wait(min(LOOK_INTERVAL, self.settings.rescan_interval)):
+                rescan = time.monotonic() - scanned >= self.settings.rescan_interval
+                if rescan:
+                    scanned = time.monotonic()
+                self.look(rescan=rescan)
+        finally:
+            for server in self.servers.values():
+                server.stop()
+            self.health.stop()
+            if self.specs is not None:
+                self.specs.close()
+
+    def look(self, *, rescan: bool = True) -> None:
+        """One round: the kubelet, our sockets, the node."""
+        identity = kubelet_identity(self.settings.plugin_dir)
+        if identity != self._kubelet:
+            if identity is not None:
+                self.log("kubelet.sock is new: the kubelet restarted; serving and registering again")
+            self._kubelet = identity
+            self._registered.clear()
+        for name, server in self.servers.items():
+            if name in self._registered and server.socket_gone():
+                self.log(f"{server.path} was removed; serving and registering {name} again")
+                self._registered.discard(name)
+        if rescan and node_fingerprint(self.node.roots) != self._fingerprint:
+            self.log("the node changed (driver, GPUs or MIG); discovering it again")
+            try:
+                self._reconcile(self.discover(), restart=False)
+                return
+            except CdictkError as exc:
+                self.log(f"discovery failed, keeping the devices offered: {exc}")
+        self._register_all()
+
+    def _reconcile(self, resources: list[Resource], *, restart: bool = True) -> None:
+        wanted = {resource.name: resource for resource in resources}
+        for name in list(self.servers):
+            if name not in wanted:
+                self.log(f"{name}: no devices left; no longer served")
+                self.servers.pop(name).stop()
+                self._registered.discard(name)
+        for name, resource in wanted.items():
+            server = self.servers.get(name)
+            if server is None:
+                self.servers[name] = ResourceServer(
+                    resource,
+                    self.settings,
+                    health=self.health.unhealthy,
+                    links=self.health.links,
+                    unresolved=self._unresolved if self.specs is not None else None,
+                    log=self.log,
+                )
+            elif server.resource != resource:
+                server.update(resource)
+        if restart:
+            self._registered.clear()
+        self._register_all()
+
+    def _register_all(self) -> None:
+        if self._kubelet is None:
+            self._kubelet = kubelet_identity(self.settings.plugin_dir)
+        for name, server in sorted(self.servers.items()):
+            if name in self._registered:
+                continue
+            try:
+                server.stop()
+                server.start()
+                register(self.settings.plugin_dir, name, server.resource.socket)
+            except (RegistrationError, CdictkError) as exc:
+                self.log(str(exc))
+                continue
+            self._registered.add(name)
+            self.log(f"registered {name} ({len(server.resource.devices)} devices) on {server.path}")
+
+    def _health_changed(self) -> None:
+        for server in list(self.servers.values()):
+            server.update()
+
+    def _unresolved(self, names: list[str]) -> list[str]:
+        defined = set(self.specs.devices()) if self.specs is not None else set()
+        return [name for name in names if name not in defined]
+
+    def _nvml_library(self) -> str | None:
+        roots = self.node.roots
+        return find_nvml_library(roots, candidate_dirs(roots, []))

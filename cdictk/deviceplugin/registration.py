@@ -1,0 +1,54 @@
+"""Registering with the kubelet, and noticing when it restarted.
+
+The kubelet serves ``v1beta1.Registration`` on ``kubelet.sock`` in its device plugin directory; a
+plugin already serving on its own socket there calls ``Register`` with that socket's file name (the
+kubelet dials it during the call). A restarted kubelet deletes every socket in the directory and makes
+``kubelet.sock`` anew, and forgets the plugins: they must serve and register again. So a plugin
+watches two things: ``kubelet.sock`` being a new file (another inode or change time), and its own
+socket being gone.
+"""
+
+from __future__ import annotations
+
+import os
+
+import grpc
+
+from cdictk.deviceplugin.messages import CODEC, KUBELET_SOCKET, SCHEMA, VERSION, Empty, RegisterRequest
+from cdictk.deviceplugin.server import OPTIONS
+from cdictk.errors import CdictkError
+
+REGISTER_TIMEOUT = 10.0
+
+
+class RegistrationError(CdictkError):
+    def __init__(self, resource: str, reason: str) -> None:
+        super().__init__("", f"registering {resource}", reason)
+
+
+def register(plugin_dir: str, resource_name: str, endpoint: str, timeout: float = REGISTER_TIMEOUT) -> None:
+    """Register ``resource_name`` served on ``endpoint`` (a file name in ``plugin_dir``) with the kubelet."""
+    socket = os.path.join(plugin_dir, KUBELET_SOCKET)
+    with grpc.insecure_channel(f"unix://{socket}") as channel:
+        call = channel.unary_unary(
+            SCHEMA.method_path("Registration", "Register"),
+            request_serializer=CODEC.serializer(),
+            response_deserializer=CODEC.deserializer(Empty),
+        )
+        try:
+            call(RegisterRequest(VERSION, endpoint, resource_name, OPTIONS), timeout=timeout)
+        except grpc.RpcError as exc:
+            code = exc.code() if isinstance(exc, grpc.Call) else None
+            details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+            if code == grpc.StatusCode.UNAVAILABLE:
+                details = f"no kubelet answers on {socket} ({details})"
+            raise RegistrationError(resource_name, details or str(code)) from None
+
+
+def kubelet_identity(plugin_dir: str) -> tuple[int, int, int] | None:
+    """What tells one kubelet.sock from the next (device, inode, change time); None when there is none."""
+    try:
+        info = os.stat(os.path.join(plugin_dir, KUBELET_SOCKET))
+    except OSError:
+        return None
+    return (info.st_dev, info.st_ino, info.st_ctime_ns)

@@ -1,0 +1,333 @@
+"""A kubelet stand-in: the device manager's side of the device plugin API, and the CRI calls for a pod.
+
+- :class:`Kubelet` serves ``v1beta1.Registration`` on ``kubelet.sock`` in a device plugin directory of
+  the test's own. On ``Register`` it checks the version, dials the plugin's socket, asks its options and
+  starts ``ListAndWatch`` in a thread, as the kubelet does, keeping each resource's latest device list.
+  :meth:`Kubelet.allocate` does what admission does: pick healthy devices (asking
+  ``GetPreferredAllocation`` when the plugin offers it and there are more candidates than needed),
+  then ``Allocate`` with one container request. :meth:`Kubelet.restart` is a kubelet restart: every
+  socket in the directory deleted and ``kubelet.sock`` made anew.
+- :func:`run_pod` drives containerd's CRI as the kubelet does for a pod with one container: a
+  host-network sandbox, the container config merged from the Allocate answers (``CDI_devices``,
+  annotations, env, mounts, device specs), ``runtime_handler`` for a RuntimeClass, start, and on exit
+  stop and remove both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+import grpc
+
+from cdictk.deviceplugin.messages import (
+    CODEC,
+    HEALTHY,
+    KUBELET_SOCKET,
+    SCHEMA,
+    VERSION,
+    AllocateRequest,
+    AllocateResponse,
+    ContainerAllocateRequest,
+    ContainerAllocateResponse,
+    ContainerPreferredAllocationRequest,
+    Device,
+    DevicePluginOptions,
+    Empty,
+    ListAndWatchResponse,
+    PreferredAllocationRequest,
+    PreferredAllocationResponse,
+    RegisterRequest,
+)
+from tests.e2e.kubelet import cri
+
+T = TypeVar("T")
+
+
+@dataclass
+class Endpoint:
+    """A registered plugin as the kubelet's device manager keeps it."""
+
+    resource: str
+    socket: str
+    options: DevicePluginOptions
+    channel: grpc.Channel
+    devices: list[Device] = field(default_factory=list)
+    updates: int = 0
+    stream_ended: bool = False
+
+
+class Kubelet:
+    def __init__(self, plugin_dir: str) -> None:
+        self.plugin_dir = plugin_dir
+        self.endpoints: dict[str, Endpoint] = {}
+        self.registrations: list[RegisterRequest] = []
+        self._changed = threading.Condition()
+        self._server: grpc.Server | None = None
+
+    @property
+    def socket(self) -> str:
+        return os.path.join(self.plugin_dir, KUBELET_SOCKET)
+
+    def start(self) -> None:
+        os.makedirs(self.plugin_dir, exist_ok=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+        handler = grpc.unary_unary_rpc_method_handler(
+            self._register,
+            request_deserializer=CODEC.deserializer(RegisterRequest),
+            response_serializer=CODEC.serializer(),
+        )
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": handler}),)
+        )
+        server.add_insecure_port(f"unix://{self.socket}")
+        server.start()
+        self._server = server
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop(grace=None).wait()
+            self._server = None
+        for endpoint in self.endpoints.values():
+            endpoint.channel.close()
+        self.endpoints.clear()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket)
+
+    def restart(self) -> None:
+        """What a kubelet start does to the directory: every socket deleted, kubelet.sock made anew."""
+        self.stop()
+        for name in os.listdir(self.plugin_dir):
+            path = os.path.join(self.plugin_dir, name)
+            if _is_socket(path):
+                os.unlink(path)
+        self.start()
+
+    def _register(self, request: RegisterRequest, context: grpc.ServicerContext) -> Empty:
+        if request.version != VERSION:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version!r}")
+        if "/" not in request.resource_name or request.resource_name.split("/")[0].endswith("kubernetes.io"):
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"invalid resource name {request.resource_name!r}"
+            )
+        socket = os.path.join(self.plugin_dir, request.endpoint)
+        channel = grpc.insecure_channel(f"unix://{socket}")
+        try:
+            grpc.channel_ready_future(channel).result(timeout=10)
+            options = self._unary(channel, "GetDevicePluginOptions", Empty(), DevicePluginOptions)
+        except (grpc.FutureTimeoutError, grpc.RpcError) as exc:
+            channel.close()
+            context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot dial the plugin at {socket}: {exc}")
+        endpoint = Endpoint(request.resource_name, socket, options, channel)
+        with self._changed:
+            old = self.endpoints.get(request.resource_name)
+            self.endpoints[request.resource_name] = endpoint
+            self.registrations.append(request)
+            self._changed.notify_all()
+        if old is not None:
+            old.channel.close()
+        threading.Thread(target=self._watch, args=(endpoint,), daemon=True).start()
+        return Empty()
+
+    def _watch(self, endpoint: Endpoint) -> None:
+        stream = endpoint.channel.unary_stream(
+            SCHEMA.method_path("DevicePlugin", "ListAndWatch"),
+            request_serializer=CODEC.serializer(),
+            response_deserializer=CODEC.deserializer(ListAndWatchResponse),
+        )
+        try:
+            for answer in stream(Empty()):
+                with self._changed:
+                    endpoint.devices = answer.devices
+                    endpoint.updates += 1
+                    self._changed.notify_all()
+        except grpc.RpcError:
+            pass
+        with self._changed:
+            # The kubelet marks every device of a plugin whose stream ended unhealthy.
+            endpoint.devices = [Device(d.ID, "Unhealthy", d.topology) for d in endpoint.devices]
+            endpoint.stream_ended = True
+            self._changed.notify_all()
+
+    @staticmethod
+    def _unary(channel: grpc.Channel, method: str, request: object, response: type[T]) -> T:
+        call: grpc.UnaryUnaryMultiCallable[object, T] = channel.unary_unary(
+            SCHEMA.method_path("DevicePlugin", method),
+            request_serializer=CODEC.serializer(),
+            response_deserializer=CODEC.deserializer(response),
+        )
+        return call(request, timeout=30)
+
+    def wait_for(self, what: str, predicate: object, timeout: float = 20.0) -> None:
+        """Wait until ``predicate(self)`` is true; AssertionError naming ``what`` otherwise."""
+        assert callable(predicate)
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate(self):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out waiting for {what}: {self.endpoints}")
+                self._changed.wait(min(left, 0.2))
+
+    def devices(self, resource: str) -> list[Device]:
+        with self._changed:
+            endpoint = self.endpoints.get(resource)
+            return list(endpoint.devices) if endpoint is not None else []
+
+    def health(self, resource: str) -> dict[str, str]:
+        return {device.ID: device.health for device in self.devices(resource)}
+
+    def preferred(self, resource: str, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
+        endpoint = self.endpoints[resource]
+        request = PreferredAllocationRequest(
+            [ContainerPreferredAllocationRequest(list(available), list(must), size)]
+        )
+        answer = self._unary(endpoint.channel, "GetPreferredAllocation", request, PreferredAllocationResponse)
+        assert isinstance(answer, PreferredAllocationResponse)
+        return answer.container_responses[0].deviceIDs
+
+    def allocate(
+        self, resource: str, count: int, taken: Sequence[str] = ()
+    ) -> tuple[list[str], ContainerAllocateResponse]:
+        """Admission of one container asking for ``count`` of ``resource``: the devices and the answer."""
+        endpoint = self.endpoints[resource]
+        healthy = [d.ID for d in endpoint.devices if d.health == HEALTHY and d.ID not in taken]
+        assert len(healthy) >= count, f"{resource}: {count} asked, {len(healthy)} healthy and free"
+        chosen = healthy[:count]
+        if endpoint.options.get_preferred_allocation_available and len(healthy) > count:
+            picked = [d for d in self.preferred(resource, healthy, [], count) if d in healthy]
+            chosen = (picked + [d for d in healthy if d not in picked])[:count]
+        return chosen, self.allocate_ids(resource, chosen)
+
+    def allocate_ids(self, resource: str, ids: Sequence[str]) -> ContainerAllocateResponse:
+        endpoint = self.endpoints[resource]
+        answer = self._unary(
+            endpoint.channel,
+            "Allocate",
+            AllocateRequest([ContainerAllocateRequest(list(ids))]),
+            AllocateResponse,
+        )
+        assert isinstance(answer, AllocateResponse)
+        assert answer.container_responses, "Allocate answered no container response"
+        return answer.container_responses[0]
+
+
+def _is_socket(path: str) -> bool:
+    import stat
+
+    try:
+        return stat.S_ISSOCK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+# ---- the CRI side -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pod:
+    sandbox_id: str
+    container_id: str
+    client: cri.CriClient
+
+    def exec(self, command: str, timeout: int = 30) -> cri.ExecSyncResponse:
+        return self.client.runtime(
+            cri.ExecSyncRequest(self.container_id, ["sh", "-c", command], timeout),
+            cri.ExecSyncResponse,
+            timeout=timeout + 30,
+        )
+
+    def sh(self, command: str) -> str:
+        """stdout of ``sh -c command`` in the container; AssertionError on a non-zero exit."""
+        answer = self.exec(command)
+        assert answer.exit_code == 0, (
+            f"{command!r} exited {answer.exit_code}: {answer.stderr.decode(errors='replace')}"
+        )
+        return answer.stdout.decode(errors="replace")
+
+
+def container_config(
+    name: str,
+    image: str,
+    command: Sequence[str],
+    answers: Sequence[ContainerAllocateResponse],
+    env: dict[str, str] | None = None,
+) -> cri.ContainerConfig:
+    """The CRI config the kubelet writes for a container with these Allocate answers: the pod's env
+    first, then the plugins'; mounts and devices appended; plugin annotations under the kubelet's
+    own; CDI devices de-duplicated by name."""
+    envs = [cri.KeyValue(k, v.encode()) for k, v in (env or {}).items()]
+    mounts: list[cri.Mount] = []
+    devices: dict[str, cri.Device] = {}
+    annotations: dict[str, str] = {}
+    cdi: dict[str, cri.CDIDevice] = {}
+    for answer in answers:
+        envs += [cri.KeyValue(k, v.encode()) for k, v in answer.envs.items()]
+        mounts += [cri.Mount(m.container_path, m.host_path, m.read_only) for m in answer.mounts]
+        for device in answer.devices:
+            devices.setdefault(
+                device.container_path, cri.Device(device.container_path, device.host_path, device.permissions)
+            )
+        for key, value in answer.annotations.items():
+            annotations.setdefault(key, value)
+        for cdi_device in answer.cdi_devices:
+            cdi.setdefault(cdi_device.name, cri.CDIDevice(cdi_device.name))
+    annotations["io.kubernetes.container.name"] = name
+    return cri.ContainerConfig(
+        cri.ContainerMetadata(name),
+        cri.ImageSpec(image, user_specified_image=image),
+        command=list(command),
+        envs=envs,
+        mounts=mounts,
+        devices=list(devices.values()),
+        annotations=annotations,
+        CDI_devices=list(cdi.values()),
+    )
+
+
+@contextlib.contextmanager
+def run_pod(
+    client: cri.CriClient,
+    image: str,
+    answers: Sequence[ContainerAllocateResponse] = (),
+    *,
+    runtime_handler: str = "",
+    cgroup_parent: str = "",
+    env: dict[str, str] | None = None,
+) -> Iterator[Pod]:
+    """A pod with one container that sleeps, started as the kubelet does; stopped and removed after."""
+    name = f"pod-{uuid.uuid4().hex[:8]}"
+    sandbox = cri.PodSandboxConfig(
+        cri.PodSandboxMetadata(name, str(uuid.uuid4()), "default"),
+        labels={"io.kubernetes.pod.name": name},
+        linux=cri.LinuxPodSandboxConfig(
+            cgroup_parent=cgroup_parent,
+            security_context=cri.LinuxSandboxSecurityContext(cri.NamespaceOption(network=cri.NODE)),
+        ),
+    )
+    sandbox_id = client.runtime(
+        cri.RunPodSandboxRequest(sandbox, runtime_handler), cri.RunPodSandboxResponse
+    ).pod_sandbox_id
+    container_id = ""
+    try:
+        config = container_config("main", image, ["sleep", "3600"], answers, env)
+        container_id = client.runtime(
+            cri.CreateContainerRequest(sandbox_id, config, sandbox), cri.CreateContainerResponse
+        ).container_id
+        client.runtime(cri.StartContainerRequest(container_id), cri.StartContainerResponse)
+        status = client.runtime(cri.ContainerStatusRequest(container_id), cri.ContainerStatusResponse).status
+        assert status is not None and status.state == cri.CONTAINER_RUNNING, status
+        yield Pod(sandbox_id, container_id, client)
+    finally:
+        if container_id:
+            client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
+            client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
+        client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
+        client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)

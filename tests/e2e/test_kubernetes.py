@@ -1,0 +1,268 @@
+"""Kubernetes' paths to a GPU, end to end: our device plugin answers the kubelet stand-in, which drives
+containerd 2.x's CRI plugin for a pod, as a kubelet does.
+
+One containerd for the module (CDI on, its spec dir the fake eight-GPU node's spec, and the
+``cdictk`` runtime handler written by ``cdictk runtime configure``), with a locally built pause image and
+the cached Debian rootfs imported into ``k8s.io``: nothing is pulled, no CNI (host network). Each test
+runs a pod, looks inside its running container (device nodes, the driver's libraries in the ld cache,
+nvidia-smi) and checks that removing it leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cdictk.deviceplugin.plugin import DevicePlugin
+from cdictk.deviceplugin.pluginsettings import Health, Settings
+from cdictk.runtime.launchers import install_launchers
+from tests.conftest import node_with_spec
+from tests.e2e.conftest import build_busybox_rootfs, require_root
+from tests.e2e.daemons import Containerd, containerd_daemon, sid_containerd_dir
+from tests.e2e.kubelet import cri
+from tests.e2e.kubelet.images import PAUSE_IMAGE, docker_archive, pause_archive
+from tests.e2e.kubelet.kubelet import Kubelet, Pod, run_pod
+from tests.fakenode.node import FakeNode
+
+DEBIAN = "localhost/cdictk-e2e-debian:1"
+CUDA_STYLE = "localhost/cdictk-e2e-cuda-style:1"  # busybox with NVIDIA_VISIBLE_DEVICES=all, as CUDA images
+GPU = "nvidia.com/gpu"
+HANDLER = "cdictk"
+
+
+@dataclass
+class Cluster:
+    node: FakeNode
+    spec_dir: Path
+    containerd: Containerd
+    client: cri.CriClient
+    kubelet: Kubelet  # our plugin, answering with CDI names (field and annotations)
+    mounts_kubelet: Kubelet  # our plugin with the volume-mounts strategy
+    cgroup: str
+
+
+def _start_plugin(
+    node: FakeNode, spec_dir: Path, plugin_dir: str, stop: threading.Event, **changes: object
+) -> Kubelet:
+    kubelet = Kubelet(plugin_dir)
+    kubelet.start()
+    settings = Settings(
+        plugin_dir=plugin_dir,
+        driver_root=node.root,
+        proc_root=node.proc,
+        sys_root=node.sys,
+        spec_dirs=(str(spec_dir),),
+        mig_strategy="mixed",
+        health=Health(enabled=False),
+        **changes,  # type: ignore[arg-type]
+    )
+    threading.Thread(target=DevicePlugin(settings, lambda line: None).run, args=(stop,), daemon=True).start()
+    kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
+    return kubelet
+
+
+@pytest.fixture(scope="module")
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, stub_cache: str, debian_rootfs_cache: Path
+) -> Iterator[Cluster]:
+    require_root()
+    binary_dir = sid_containerd_dir()
+    node, spec_dir = node_with_spec(tmp_path_factory, stub_cache, "k8s", "eight")
+    work = tmp_path_factory.mktemp("k8s")
+    pause = pause_archive(work)
+    debian = work / "debian.tar"
+    docker_archive(debian_rootfs_cache, debian, DEBIAN, cmd=["sleep", "infinity"])
+    busybox = work / "busybox-rootfs"
+    build_busybox_rootfs(busybox)
+    cuda_style = work / "cuda-style.tar"
+    docker_archive(
+        busybox, cuda_style, CUDA_STYLE, env=["NVIDIA_VISIBLE_DEVICES=all", "NVIDIA_DRIVER_CAPABILITIES=all"]
+    )
+    # The RuntimeClass's handler: cdictk-runtime through its launcher, with settings of its own.
+    install_launchers(str(work / "launchers"))
+    launcher = str(work / "launchers" / "cdictk-runtime")
+    shim_config = work / "cdictk-config.toml"
+    shim_config.write_text(
+        f'[runtime]\nruntimes = ["/usr/sbin/runc"]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n'
+        "[requests]\naccept-volume-mounts = true\n"
+    )
+    runc_root = work / "runc"
+    base = work / "etc" / "config.toml"
+    base.parent.mkdir()
+    base.write_text(
+        "version = 3\n"
+        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
+        f"  sandbox = '{PAUSE_IMAGE}'\n"
+        "[plugins.'io.containerd.cri.v1.runtime']\n"
+        # Root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj of -998 is refused.
+        "  restrict_oom_score_adj = true\n"
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
+        "  runtime_type = 'io.containerd.runc.v2'\n"
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
+        f"  Root = '{runc_root}'\n"
+    )
+    drop_in = work / "etc" / "conf.d" / "99-cdictk.toml"
+    configured = subprocess.run(
+        [
+            sys.executable, "-m", "cdictk", "runtime", "configure", "--runtime", "containerd",
+            "--config", str(base), "--drop-in-config", str(drop_in), "--runtime-path", launcher,
+            "--runtime-name", HANDLER, "--enable-cdi", "--cdi-spec-dir", str(spec_dir),
+        ],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert configured.returncode == 0, configured.stderr
+    # The runtime handler inherits containerd's environment: the shim's settings and cache.
+    saved = {name: os.environ.get(name) for name in ("CDICTK_CONFIG",)}
+    os.environ["CDICTK_CONFIG"] = str(shim_config)
+    stop = threading.Event()
+    plugin_dirs = [tempfile.mkdtemp(prefix="cdictk-k8s-", dir="/tmp") for _ in range(2)]
+    try:
+        with containerd_daemon(binary_dir, base.read_text()) as containerd:
+            for archive in (pause, debian, cuda_style):
+                imported = containerd.ctr("images", "import", str(archive), namespace="k8s.io", timeout=300)
+                assert imported.returncode == 0, imported.stderr
+            client = cri.CriClient(str(containerd.socket))
+            kubelet = _start_plugin(node, spec_dir, plugin_dirs[0], stop)
+            mounts = _start_plugin(node, spec_dir, plugin_dirs[1], stop, list_strategies=("volume-mounts",))
+            cgroup = f"/cdictk-e2e-{uuid.uuid4().hex[:8]}"
+            try:
+                yield Cluster(node, spec_dir, containerd, client, kubelet, mounts, cgroup)
+            finally:
+                stop.set()
+                kubelet.stop()
+                mounts.stop()
+                client.close()
+                _remove_cgroup(cgroup)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        for directory in plugin_dirs:
+            subprocess.run(["rm", "-rf", directory], check=False)
+
+
+def _remove_cgroup(name: str) -> None:
+    for controller in Path("/sys/fs/cgroup").iterdir():
+        group = controller / name.lstrip("/")
+        if group.is_dir():
+            for sub in sorted(group.glob("**/"), key=lambda p: len(p.parts), reverse=True):
+                with contextlib.suppress(OSError):
+                    sub.rmdir()
+
+
+def nothing_left(cluster: Cluster, pod: Pod) -> None:
+    """After the pod's removal: containerd lists nothing, and no mount, process or cgroup names it."""
+    client = cluster.client
+    assert client.runtime(cri.ListContainersRequest(), cri.ListContainersResponse).containers == []
+    assert client.runtime(cri.ListPodSandboxRequest(), cri.ListPodSandboxResponse).items == []
+    mountinfo = Path("/proc/self/mountinfo").read_text()
+    for ident in (pod.sandbox_id, pod.container_id):
+        assert ident not in mountinfo, f"a mount of {ident[:12]} is left"
+        assert not list(Path("/sys/fs/cgroup/memory").glob(f"**/{ident}")), (
+            f"a cgroup of {ident[:12]} is left"
+        )
+    tasks = cluster.containerd.ctr("tasks", "list", "--quiet", namespace="k8s.io").stdout.split()
+    assert tasks == []
+
+
+def gpu_inside(pod: Pod, device: str) -> None:
+    """What a GPU container has: the GPU's node (allowed: ENXIO, not EPERM), the control nodes, the
+    driver's libraries in the ld cache, nvidia-smi."""
+    listing = pod.sh("ls /dev")
+    assert device in listing.split() and "nvidiactl" in listing.split(), listing
+    opened = pod.exec(f"cat /dev/{device}")
+    assert "No such device or address" in opened.stderr.decode(), opened
+    assert "libcuda.so.1" in pod.sh("ldconfig -p"), "libcuda.so.1 is not in the container's ld cache"
+    assert pod.sh("nvidia-smi").strip() == "fake"
+
+
+def test_cdi_devices_field_with_containerd_2(cluster: Cluster) -> None:
+    """Kubernetes 1.31+: the kubelet passes the plugin's cdi_devices in the CRI's CDI_devices only."""
+    devices, answer = cluster.kubelet.allocate(GPU, 1)
+    only_field = type(answer)(cdi_devices=answer.cdi_devices)
+    with run_pod(cluster.client, DEBIAN, [only_field], cgroup_parent=cluster.cgroup) as pod:
+        gpu = cluster.node.preset.gpus[[g.uuid for g in cluster.node.preset.gpus].index(devices[0])]
+        gpu_inside(pod, f"nvidia{gpu.minor}")
+        others = [f"nvidia{g.minor}" for g in cluster.node.preset.gpus if g.uuid != devices[0]]
+        assert not set(others) & set(pod.sh("ls /dev").split())
+    nothing_left(cluster, pod)
+
+
+def test_cdi_annotations_with_containerd_2(cluster: Cluster) -> None:
+    """Older kubelets and device plugins: cdi.k8s.io/ annotations only, which containerd reads too."""
+    _, answer = cluster.kubelet.allocate(GPU, 2)
+    only_annotations = type(answer)(annotations=answer.annotations)
+    with run_pod(cluster.client, DEBIAN, [only_annotations], cgroup_parent=cluster.cgroup) as pod:
+        found = [
+            name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()
+        ]
+        assert len(found) == 2, found
+        gpu_inside(pod, found[0])
+    nothing_left(cluster, pod)
+
+
+def test_runtime_class_with_annotations(cluster: Cluster) -> None:
+    """A RuntimeClass whose handler is cdictk-runtime, given the plugin's annotations."""
+    _, answer = cluster.kubelet.allocate(GPU, 1)
+    only_annotations = type(answer)(annotations=answer.annotations)
+    with run_pod(
+        cluster.client, DEBIAN, [only_annotations], runtime_handler=HANDLER, cgroup_parent=cluster.cgroup
+    ) as pod:
+        status = cluster.client.runtime(
+            cri.PodSandboxStatusRequest(pod.sandbox_id), cri.PodSandboxStatusResponse
+        )
+        assert status.status is not None and status.status.runtime_handler == HANDLER
+        found = [
+            name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()
+        ]
+        assert len(found) == 1
+        gpu_inside(pod, found[0])
+    nothing_left(cluster, pod)
+
+
+def test_runtime_class_with_volume_mounts(cluster: Cluster) -> None:
+    """The volume-mount strategy: only cdictk-runtime (accept-volume-mounts) turns the kubelet's mounts
+    into a GPU; containerd knows nothing of them."""
+    devices, answer = cluster.mounts_kubelet.allocate(GPU, 1)
+    assert answer.envs == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
+    with run_pod(
+        cluster.client, DEBIAN, [answer], runtime_handler=HANDLER, cgroup_parent=cluster.cgroup
+    ) as pod:
+        gpu = next(g for g in cluster.node.preset.gpus if g.uuid == devices[0])
+        gpu_inside(pod, f"nvidia{gpu.minor}")
+    nothing_left(cluster, pod)
+
+
+def test_mig_device(cluster: Cluster) -> None:
+    """--mig-strategy mixed: nvidia.com/mig-1g.10gb gives the MIG device's parent node and its caps."""
+    devices, answer = cluster.kubelet.allocate("nvidia.com/mig-1g.10gb", 1)
+    assert devices[0].startswith("MIG-")
+    with run_pod(cluster.client, DEBIAN, [answer], cgroup_parent=cluster.cgroup) as pod:
+        gpu_inside(pod, "nvidia0")
+        caps = pod.sh("ls /dev/nvidia-caps").split()
+        assert len(caps) == 2, caps  # the GPU instance's and the compute instance's access nodes
+    nothing_left(cluster, pod)
+
+
+@pytest.mark.parametrize("handler", ["", HANDLER])
+def test_a_pod_that_asks_for_nothing_gets_no_gpu(cluster: Cluster, handler: str) -> None:
+    """A CUDA-style image sets NVIDIA_VISIBLE_DEVICES=all; a pod that asked for no GPU gets none, with
+    the default runtime and with the cdictk RuntimeClass alike."""
+    with run_pod(cluster.client, CUDA_STYLE, runtime_handler=handler, cgroup_parent=cluster.cgroup) as pod:
+        assert pod.sh("echo $NVIDIA_VISIBLE_DEVICES").strip() == "all"
+        listing = pod.sh("ls /dev").split()
+        assert not [name for name in listing if name.startswith("nvidia")], listing
+    nothing_left(cluster, pod)

@@ -1,0 +1,166 @@
+"""The device plugin on the fake eight-GPU node, against the kubelet stand-in: registration and
+re-registration, the lists it sends, Allocate, preferred allocation, health, MIG strategies and changes,
+replicas."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from cdictk.deviceplugin.messages import HEALTHY, UNHEALTHY
+from cdictk.deviceplugin.plugin import DevicePlugin
+from cdictk.deviceplugin.pluginsettings import Replicas, Settings
+from cdictk.deviceplugin.resources import ResourceError
+from tests.conftest import NodeFactory
+from tests.fakenode.nvml import FakeMig
+from tests.unit.deviceplugin.conftest import GPU, PluginFactory
+
+UUID = "GPU-4b1d0c2e-7a3f-4c55-9e21-0000000000{:02d}"
+WHOLE = [UUID.format(i) for i in range(1, 8)]  # GPU 0 is in MIG mode
+
+
+def registered(resources: list[str]) -> object:
+    return lambda kubelet: all(kubelet.devices(r) for r in resources)
+
+
+def test_registers_the_whole_gpus_by_uuid_with_numa_nodes(run_plugin: PluginFactory) -> None:
+    running = run_plugin()
+    kubelet = running.kubelet
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    request = kubelet.registrations[0]
+    assert (request.version, request.resource_name, request.endpoint) == ("v1beta1", GPU, "cdictk-gpu.sock")
+    devices = kubelet.devices(GPU)
+    assert [d.ID for d in devices] == WHOLE
+    assert {d.health for d in devices} == {HEALTHY}
+    assert [d.topology.nodes[0].ID for d in devices if d.topology] == [0, 0, 0, 1, 1, 1, 1]
+    assert any("GPU 0" in line and "MIG mode" in line for line in running.lines)
+    assert kubelet.endpoints[GPU].options.get_preferred_allocation_available
+
+
+def test_allocate_answers_cdi_names_in_the_field_and_an_annotation_never_the_variable(
+    run_plugin: PluginFactory,
+) -> None:
+    kubelet = run_plugin().kubelet
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    answer = kubelet.allocate_ids(GPU, [WHOLE[2], WHOLE[0]])
+    names = [f"nvidia.com/gpu={WHOLE[2]}", f"nvidia.com/gpu={WHOLE[0]}"]
+    assert [d.name for d in answer.cdi_devices] == names
+    [(key, value)] = answer.annotations.items()
+    assert key.startswith("cdi.k8s.io/cdictk-device-plugin_") and value == ",".join(names)
+    assert answer.envs == {} and answer.mounts == [] and answer.devices == []
+    # A second response gets another key: two resources of one container never clash.
+    assert kubelet.allocate_ids(GPU, [WHOLE[1]]).annotations.keys() != answer.annotations.keys()
+
+
+def test_allocate_refuses_unknown_devices_and_names_no_spec_defines(run_plugin: PluginFactory) -> None:
+    import grpc
+
+    running = run_plugin()
+    kubelet = running.kubelet
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    with pytest.raises(grpc.RpcError) as unknown:
+        kubelet.allocate_ids(GPU, ["GPU-nope"])
+    assert "nvidia.com/gpu has no device GPU-nope" in str(unknown.value.details())
+    (running.spec_dir / "nvidia.yaml").unlink()
+    with pytest.raises(grpc.RpcError) as missing:
+        kubelet.allocate_ids(GPU, [WHOLE[0]])
+    assert f"no CDI spec defines nvidia.com/gpu={WHOLE[0]}" in str(missing.value.details())
+
+
+def test_volume_mounts_strategy(run_plugin: PluginFactory) -> None:
+    kubelet = run_plugin(list_strategies=("volume-mounts",)).kubelet
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    answer = kubelet.allocate_ids(GPU, [WHOLE[0]])
+    assert answer.envs == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
+    assert [(m.host_path, m.container_path) for m in answer.mounts] == [
+        ("/dev/null", f"/var/run/nvidia-container-devices/{WHOLE[0]}")
+    ]
+    assert answer.cdi_devices == [] and answer.annotations == {}
+
+
+def test_registers_again_when_the_kubelet_restarts(run_plugin: PluginFactory) -> None:
+    kubelet = run_plugin().kubelet
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    kubelet.restart()  # every socket deleted, kubelet.sock made anew, no plugin known
+    assert not kubelet.endpoints
+    kubelet.wait_for("the plugin to register again", registered([GPU]))
+    assert len(kubelet.registrations) == 2
+    assert [d.ID for d in kubelet.devices(GPU)] == WHOLE
+
+
+def test_preferred_allocation_keeps_nvlink_pairs_together(run_plugin: PluginFactory) -> None:
+    kubelet = run_plugin().kubelet
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    kubelet.wait_for("the topology", lambda k: k.preferred(GPU, WHOLE, [], 2) != WHOLE[:2])
+    # GPUs 2-3, 4-5 and 6-7 share four NVLinks; GPU 1 has none.
+    assert kubelet.preferred(GPU, WHOLE, [], 2) == [UUID.format(2), UUID.format(3)]
+    assert kubelet.preferred(GPU, WHOLE, [UUID.format(5)], 2) == [UUID.format(5), UUID.format(4)]
+    # Four: both pairs of NUMA node 1 (a pair across nodes would score less).
+    assert kubelet.preferred(GPU, WHOLE, [], 4) == [UUID.format(i) for i in (4, 5, 6, 7)]
+    # Without NVLink, the same PCIe switch: GPU 1 goes with GPU 0's switch, then its NUMA node.
+    assert kubelet.preferred(GPU, [UUID.format(1), UUID.format(3), UUID.format(5)], [UUID.format(1)], 2) == [
+        UUID.format(1),
+        UUID.format(3),
+    ]
+
+
+def test_health_xid_and_lost_gpus_go_unhealthy_and_recover(run_plugin: PluginFactory) -> None:
+    running = run_plugin()
+    kubelet, node = running.kubelet, running.node
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    kubelet.wait_for("the NVML watcher", lambda k: running.plugin.health.probes > 0)
+    node.nvml_event("xid gpu=2 xid=13")  # an application error: ignored
+    node.nvml_event("xid gpu=3 xid=79")
+    kubelet.wait_for("GPU 3 unhealthy", lambda k: k.health(GPU)[UUID.format(3)] == UNHEALTHY)
+    assert kubelet.health(GPU)[UUID.format(2)] == HEALTHY
+    kubelet.wait_for(
+        "GPU 3 healthy after the recovery time", lambda k: k.health(GPU)[UUID.format(3)] == HEALTHY
+    )
+    node.nvml_event("lost gpu=5")
+    kubelet.wait_for("GPU 5 unhealthy", lambda k: k.health(GPU)[UUID.format(5)] == UNHEALTHY)
+    node.nvml_event("recover gpu=5")
+    kubelet.wait_for("GPU 5 healthy", lambda k: k.health(GPU)[UUID.format(5)] == HEALTHY)
+    assert any("Xid 79" in line for line in running.lines)
+
+
+def test_mixed_offers_mig_profiles_and_follows_mig_changes(run_plugin: PluginFactory) -> None:
+    running = run_plugin(mig_strategy="mixed")
+    kubelet, node = running.kubelet, running.node
+    small, large = "nvidia.com/mig-1g.10gb", "nvidia.com/mig-3g.40gb"
+    kubelet.wait_for("three resources", registered([GPU, small, large]))
+    assert [d.ID for d in kubelet.devices(small)] == [m.uuid for m in node.preset.migs[1:]]
+    answer = kubelet.allocate_ids(small, [node.preset.migs[1].uuid])
+    assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={node.preset.migs[1].uuid}"]
+    # nvidia-smi mig: the 3g.40gb instance destroyed, a 1g.10gb created in its place.
+    new = dataclasses.replace(
+        node.preset.migs[1], index=3, gi=9, uuid="MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000009"
+    )
+    migs: tuple[FakeMig, ...] = (*node.preset.migs[1:], new)
+    node.reconfigure_mig(migs)
+    kubelet.wait_for("the new MIG device", lambda k: len(k.devices(small)) == 3)
+    kubelet.wait_for("3g.40gb gone", lambda k: k.endpoints[large].stream_ended)
+
+
+def test_single_refuses_a_node_with_whole_gpus(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    settings = Settings(mig_strategy="single", driver_root=node.root, proc_root=node.proc, sys_root=node.sys)
+    with pytest.raises(ResourceError, match="single needs every GPU in MIG mode or none: GPUs 1, 2, 3"):
+        DevicePlugin(settings).discover()
+
+
+def test_replicas_offer_each_gpu_n_times(run_plugin: PluginFactory) -> None:
+    kubelet = run_plugin(replicas=(Replicas(GPU, 2),), fail_requests_greater_than_one=True).kubelet
+    kubelet.wait_for("replicas", registered([GPU]))
+    ids = [d.ID for d in kubelet.devices(GPU)]
+    assert ids == [f"{uuid}::{n}" for uuid in WHOLE for n in range(2)]
+    answer = kubelet.allocate_ids(GPU, [f"{WHOLE[4]}::1"])
+    assert [d.name for d in answer.cdi_devices] == [f"nvidia.com/gpu={WHOLE[4]}"]
+    # Spread over GPUs: two replicas of two GPUs, not both of one.
+    picked = kubelet.preferred(GPU, ids, [], 2)
+    assert len({p.split("::")[0] for p in picked}) == 2
+    import grpc
+
+    with pytest.raises(grpc.RpcError) as refused:
+        kubelet.allocate_ids(GPU, [f"{WHOLE[0]}::0", f"{WHOLE[1]}::0"])
+    assert "at most 1 per container" in str(refused.value.details())

@@ -1,0 +1,52 @@
+"""The device plugin's settings file: NVIDIA's shape, every key checked, envvar refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cdictk.deviceplugin.pluginsettings import Replicas, SettingsError, from_data, list_strategies, load
+
+
+def test_nvidia_shaped_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "version: v1\nflags:\n  migStrategy: mixed\n  plugin:\n    deviceListStrategy: [cdi-cri]\n"
+        "sharing:\n  timeSlicing:\n    renameByDefault: true\n    resources:\n"
+        "      - name: nvidia.com/gpu\n        replicas: 4\n"
+        "health:\n  xidRecoverySeconds: never\n"
+    )
+    settings = load(str(path))
+    assert settings.mig_strategy == "mixed" and settings.list_strategies == ("cdi-cri",)
+    assert settings.replicas == (Replicas("nvidia.com/gpu", 4),)
+    assert settings.shared_name(settings.replicas[0]) == "nvidia.com/gpu.shared"
+    assert settings.health.xid_recovery is None
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"flags": {"migStrategy": "some"}}, "flags.migStrategy: must be one of none, single, mixed"),
+        ({"flags": {"plugin": {"deviceListStrategy": "envvar"}}}, "envvar is refused"),
+        ({"flags": {"plugin": {"deviceIDStrategy": "index"}}}, "only uuid"),
+        ({"flags": {"gfd": {}}}, "flags.gfd: unknown key"),
+        (
+            {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}}},
+            "from 2 to 1024",
+        ),
+        ({"sharing": {"mps": {}}}, "time-slicing only"),
+        ({"version": "v2"}, "must be v1"),
+    ],
+)
+def test_bad_settings_are_one_line_errors(data: object, message: str) -> None:
+    with pytest.raises(SettingsError) as raised:
+        from_data(data, "config.yaml")
+    assert message in str(raised.value) and "\n" not in str(raised.value)
+    assert str(raised.value).startswith("config.yaml: ")
+
+
+def test_list_strategies_from_a_flag() -> None:
+    assert list_strategies("cdi-cri, volume-mounts,cdi-cri") == ("cdi-cri", "volume-mounts")
+    with pytest.raises(SettingsError, match="unknown strategy 'x'"):
+        list_strategies("x")
