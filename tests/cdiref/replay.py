@@ -49,8 +49,8 @@ def load_corpus() -> list[dict[str, Any]]:
 
 def declared_rows() -> set[str]:
     """The ids of the rows of docs/compatibility.md's table of differences from the reference library."""
-    text = COMPATIBILITY.read_text()
-    return set(re.findall(r"^\| `([a-z0-9-]+)` \|", text, flags=re.MULTILINE))
+    text = COMPATIBILITY.read_text().partition("\n# Where cdictk differs from the CDI reference library\n")[2]
+    return set(re.findall(r"^\| `([a-z0-9-]+)` \|", text.partition("\n## ")[0], flags=re.MULTILINE))
 
 
 @dataclass
