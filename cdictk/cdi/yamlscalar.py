@@ -57,10 +57,13 @@ def resolve_plain(text: str) -> Scalar:
 
 
 def go_text(value: object) -> str | None:
-    """The text the Go library makes of a scalar where it wants a string: the string itself, true or
-    false, or an integer in decimal (so YAML 1.1's 0660 becomes "432"); None for anything else."""
+    """The text the Go library makes of a scalar where it wants a string: the string itself, a date as
+    written (its YAML reader hands dates on as their text), true or false, or an integer in decimal (so
+    YAML 1.1's 0660 becomes "432"); None for anything else."""
     if isinstance(value, str):
         return value
+    if isinstance(value, Timestamp):
+        return value.text
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

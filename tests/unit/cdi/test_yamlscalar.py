@@ -81,6 +81,7 @@ def test_plain_strings(text: str) -> None:
         (-3, "-3"),
         (1.5, None),
         (None, None),
+        (Timestamp("2001-12-14 21:59:43.10"), "2001-12-14 21:59:43.10"),
     ],
 )
 def test_go_text(value: object, text: str | None) -> None:
