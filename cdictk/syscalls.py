@@ -1,4 +1,6 @@
-"""The Linux system calls Python 3.11's ``os`` lacks, through ctypes. Start path: standard library only.
+"""Start path: standard library only.
+
+The Linux system calls Python 3.11's ``os`` lacks, through ctypes.
 
 Imported only by the hook steps that need them (ctypes costs milliseconds per container start):
 openat2 for confined path resolution, namespaces, mounts and pivot_root for the ldconfig sandbox, the new
@@ -11,8 +13,7 @@ wrappers came with glibc 2.36, so before it those calls, like openat2 and fchmod
 any glibc), go through syscall(2). Their numbers, 424 and up, are the same on every architecture cdictk
 runs on (:data:`SHARED_NUMBERS`); bpf's differ (:data:`SYS_BPF`). Elsewhere (alpha and MIPS number
 them apart) such a call fails with ENOSYS naming the machine, which callers treat as a kernel that
-lacks it. Each C function gets its
-argument and result types declared the first time it is called.
+lacks it. Each C function gets its argument and result types declared the first time it is called.
 
 Every wrapper raises OSError with the errno, as ``os`` does; on ENOSYS and EPERM, a
 :class:`SyscallError` whose ``strerror`` names the call and the errno ("openat2: ENOSYS (Function not
