@@ -11,13 +11,15 @@ PYTHON := $(VENV)/bin/python
 endif
 # The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-SOURCES = cdictk tests bench examples
+SOURCES = cdictk tests bench examples realnode
 
-.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api demo
+.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
+	bench-generate demo real-node-bundle
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
+	@echo "     bench-generate [NVIDIA_CTK=PATH] | real-node-bundle [NVIDIA_TOOLS=DIR]"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -46,10 +48,12 @@ demo: $(VENV)/.cdictk-installed
 	$(PYTHON) -m tests.fakenode demo --preset $(PRESET)
 
 # The README's test command: host setup for the end-to-end tests (root; tests/setup-host.sh), then
-# every test but the slow ones.
+# every test but the slow ones, measuring cdictk's branch coverage as they run: below the floor in
+# pyproject.toml ([tool.coverage.report] fail_under) the command fails. `coverage report` afterwards
+# lists what they left out, file by file.
 test: $(VENV)/.cdictk-test-installed
 	./tests/setup-host.sh
-	$(PYTHON) -m pytest
+	$(PYTHON) -m pytest --cov --cov-report=
 
 # The slow tests (marked `slow`): the README's two commands run on a pristine Debian 12 copy, which
 # download from Debian's mirror and PyPI (about 2 minutes; root). CI runs them.
@@ -90,7 +94,23 @@ bench-shim: $(VENV)/.cdictk-test-installed
 bench-prestart: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.prestart --rounds $(ROUNDS)
 
+# cdi generate, the whole process, on fake nodes of 1, 8, 16 and 32 GPUs (and 64 more driver libraries),
+# round-robin with NVIDIA's nvidia-ctk on the same nodes (NVIDIA_CTK=PATH, default: the one built in
+# /opt/nvidia-tools, else on PATH; empty: cdictk alone). Budgets: the eight-GPU node within 200 ms, the
+# 32-GPU node faster than nvidia-ctk, linear in devices and libraries. Needs root.
+NVIDIA_CTK ?= $(firstword $(wildcard /opt/nvidia-tools/nvidia-ctk) $(shell command -v nvidia-ctk))
+bench-generate: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.generate --repeat $(ROUNDS) $(if $(NVIDIA_CTK),--nvidia-ctk $(NVIDIA_CTK))
+
 # The library API's figures (issue 20): a claim's spec built and written, 1,000 claims, gc over 10,000
 # specs, SpecCache's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.
 bench-api: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.api
+
+# What to carry to a real GPU node (docs/development.md, "A real GPU node"): build/real-node-bundle, with
+# the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox and the CUDA probe; with
+# NVIDIA_TOOLS=DIR, NVIDIA's nvidia-ctk, nvidia-cdi-hook and runtimes built in DIR too. Needs gcc, runc,
+# busybox-static (tests/setup-host.sh installs them) and PyPI.
+NVIDIA_TOOLS ?=
+real-node-bundle: $(VENV)/.cdictk-installed
+	$(PYTHON) -m realnode.bundle --out build/real-node-bundle $(if $(NVIDIA_TOOLS),--nvidia-tools $(NVIDIA_TOOLS))

@@ -168,7 +168,7 @@ def configure_command(  # click passes every option by keyword
     if path is None and not remove and not _is_launcher(runtime_path):
         print(
             "cdictk: note: registering the console script; `cdictk runtime install-launchers` first makes "
-            "every container command about 10 ms faster",
+            "every container command faster",
             file=sys.stderr,
         )
     if not os.path.isabs(runtime_path):
@@ -203,10 +203,10 @@ def install_launchers_command(*, directory: str) -> int:
     """Write fast launchers for cdictk-runtime, cdictk-precreate and cdictk-prestart.
 
     Each is a short script that runs this Python with -I -S: no site-packages .pth files and no PYTHON*
-    variables, about 10 ms less per container command than pip's console scripts. cdictk-runtime itself
-    is a shell script in front of that launcher (cdictk-runtime.py): it execs the low-level runtime
-    without Python for every command but create and run, with the runtimes /etc/cdictk/config.toml
-    names now; after editing that file every command goes through Python until this is run again.
+    variables, so every container command starts faster than through pip's console scripts. cdictk-runtime
+    itself is a shell script in front of that launcher (cdictk-runtime.py): it execs the low-level runtime
+    without Python for every command but create and run, with the runtimes /etc/cdictk/config.toml names
+    now; after editing that file every command goes through Python until this is run again.
     `cdictk runtime configure` registers cdictk-runtime when it is installed in the default directory;
     point podman's precreate hook (hooks/oci-hooks.d/cdictk-precreate.json) at cdictk-precreate. Run it
     again after moving or upgrading Python.
@@ -214,14 +214,15 @@ def install_launchers_command(*, directory: str) -> int:
     Engines run them as root: the interpreter and its pyvenv.cfg, the standard library, every import
     path, every file and directory of the cdictk package and DIR must be root's and writable by nobody
     else. The install refuses what is not; each launcher checks the interpreter, pyvenv.cfg, the
-    standard library and the import path again when it starts, and each module file as it is imported.
+    standard library and the import path again when it starts, and each module file as it is imported,
+    with cdictk_trust.py (cdictk/trust.py, copied beside them, readable before they run).
     """
     from cdictk.runtime.launchers import LauncherError, install_launchers  # noqa: PLC0415
 
     try:
         written = install_launchers(directory)
     except LauncherError as exc:
-        raise CdictkError("", "", str(exc)) from None
+        raise CdictkError("", "", str(exc)) from exc
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
@@ -249,14 +250,15 @@ def install_legacy_hook_command(*, directory: str, force: bool) -> int:
     a prestart hook of every container started with --gpus; it is `cdictk hook prestart` through a
     fast launcher. Opt-in: it takes over from NVIDIA's hook of that name, which is kept unless
     --force. The directory, and this Python and its import paths, must be root's and writable by
-    nobody else: dockerd runs the hook as root. Restart dockerd afterwards (it looks the hook up once,
-    at start). To undo: remove the file (or rename the .cdictk-orig back) and restart dockerd.
+    nobody else: dockerd runs the hook as root. Beside it go cdictk_trust.py, the check it runs before
+    it imports cdictk, and its bytecode in __pycache__. Restart dockerd afterwards (it looks the hook up
+    once, at start). To undo: remove the three (or rename the .cdictk-orig back) and restart dockerd.
     """
     from cdictk.runtime.launchers import LauncherError, install_legacy_hook  # noqa: PLC0415
 
     try:
         path = install_legacy_hook(directory, force=force)
     except LauncherError as exc:
-        raise CdictkError("", "", str(exc)) from None
+        raise CdictkError("", "", str(exc)) from exc
     print(f"wrote {path}; restart dockerd so that it finds it", file=sys.stderr)
     return 0

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import subprocess
+import uuid
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,39 @@ def test_an_images_own_annotation_grants_no_gpu_through_the_shim(
     assert "/dev/nvidia0\n" in out or "cdictk-runtime: error: " in out, out
     code, out = probe(podman, evil_image, "--runtime", front)
     assert code == 0 and "ls: /dev/nvidia0: No such file or directory" in out, out
+
+
+def test_the_shim_after_the_precreate_hook_applies_nothing_twice(
+    podman: Podman, hooks_dir: Path, tmp_path: Path, fake_gpu_host: FakeGpuHost
+) -> None:
+    """podman runs the precreate hook, then creates the container through cdictk-runtime, and both meet
+    the annotation's request: the shim finds every edit in the config already and leaves it alone, so
+    the spec's hook runs once (the CDI library would add the hook and the cgroup rules again)."""
+    settings = tmp_path / "config.toml"  # podman's annotations: this node takes them (docs/security.md)
+    settings.write_text(settings.read_text() + "accept-copied-annotations = true\n")
+    front = install_launchers(str(tmp_path / "shim"))[-1]
+    # podman gives conmon, and so the runtime, an environment of its own: the settings go in a wrapper.
+    runtime = tmp_path / "shim" / "runtime.sh"
+    runtime.write_text(
+        f"#!/bin/sh\nexport CDICTK_CONFIG={tmp_path / 'config.toml'} "
+        f'CDICTK_CACHE_DIR={os.environ["CDICTK_CACHE_DIR"]}\nexec {front} "$@"\n'
+    )
+    runtime.chmod(0o755)
+    marker = uuid.uuid4().hex
+    result = podman(
+        "--hooks-dir", str(hooks_dir), "--runtime", str(runtime), "run", "--rm", "--network", "none",
+        "--annotation", "cdi.k8s.io/gpu=nvidia.com/gpu=0", "--annotation", f"cdictk.test/run={marker}",
+        IMAGE, "sh", "-c", "cat /dev/nvidia0 2>&1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES",
+    )  # fmt: skip
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode() + out
+    assert f"can't open '/dev/nvidia0': {ENXIO}" in out and "VISIBLE=void" in out
+    (config,) = [
+        loaded
+        for path in fake_gpu_host.hook_log.glob("*.config.json")
+        if (loaded := json.loads(path.read_text())).get("annotations", {}).get("cdictk.test/run") == marker
+    ]
+    assert len(config["hooks"]["createContainer"]) == 1
+    rules = config["linux"]["resources"]["devices"]
+    assert [(rule.get("major"), rule.get("minor")) for rule in rules].count((195, 0)) == 1
+    assert config["process"]["env"].count("CDI_TEST=hello") == 1

@@ -336,14 +336,23 @@ def _symlink(target: str, link: str) -> None:
 PROGRAM_SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_program.c")
 
 
+# What a library exports besides its marker function: CUDA's first two calls, so that a program that
+# loads libcuda.so.1 and asks it for its devices (realnode/cuda_probe.c) passes on the fake node.
+EXPORTS = {
+    "libcuda.so.1": "int cuInit(unsigned int flags) { return 0; }\n"
+    "int cuDeviceGetCount(int *count) { *count = 1; return 0; }\n",
+}
+
+
 def _stub(soname: str, out: str, cache_dir: str, gcc: str) -> None:
-    """A real shared object with ``soname``, compiled once per SONAME into ``cache_dir``."""
-    key = hashlib.sha256(soname.encode()).hexdigest()[:16]
+    """A real shared object with ``soname``, compiled once per source text into ``cache_dir``."""
+    symbol = "".join(c if c.isalnum() else "_" for c in soname)
+    text = f"int cdictk_fake_{symbol}(void) {{ return 0; }}\n" + EXPORTS.get(soname, "")
+    key = hashlib.sha256(f"{soname}\0{text}".encode()).hexdigest()[:16]
     cached = os.path.join(cache_dir, f"stub-{key}.so")
     if not os.path.exists(cached):
         source = os.path.join(cache_dir, f"stub-{key}.c")
-        symbol = "".join(c if c.isalnum() else "_" for c in soname)
-        Path(source).write_text(f"int cdictk_fake_{symbol}(void) {{ return 0; }}\n")
+        Path(source).write_text(text)
         subprocess.run(
             [gcc, "-shared", "-fPIC", "-O0", f"-Wl,-soname,{soname}", "-o", cached + ".tmp", source],
             check=True,

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from cdictk.node.discoverers import COMMON, Context, Found, discover_common
+from cdictk.node.discoverers import COMMON
 from cdictk.node.modes import GPU_SPEC, MODES, NODE_MODIFICATION, DriverSource, GpuSource, Mode
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.devices import DEVICES
 
 
@@ -45,48 +42,9 @@ def test_the_other_drivers_modes_have_their_own_class_and_spec_file_and_need_no_
     ]
 
 
-def test_discoverers_merge_in_order_and_sum_up_what_is_missing(tmp_path: Path) -> None:
-    roots = Roots(str(tmp_path), str(tmp_path), str(tmp_path / "proc"), str(tmp_path / "sys"))
-    context = Context(roots, "1.2.3", {"nvidia"}, [])
-    found = discover_common(("control-nodes", "binaries", "firmware"), context)
-    assert found.nodes == [] and found.files == []
-    assert found.warnings[0] == (
-        "/dev/nvidiactl is missing: CUDA in containers will fail without it"
-    )  # the nvidia module is loaded: no module to blame
-    assert "/dev/nvidia-uvm is missing; the nvidia_uvm module is not loaded" in found.warnings[1]
-    assert found.warnings[-1] == (
-        "not found, left out (optional): nvidia-smi, nvidia-debugdump, nvidia-persistenced, "
-        "nvidia-cuda-mps-control, nvidia-cuda-mps-server, nvidia-imex, nvidia-imex-ctl, GSP firmware for 1.2.3"
-    )
-    merged = Found()
-    merged.add(Found(missing=["a"], links=[("t", "/l")]))
-    merged.add(Found(missing=["b"]))
-    assert (merged.missing, merged.links) == (["a", "b"], [("t", "/l")])
-
-
 def test_every_hook_a_mode_leaves_out_is_a_hook_step() -> None:
     """The node layer names hooks by string (it cannot import the hook table): they must not drift."""
     from cdictk.nvcdi.hooks import HOOK_NAMES
 
     named = {name for recipe in MODES.values() for name in recipe.without_hooks}
     assert named and named <= set(HOOK_NAMES)
-
-
-def test_library_names_are_told_as_the_regex_they_replaced_tells_them() -> None:
-    import random
-    import re
-
-    from cdictk.node.discoverers import _is_library_name
-
-    regex = re.compile(r"lib.+\.so(\..*)?")
-    pieces = [*".\n\u2003 ٣²x-_", "lib", "so", ".so", ".so.", ".so.1", "libfoo", "nvidia", ".bin", ""]
-    chance = random.Random(19)  # noqa: S311 - names to try, repeatable
-    matched = 0
-    for _ in range(40000):
-        name = "".join(chance.choice(pieces) for _ in range(chance.randint(1, 7)))
-        if chance.random() < 0.5:
-            name = "lib" + name
-        expected = regex.fullmatch(name) is not None
-        assert _is_library_name(name) == expected, name
-        matched += expected
-    assert matched > 4000
