@@ -1,4 +1,6 @@
-"""Whether a host path a CDI spec mounts, or a device node it names, is root's alone.
+"""Start path: standard library only.
+
+Whether a host path a CDI spec mounts, or a device node it names, is root's alone.
 
 A spec's mounts are bind mounts the runtime makes as root, and it follows every symlink on the way
 to the source. Whoever can change a directory on that way (make ``/tmp/nvidia-mps``, then swap it for

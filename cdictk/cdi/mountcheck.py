@@ -1,4 +1,6 @@
-"""Where a container starts: the host paths of the edits about to be applied are checked again.
+"""Start path: standard library only.
+
+Where a container starts: the host paths of the edits about to be applied are checked again.
 
 ``cdictk cdi generate`` writes only host paths that are root's alone (:mod:`cdictk.hostpaths`), but a
 spec may be applied months later, and may come from another producer. So before
@@ -60,8 +62,12 @@ def spec_problems(spec: Spec, file: str, *, check: HostPathCheck | None = None) 
 
 
 def _host_paths(edits: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field, host path) of each device node and mount; a relative path is not judged: a mount's is
+    no host path (tmpfs, proc), a node's is the runtime's working directory's, as the library has it."""
     for index, node in enumerate(edits.get("deviceNodes", ())):
-        yield f"deviceNodes[{index}]", node.get("hostPath") or node["path"]
+        path = node.get("hostPath") or node.get("path") or ""
+        if path.startswith("/"):
+            yield f"deviceNodes[{index}]", path
     for index, mount in enumerate(edits.get("mounts", ())):
-        if mount.get("hostPath", "").startswith("/"):  # a relative source is no host path (tmpfs, proc)
+        if mount.get("hostPath", "").startswith("/"):
             yield f"mounts[{index}]", mount["hostPath"]

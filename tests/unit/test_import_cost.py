@@ -120,6 +120,7 @@ OFF_THE_START_PATH = {
     ("cdictk.runtime.inject", "cdictk.nvcdi.nodespec"): "the same",
     ("cdictk.runtime.inject", "cdictk.nvcdi.options"): "the same",
     ("cdictk.cli.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
+    ("cdictk.cdi.mountcheck", "cdictk.cdi.dump"): "never on a start: cdi validate's and info's findings",
 }
 
 
