@@ -148,7 +148,7 @@ def test_unreadable_entries_are_part_of_the_key(spec_dirs: list[str], tmp_path: 
     before = spec_key(spec_dirs)
     os.mkfifo(tmp_path / "etc" / "fifo.yaml")
     with_fifo = spec_key(spec_dirs)  # and it did not block
-    assert with_fifo != before and ["not a regular file"] in [f[1] for f in with_fifo[3][2]]  # type: ignore[index]
+    assert with_fifo != before and ["not a regular file"] in [f[1] for f in with_fifo[3][3]]  # type: ignore[index]
 
 
 def test_the_index_is_copied_from_the_specs(spec_dirs: list[str]) -> None:
