@@ -45,10 +45,18 @@ def login_uid_min(login_defs: str = LOGIN_DEFS) -> int:
     except OSError:
         return DEFAULT_UID_MIN
     value = DEFAULT_UID_MIN
-    for line in text.splitlines():
-        words = line.split()
-        if len(words) >= 2 and words[0] == "UID_MIN" and words[1].isdigit():
+    at = text.find("UID_MIN")
+    while at >= 0:  # the key's lines alone: the file is 400 lines of comments, read on every start
+        end = text.find("\n", at)
+        words = text[at : end if end >= 0 else len(text)].split()
+        if (
+            (at == 0 or text[at - 1] == "\n")
+            and len(words) >= 2
+            and words[0] == "UID_MIN"
+            and words[1].isdigit()
+        ):
             value = int(words[1])
+        at = text.find("UID_MIN", at + 7)
     return max(1, min(value, DEFAULT_UID_MIN * 60))
 
 
@@ -60,7 +68,7 @@ class HostPathCheck:
     ``login_defs``). Answers are memoised: use one for one spec or one container start.
     """
 
-    __slots__ = ("_entries", "_euid", "_root_links", "_uid_min")
+    __slots__ = ("_dirs", "_entries", "_euid", "_root_links", "_uid_min")
 
     def __init__(
         self, *, root_links: bool = False, uid_min: int | None = None, login_defs: str = LOGIN_DEFS
@@ -69,6 +77,7 @@ class HostPathCheck:
         self._uid_min = login_uid_min(login_defs) if uid_min is None else uid_min
         self._euid = os.geteuid()
         self._entries: dict[str, os.stat_result | None] = {}
+        self._dirs: dict[str, str] = {}  # a directory (as written) that passed -> where it resolved
 
     def trusts(self, uid: int) -> bool:
         """Whether ``uid`` is root, a system account or the user running us."""
@@ -81,14 +90,23 @@ class HostPathCheck:
         it leads: a link followed inside a driver root, whose target the caller resolved there."""
         if not path.startswith("/") or "\0" in path:
             return f"{path}: not an absolute path"
-        problem = self._judge("/", self._lstat("/"), leaf=False)
-        if problem is not None:
-            return problem
-        pending = [part for part in reversed(path.split("/")) if part not in ("", ".")]
-        where = ""  # the entries resolved so far, as a path ("" is /)
+        parent, _, name = path.rpartition("/")
+        plain = name not in ("", ".", "..") and os.path.normpath(path) == path
+        if plain and parent in self._dirs:  # the libraries of one directory: its walk is done once
+            pending, where = [name], self._dirs[parent]
+        else:
+            problem = self._judge("/", self._lstat("/"), leaf=False)
+            if problem is not None:
+                return problem
+            pending = [part for part in reversed(path.split("/")) if part not in ("", ".")]
+            where = ""  # the entries resolved so far, as a path ("" is /)
         links = 0
         while pending:
             part = pending.pop()
+            if not pending and plain:
+                # The bottom of the stack is the path's own last name (links push above it): what is
+                # resolved now is its directory, which passed.
+                self._dirs.setdefault(parent, where)
             if part == "..":
                 where = where.rpartition("/")[0]
                 continue
