@@ -181,7 +181,8 @@ def run_steps(recorder: Recorder, args: argparse.Namespace, bundle: str, roots: 
     generate_specs(recorder, roots, state)
     with recorder.step("container image (node libc, busybox)") as row:
         build_image(recorder, row, state)
-    with recorder.step("runc: a container without GPU", need=15) as row:
+    with recorder.step("runc: a container without GPU") as row:
+        recorder.need(15)
         runc_smoke(recorder, row, state)
     with recorder.step("host: probe, CUDA program, nvidia-smi") as row:
         host_baseline(recorder, row, state, args.expect_smi)
@@ -217,7 +218,8 @@ def generate_specs(recorder: Recorder, roots: Roots, state: State) -> None:
         state.spec_dirs[name] = os.path.join(state.work, "cdi", name)
         os.makedirs(state.spec_dirs[name])
     ours = os.path.join(state.spec_dirs["cdictk"], "nvidia.yaml")
-    with recorder.step("cdictk cdi generate --mode auto", need=20) as row:
+    with recorder.step("cdictk cdi generate --mode auto") as row:
+        recorder.need(20)
         if state.venv is None:
             raise StepSkipped("needs cdictk installed")
         specs.generate(recorder, row, state.venv, roots, ours)
@@ -227,16 +229,19 @@ def generate_specs(recorder: Recorder, roots: Roots, state: State) -> None:
         )
         devices = [d["name"] for d in state.loaded["cdictk"].get("devices") or []]
         row.data["devices"] = devices
-    with recorder.step("cdictk cdi validate", need=10) as row:
+    with recorder.step("cdictk cdi validate") as row:
+        recorder.need(10)
         if state.venv is None or "cdictk" not in state.loaded:
             raise StepSkipped("needs cdictk's spec")
         specs.validate(recorder, row, state.venv, ours)
-    with recorder.step("cdictk info", need=10) as row:
+    with recorder.step("cdictk info") as row:
+        recorder.need(10)
         if state.venv is None:
             raise StepSkipped("needs cdictk installed")
         specs.info(recorder, row, state.venv, roots, state.spec_dirs["cdictk"])
     theirs = os.path.join(state.spec_dirs["nvidia"], "nvidia.yaml")
-    with recorder.step("nvidia-ctk cdi generate", need=20) as row:
+    with recorder.step("nvidia-ctk cdi generate") as row:
+        recorder.need(20)
         nvidia = state.carried.nvidia if state.carried else {}
         if "nvidia-ctk" not in nvidia or "nvidia-cdi-hook" not in nvidia:
             raise StepSkipped("NVIDIA's tools are not in the bundle (make real-node-bundle NVIDIA_TOOLS=DIR)")
@@ -247,7 +252,8 @@ def generate_specs(recorder: Recorder, roots: Roots, state: State) -> None:
         state.loaded["nvidia"] = specs.load(
             recorder, state.venv, theirs, os.path.join(state.work, "nvidia.json")
         )
-    with recorder.step("specs compared item by item", need=10) as row:
+    with recorder.step("specs compared item by item") as row:
+        recorder.need(10)
         if state.venv is None or len(state.loaded) < 2:
             raise StepSkipped("needs both specs")
         compared = specs.compare(
@@ -400,13 +406,15 @@ def gpu_way(row: Row, state: State, expect: str, config: dict[str, Any], shim: S
 def run_ways(recorder: Recorder, args: argparse.Namespace, roots: Roots, state: State) -> None:
     script = ["/bin/sh", "-c", GPU_SCRIPT]
     for spec, title in (("cdictk", "cdictk's spec"), ("nvidia", "NVIDIA's spec and hooks")):
-        with recorder.step(f"GPU container: {title}, injected", need=30) as row:
+        with recorder.step(f"GPU container: {title}, injected") as row:
+            recorder.need(30)
             if spec not in state.loaded:
                 raise StepSkipped(f"needs {title}")
             row.data["device"] = f"{KIND}={state.device}"
             gpu_way(row, state, args.expect_smi, injected(recorder, state, spec, script))
     shim: Shim | None = None
-    with recorder.step("cdictk-runtime and prestart set up", need=20) as row:
+    with recorder.step("cdictk-runtime and prestart set up") as row:
+        recorder.need(20)
         if state.venv is None or state.carried is None or "cdictk" not in state.loaded:
             raise StepSkipped("needs cdictk and its spec")
         shim = containers.shim(
@@ -419,17 +427,20 @@ def run_ways(recorder: Recorder, args: argparse.Namespace, roots: Roots, state: 
             work=state.work,
         )
     request_env = f"NVIDIA_VISIBLE_DEVICES={state.device}"
-    with recorder.step("GPU container: cdictk-runtime, env request", need=30) as row:
+    with recorder.step("GPU container: cdictk-runtime, env request") as row:
+        recorder.need(30)
         if shim is None:
             raise StepSkipped("needs cdictk-runtime")
         gpu_way(row, state, args.expect_smi, oci_config("/", script, [request_env]), shim)
-    with recorder.step("GPU container: cdictk-runtime, annotation", need=30) as row:
+    with recorder.step("GPU container: cdictk-runtime, annotation") as row:
+        recorder.need(30)
         if shim is None:
             raise StepSkipped("needs cdictk-runtime")
         config = oci_config("/", script)
         config["annotations"] = {"cdi.k8s.io/realnode": f"{KIND}={state.device}"}
         gpu_way(row, state, args.expect_smi, config, shim)
-    with recorder.step("GPU container: legacy prestart hook", need=30) as row:
+    with recorder.step("GPU container: legacy prestart hook") as row:
+        recorder.need(30)
         if shim is None:
             raise StepSkipped("needs cdictk's prestart hook")
         config = oci_config("/", script, [request_env])
@@ -441,7 +452,8 @@ def run_ways(recorder: Recorder, args: argparse.Namespace, roots: Roots, state: 
 
 def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> None:
     labels = {"none": "no GPU", "cdictk": "cdictk's spec + hook", "nvidia": "NVIDIA's spec + hooks"}
-    with recorder.step(f"start time, {args.rounds} rounds interleaved", need=40) as row:
+    with recorder.step(f"start time, {args.rounds} rounds interleaved") as row:
+        recorder.need(40)
         if state.containers is None or not state.runs:
             raise StepSkipped("needs the image and a runc that runs")
         configs = {labels["none"]: oci_config("/", ["/bin/true"])}
@@ -450,19 +462,16 @@ def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> No
                 configs[labels[spec]] = injected(recorder, state, spec, ["/bin/true"])
         samples = timing.interleaved(recorder, row, state.containers, configs, args.rounds)
         figures = timing.added(samples, labels["none"])
-        row.data["figures"] = figures
-        recorder.sections["timing"] = figures
-        parts = [f"no GPU {figures[labels['none']]['median_ms']:.1f} ms"]
-        for spec in ("cdictk", "nvidia"):
-            if labels[spec] in figures:
-                parts.append(f"{spec} {figures[labels[spec]]['added_ms']:+.1f} ms")
-        if labels["nvidia"] in figures and figures[labels["nvidia"]]["added_ms"] > 0:
-            ratio = figures[labels["cdictk"]]["added_ms"] / figures[labels["nvidia"]]["added_ms"]
-            figures["ratio_cdictk_over_nvidia"] = {"added": round(ratio, 2)}
-            parts.append(f"cdictk/NVIDIA {ratio:.2f}")
-        rounds = min(len(times) for times in samples.values())
-        row.detail = f"medians of {rounds}: " + ", ".join(parts)
-    with recorder.step(f"burst: {args.burst} GPU containers, {args.parallel} at a time", need=40) as row:
+        names = {labels["none"]: "no GPU", labels["cdictk"]: "cdictk", labels["nvidia"]: "NVIDIA"}
+        row.detail = timing.describe(figures, labels["none"], names, args.rounds)
+        report: dict[str, Any] = dict(figures)
+        found = timing.ratio(figures, labels["cdictk"], labels["nvidia"])
+        if found is not None:
+            report["ratio_cdictk_over_nvidia"] = {"added": found}
+        row.data["figures"] = report
+        recorder.sections["timing"] = report
+    with recorder.step(f"burst: {args.burst} GPU containers, {args.parallel} at a time") as row:
+        recorder.need(40)
         if state.containers is None or not state.runs or "cdictk" not in state.loaded:
             raise StepSkipped("needs the image, a runc that runs and cdictk's spec")
         config = injected(recorder, state, "cdictk", [f"{imagefs.PROGRAM_DIR}/cuda-probe", "--dlopen"])

@@ -145,14 +145,16 @@ class Containers:
         env: dict[str, str] | None = None,
         *,
         timeout: float = 120,
+        delete: bool = True,
     ) -> Result:
         """``runc run`` (or ``program run``, the shim) of ``bundle`` in the foreground; the container is
-        deleted after, whatever happened."""
+        deleted after, whatever happened (unless ``delete`` is false: the caller deletes it)."""
         command = [*(program or [self.runc]), "--root", self.state, "run", "--bundle", bundle, container]
         try:
             return self.recorder.run(command, timeout, env=env or {"PATH": HOST_PATH})
         finally:
-            self.delete(container)
+            if delete:
+                self.delete(container)
 
     def delete(self, container: str) -> None:
         self.recorder.run([self.runc, "--root", self.state, "delete", "--force", container], 30, quiet=True)

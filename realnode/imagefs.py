@@ -2,7 +2,7 @@
 
 A bare node has no images. The programs the check runs in containers (the CUDA program, the probe, the
 node's nvidia-smi, whose driver libraries the spec brings) need the node's loader and C library, which
-are found with the loader itself (``ld.so --list``, what ``ldd`` runs) and copied to the paths they have
+are found with the loader itself (what ``ldd`` runs) and copied to the paths they have
 on the node; the node's merged-/usr links (``/lib -> usr/lib``) are copied too, so that a path in a
 spec means the same in the image. busybox gives ``sh`` and the tools. Each container gets its own copy
 made of hard links (milliseconds): what runc and the hooks add (mount points, links, the ld cache)
@@ -44,7 +44,8 @@ def interpreter(path: str) -> str | None:
 
 
 def parse_list(text: str) -> tuple[list[str], list[str]]:
-    """``ld.so --list`` output: the paths it loads (the loader included) and the names not found."""
+    """The loader's list (``ldd``'s output): the paths it loads (the loader included) and the names not
+    found."""
     found, missing = [], []
     for raw in text.splitlines():
         line = raw.strip()
@@ -65,7 +66,9 @@ def dependencies(recorder: Recorder, program: str) -> tuple[list[str], list[str]
     loader = interpreter(program)
     if loader is None:
         return [], []
-    listed = recorder.run([loader, "--list", program], 20, quiet=True)
+    # What ldd does: ``ld.so --list`` stops at the first library it cannot find and lists nothing.
+    trace = {"LD_TRACE_LOADED_OBJECTS": "1", "PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    listed = recorder.run([loader, program], 20, env=trace, quiet=True)
     found, missing = parse_list(listed.stdout)
     return [loader, *[path for path in found if path != loader]], missing
 
@@ -87,9 +90,11 @@ def build(
     os.makedirs(root)
     for name in MERGED:
         if os.path.islink(f"/{name}"):
-            target = os.readlink(f"/{name}")
+            # Relative (/lib -> usr/lib), so that the files copied in below go into the image even
+            # where the node's link is absolute.
+            target = os.readlink(f"/{name}").lstrip("/")
             os.symlink(target, os.path.join(root, name))
-            os.makedirs(os.path.join(root, target.lstrip("/")), exist_ok=True)
+            os.makedirs(os.path.join(root, target), exist_ok=True)
     for directory in DIRS:
         os.makedirs(os.path.join(root, directory), exist_ok=True)
     shutil.copyfile(busybox, os.path.join(root, "bin", "busybox"))
@@ -134,7 +139,8 @@ def linked_copy(source: str, target: str) -> None:
             if os.path.islink(path):
                 os.symlink(os.readlink(path), os.path.join(into, name))
             else:
-                os.mkdir(os.path.join(into, name), os.stat(path).st_mode & 0o7777)
+                os.mkdir(os.path.join(into, name))
+                os.chmod(os.path.join(into, name), os.stat(path).st_mode & 0o7777)  # not the umask's
         for name in files:
             path = os.path.join(directory, name)
             if os.path.islink(path):

@@ -96,16 +96,23 @@ def device_listing(dev: str) -> list[str]:
     return found
 
 
+def cache_listing(text: str, names: tuple[str, ...]) -> dict[str, list[str]]:
+    """Where ``ldconfig -p`` says each of ``names`` is (``\tlibcuda.so.1 (libc6,x86-64) => /path``),
+    every entry in its order (the first is what the loader takes)."""
+    cached: dict[str, list[str]] = {name: [] for name in names}
+    for line in text.splitlines():
+        name = line.strip().split(" ", 1)[0]
+        if name in cached and "=>" in line:
+            cached[name].append(line.split("=>", 1)[1].strip())
+    return cached
+
+
 def find_libraries(recorder: Recorder, roots: Roots) -> dict[str, Any]:
     """Where libcuda.so.1 and libnvidia-ml.so.1 are: ld.so.cache's answer and the usual directories."""
     ldconfig = next((p for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)), None)
     cached: dict[str, list[str]] = {name: [] for name in LIBRARIES}
     if ldconfig is not None and not roots.fake:
-        listed = recorder.run([ldconfig, "-p"], 15, quiet=True)
-        for line in listed.stdout.splitlines():
-            name = line.strip().split(" ", 1)[0]
-            if name in cached and "=>" in line:
-                cached[name].append(line.split("=>", 1)[1].strip())
+        cached = cache_listing(recorder.run([ldconfig, "-p"], 15, quiet=True).stdout, LIBRARIES)
     places: dict[str, list[str]] = {name: [] for name in LIBRARIES}
     for directory in LIB_DIRS:
         for name in LIBRARIES:

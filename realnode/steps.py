@@ -97,13 +97,20 @@ class Result:
         return self.returncode == 0
 
     def tail(self, size: int = TAIL) -> str:
-        text = (self.stderr.strip() + "\n" + self.stdout.strip()).strip()
-        return text[-size:]
+        """The end of stderr, then the end of stdout, in ``size`` characters: a long output on one
+        stream does not push the other's last lines (the error, most often) out."""
+        err, out = self.stderr.strip(), self.stdout.strip()
+        if len(err) + len(out) + 1 > size:
+            keep_err = min(len(err), max(size // 2, size - 1 - len(out)))
+            err, out = err[len(err) - keep_err :], out[len(out) - (size - 1 - keep_err) :]
+        return (err + "\n" + out).strip()
 
     def why(self) -> str:
-        """One line: how it ended and the last line it wrote."""
+        """One line: how it ended and the last line it wrote to stderr (where programs say what went
+        wrong), else to stdout."""
         end = "timed out" if self.returncode is None else f"exit {self.returncode}"
-        lines = [line for line in (self.stderr + "\n" + self.stdout).splitlines() if line.strip()]
+        lines = [line for line in self.stderr.splitlines() if line.strip()]
+        lines = lines or [line for line in self.stdout.splitlines() if line.strip()]
         return f"{os.path.basename(self.command[0])}: {end}" + (f": {lines[-1].strip()}" if lines else "")
 
 
@@ -189,15 +196,19 @@ class Recorder:
                 if text.strip():
                     self.note(f"  {name}:\n" + "\n".join("    " + line for line in text[-8000:].splitlines()))
 
+    def need(self, seconds: float) -> None:
+        """Skips the step (the first thing its body does) when less than ``seconds`` of the budget is
+        left: a step that cannot finish would spend the time of those after it."""
+        if self.left() < seconds:
+            raise StepSkipped(f"{self.left():.0f} s of the budget left, the step needs about {seconds:.0f}")
+
     @contextlib.contextmanager
-    def step(self, name: str, need: float = 0.0) -> Iterator[Row]:
-        """One row: the body fills in ``detail`` and ``data``; StepFailed, StepSkipped, any other
-        exception and a budget too short (``need`` seconds) end it with that status."""
+    def step(self, name: str) -> Iterator[Row]:
+        """One row: the body fills in ``detail`` and ``data``; StepFailed, StepSkipped (:meth:`need`
+        among them) and any other exception end it with that status."""
         row = Row(name, PASS, 0.0, "")
         began = time.monotonic()
         try:
-            if need and self.left() < need:
-                raise StepSkipped(f"{self.left():.0f} s of the budget left, the step needs about {need:.0f}")
             yield row
         except StepFailed as failed:
             row.status, row.detail = FAIL, str(failed)
