@@ -205,7 +205,12 @@ def setup(scratch: Path) -> Iterator[Bench]:
             containerd_daemon(SID_CONTAINERD_DIR, configs[True]) as on,
             containerd_daemon(SID_CONTAINERD_DIR, configs[False]) as off,
         ):
-            for daemon in (on, off):
+            for daemon, cdi in ((on, True), (off, False)):
+                runtime = daemon.dump_config()["plugins"]["io.containerd.cri.v1.runtime"]
+                if runtime["enable_cdi"] is not cdi or HANDLER not in runtime["containerd"]["runtimes"]:
+                    raise BenchError(
+                        f"containerd's config is not as meant: enable_cdi {runtime['enable_cdi']}"
+                    )
                 for archive in (pause, debian):
                     imported = daemon.ctr("images", "import", str(archive), namespace="k8s.io", timeout=600)
                     if imported.returncode != 0:
@@ -299,6 +304,7 @@ def _containerd_config(work: Path, launcher: str, spec_dir: Path, cdi: bool) -> 
         f"  sandbox = '{PAUSE_IMAGE}'\n"
         "[plugins.'io.containerd.cri.v1.runtime']\n"
         "  restrict_oom_score_adj = true\n"
+        f"  enable_cdi = {'true' if cdi else 'false'}\n"  # containerd 2.x's default is on
         "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
         "  runtime_type = 'io.containerd.runc.v2'\n"
         "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
