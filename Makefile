@@ -13,14 +13,13 @@ endif
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench examples realnode
 
-.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api bench-k8s demo \
-	real-node-bundle
+.PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
+	bench-generate bench-k8s demo real-node-bundle
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
-	@echo "     bench-k8s"
-	@echo "     real-node-bundle [NVIDIA_TOOLS=DIR]"
+	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | real-node-bundle [NVIDIA_TOOLS=DIR]"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -92,6 +91,14 @@ bench-shim: $(VENV)/.cdictk-test-installed
 # against runc with the spec injected beforehand (aim: at most 1.5 times the shim). Needs root.
 bench-prestart: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.prestart --rounds $(ROUNDS)
+
+# cdi generate, the whole process, on fake nodes of 1, 8, 16 and 32 GPUs (and 64 more driver libraries),
+# round-robin with NVIDIA's nvidia-ctk on the same nodes (NVIDIA_CTK=PATH, default: the one built in
+# /opt/nvidia-tools, else on PATH; empty: cdictk alone). Budgets: the eight-GPU node within 200 ms, the
+# 32-GPU node faster than nvidia-ctk, linear in devices and libraries. Needs root.
+NVIDIA_CTK ?= $(firstword $(wildcard /opt/nvidia-tools/nvidia-ctk) $(shell command -v nvidia-ctk))
+bench-generate: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.generate --repeat $(ROUNDS) $(if $(NVIDIA_CTK),--nvidia-ctk $(NVIDIA_CTK))
 
 # The library API's figures (issue 20): a claim's spec built and written, 1,000 claims, gc over 10,000
 # specs, SpecCache's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.

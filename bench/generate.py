@@ -1,13 +1,13 @@
 """Whole-process `cdictk cdi generate` on the fake GPU nodes, against a bare interpreter start.
 
 Builds the "single" and "eight" presets (and 16 and 32 full GPUs for the scaling line) under a temp dir,
-then times the installed `cdictk` console script writing a fresh spec, N times each. Prints median and
-best in ms, the ratio to the 150 ms aim, the cost per device, and the cost per driver library (the
-one-GPU node again with 64 more driver libraries beside its own). Needs root (the nodes are mknod'd).
-With ``--nvidia-ctk PATH`` (NVIDIA's, built ad hoc from its source), both generators also run on each
-node in the same loop, each wrapped alike in the private mount namespace where nvidia-ctk sees the
-node's /proc/driver and sysfs (bench/compare_generate.py's view), and the ratio is printed (issue 19's
-aims: at most 1x NVIDIA on the eight-GPU node, 2x on the one-GPU node).
+then times the installed `cdictk` console script writing a fresh spec, N times each, round-robin. Prints
+median and best in ms, the ratio to the 200 ms budget (issue 26: the eight-GPU node within it), the cost
+per device, and the cost per driver library (the one-GPU node again with 64 more driver libraries beside
+its own). Needs root (the nodes are mknod'd). With ``--nvidia-ctk PATH`` (NVIDIA's, built ad hoc from its
+source), both generators also run on each node in the same loop, each wrapped alike in the private mount
+namespace where nvidia-ctk sees the node's /proc/driver and sysfs (bench/compare_generate.py's view), and
+the ratio is printed (the budget: faster than nvidia-ctk on the 32-GPU node).
 Usage: python -m bench.generate [--repeat N] [--nvidia-ctk PATH]   (repository root, in the venv)
 """
 
@@ -26,7 +26,7 @@ import time
 from bench.compare_generate import COMMON_ARGS, node_view
 from tests.fakenode.node import BUSES, LIBRARIES, PRESETS, Preset, _stub, build_node, fake_gpu
 
-AIM_MS = 150.0
+AIM_MS = 200.0  # the eight-GPU node's budget
 EXTRA_LIBRARIES = 64  # driver libraries added to the one-GPU node for the per-library line
 
 
@@ -116,7 +116,7 @@ def main() -> int:
     compared = {name: times.pop(name) for name in list(times) if ", in the view: " in name}
     with_more = times.pop(more)
     print(f"{cdictk} runs {python}; {python} -c pass (the floor): {floor:.1f} ms (median of {args.repeat})")
-    print(f"{'node':<12} {'devices':>7} {'median ms':>10} {'best ms':>8} {'over floor':>10} {'vs 150 ms':>9}")
+    print(f"{'node':<12} {'devices':>7} {'median ms':>10} {'best ms':>8} {'over floor':>10} {'vs 200 ms':>9}")
     rows = []
     for name, samples in times.items():
         median = statistics.median(samples)
@@ -127,6 +127,8 @@ def main() -> int:
         )
     # A least-squares line through the (devices, median) points: the per-device cost, less sensitive to
     # one noisy size than the difference of two.
+    eight = statistics.median(times["eight"])
+    print(f"eight-GPU node: {eight:.1f} ms, budget {AIM_MS:.0f} ms: {'met' if eight <= AIM_MS else 'missed'}")
     slope = statistics.linear_regression([float(d) for d, _ in rows], [m for _, m in rows]).slope
     print(f"growth: {slope:.2f} ms per device (least squares over {len(rows)} sizes)")
     base, more_ms = statistics.median(times["single"]), statistics.median(with_more)
@@ -141,8 +143,9 @@ def main() -> int:
         for preset in presets:
             mine = statistics.median(compared[f"{preset.name}, in the view: cdictk"])
             nvidias = statistics.median(compared[f"{preset.name}, in the view: nvidia-ctk"])
-            aim = {"single": 2.0, "eight": 1.0}.get(preset.name)
-            verdict = "" if aim is None else f"<= {aim:.0f}x: {'met' if mine / nvidias <= aim else 'missed'}"
+            verdict = ""
+            if preset.name == "32 GPUs":
+                verdict = f"< 1x: {'met' if mine < nvidias else 'missed'}"
             print(f"{preset.name:<12} {mine:>10.1f} {nvidias:>14.1f} {mine / nvidias:>6.2f}  {verdict}")
     return 0
 

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.conftest import FETCH_ROOTFS, ROOTFS_CACHE, oci_config, overlay
+from tests.e2e.conftest import DEBIAN_ROOTFS, FETCH_ROOTFS, ROOTFS_CACHE, oci_config, overlay
 from tests.fakenode.node import build_node
 
 START_AIM_MS = 25.0
@@ -150,7 +150,7 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
         with contextlib.ExitStack() as mounts:
-            rootfs = mounts.enter_context(overlay(ROOTFS_CACHE / "bookworm-minbase", scratch / "overlay"))
+            rootfs = mounts.enter_context(overlay(DEBIAN_ROOTFS, scratch / "overlay"))
             with_hooks = injected(cdictk, spec_dir, scratch / "config.json", rootfs)
             hooks = with_hooks.get("hooks", {}).get("createContainer", [])
             if not hooks:
@@ -179,9 +179,7 @@ def main() -> int:
                     check=True,
                     stderr=subprocess.DEVNULL,
                 )
-                other = mounts.enter_context(
-                    overlay(ROOTFS_CACHE / "bookworm-minbase", scratch / "overlay-nv")
-                )
+                other = mounts.enter_context(overlay(DEBIAN_ROOTFS, scratch / "overlay-nv"))
                 config = injected(cdictk, nvidia_dir, scratch / "config-nv.json", other)
                 bundles[NVIDIA] = write_bundle(scratch / "nvidia-hooks", config)
             hook = hooks[0]
@@ -214,7 +212,7 @@ def main() -> int:
 
     count = f"{len(hooks)} createContainer hook{'s' if len(hooks) > 1 else ''}"
     print(f"{count} from the generated spec: {python} -I -S {entry} {hook['args'][4]} ...")
-    print(f"rootfs: overlay of {ROOTFS_CACHE / 'bookworm-minbase'}; {args.rounds} rounds, round-robin")
+    print(f"rootfs: overlay of {DEBIAN_ROOTFS}; {args.rounds} rounds, round-robin")
     print(f"  {'':<42} {'median ms':>9} {'best ms':>8}")
     for label, samples in times.items():
         print(row(label, samples))

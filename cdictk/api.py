@@ -81,7 +81,7 @@ def parse_qualified_name(text: str) -> QualifiedName:
     try:
         return _names.parse_qualified_name(text)
     except ValueError as exc:
-        raise InvalidNameError(str(exc)) from None
+        raise InvalidNameError(str(exc)) from exc
 
 
 def annotations_for(plugin: str, device_id: str, names: Iterable[str]) -> dict[str, str]:
@@ -89,7 +89,7 @@ def annotations_for(plugin: str, device_id: str, names: Iterable[str]) -> dict[s
     try:
         return _annotations.update_annotations(None, plugin, device_id, names)
     except ValueError as exc:
-        raise InvalidNameError(str(exc)) from None
+        raise InvalidNameError(str(exc)) from exc
 
 
 def devices_from_annotations(annotations: Mapping[str, str]) -> list[str]:
@@ -97,7 +97,7 @@ def devices_from_annotations(annotations: Mapping[str, str]) -> list[str]:
     try:
         return _annotations.devices_from_annotations(annotations) or []
     except ValueError as exc:
-        raise InvalidNameError(str(exc)) from None
+        raise InvalidNameError(str(exc)) from exc
 
 
 def validate(spec: Spec) -> None:

@@ -1,6 +1,8 @@
-"""One error shape for every command: ``<file>: <field>: <reason>``.
+"""Start path: standard library only.
 
-Standard library only, and not even :mod:`dataclasses` (about 10 ms of imports on a small machine):
+One error shape for every command: ``<file>: <field>: <reason>``.
+
+Standard library only, and not even :mod:`dataclasses` (its imports cost every start):
 the hooks and the runtime shim import this on every container start.
 """
 

@@ -1,4 +1,6 @@
-"""The one way cdictk writes a file: temp file in the same directory, fsync, rename, fsync the directory.
+"""Start path: standard library only.
+
+The one way cdictk writes a file: temp file in the same directory, fsync, rename, fsync the directory.
 
 A reader (a runtime loading a spec, runc loading config.json) sees the old file or the new one, never
 a half-written one, even across a crash. Standard library only, and not even :mod:`contextlib` (a few

@@ -1,4 +1,6 @@
-"""``/proc/<pid>/mountinfo`` (proc(5)), parsed once for everyone who needs it: the ldconfig sandbox
+"""Start path: standard library only.
+
+``/proc/<pid>/mountinfo`` (proc(5)), parsed once for everyone who needs it: the ldconfig sandbox
 checks which mounts it can see, the prestart hook finds the cgroup hierarchies. Standard library only.
 """
 

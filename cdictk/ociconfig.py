@@ -1,4 +1,6 @@
-"""Reading and writing an OCI runtime ``config.json``: size cap, strict JSON, atomic replace.
+"""Start path: standard library only.
+
+Reading and writing an OCI runtime ``config.json``: size cap, strict JSON, atomic replace.
 
 Standard library only, without :mod:`json` or :mod:`typing` at import: the runtime shim rewrites
 config.json on every container create, compactly (runc reads it, not a person).

@@ -1,4 +1,6 @@
-"""The container a hook works on: OCI state on stdin, then its rootfs.
+"""Start path: standard library only.
+
+The container a hook works on: OCI state on stdin, then its rootfs.
 
 runc and crun pass the OCI state as JSON on stdin. crun adds a ``root`` field holding the rootfs it
 actually uses (it differs from ``config.json`` under ``--userns=nomap`` and podman's overlay); runc
@@ -25,7 +27,7 @@ MAX_CONFIG = 16 << 20  # a config.json with a very large environment is still fa
 
 
 class ContainerState:
-    """What a hook knows of its container. A plain class: dataclasses costs 20 ms of imports per start."""
+    """What a hook knows of its container. A plain class: dataclasses' import would cost every start."""
 
     __slots__ = ("bundle", "id", "rootfs")
 

@@ -1,4 +1,6 @@
-"""What was parsed on an earlier container start, kept in a root-only directory.
+"""Start path: standard library only.
+
+What was parsed on an earlier container start, kept in a root-only directory.
 
 Parsing the settings (TOML) and the specs (YAML, then the CDI model and its checks) costs tens of
 milliseconds of imports on every container start, for files that change a few times a year. Each

@@ -1,4 +1,6 @@
-"""File operations confined to a container's rootfs, which the image controls.
+"""Start path: standard library only.
+
+File operations confined to a container's rootfs, which the image controls.
 
 Every path is resolved inside the rootfs as if it were ``/``: absolute symlinks, ``..`` and links to
 ``/`` all stay inside (openat2 with RESOLVE_IN_ROOT, or a descriptor-by-descriptor walk where openat2
@@ -345,6 +347,21 @@ class Rootfs:
             finally:
                 os.close(dir_fd)
         return changed
+
+    def remove_symlink(self, path: str) -> bool:
+        """Remove ``path`` when it is a symlink, never a file or a directory, found without crossing a
+        mount point; False when it is something else. A missing path is FileNotFoundError."""
+        parent, name = _split(path)
+        if not name:
+            return False
+        dir_fd = self.open(parent, _PATH_FLAGS | os.O_DIRECTORY, same_mount=True)
+        try:
+            if not stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode):
+                return False
+            os.unlink(name, dir_fd=dir_fd)
+            return True
+        finally:
+            os.close(dir_fd)
 
 
 def reopen_regular(fd: int, what: str) -> int:

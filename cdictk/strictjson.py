@@ -1,8 +1,10 @@
-"""Strict JSON, in and out, for everything cdictk reads and writes, without importing :mod:`json`.
+"""Start path: standard library only.
+
+Strict JSON, in and out, for everything cdictk reads and writes, without importing :mod:`json`.
 
 The hooks and the runtime shim read untrusted JSON (OCI state, ``config.json``) and the shim writes
-``config.json`` back, on every container start. :mod:`json` pulls in :mod:`re` and :mod:`enum`, about
-10 ms of imports on a small machine, for nothing needed here. CPython's own C scanner and encoder
+``config.json`` back, on every container start. :mod:`json` pulls in :mod:`re` and :mod:`enum`, imports
+that cost every start for nothing needed here. CPython's own C scanner and encoder
 (``_json``), which :mod:`json` itself uses, do the work: duplicate keys and NaN/Infinity are refused.
 Interpreters without ``_json`` fall back to :mod:`json`.
 """

@@ -1,4 +1,6 @@
-"""The Linux system calls Python 3.11's ``os`` lacks, through ctypes.
+"""Start path: standard library only.
+
+The Linux system calls Python 3.11's ``os`` lacks, through ctypes.
 
 Imported only by the hook steps that need them (ctypes costs a few milliseconds per container start):
 openat2 for confined path resolution, namespaces, mounts and pivot_root for the ldconfig sandbox, the new

@@ -1,4 +1,6 @@
-"""Whether a path is root's alone: nobody but root (or the user running us) could change what it names.
+"""Start path: standard library only.
+
+Whether a path is root's alone: nobody but root (or the user running us) could change what it names.
 
 cdictk runs as root and reads files that decide what runs as root: CDI specs (their hooks end up in
 ``config.json``), the Python it is launched with and its import path, its parse cache. Such a file is

@@ -10,7 +10,9 @@
 #    tests read the same variable;
 #  - a Debian bookworm minbase rootfs, built once by tests/fetch-rootfs.sh with debootstrap, for the hook
 #    tests (a real ldconfig and ld.so.cache in the image). CDICTK_ROOTFS_CACHE moves the cache; the
-#    tests read the same variable;
+#    tests read the same variable. The slow ld cache tests build the other releases' (Debian 11 and 13,
+#    Ubuntu 22.04 and 24.04) there when they first run; Ubuntu's need ubuntu-keyring, installed here
+#    where apt knows it (on Debian 12, from bookworm-backports);
 #  - crun (and podman on crun) refuses hybrid cgroups while any controller is still on the v2
 #    hierarchy ("cgroups in hybrid mode not supported"); on machines without systemd that is hugetlb.
 #    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
@@ -41,10 +43,19 @@ if ((${#missing[@]})); then
   # With recommends: podman needs conmon, catatonit and a network backend from them.
   apt-get install -y -q "${missing[@]}" >/dev/null
 fi
+if ! dpkg-query -W -f='${Status}' ubuntu-keyring 2>/dev/null | grep -q "install ok installed"; then
+  if apt-cache show ubuntu-keyring >/dev/null 2>&1; then
+    echo "setup-host: installing ubuntu-keyring"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q ubuntu-keyring >/dev/null
+  else
+    echo "setup-host: apt knows no ubuntu-keyring (bookworm-backports on Debian 12): the Ubuntu" \
+      "rootfs of the slow ld cache tests cannot be checked" >&2
+  fi
+fi
 
 # Downloads only on the first run (about 6 s, 185 MB unpacked); later runs just print the versions.
 "$(dirname "$0")/fetch-daemons.sh" "${CDICTK_DAEMONS_CACHE:-/var/cache/cdictk-tests/daemons}"
-# Builds only on the first run (about 30 s, 175 MB); later runs just print what is cached.
+# Builds only on the first run (about 30 s, 210 MB); later runs just print what is cached.
 "$(dirname "$0")/fetch-rootfs.sh" "${CDICTK_ROOTFS_CACHE:-/var/cache/cdictk-tests/rootfs}"
 
 unified=/sys/fs/cgroup/unified/cgroup.controllers

@@ -1,4 +1,6 @@
-"""The ``cdi.k8s.io/`` annotations: CDI device names carried in a container's annotations.
+"""Start path: standard library only.
+
+The ``cdi.k8s.io/`` annotations: CDI device names carried in a container's annotations.
 
 Kubernetes device plugins (before the CRI's CDI field) and early DRA drivers hand devices to the
 runtime this way, and containerd and CRI-O still read them. Both directions, as the reference library

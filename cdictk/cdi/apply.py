@@ -1,20 +1,29 @@
-"""Apply CDI devices to an OCI runtime config (``config.json`` as a dict), as CDI-aware runtimes do.
+"""Start path: standard library only.
 
-The reference library's semantics: each spec's own edits once, before its first requested device;
-the merged edits applied env -> device nodes -> net devices -> mounts -> hooks -> intelRdt ->
-additionalGids; env replaced by key; device nodes filled in from an lstat of the host path and allowed
-in the device cgroup (one rule per node, never a wildcard); mounts replacing the same destination, then
-sorted by depth; hooks appended per stage. Unknown OCI fields are left as they are.
+Apply CDI devices to an OCI runtime config (``config.json`` as a dict), as CDI-aware runtimes do.
 
-Where we do better: every check and every lstat happens before the config is touched, so a failure
-leaves it exactly as it was (the Go library may have applied the env by then); and applying the same
-devices again changes nothing (the Go library appends the cgroup rules and hooks a second time). Each
-device node, cgroup rule and hook is removed where it already is and added at the end.
+What containerd, CRI-O and podman do with the reference library (v1.1.0), the same JSON for the same
+spec and config: each spec's own edits once, before its first requested device; the merged edits applied
+env -> device nodes -> net devices -> mounts -> hooks -> intelRdt -> additionalGids. Env entries are
+appended, as the CDI specification says; the library keys the config's own entries by their whole text
+and the edits' by their name, so an edit replaces an earlier edit of the same name, and a config entry
+only when that entry is a bare name. Device nodes are filled in from an lstat of the host path, replace
+an entry of the same path (at the end) and, for b and c nodes, append an allow rule to the device cgroup
+(one per node, never a wildcard). Mounts replace the first mount of the same destination, then every
+mount is sorted by depth, stably. Hooks are appended per stage, intelRdt replaced, additional gids added
+once each (0 never). Unknown OCI fields are left as they are.
+
+Two rules of our own (docs/compatibility.md, ``apply-failure`` and ``reapply``): every check and every
+lstat happens before the config is touched, so a failure leaves it exactly as it was (the library may
+have applied the env by then); and a config that holds every edit already, the same devices applied
+before it (podman's precreate hook, then the shim; a CDI-aware engine, then the shim; ``cdictk cdi
+inject`` twice), is left as it is, where the library would add the hooks, the cgroup rules and the env
+entries again.
 
 The engine reads container edits as the spec writes them (``{"env": [...], "deviceNodes": [...]}``,
 a validated spec's ``containerEdits`` as plain data) rather than as model objects: the runtime shim
 applies devices on every container start from the spec cache, and
-the model's dataclasses alone cost it 10 ms of imports. The spec cache (:mod:`cdictk.cdi.cache`)
+the model's dataclasses would cost it their imports. The spec cache (:mod:`cdictk.cdi.cache`)
 gives the edit blocks in the library's order. Standard library only, no :mod:`typing`.
 """
 
@@ -46,63 +55,126 @@ class EditsSource:
         self.field = field
 
 
-def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:
-    """Apply edit blocks to ``config`` in place; on CdictkError ``config`` is unchanged."""
-    shape = _Shape(config, config_file)
-    env = [entry for source in sources for entry in source.edits.get("env", ())]
-    if env:
-        shape.list_of(str, "process", "env")
-    user = shape.mapping("process", "user")
-    uid = _positive_int(user.get("uid")) if user is not None else None
-    gid = _positive_int(user.get("gid")) if user is not None else None
+def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> bool:
+    """Apply edit blocks to ``config`` in place; False (and ``config`` as it was) when it holds every edit
+    already. On CdictkError ``config`` is unchanged."""
+    edits = _Edits(config, sources, config_file)
+    if edits.present(config):
+        return False
+    edits.apply(config)
+    return True
 
-    nodes = [
-        _oci_node(node, uid, gid, source.file, f"{source.field}.deviceNodes[{i}]")
-        for source in sources
-        for i, node in enumerate(source.edits.get("deviceNodes", ()))
-    ]
-    if nodes:
-        shape.list_of(dict, "linux", "devices")
-        shape.list_of(dict, "linux", "resources", "devices")
-    net_devices = [net for source in sources for net in source.edits.get("netDevices", ())]
-    if net_devices:
-        shape.mapping("linux", "netDevices")
-    mounts = [mount for source in sources for mount in source.edits.get("mounts", ())]
-    if mounts:
-        existing = shape.list_of(dict, "mounts") or []
-        for i, entry in enumerate(existing):
-            if not isinstance(entry.get("destination"), str):
-                raise CdictkError(config_file, f"mounts[{i}].destination", "expected a string")
-    hooks = [hook for source in sources for hook in source.edits.get("hooks", ())]
-    for hook in hooks:
-        shape.list_of(dict, "hooks", hook["hookName"])
-    rdt = next((s.edits["intelRdt"] for s in reversed(sources) if s.edits.get("intelRdt") is not None), None)
-    if rdt is not None or net_devices or nodes:
-        shape.mapping("linux")
-    gids = [value for source in sources for value in source.edits.get("additionalGids", ()) if value != 0]
-    if gids:
-        shape.list_of(int, "process", "user", "additionalGids")
 
-    # Every check is done: from here on nothing can fail.
-    if env:
-        _merge_env(_list_at(config, "process", "env"), env)
-    for node in nodes:
-        _add_node(config, node)
-    if net_devices:
-        table = _dict_at(config, "linux", "netDevices")
-        for net in net_devices:
-            table[net["hostInterfaceName"]] = {"name": net["name"]}
-    if mounts:
-        _add_mounts(config, mounts)
-    for hook in hooks:
-        _replace(_list_at(config, "hooks", hook["hookName"]), _oci_hook(hook))
-    if rdt is not None:
-        _dict_at(config, "linux")["intelRdt"] = _oci_intel_rdt(rdt)
-    if gids:
-        present = _list_at(config, "process", "user", "additionalGids")
-        for value in gids:
-            if value not in present:
-                present.append(value)
+def append_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:
+    """:func:`apply_edits` without the ``reapply`` rule: the edits added again to a config that holds
+    them, as the reference library adds them."""
+    _Edits(config, sources, config_file).apply(config)
+
+
+class _Edits:
+    """The merged edits, checked against the config and completed from the host: applying cannot fail.
+    Their entries are made for this config alone and go into it as they are."""
+
+    __slots__ = ("env", "gids", "hooks", "mounts", "net_devices", "nodes", "rdt")
+
+    def __init__(self, config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:
+        shape = _Shape(config, config_file)
+        self.env = [entry for source in sources for entry in source.edits.get("env", ())]
+        if self.env:
+            shape.list_of(str, "process", "env")
+        user = shape.mapping("process", "user")
+        uid = _positive_int(user.get("uid")) if user is not None else None
+        gid = _positive_int(user.get("gid")) if user is not None else None
+        self.nodes = [
+            _oci_node(node, uid, gid, source.file, f"{source.field}.deviceNodes[{i}]")
+            for source in sources
+            for i, node in enumerate(source.edits.get("deviceNodes", ()))
+        ]
+        if self.nodes:
+            shape.list_of(dict, "linux", "devices")
+            shape.list_of(dict, "linux", "resources", "devices")
+        self.net_devices = [net for source in sources for net in source.edits.get("netDevices", ())]
+        if self.net_devices:
+            shape.mapping("linux", "netDevices")
+        self.mounts = [_oci_mount(mount) for source in sources for mount in source.edits.get("mounts", ())]
+        if self.mounts:
+            for i, entry in enumerate(shape.list_of(dict, "mounts") or ()):
+                # A mount without a destination is one at "" to the library, which goes on.
+                if not isinstance(entry.get("destination", ""), str):
+                    raise CdictkError(config_file, f"mounts[{i}].destination", "expected a string")
+        self.hooks = [
+            (hook["hookName"], _oci_hook(hook))
+            for source in sources
+            for hook in source.edits.get("hooks", ())
+        ]
+        for stage, _ in self.hooks:
+            shape.list_of(dict, "hooks", stage)
+        rdt = next(
+            (s.edits["intelRdt"] for s in reversed(sources) if s.edits.get("intelRdt") is not None), None
+        )
+        self.rdt = None if rdt is None else _oci_intel_rdt(rdt)
+        if self.rdt is not None or self.net_devices or self.nodes:
+            shape.mapping("linux")
+        self.gids = [
+            value for source in sources for value in source.edits.get("additionalGids", ()) if value != 0
+        ]
+        if self.gids:
+            shape.list_of(int, "process", "user", "additionalGids")
+
+    def present(self, config: dict[str, Any]) -> bool:
+        """Whether applying would only repeat what ``config`` holds: every node, allow rule (after the
+        last deny), mount, hook, net device, gid and intelRdt there, and each variable's last value
+        the edits' own. The shapes were checked; a fresh config fails at its first missing entry."""
+        linux = config.get("linux") or {}
+        if self.nodes:
+            devices = linux.get("devices") or ()
+            if any(node.device not in devices for node in self.nodes):
+                return False
+            rules = (linux.get("resources") or {}).get("devices") or []
+            denied = [i for i, rule in enumerate(rules) if rule.get("allow") is not True]
+            allowed = rules[denied[-1] + 1 :] if denied else rules
+            if any(node.access is not None and node.rule() not in allowed for node in self.nodes):
+                return False
+        hooks = config.get("hooks") or {}
+        if any(hook not in (hooks.get(stage) or ()) for stage, hook in self.hooks):
+            return False
+        mounts = config.get("mounts") or []
+        if any(mount not in mounts for mount in self.mounts):
+            return False
+        if self.env:
+            process_env = (config.get("process") or {}).get("env") or ()
+            last = {entry.partition("=")[0]: entry for entry in process_env}
+            wanted = {entry.partition("=")[0]: entry for entry in self.env}
+            if any(last.get(name) != entry for name, entry in wanted.items()):
+                return False
+        table = linux.get("netDevices") or {}
+        if any(table.get(net["hostInterfaceName"]) != {"name": net["name"]} for net in self.net_devices):
+            return False
+        if self.rdt is not None and linux.get("intelRdt") != self.rdt:
+            return False
+        present = ((config.get("process") or {}).get("user") or {}).get("additionalGids") or ()
+        return all(value in present for value in self.gids)
+
+    def apply(self, config: dict[str, Any]) -> None:
+        if self.env:
+            _merge_env(_list_at(config, "process", "env"), self.env)
+        for node in self.nodes:
+            _add_node(config, node)
+        if self.net_devices:
+            table = _dict_at(config, "linux", "netDevices")
+            for net in self.net_devices:
+                table[net["hostInterfaceName"]] = {"name": net["name"]}
+        if self.mounts:
+            _add_mounts(_list_at(config, "mounts"), self.mounts)
+        for stage, hook in self.hooks:
+            _list_at(config, "hooks", stage).append(hook)
+        if self.rdt is not None:
+            _dict_at(config, "linux")["intelRdt"] = self.rdt
+        if self.gids:
+            present = _list_at(config, "process", "user", "additionalGids")
+            for value in self.gids:
+                if value not in present:
+                    present.append(value)
 
 
 class _Shape:
@@ -167,20 +239,13 @@ def _list_at(config: dict[str, Any], *keys: str) -> list[Any]:
     return value
 
 
-def _replace(items: list[Any], new: Any) -> None:
-    """Move ``new`` to the end of ``items``: applying twice leaves one copy."""
-    if new in items:
-        items.remove(new)
-    items.append(new)
-
-
 def _merge_env(env: list[str], entries: list[str]) -> None:
-    index = {entry.partition("=")[0]: i for i, entry in enumerate(env)}
+    index = {entry: i for i, entry in enumerate(env)}  # the config's entries by their whole text
     for entry in entries:
-        key = entry.partition("=")[0]
-        at = index.get(key)
+        name = entry.partition("=")[0]
+        at = index.get(name)
         if at is None:
-            index[key] = len(env)
+            index[name] = len(env)
             env.append(entry)
         else:
             env[at] = entry
@@ -194,6 +259,16 @@ class _Node:
     def __init__(self, device: dict[str, Any], access: str | None) -> None:
         self.device = device
         self.access = access
+
+    def rule(self) -> dict[str, Any]:
+        device = self.device
+        return {
+            "allow": True,
+            "type": device["type"],
+            "major": device["major"],
+            "minor": device["minor"],
+            "access": self.access,
+        }
 
 
 def _host_device(path: str) -> tuple[str, os.stat_result] | str:
@@ -255,39 +330,41 @@ def _oci_node(node: dict[str, Any], uid: int | None, gid: int | None, file: str,
 def _add_node(config: dict[str, Any], node: _Node) -> None:
     device = node.device
     devices = _list_at(config, "linux", "devices")
-    for i, existing in enumerate(devices):
-        if existing.get("path") == device["path"]:
-            del devices[i]
-            break
-    devices.append(device)
+    # The library removes the first entry of the node's path, then puts the node in place of a second
+    # one (a config may list a path twice), else at the end.
+    path = device["path"]
+    same = (i for i, existing in enumerate(devices) if existing.get("path") == path)
+    first, second = next(same, None), next(same, None)
+    if second is None:
+        devices.append(device)
+    else:
+        devices[second] = device
+    if first is not None:
+        del devices[first]
     if node.access is not None:
-        rule = {
-            "allow": True,
-            "type": device["type"],
-            "major": device["major"],
-            "minor": device["minor"],
-            "access": node.access,
-        }
-        _replace(_list_at(config, "linux", "resources", "devices"), rule)
+        _list_at(config, "linux", "resources", "devices").append(node.rule())
 
 
-def _add_mounts(config: dict[str, Any], mounts: list[dict[str, Any]]) -> None:
-    present = _list_at(config, "mounts")
+def _oci_mount(mount: dict[str, Any]) -> dict[str, Any]:
+    entry: dict[str, Any] = {"destination": mount["containerPath"]}
+    if mount.get("type"):
+        entry["type"] = mount["type"]
+    entry["source"] = mount["hostPath"]
+    if mount.get("options"):
+        entry["options"] = list(mount["options"])
+    return entry
+
+
+def _add_mounts(present: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> None:
     for mount in mounts:
-        destination = mount["containerPath"]
+        destination = mount["destination"]
         for i, existing in enumerate(present):
-            if existing["destination"] == destination:
+            if existing.get("destination", "") == destination:
                 del present[i]
                 break
-        entry: dict[str, Any] = {"destination": destination}
-        if mount.get("type"):
-            entry["type"] = mount["type"]
-        entry["source"] = mount["hostPath"]
-        if mount.get("options"):
-            entry["options"] = list(mount["options"])
-        present.append(entry)
+        present.append(mount)
     # Parents before children: a mount must not be hidden by one made later on a parent directory.
-    present.sort(key=lambda entry: _clean(entry["destination"]).count("/"))
+    present.sort(key=lambda entry: _clean(entry.get("destination") or "").count("/"))
 
 
 def _clean(path: str) -> str:

@@ -1,4 +1,6 @@
-"""The spec cache: the devices of the spec dirs, resolved and applied the one way cdictk knows.
+"""Start path: standard library only.
+
+The spec cache: the devices of the spec dirs, resolved and applied the one way cdictk knows.
 
 ``cdictk cdi inject``, the runtime shim, podman's precreate hook and the legacy prestart hook all
 resolve CDI names here. Building it loads the spec dirs with the registry (the YAML parser, the

@@ -2,13 +2,16 @@
 
 Unknown keys are errors, as in the reference library. Field names are case-sensitive (the Go library
 also takes ``CDIVersion``; we name the right spelling instead). Where the Go library coerces a number or
-a boolean into a string field (``name: 0``), so do we, with the same result; a float, a null in a list,
-or a date in a string field is refused rather than guessed at, because Go's rendering of those is not
-what the author wrote. A null value means the field is absent, as in Go.
+a boolean into a string field (``name: 0``), so do we, with the same result, and a date is its text as
+written, as in Go; a float in a string field is refused rather than guessed at, because Go's rendering
+of it is not what the author wrote (``1.0`` becomes "1"). As in Go, a null value means the field is
+absent, a null in a list of strings or numbers or an annotation's null value is "" or 0 (``cdictk cdi
+validate`` warns), and a float that is a whole number fills an integer field (``major: 1.0``).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 from cdictk.cdi.model import FIELDS, Field, Kind, Spec
@@ -91,16 +94,22 @@ def _decode_value(spec_field: Field, value: Any, path: str, file: str) -> Any:
         if not isinstance(value, dict):
             raise CdictkError(file, path, f"expected a mapping, got {describe(value)}")
         return _decode_obj(_child_class(spec_field), value, path, file)
+    # A null where Go wants a string or a number leaves its zero value there: "" or 0.
     if kind is Kind.STRMAP:
         if not isinstance(value, dict):
             raise CdictkError(file, path, f"expected {kind.value}, got {describe(value)}")
-        return {key: _as_str(item, _join(path, key), file) for key, item in value.items()}
+        return {
+            key: "" if item is None else _as_str(item, _join(path, key), file) for key, item in value.items()
+        }
     if not isinstance(value, list):
         raise CdictkError(file, path, f"expected {kind.value}, got {describe(value)}")
     if kind is Kind.STRS:
-        return [_as_str(item, f"{path}[{i}]", file) for i, item in enumerate(value)]
+        return ["" if item is None else _as_str(item, f"{path}[{i}]", file) for i, item in enumerate(value)]
     if kind is Kind.UINT32S:
-        return [_as_int(item, Kind.UINT32, f"{path}[{i}]", file) for i, item in enumerate(value)]
+        return [
+            0 if item is None else _as_int(item, Kind.UINT32, f"{path}[{i}]", file)
+            for i, item in enumerate(value)
+        ]
     # Kind.OBJS
     cls = _child_class(spec_field)
     items = []
@@ -115,7 +124,7 @@ def _as_str(value: Any, path: str, file: str) -> str:
     text = go_text(value)
     if text is not None:
         return text
-    if isinstance(value, float | Timestamp):
+    if isinstance(value, float):
         raise CdictkError(file, path, f"expected a string, got {describe(value)}: quote it")
     raise CdictkError(file, path, f"expected a string, got {describe(value)}")
 
@@ -128,6 +137,14 @@ def _child_class(spec_field: Field) -> type[Any]:
 
 def _as_int(value: Any, kind: Kind, path: str, file: str) -> int:
     low, high = _RANGES[kind]
+    if (
+        isinstance(value, float)
+        and value.is_integer()
+        and not (kind is Kind.UINT32 and math.copysign(1, value) < 0)
+    ):
+        # Go's YAML reader hands the float to encoding/json as "1", which an integer field takes
+        # ("-0" is no unsigned integer to it).
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise CdictkError(file, path, f"expected {kind.value}, got {describe(value)}")
     if not low <= value <= high:

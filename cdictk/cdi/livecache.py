@@ -129,7 +129,7 @@ class LiveSpecs:
         try:
             info = os.stat(path)
         except OSError as exc:
-            raise CdictkError(path, "", exc.strerror or str(exc)) from None
+            raise CdictkError(path, "", exc.strerror or str(exc)) from exc
         stamp = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
         known = self._known.get(path)
         if known is not None and known[0] == stamp:

@@ -1,4 +1,6 @@
-"""CDI names: vendor, class and device-name syntax, and fully qualified ``vendor.com/class=name``.
+"""Start path: standard library only.
+
+CDI names: vendor, class and device-name syntax, and fully qualified ``vendor.com/class=name``.
 
 The syntax is the reference library's: letters first for vendor and class, no length limits, a colon
 allowed inside device names. :func:`kind_spec_problem` adds the CDI specification's stricter rules for

@@ -3,8 +3,9 @@
 JSON goes through the standard library's parser; anything else through libyaml's event stream (PyYAML's
 C parser), from which we build the values ourselves so that we can refuse what a spec never needs and a
 hostile file could abuse: duplicate keys, anchors and aliases (billion-laughs expansion), explicit tags,
-complex keys, several documents and deep nesting. Plain scalars are typed by YAML 1.1 rules, as the Go
-library types them. Errors name the file, the field path and the line.
+complex keys and deep nesting. Plain scalars are typed by YAML 1.1 rules, as the Go library types them.
+Of several documents only the first is read, and nothing after it is even parsed, as the Go library
+does (``cdictk cdi validate`` warns about the rest). Errors name the file, the field path and the line.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdictk import strictjson
-from cdictk.cdi.yamlscalar import Timestamp, go_text, resolve_plain
+from cdictk.cdi.yamlscalar import go_text, resolve_plain
 from cdictk.errors import CdictkError
 
 MAX_DEPTH = 64
@@ -33,7 +34,7 @@ def parse_document(data: bytes, file: str, *, json_only: bool = False) -> Any:
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise CdictkError(file, "", f"not valid UTF-8 (byte {exc.start})") from None
+        raise CdictkError(file, "", f"not valid UTF-8 (byte {exc.start})") from exc
     if not json_only and not text.lstrip().startswith("{"):
         return parse_yaml(text, file)
     try:
@@ -57,9 +58,9 @@ def parse_yaml(text: str, file: str) -> Any:
         return _build_document(loader, file)
     except yaml.MarkedYAMLError as exc:
         where = _line(exc.problem_mark or exc.context_mark)
-        raise CdictkError(file, "", f"invalid YAML: {exc.problem or exc.context}{where}") from None
+        raise CdictkError(file, "", f"invalid YAML: {exc.problem or exc.context}{where}") from exc
     except yaml.YAMLError as exc:
-        raise CdictkError(file, "", f"invalid YAML: {exc}") from None
+        raise CdictkError(file, "", f"invalid YAML: {exc}") from exc
     finally:
         loader.dispose()
 
@@ -76,10 +77,32 @@ def _build_document(loader: Any, file: str) -> Any:  # a PyYAML loader; its even
         return None
     loader.get_event()  # document start
     root = _build_value(loader, file)
-    loader.get_event()  # document end
-    if not loader.check_event(events.StreamEndEvent):
-        raise CdictkError(file, "", f"more than one YAML document{_line(loader.peek_event().start_mark)}")
+    loader.get_event()  # document end; what follows is not read
     return root
+
+
+def more_documents(text: str) -> bool:
+    """Whether YAML ``text`` holds anything after its first document (broken YAML included), which no
+    reader of specs sees; False when the first document itself does not parse."""
+    import yaml  # noqa: PLC0415
+    from yaml import events  # noqa: PLC0415
+
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    try:
+        try:
+            while not loader.check_event(events.DocumentEndEvent, events.StreamEndEvent):
+                loader.get_event()
+            if loader.check_event(events.StreamEndEvent):
+                return False
+            loader.get_event()
+        except yaml.YAMLError:
+            return False
+        try:
+            return not loader.check_event(events.StreamEndEvent)
+        except yaml.YAMLError:
+            return True
+    finally:
+        loader.dispose()
 
 
 def _build_value(loader: Any, file: str) -> Any:
@@ -141,8 +164,7 @@ def _mapping_key(value: Any, file: str, stack: list[Any], keys: list[Any], event
     text = go_text(value)
     if text is not None:
         return text
-    shown = value.text if isinstance(value, Timestamp) else repr(value)
-    raise _error(file, stack, keys, f"mapping key {shown} must be a string", event)
+    raise _error(file, stack, keys, f"mapping key {value!r} must be a string", event)
 
 
 def _refuse_anchor(event: Any, stack: list[Any], keys: list[Any], file: str) -> None:

@@ -1,4 +1,6 @@
-"""Which files of a CDI spec directory are specs: ``*.json`` and ``*.yaml``, lexical order, no recursion.
+"""Start path: standard library only.
+
+Which files of a CDI spec directory are specs: ``*.json`` and ``*.yaml``, lexical order, no recursion.
 
 Only specs that root alone could have written: a spec's hooks become hooks of the container that the
 runtime runs as root, so a spec file, its directory and everything on the way to them (along the

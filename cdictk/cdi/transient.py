@@ -100,9 +100,9 @@ class TransientSpecs:
 
         try:
             atomic_write(path, data, mode=SPEC_MODE, keep_mode=False, lock=True, no_replace=not replace)
-        except FileExistsError:
+        except FileExistsError as exc:
             if _read(path) != data:
-                raise SpecExistsError(path) from None
+                raise SpecExistsError(path) from exc
         vendor, cls = split_kind(self.kind)
         return [f"{vendor}/{cls}={device.name}" for device in spec.devices]
 
@@ -119,7 +119,7 @@ class TransientSpecs:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                raise CdictkError(base + suffix, "", f"cannot remove: {exc.strerror}") from None
+                raise CdictkError(base + suffix, "", f"cannot remove: {exc.strerror}") from exc
 
     def list(self) -> builtins.list[str]:
         """The claim ids (``/`` read back as ``_``) this producer has specs for, sorted."""
@@ -139,7 +139,7 @@ class TransientSpecs:
             except FileNotFoundError:
                 continue
             except OSError as exc:
-                raise CdictkError(path, "", f"cannot remove: {exc.strerror}") from None
+                raise CdictkError(path, "", f"cannot remove: {exc.strerror}") from exc
             removed.add(claim)
         sweep_temps_of(self.spec_dir, self.prefix)
         return sorted(removed)
@@ -156,7 +156,7 @@ class TransientSpecs:
                     if name.startswith(self.prefix) and name.endswith(SUFFIXES):  # both: 5 characters
                         found.append((name[len(self.prefix) : -5], entry.path))
         except OSError as exc:
-            raise SpecDirError(self.spec_dir, f"cannot list: {exc.strerror}") from None
+            raise SpecDirError(self.spec_dir, f"cannot list: {exc.strerror}") from exc
         return found
 
     def _ours(self, path: str) -> bool:
@@ -198,7 +198,7 @@ class TransientSpecs:
             try:
                 make_dirs(self.spec_dir, 0o755)
             except OSError as exc:
-                raise SpecDirError(self.spec_dir, f"cannot create: {exc.strerror}") from None
+                raise SpecDirError(self.spec_dir, f"cannot create: {exc.strerror}") from exc
             info = os.lstat(self.spec_dir)
         if stat.S_ISLNK(info.st_mode):
             raise SpecDirError(self.spec_dir, "is a symlink; refusing to write specs through it")

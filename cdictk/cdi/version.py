@@ -6,7 +6,7 @@ newer version than the content needs locks out runtimes that vendor an older CDI
 
 from __future__ import annotations
 
-from cdictk.cdi.model import ContainerEdits, Spec
+from cdictk.cdi.model import ContainerEdits, Device, Spec
 from cdictk.cdi.names import split_kind
 
 KNOWN_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
@@ -20,7 +20,21 @@ def _index(version: str) -> int:
 
 def minimum_version(spec: Spec) -> str:
     """The oldest cdiVersion whose fields and syntax cover everything ``spec`` uses."""
+    return _minimum(spec, spec.devices)
+
+
+def reference_minimum_version(spec: Spec) -> str:
+    """The minimum version the reference library (v1.1.0) computes, which runtimes enforce: its checks
+    for device-node host paths (0.5.0) and mount types (0.4.0) see the spec's own edits and only the
+    last device's. They collect the address of the loop variable, which its module's Go version (1.19)
+    gives one copy for the whole loop, so every address is the last device's."""
+    return _minimum(spec, spec.devices[-1:])
+
+
+def _minimum(spec: Spec, path_devices: list[Device]) -> str:
+    """The minimum version, with host paths and mount types looked for in ``path_devices`` only."""
     every_edits = [spec.container_edits, *(device.container_edits for device in spec.devices)]
+    path_edits = [spec.container_edits, *(device.container_edits for device in path_devices)]
     if any(_needs_1_1_0(edits) for edits in every_edits):
         return "1.1.0"
     if any(edits.intel_rdt is not None or edits.additional_gids for edits in every_edits):
@@ -28,10 +42,10 @@ def minimum_version(spec: Spec) -> str:
     vendor, cls = split_kind(spec.kind)
     if spec.annotations or any(device.annotations for device in spec.devices) or (vendor and "." in cls):
         return "0.6.0"
-    host_paths = any(node.host_path for edits in every_edits for node in edits.device_nodes)
+    host_paths = any(node.host_path for edits in path_edits for node in edits.device_nodes)
     if host_paths or any(_starts_without_letter(device.name) for device in spec.devices):
         return "0.5.0"
-    if any(mount.type for edits in every_edits for mount in edits.mounts):
+    if any(mount.type for edits in path_edits for mount in edits.mounts):
         return "0.4.0"
     return EARLIEST_VERSION
 

@@ -57,10 +57,13 @@ def resolve_plain(text: str) -> Scalar:
 
 
 def go_text(value: object) -> str | None:
-    """The text the Go library makes of a scalar where it wants a string: the string itself, true or
-    false, or an integer in decimal (so YAML 1.1's 0660 becomes "432"); None for anything else."""
+    """The text the Go library makes of a scalar where it wants a string: the string itself, a date as
+    written (its YAML reader hands dates on as their text), true or false, or an integer in decimal (so
+    YAML 1.1's 0660 becomes "432"); None for anything else."""
     if isinstance(value, str):
         return value
+    if isinstance(value, Timestamp):
+        return value.text
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -96,34 +99,3 @@ def _number(text: str) -> int | float | None:
     if _FLOAT.fullmatch(plain):
         return float(plain)
     return _SPECIAL_FLOAT.get(text)
-
-
-# What PyYAML's own resolver types as something other than a string, where it goes beyond the rules
-# above (the dumper quotes these too, so PyYAML reads a spec as Go does): ints such as 0x_ and 0b_,
-# floats whose exponent has a sign, the merge key <<, the value key =, and !, & or * alone (its 'yaml'
-# tag). Written out here so the dumper can ask without importing PyYAML; a unit test holds it to
-# PyYAML's resolver. As there, ``$`` lets a trailing line break through.
-_PYYAML_IMPLICIT = re.compile(
-    r"""(?:
-        (?:y|Y)es|YES|(?:n|N)o|NO|(?:t|T)rue|TRUE|(?:f|F)alse|FALSE|(?:o|O)n|ON|(?:o|O)ff|OFF
-      | ~|null|Null|NULL
-      | <<|=|!|&|\*
-      # ints: binary, octal, decimal, hexadecimal, base 60
-      | [-+]?(?:0b[01_]+|0[0-7_]+|0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|[1-9][0-9_]*(?::[0-5]?[0-9])+)
-      # floats: with a point (the exponent signed), base 60 with a point, infinities, NaN
-      | [-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?
-      | \.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
-      | [-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+\.[0-9_]*
-      | [-+]?\.(?:inf|Inf|INF) | \.(?:nan|NaN|NAN)
-      # timestamps: a date, or a date and a time of day with an optional zone
-      | [0-9]{4}-[0-9]{2}-[0-9]{2}
-      | [0-9]{4}-[0-9]{1,2}-[0-9]{1,2}(?:[Tt]|[ \t]+)[0-9]{1,2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]*)?
-        (?:[ \t]*(?:Z|[-+][0-9]{1,2}(?::[0-9]{2})?))?
-    )$""",
-    re.VERBOSE,
-)
-
-
-def retyped_by_pyyaml(text: str) -> bool:
-    """True when PyYAML reads the non-empty ``text``, unquoted, as something other than a string."""
-    return _PYYAML_IMPLICIT.match(text) is not None

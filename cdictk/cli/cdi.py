@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from cdictk.cli.generate import generate_command
 from cdictk.errors import Problem
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -239,3 +240,6 @@ def transform_root_command(  # click passes every option by keyword
 
         write(target, text)
     return 0
+
+
+cdi_group.add_command(generate_command)

@@ -1,23 +1,19 @@
-"""The ``cdictk`` console script: ``cdictk hook ...`` goes straight to the hooks (and ``cdictk hook
-prestart`` to the legacy prestart hook), without click, and so does a plain ``cdictk cdi generate``.
+"""Start path: standard library only.
+
+The ``cdictk`` console script: ``cdictk hook ...`` goes straight to the hooks (and ``cdictk hook
+prestart`` to the legacy prestart hook), without click; every other command to click.
 
 Hooks run on every container start; loading the whole command line (click, and what the other
-commands import) would cost them tens of milliseconds for nothing. ``cdi generate`` reads a command
-line that fits its option table itself (:mod:`cdictk.cli.argtable`) and leaves the rest (``--help``,
-mistakes) to click.
+commands import) would cost them tens of milliseconds for nothing.
 """
 
 from __future__ import annotations
 
 import sys
 
-TYPE_CHECKING = False  # typing imports re: keep both off the fast paths
+TYPE_CHECKING = False  # typing imports re: keep both off the hooks' path
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-# Commands read without click: their words -> the module whose fast_main(args) returns an exit status,
-# or None to hand the command line to click.
-FAST_COMMANDS: dict[tuple[str, ...], str] = {("cdi", "generate"): "cdictk.cli.generate"}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,13 +22,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         from cdictk.cli.hook import run_hook  # noqa: PLC0415
 
         return run_hook(args[1:])
-    fast = FAST_COMMANDS.get((*args[:2],))
-    if fast is not None:
-        import importlib  # noqa: PLC0415 - loaded at start already: no cost
-
-        status: int | None = importlib.import_module(fast).fast_main(args[2:])
-        if status is not None:
-            return status
     from cdictk.cli.main import main as cli_main  # noqa: PLC0415
 
     return cli_main(args)

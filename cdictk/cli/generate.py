@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from cdictk.cli.argtable import FLAG, MANY, Opt, parse
-from cdictk.cli.guard import guarded
+import click
+
 from cdictk.errors import CdictkError
 from cdictk.node.modes import GPU_SPEC, MODES, NVML_SOURCES, Mode
 from cdictk.node.nvml import NvmlQuery
@@ -20,213 +20,210 @@ def _warn(message: str) -> None:
     print(f"cdictk: warning: {message}", file=sys.stderr)
 
 
-OPTIONS = (
-    Opt(
-        "--output",
-        "-o",
-        dest="output",
-        metavar="FILE|-",
-        help="Where to write the spec; '-' is stdout. Replaced atomically, and only when its content"
-        f" changes. Default: {DEFAULT_OUTPUT}; /etc/cdi/nvidia-MODE.yaml for imex, nvswitch, gds, mofed"
-        " and gdrcopy, whose devices are no GPUs and whose spec must not replace the GPU spec.",
-    ),
-    Opt(
-        "--format",
-        dest="fmt",
-        choices=("yaml", "json"),
-        help="Output format. Default: json for a .json output, else yaml.",
-    ),
-    Opt(
-        "--driver-root",
-        dest="driver_root",
-        default="/",
-        show_default=True,
-        metavar="DIR",
-        help="Root of the driver's files (libraries, binaries, configs), e.g. /usr/local/nvidia (with "
-        "--dev-root /) or /run/nvidia/driver. A root without a driver whose run/nvidia/driver holds one (a "
-        "driver container) uses that tree, with a warning.",
-    ),
-    Opt(
-        "--dev-root",
-        dest="dev_root",
-        metavar="DIR",
-        help="Root holding dev/nvidia*. Default: the driver root.",
-    ),
-    Opt(
-        "--proc-root",
-        dest="proc_root",
-        default="/proc",
-        show_default=True,
-        metavar="DIR",
-        help="Where procfs is mounted.",
-    ),
-    Opt(
-        "--sys-root",
-        dest="sys_root",
-        default="/sys",
-        show_default=True,
-        metavar="DIR",
-        help="Where sysfs is mounted.",
-    ),
-    Opt(
-        "--host-root",
-        dest="host_root",
-        default="/",
-        show_default=True,
-        metavar="DIR",
-        help="Where this process sees the node's / (a DaemonSet mounting it at /host, with --driver-root "
-        "/host): host paths in the spec are written as the node sees them, without DIR.",
-    ),
-    Opt(
-        "--mode",
-        "--discovery-mode",  # NVIDIA's other spelling, accepted as it is
-        dest="mode",
-        choices=_MODES,
-        default="auto",
-        show_default=True,
-        help="What the spec is for. GPUs: nvml (NVML, with MIG), procfs (/proc/driver/nvidia/gpus, full "
-        "GPUs only), management (one 'all' device with every NVIDIA node), wsl (WSL2: /dev/dxg and the "
-        "Windows driver store), csv (Jetson: device 0 from the L4T CSV files). Other drivers' devices, no "
-        "GPU driver needed, each in its own spec and class: imex (a device per IMEX channel), nvswitch, gds, "
-        "mofed, gdrcopy (one 'all' device each). auto: wsl where libdxcore.so is in the driver root's "
-        "/usr/lib/wsl/lib, csv on a Jetson (/etc/nv_tegra_release, or a tegra SoC) without NVML or whose "
-        "NVML reports the integrated GPU, else nvml, else procfs (with a warning).",
-    ),
-    Opt(
-        "--csv.file",
-        dest="csv_files",
-        kind=MANY,
-        metavar="FILE",
-        help="With --mode csv: a CSV file of 'type, path' lines (dev, lib, sym, dir). Repeatable. Default: "
-        "devices.csv, drivers.csv and l4t.csv in /etc/nvidia-container-runtime/host-files-for-container.d "
-        "under the driver root, those that exist.",
-    ),
-    Opt(
-        "--csv.ignore-pattern",
-        dest="csv_ignore_patterns",
-        kind=MANY,
-        metavar="PATTERN",
-        help="With --mode csv: leave out the lib, sym and dir entries whose path matches PATTERN (a glob; "
-        "**/NAME matches the base name). Repeatable.",
-    ),
-    Opt(
-        "--device-name-strategy",
-        dest="strategies",
-        kind=MANY,
-        choices=_STRATEGIES,
-        metavar="NAME",
-        help="Device names: index (0, 0:1), uuid (GPU-..., MIG-...), type-index (gpu0, mig0:1). Repeat for "
-        "several; default index and uuid.",
-    ),
-    Opt(
-        "--vendor",
-        "--cdi-vendor",
-        dest="vendor",
-        default="nvidia.com",
-        show_default=True,
-        help="CDI vendor of the spec's kind.",
-    ),
-    Opt(
-        "--class",
-        "--cdi-class",
-        dest="cls",
-        help="CDI class of the spec's kind. Default: gpu; imex-channel for imex; the mode's name for "
-        "nvswitch, gds, mofed and gdrcopy (NVIDIA's CLI writes gpu for all of them, whose 'all' collides"
-        " with the GPU spec's).",
-    ),
-    Opt(
-        "--hook-path",
-        "--nvidia-cdi-hook-path",
-        "--nvidia-ctk-path",  # NVIDIA's spellings: its hook program, which --hook-path takes too
-        dest="hook_path",
-        metavar="PATH",
-        help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hook "
-        "entry point (python3 -I -S .../cdictk/hooks/__main__.py), as one batched hook. A python* or pypy* "
-        "path is used the same way, and so is the cdictk command; any other program (nvidia-cdi-hook; "
-        "nvidia-ctk with its 'hook' subcommand) gets nvidia-cdi-hook's command line, one hook per step.",
-    ),
-    Opt(
-        "--separate-hooks",
-        dest="separate_hooks",
-        kind=FLAG,
-        help="One hook process per step (create-symlinks, enable-cuda-compat, update-ldcache, "
-        "disable-device-node-modification, update-application-profile), as NVIDIA's specs have, instead of "
-        "cdictk's single batched hook.",
-    ),
-    Opt(
-        "--ldconfig-path",
-        dest="ldconfig_path",
-        metavar="PATH",
-        help="Host ldconfig the update-ldcache hook runs.",
-    ),
-    Opt(
-        "--disable-hook",
-        "--disable-hooks",
-        dest="disabled_hooks",
-        kind=MANY,
-        metavar="NAME",
-        help="Leave out a hook: create-symlinks, enable-cuda-compat, update-ldcache, "
-        "disable-device-node-modification, update-application-profile, or all. Repeatable.",
-    ),
-    Opt(
-        "--no-all-device",
-        dest="no_all_device",
-        kind=FLAG,
-        help="Do not write the merged 'all' device.",
-    ),
-    Opt(
-        "--include-display-gpus",
-        dest="include_display_gpus",
-        kind=FLAG,
-        help="Give a DGX Station's display GPU ('DGX Display') a device too; by default it has none and is "
-        "not in 'all', as with NVIDIA's generator.",
-    ),
-    Opt(
-        "--device-id",
-        "--device-ids",
-        "--device",
-        "--devices",  # NVIDIA's other spellings
-        dest="device_ids",
-        kind=MANY,
-        metavar="ID",
-        help="Only these devices: an index (0), a MIG index (0:1), a GPU- or MIG- UUID, or all; with --mode "
-        "imex a channel (N or channelN); with --mode csv 0. Repeatable. An error for the modes with one "
-        "'all' device.",
-    ),
-    Opt(
-        "--cdi-version",
-        dest="target_version",
-        metavar="VERSION",
-        help="Newest cdiVersion the spec's readers accept, e.g. 0.5.0 for podman 4.3 and containerd 1.7: "
-        "what that version cannot express is left out with a warning.",
-    ),
-    Opt(
-        "--check",
-        dest="check",
-        kind=FLAG,
-        help="Write nothing; exit 1 if the spec at --output differs from a fresh generation (stale).",
-    ),
-    Opt(
-        "--watch",
-        dest="watching",
-        kind=FLAG,
-        help="Keep running: look at the node every --interval seconds (driver, modules, GPUs, MIG instances, "
-        "device nodes) and write the spec again, only when its content changed, as soon as anything changes; "
-        "SIGTERM or SIGINT stop it. A failed generation keeps the spec there and is retried.",
-    ),
-    Opt(
-        "--interval",
-        dest="interval",
-        number=(0.1, 60),
-        default=1.0,
-        show_default=True,
-        metavar="SECONDS",
-        help="With --watch: how often to look at the node.",
-    ),
+@click.command("generate")
+@click.option(
+    "--output",
+    "-o",
+    "output",
+    metavar="FILE|-",
+    help="Where to write the spec; '-' is stdout. Replaced atomically, and only when its content"
+    f" changes. Default: {DEFAULT_OUTPUT}; /etc/cdi/nvidia-MODE.yaml for imex, nvswitch, gds, mofed"
+    " and gdrcopy, whose devices are no GPUs and whose spec must not replace the GPU spec.",
 )
-
-
-def generate(  # every option by keyword, from click or from argtable.parse
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(("yaml", "json")),
+    help="Output format. Default: json for a .json output, else yaml.",
+)
+@click.option(
+    "--driver-root",
+    "driver_root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Root of the driver's files (libraries, binaries, configs), e.g. /usr/local/nvidia (with "
+    "--dev-root /) or /run/nvidia/driver. A root without a driver whose run/nvidia/driver holds one (a "
+    "driver container) uses that tree, with a warning.",
+)
+@click.option(
+    "--dev-root",
+    "dev_root",
+    metavar="DIR",
+    help="Root holding dev/nvidia*. Default: the driver root.",
+)
+@click.option(
+    "--proc-root",
+    "proc_root",
+    default="/proc",
+    show_default=True,
+    metavar="DIR",
+    help="Where procfs is mounted.",
+)
+@click.option(
+    "--sys-root",
+    "sys_root",
+    default="/sys",
+    show_default=True,
+    metavar="DIR",
+    help="Where sysfs is mounted.",
+)
+@click.option(
+    "--host-root",
+    "host_root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="Where this process sees the node's / (a DaemonSet mounting it at /host, with --driver-root "
+    "/host): host paths in the spec are written as the node sees them, without DIR.",
+)
+@click.option(
+    "--mode",
+    "--discovery-mode",  # NVIDIA's other spelling, accepted as it is
+    "mode",
+    type=click.Choice(_MODES),
+    default="auto",
+    show_default=True,
+    help="What the spec is for. GPUs: nvml (NVML, with MIG), procfs (/proc/driver/nvidia/gpus, full "
+    "GPUs only), management (one 'all' device with every NVIDIA node), wsl (WSL2: /dev/dxg and the "
+    "Windows driver store), csv (Jetson: device 0 from the L4T CSV files). Other drivers' devices, no "
+    "GPU driver needed, each in its own spec and class: imex (a device per IMEX channel), nvswitch, gds, "
+    "mofed, gdrcopy (one 'all' device each). auto: wsl where libdxcore.so is in the driver root's "
+    "/usr/lib/wsl/lib, csv on a Jetson (/etc/nv_tegra_release, or a tegra SoC) without NVML or whose "
+    "NVML reports the integrated GPU, else nvml, else procfs (with a warning).",
+)
+@click.option(
+    "--csv.file",
+    "csv_files",
+    multiple=True,
+    metavar="FILE",
+    help="With --mode csv: a CSV file of 'type, path' lines (dev, lib, sym, dir). Repeatable. Default: "
+    "devices.csv, drivers.csv and l4t.csv in /etc/nvidia-container-runtime/host-files-for-container.d "
+    "under the driver root, those that exist.",
+)
+@click.option(
+    "--csv.ignore-pattern",
+    "csv_ignore_patterns",
+    multiple=True,
+    metavar="PATTERN",
+    help="With --mode csv: leave out the lib, sym and dir entries whose path matches PATTERN (a glob; "
+    "**/NAME matches the base name). Repeatable.",
+)
+@click.option(
+    "--device-name-strategy",
+    "strategies",
+    multiple=True,
+    type=click.Choice(_STRATEGIES),
+    metavar="NAME",
+    help="Device names: index (0, 0:1), uuid (GPU-..., MIG-...), type-index (gpu0, mig0:1). Repeat for "
+    "several; default index and uuid.",
+)
+@click.option(
+    "--vendor",
+    "--cdi-vendor",
+    "vendor",
+    default="nvidia.com",
+    show_default=True,
+    help="CDI vendor of the spec's kind.",
+)
+@click.option(
+    "--class",
+    "--cdi-class",
+    "cls",
+    help="CDI class of the spec's kind. Default: gpu; imex-channel for imex; the mode's name for "
+    "nvswitch, gds, mofed and gdrcopy (NVIDIA's CLI writes gpu for all of them, whose 'all' collides"
+    " with the GPU spec's).",
+)
+@click.option(
+    "--hook-path",
+    "--nvidia-cdi-hook-path",
+    "--nvidia-ctk-path",  # NVIDIA's spellings: its hook program, which --hook-path takes too
+    "hook_path",
+    metavar="PATH",
+    help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hook "
+    "entry point (python3 -I -S .../cdictk/hooks/__main__.py), as one batched hook. A python* or pypy* "
+    "path is used the same way, and so is the cdictk command; any other program (nvidia-cdi-hook; "
+    "nvidia-ctk with its 'hook' subcommand) gets nvidia-cdi-hook's command line, one hook per step.",
+)
+@click.option(
+    "--separate-hooks",
+    "separate_hooks",
+    is_flag=True,
+    help="One hook process per step (create-symlinks, enable-cuda-compat, update-ldcache, "
+    "disable-device-node-modification, update-application-profile), as NVIDIA's specs have, instead of "
+    "cdictk's single batched hook.",
+)
+@click.option(
+    "--ldconfig-path",
+    "ldconfig_path",
+    metavar="PATH",
+    help="Host ldconfig the update-ldcache hook runs.",
+)
+@click.option(
+    "--disable-hook",
+    "--disable-hooks",
+    "disabled_hooks",
+    multiple=True,
+    metavar="NAME",
+    help="Leave out a hook: create-symlinks, enable-cuda-compat, update-ldcache, "
+    "disable-device-node-modification, update-application-profile, or all. Repeatable.",
+)
+@click.option(
+    "--no-all-device",
+    "no_all_device",
+    is_flag=True,
+    help="Do not write the merged 'all' device.",
+)
+@click.option(
+    "--include-display-gpus",
+    "include_display_gpus",
+    is_flag=True,
+    help="Give a DGX Station's display GPU ('DGX Display') a device too; by default it has none and is "
+    "not in 'all', as with NVIDIA's generator.",
+)
+@click.option(
+    "--device-id",
+    "--device-ids",
+    "--device",
+    "--devices",  # NVIDIA's other spellings
+    "device_ids",
+    multiple=True,
+    metavar="ID",
+    help="Only these devices: an index (0), a MIG index (0:1), a GPU- or MIG- UUID, or all; with --mode "
+    "imex a channel (N or channelN); with --mode csv 0. Repeatable. An error for the modes with one "
+    "'all' device.",
+)
+@click.option(
+    "--cdi-version",
+    "target_version",
+    metavar="VERSION",
+    help="Newest cdiVersion the spec's readers accept, e.g. 0.5.0 for podman 4.3 and containerd 1.7: "
+    "what that version cannot express is left out with a warning.",
+)
+@click.option(
+    "--check",
+    "check",
+    is_flag=True,
+    help="Write nothing; exit 1 if the spec at --output differs from a fresh generation (stale).",
+)
+@click.option(
+    "--watch",
+    "watching",
+    is_flag=True,
+    help="Keep running: look at the node every --interval seconds (driver, modules, GPUs, MIG instances, "
+    "device nodes) and write the spec again, only when its content changed, as soon as anything changes; "
+    "SIGTERM or SIGINT stop it. A failed generation keeps the spec there and is retried.",
+)
+@click.option(
+    "--interval",
+    "interval",
+    type=click.FloatRange(0.1, 60),
+    default=1.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="With --watch: how often to look at the node.",
+)
+def generate_command(
     *,
     output: str | None,
     fmt: str | None,
@@ -271,7 +268,7 @@ def generate(  # every option by keyword, from click or from argtable.parse
     be written, which leaves the old spec in place.
     """
     recipe = MODES[Mode(mode)]
-    # NVML's child first: it imports pynvml (~8 ms) while this process imports the rest and looks.
+    # NVML's child first: it imports pynvml while this process imports the rest and looks.
     # (--watch asks NVML anew each time it looks.)
     nvml = NvmlQuery() if recipe.gpus in NVML_SOURCES and not watching else None
     try:
@@ -370,11 +367,3 @@ def generate(  # every option by keyword, from click or from argtable.parse
 
 def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def fast_main(argv: list[str]) -> int | None:
-    """``cdictk cdi generate ARGV`` without click, or None when click must read ``argv``."""
-    values = parse(OPTIONS, argv)
-    if values is None:
-        return None
-    return guarded(lambda: generate(**values))  # type: ignore[arg-type]

@@ -1,4 +1,6 @@
-"""``cdictk hook ...``: the spec's hook steps, or the legacy prestart hook, without click.
+"""Start path: standard library only.
+
+``cdictk hook ...``: the spec's hook steps, or the legacy prestart hook, without click.
 
 Both run on container starts; the command line's other imports would cost them tens of milliseconds.
 """

@@ -2,24 +2,50 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
 
 import click
 
 from cdictk import __version__
-from cdictk.cli import generate
-from cdictk.cli.argtable import click_command
-from cdictk.cli.cdi import cdi_group
-from cdictk.cli.config import config_group
-from cdictk.cli.deviceplugin import device_plugin_command
 from cdictk.cli.guard import guarded
-from cdictk.cli.info import info_command
-from cdictk.cli.runtime import runtime_group
-from cdictk.cli.system import system_group
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+class LazyGroup(click.Group):
+    """A group whose commands are imported when one is run or listed (click's LazyGroup pattern): a
+    command's start loads its own module, not every other command's."""
+
+    def __init__(self, *args: object, lazy: dict[str, str], **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.lazy = lazy  # command name -> "module.attribute" of its click command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.lazy:
+            return super().get_command(ctx, cmd_name)
+        module, _, attribute = self.lazy[cmd_name].rpartition(".")
+        command: click.Command = getattr(importlib.import_module(module), attribute)
+        return command
+
+
+COMMANDS = {
+    "cdi": "cdictk.cli.cdi.cdi_group",
+    "runtime": "cdictk.cli.runtime.runtime_group",
+    "config": "cdictk.cli.config.config_group",
+    "info": "cdictk.cli.info.info_command",
+    "system": "cdictk.cli.system.system_group",
+    "device-plugin": "cdictk.cli.deviceplugin.device_plugin_command",
+}
+
+
+@click.group(
+    cls=LazyGroup,
+    lazy=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="cdictk")
 def cli() -> None:
     """Make NVIDIA GPUs usable in containers through the Container Device Interface (CDI).
@@ -43,17 +69,6 @@ def hook_command(ctx: click.Context) -> int:
     from cdictk.cli.hook import run_hook  # noqa: PLC0415
 
     return run_hook(ctx.args)
-
-
-cdi_group.add_command(
-    click_command("generate", generate.OPTIONS, generate.generate, generate.generate.__doc__)
-)
-cli.add_command(cdi_group)
-cli.add_command(runtime_group)
-cli.add_command(config_group)
-cli.add_command(info_command)
-cli.add_command(system_group)
-cli.add_command(device_plugin_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

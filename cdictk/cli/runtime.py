@@ -168,7 +168,7 @@ def configure_command(  # click passes every option by keyword
     if path is None and not remove and not _is_launcher(runtime_path):
         print(
             "cdictk: note: registering the console script; `cdictk runtime install-launchers` first makes "
-            "every container command about 10 ms faster",
+            "every container command faster",
             file=sys.stderr,
         )
     if not os.path.isabs(runtime_path):
@@ -203,10 +203,10 @@ def install_launchers_command(*, directory: str) -> int:
     """Write fast launchers for cdictk-runtime, cdictk-precreate and cdictk-prestart.
 
     Each is a short script that runs this Python with -I -S: no site-packages .pth files and no PYTHON*
-    variables, about 10 ms less per container command than pip's console scripts. cdictk-runtime itself
-    is a shell script in front of that launcher (cdictk-runtime.py): it execs the low-level runtime
-    without Python for every command but create and run, with the runtimes /etc/cdictk/config.toml
-    names now; after editing that file every command goes through Python until this is run again.
+    variables, so every container command starts faster than through pip's console scripts. cdictk-runtime
+    itself is a shell script in front of that launcher (cdictk-runtime.py): it execs the low-level runtime
+    without Python for every command but create and run, with the runtimes /etc/cdictk/config.toml names
+    now; after editing that file every command goes through Python until this is run again.
     `cdictk runtime configure` registers cdictk-runtime when it is installed in the default directory;
     point podman's precreate hook (hooks/oci-hooks.d/cdictk-precreate.json) at cdictk-precreate. Run it
     again after moving or upgrading Python.
@@ -221,7 +221,7 @@ def install_launchers_command(*, directory: str) -> int:
     try:
         written = install_launchers(directory)
     except LauncherError as exc:
-        raise CdictkError("", "", str(exc)) from None
+        raise CdictkError("", "", str(exc)) from exc
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0
@@ -257,6 +257,6 @@ def install_legacy_hook_command(*, directory: str, force: bool) -> int:
     try:
         path = install_legacy_hook(directory, force=force)
     except LauncherError as exc:
-        raise CdictkError("", "", str(exc)) from None
+        raise CdictkError("", "", str(exc)) from exc
     print(f"wrote {path}; restart dockerd so that it finds it", file=sys.stderr)
     return 0

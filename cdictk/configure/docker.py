@@ -47,7 +47,7 @@ _FIRST_INDENT = re.compile(r"\n([ \t]+)\S")
 
 
 def plan(main: writer.Current, drop_in: writer.Current | None, change: RuntimeChange) -> Plan:
-    """daemon.json alone: the record has no drop-in, so ``drop_in`` is always None."""
+    """The edit of daemon.json alone (the engine has no drop-in, so ``drop_in`` is always None)."""
     edit = Edit(main.path, configure_docker(main.text, main.path, change, _before(main.path)))
     return Plan(((main, edit),))
 
@@ -163,17 +163,17 @@ def _parse(text: str, file: str) -> dict[str, Any]:
         )
     except json.JSONDecodeError as exc:
         reason, pos = _explain_syntax_error(text, exc)
-        raise CdictkError(_at(file, text, pos), "", f"invalid JSON: {reason}") from None
-    except RecursionError:
-        raise CdictkError(file, "", "invalid JSON: nested too deeply") from None
+        raise CdictkError(_at(file, text, pos), "", f"invalid JSON: {reason}") from exc
+    except RecursionError as exc:
+        raise CdictkError(file, "", "invalid JSON: nested too deeply") from exc
     except ValueError as exc:
         # Duplicate keys, NaN and out-of-range numbers come from our hooks without a position, so
         # look for the problem the slow way, in the error path only.
         located = _locate_problem(text)
         if located is None:
-            raise CdictkError(file, "", f"invalid JSON: {exc}") from None
+            raise CdictkError(file, "", f"invalid JSON: {exc}") from exc
         reason, pos = located
-        raise CdictkError(_at(file, text, pos), "", f"invalid JSON: {reason}") from None
+        raise CdictkError(_at(file, text, pos), "", f"invalid JSON: {reason}") from exc
     if not isinstance(doc, dict):
         start = len(text) - len(text.lstrip(_JSON_WHITESPACE))
         raise CdictkError(
@@ -371,8 +371,8 @@ def _render(doc: dict[str, Any], original: str, file: str, *, new_file: bool) ->
     indent = match.group(1) if match else _DEFAULT_INDENT
     try:
         rendered = json.dumps(doc, indent=indent, ensure_ascii=False)
-    except RecursionError:
-        raise CdictkError(file, "", "nested too deeply to write back") from None
+    except RecursionError as exc:
+        raise CdictkError(file, "", "nested too deeply to write back") from exc
     # Safe on the whole text: json.dumps escapes newlines inside strings.
     newline = "\r\n" if "\r\n" in original else "\n"
     if newline != "\n":

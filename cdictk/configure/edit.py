@@ -46,10 +46,10 @@ def _commit_all(plan: Plan, request: Request, report: Callable[[str], None]) -> 
         if edit.text is not None:
             try:
                 edit.text.encode("utf-8")
-            except UnicodeEncodeError:
+            except UnicodeEncodeError as exc:
                 raise CdictkError(
                     edit.path, "", "the new content is not valid UTF-8; nothing written"
-                ) from None
+                ) from exc
     any_change = False
     for current, edit in plan.edits:
         changed = writer.commit(

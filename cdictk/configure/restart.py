@@ -33,7 +33,7 @@ def socket_owner(path: str) -> int:
         try:
             client.connect(path)
         except OSError as exc:
-            raise CdictkError(path, "", f"cannot connect to the daemon: {exc.strerror or exc}") from None
+            raise CdictkError(path, "", f"cannot connect to the daemon: {exc.strerror or exc}") from exc
         credentials = client.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid: int = struct.unpack("3i", credentials)[0]
     return pid

@@ -28,13 +28,13 @@ def read(text: str, file: str) -> dict[str, Any]:
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise _invalid(text, file, exc) from None
-    except (ValueError, RecursionError):  # past tomllib's limits: an integer's digits, nesting
-        raise _past_limits(text, file) from None
+        raise _invalid(text, file, exc) from exc
+    except (ValueError, RecursionError) as exc:  # past tomllib's limits: an integer's digits, nesting
+        raise _past_limits(text, file) from exc
 
 
 def _past_limits(text: str, file: str) -> CdictkError:
-    """tomllib gives no place for these; tomlkit, which keeps limits of its own, does."""
+    """The error for TOML past tomllib's limits, placed by tomlkit (tomllib gives no place for these)."""
     import tomlkit  # noqa: PLC0415
     from tomlkit.exceptions import ParseError, TOMLKitError  # noqa: PLC0415
 
@@ -136,11 +136,11 @@ def dumps(document: Any, intended: dict[str, Any], file: str, like: str = "") ->
         )
     try:
         tomlkit.parse(text)
-    except TOMLKitError:
+    except TOMLKitError as exc:
         # Valid TOML, but a later run (--remove included) could not edit it.
         raise CdictkError(
             file, "", "cannot edit this file safely (tomlkit could not read the result back); nothing written"
-        ) from None
+        ) from exc
     return text
 
 
@@ -160,7 +160,7 @@ def edit(document: Any, old: dict[str, Any], new: dict[str, Any], file: str, lik
     try:
         sync(document, old, new)
     except (ValueError, TypeError, KeyError, AttributeError, TOMLKitError) as exc:  # tomlkit refusing
-        raise CdictkError(file, "", f"cannot edit this file safely ({exc}); nothing written") from None
+        raise CdictkError(file, "", f"cannot edit this file safely ({exc}); nothing written") from exc
     return dumps(document, new, file, like)
 
 

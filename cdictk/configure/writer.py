@@ -41,7 +41,7 @@ def read(path: str, *, follow_symlinks: bool) -> Current:
     except FileNotFoundError:
         return Current(path, None)
     except OSError as exc:
-        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+        raise CdictkError(path, "", exc.strerror or str(exc)) from exc
     if stat.S_ISLNK(info.st_mode):
         if not follow_symlinks:
             raise CdictkError(
@@ -55,7 +55,7 @@ def read(path: str, *, follow_symlinks: bool) -> Current:
     try:
         return Current(path, data.decode("utf-8"))
     except UnicodeDecodeError as exc:
-        raise CdictkError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+        raise CdictkError(path, "", f"not UTF-8 text (byte {exc.start})") from exc
 
 
 @contextlib.contextmanager
@@ -71,7 +71,7 @@ def locked(path: str, *, create: bool = True) -> Iterator[None]:
         make_dirs(directory)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
-        raise CdictkError(directory, "", exc.strerror or str(exc)) from None
+        raise CdictkError(directory, "", exc.strerror or str(exc)) from exc
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -118,13 +118,13 @@ def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = T
         except FileNotFoundError:
             pass
         except OSError as exc:
-            raise CdictkError(current.path, "", f"cannot remove: {exc.strerror}") from None
+            raise CdictkError(current.path, "", f"cannot remove: {exc.strerror}") from exc
         return True
     directory = os.path.dirname(current.path)
     try:
         make_dirs(directory)  # conf.d/ may not exist yet
     except OSError as exc:
-        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
+        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from exc
     atomic_write(current.path, new.encode("utf-8"), sweep=True)
     return True
 

@@ -1,8 +1,10 @@
-"""The hooks' entry point: ``python3 -I -S /path/to/cdictk/hooks/__main__.py HOOK [OPTIONS]``.
+"""Start path: standard library only.
+
+The hooks' entry point: ``python3 -I -S /path/to/cdictk/hooks/__main__.py HOOK [OPTIONS]``.
 
 Generated specs run this file by its absolute path with an isolated interpreter: ``-I`` keeps the
 image's PYTHON* variables, user site and working directory out, and ``-S`` skips site-packages and
-every ``.pth`` file in it, which costs 5 to 35 ms per container start and runs code we do not need.
+every ``.pth`` file in it, which would cost every container start and run code we do not need.
 Run as a script, the file puts the directory that holds the ``cdictk`` package on ``sys.path``
 itself: that directory comes from this file's own host path, never from the container. ``python3 -I
 -m cdictk.hooks`` (what cdictk 0.1 specs say) still works.

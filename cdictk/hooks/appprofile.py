@@ -1,4 +1,6 @@
-"""The ``update-application-profile`` hook step: EGL and Vulkan in the container see only its GPUs.
+"""Start path: standard library only.
+
+The ``update-application-profile`` hook step: EGL and Vulkan in the container see only its GPUs.
 
 The driver's EGL and Vulkan libraries enumerate every GPU the kernel driver knows, whatever device
 nodes the container has, and then fail on the ones it cannot open. An application profile with the

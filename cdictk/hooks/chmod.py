@@ -1,4 +1,6 @@
-"""The ``chmod`` hook step: set the mode of paths inside the container, never following the image's links.
+"""Start path: standard library only.
+
+The ``chmod`` hook step: set the mode of paths inside the container, never following the image's links.
 
 NVIDIA's hook joins the rootfs and the path as strings and calls chmod, which follows symlinks: an image
 with ``/dev/dri -> /etc`` (or any link to a host path reachable through ``..``) gets a host file's mode

@@ -1,4 +1,6 @@
-"""enable-cuda-compat: let an image's CUDA forward-compatibility libcuda win over an older host driver.
+"""Start path: standard library only.
+
+enable-cuda-compat: let an image's CUDA forward-compatibility libcuda win over an older host driver.
 
 CUDA images may ship ``/usr/local/cuda/compat/libcuda.so.<version>``, a user-mode driver newer than
 the host's. When it should be used, this hook writes :data:`COMPAT_CONF`, an ld.so.conf.d entry naming

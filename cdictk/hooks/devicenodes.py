@@ -1,4 +1,6 @@
-"""The ``disable-device-node-modification`` hook step.
+"""Start path: standard library only.
+
+The ``disable-device-node-modification`` hook step.
 
 With ``ModifyDeviceFiles: 1`` in ``/proc/driver/nvidia/params``, NVML and nvidia-smi in a container
 create (mknod) and chmod NVIDIA device nodes themselves. This step shows the container a copy of the

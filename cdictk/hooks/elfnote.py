@@ -1,4 +1,6 @@
-"""Read one note section of an ELF file that the container image controls.
+"""Start path: standard library only.
+
+Read one note section of an ELF file that the container image controls.
 
 Everything comes through ``os.pread`` on a descriptor the caller opened, at offsets and sizes checked
 first against the file's size and against fixed caps, so a hostile file can make this raise

@@ -1,4 +1,6 @@
-"""``cdictk hook NAME [OPTIONS]``: read the OCI state, find the rootfs, run one hook.
+"""Start path: standard library only.
+
+``cdictk hook NAME [OPTIONS]``: read the OCI state, find the rootfs, run one hook.
 
 The command line is nvidia-cdi-hook's, so specs written for either tool work with both. A hook name
 this version does not know warns and exits 0: a spec written by a newer cdictk must never stop a

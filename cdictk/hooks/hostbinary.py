@@ -1,4 +1,6 @@
-"""The host program a hook runs in a container (ldconfig): checked, then copied into a sealed memfd.
+"""Start path: standard library only.
+
+The host program a hook runs in a container (ldconfig): checked, then copied into a sealed memfd.
 
 Anyone who can write the file could make every container start run their code as root, so it must be
 a regular, root-owned file that group and others cannot write. The copy is what runs, and the checks

@@ -1,11 +1,15 @@
-"""The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
+"""Start path: standard library only.
+
+The ``update-ldcache`` hook: make the container's dynamic linker find the injected driver libraries.
 
 nvidia-cdi-hook compatible: the requested folders go into an ld.so.conf.d drop-in, the container's own
 system library folders into another, and the container's ``/etc/ld.so.cache`` and SONAME links are
-rebuilt. cdictk writes them itself (:mod:`cdictk.hooks.ldscan`, :mod:`cdictk.hooks.ldsocache`): the
-same bytes and links as glibc's ldconfig, without starting a process, and nothing of the image is run
-or parsed by anything but this code. Only an image that asks for what the writer leaves to ldconfig
-(glibc-hwcaps or legacy hwcap subdirectories, ``dir=type`` lines) gets the host's ldconfig, as before.
+rebuilt. cdictk writes them itself (:mod:`cdictk.hooks.ldconf`, :mod:`cdictk.hooks.ldscan`,
+:mod:`cdictk.hooks.ldsocache`): the bytes and links the image's own glibc ldconfig would write (its
+release read from the image by :mod:`cdictk.hooks.ldrelease`), without starting a process, and nothing
+of the image is run or parsed by anything but this code. Only an image that asks for what the writer
+leaves to ldconfig (glibc-hwcaps or legacy hwcap subdirectories, ``dir=type`` lines, include cycles)
+gets the host's ldconfig, sandboxed, which writes its own release's format.
 
 Safer than nvidia-cdi-hook in three ways. The files are written from the hook process through
 :class:`~cdictk.rootfs.Rootfs`, which resolves every path inside the rootfs. ldconfig runs in
@@ -14,9 +18,10 @@ procfs mounts whose magic links lead back to the host. And the drop-ins have fix
 run changes nothing but the cache.
 
 ldconfig opens whatever the image's configuration names without looking at it first, so a FIFO there
-would stall it: the files its ``include`` lines lead to are checked before it runs, and it runs under a
-deadline that fits a container start, which also ends what the checks cannot foresee (includes that
-multiply, wildcards in directory names, a FIFO behind a library's symlink).
+would stall it: the one walk of the configuration (:func:`cdictk.hooks.ldconf.read`) refuses one
+before anything runs, and ldconfig runs under a deadline that fits a container start, which also ends
+what the walk cannot foresee (includes that multiply, wildcards in directory names, a FIFO behind a
+library's symlink).
 
 Musl images have no ld.so.cache: there the folders are added to ``/etc/ld-musl-<arch>.path`` and
 no cache is written.
@@ -25,10 +30,9 @@ no cache is written.
 from __future__ import annotations
 
 import os
-import stat
 
 from cdictk.errors import HookError
-from cdictk.hooks import hostbinary, ldconf
+from cdictk.hooks import hostbinary, ldconf, ldrelease
 from cdictk.hooks.steps import DEFAULT_LDCONFIG, Options, Prepared
 
 TYPE_CHECKING = False
@@ -49,21 +53,10 @@ CACHE_MODE = 0o644
 # What a cache names as its writer when the image had none to copy the name from.
 GENERATOR = b"cdictk hook update-ldcache (ldconfig's format)"
 CONF_MODE = 0o644
-# A sandboxed run takes 4 to 12 ms on a small image, and ldconfig indexes 1,800 libraries from a cold
-# page cache in 0.34 s: 2 s leaves a slow node room, and bounds what an image that makes it walk
-# forever adds to a container start.
+# Far above what a sandboxed run takes, even on a cold page cache with thousands of libraries
+# (docs/development.md), and a bound on what an image that makes it walk forever adds to a start.
 LDCONFIG_TIMEOUT = 2.0
-# The include walk stops (leaving the rest to the deadline) after this many paths, lines and directory
-# entries: a real image has a few dozen of each.
-_CONF_BUDGET = 4096
-_MAX_CONF_SIZE = 64 << 10
-_KINDS = {
-    stat.S_IFIFO: "a FIFO",
-    stat.S_IFSOCK: "a socket",
-    stat.S_IFCHR: "a character device",
-    stat.S_IFBLK: "a block device",
-    stat.S_IFDIR: "a directory",
-}
+MAX_OLD_CACHE = 64 << 20  # the image's cache, read for its writer's name and, before 2.33, its format
 
 # Debian's multiarch triplets, by `uname -m`.
 _TRIPLETS = {
@@ -122,11 +115,18 @@ def _update(
     try:
         triplet = _debian_triplet(rootfs, machine)
         _write_confs(rootfs, folders, triplet)
-        # The writer reads the configuration itself and hands back what it will not read (a FIFO,
-        # a device): those are refused here, before ldconfig could block on them.
-        if _write_cache(rootfs, triplet):
+        old = _read_optional(rootfs, LD_SO_CACHE, MAX_OLD_CACHE)
+        release = ldrelease.release_for(
+            rootfs, _libc_dirs(triplet), debian=triplet is not None, old_cache=old
+        )
+        try:
+            # A FIFO or device node among the configuration files is refused here, before ldconfig
+            # could block on it.
+            conf = ldconf.read(rootfs, LD_SO_CONF, hwcap_lines=release.hwcap_lines)
+        except HookError as exc:
+            raise HookError(f"{HOOK}: {exc}") from None
+        if conf.unsupported is None and _write_cache(rootfs, conf.dirs, triplet, release, old):
             return
-        _check_confs(rootfs)
         from cdictk.hooks import sandbox  # noqa: PLC0415 - only for the images the writer hands back
 
         try:
@@ -137,27 +137,26 @@ def _update(
         os.close(exe)
 
 
-def _write_cache(rootfs: Rootfs, triplet: str | None) -> bool:
-    """Write the cache and the SONAME links ldconfig would write, without running it; False when the
-    image needs something only ldconfig does (:class:`ldscan.Unsupported`)."""
+def _write_cache(
+    rootfs: Rootfs, dirs: list[str], triplet: str | None, release: ldrelease.Release, old: bytes | None
+) -> bool:
+    """Write the cache, and change the links, as the image's ldconfig would, without running it; False
+    when the image needs something only ldconfig does (:class:`ldscan.Unsupported`)."""
     from cdictk.hooks import ldscan, ldsocache  # noqa: PLC0415
 
     try:
-        found = ldscan.scan(rootfs, _builtin_dirs(triplet), LD_SO_CONF)
+        entries = ldscan.scan(rootfs, dirs, _builtin_dirs(triplet), release)
     except ldscan.Unsupported:
         return False
-    for target, link in found.links:
-        # As ldconfig, which says "Can't link" and goes on: a SONAME link that cannot be made (its
-        # directory a read-only volume, a mount the hook never writes across) costs that library its
-        # link, not the container its start. The cache still names the link's path, as ldconfig's does.
-        try:
-            rootfs.symlink(target, link)
-        except OSError:
-            continue
     try:
-        old = _read_optional(rootfs, LD_SO_CACHE, ldscan.MAX_CACHE_SIZE)
         generator = ldsocache.read_generator(old) if old else None
-        data = ldsocache.build_cache(found.entries, generator or GENERATOR)
+        data = ldsocache.build_cache(
+            entries,
+            generator or GENERATOR,
+            extension=release.extension,
+            compat=release.compat,
+            endian=release.endian,
+        )
         rootfs.write_file(LD_SO_CACHE, data, CACHE_MODE)
     except OSError as exc:
         raise HookError(
@@ -172,11 +171,19 @@ def _debian_triplet(rootfs: Rootfs, machine: str) -> str | None:
     return triplet if triplet is not None and _exists(rootfs, "/etc/debian_version") else None
 
 
-def _builtin_dirs(triplet: str | None) -> tuple[str, ...]:
-    """The directories the image's own ldconfig adds after its configuration: Debian's multiarch
-    ones, else lib64's (which glibc's ``add_system_dir`` turns into lib, lib64 and libx32)."""
+def _libc_dirs(triplet: str | None) -> tuple[str, ...]:
+    """Where the image's ldconfig's own libc is: the multiarch directories, else lib64's and lib's."""
     if triplet is not None:
         return (f"/lib/{triplet}", f"/usr/lib/{triplet}")
+    return ("/lib64", "/usr/lib64", "/lib", "/usr/lib")
+
+
+def _builtin_dirs(triplet: str | None) -> tuple[str, ...]:
+    """The directories the image's own ldconfig adds after its configuration: the loader's own search
+    path on Debian and Ubuntu (their patch), else lib64's (which glibc's ``add_system_dir`` turns into
+    lib, lib64 and libx32)."""
+    if triplet is not None:
+        return (f"/lib/{triplet}", f"/usr/lib/{triplet}", "/lib", "/usr/lib")
     return ("/lib", "/lib64", "/libx32", "/usr/lib", "/usr/lib64", "/usr/libx32")
 
 
@@ -244,58 +251,6 @@ def _write_confs(rootfs: Rootfs, folders: list[str], triplet: str | None) -> Non
                 rootfs.write_file(path, os.fsencode("".join(f"{line}\n" for line in lines)), CONF_MODE)
     except OSError as exc:
         raise HookError(f"{HOOK}: cannot write {path} in the container: {exc.strerror}") from None
-
-
-def _check_confs(rootfs: Rootfs) -> None:
-    """Refuse a configuration file ldconfig would block on (a FIFO) or should not open (a device node,
-    which the sandbox cannot make unopenable before Linux 5.12).
-
-    The includes are followed as ldconfig follows them, each file once, resolved inside the rootfs as
-    ldconfig resolves them after pivot_root. Anything it cannot open it skips, and so does this.
-    """
-    budget = _CONF_BUDGET
-    pending: list[tuple[str, str]] = [(LD_SO_CONF, "")]
-    seen: set[tuple[int, int]] = set()
-    while pending and budget > 0:
-        path, included_by = pending.pop()
-        lines = _read_conf(rootfs, path, included_by, seen).split(b"\n")
-        budget -= 1 + len(lines)
-        for pattern in ldconf.includes(path, lines):
-            if budget <= 0:
-                break
-            matches, scanned = ldconf.glob(rootfs, pattern, budget)
-            budget -= 1 + scanned
-            pending += [(match, path) for match in matches]
-
-
-def _read_conf(rootfs: Rootfs, path: str, included_by: str, seen: set[tuple[int, int]]) -> bytes:
-    """The file's content; empty when ldconfig would read nothing from it or it was read already."""
-    try:
-        fd = rootfs.open(path)
-    except OSError:
-        return b""
-    try:
-        st = os.fstat(fd)
-    finally:
-        os.close(fd)
-    if (st.st_dev, st.st_ino) in seen:
-        return b""
-    seen.add((st.st_dev, st.st_ino))
-    # An included directory gives ldconfig nothing to read and costs nothing; an ld.so.conf that is
-    # one would make it skip every drop-in, the hook's own included.
-    if stat.S_ISDIR(st.st_mode) and included_by:
-        return b""
-    if not stat.S_ISREG(st.st_mode):
-        kind = _KINDS[stat.S_IFMT(st.st_mode)]
-        where = f" (included by {included_by})" if included_by else ""
-        raise HookError(f"{HOOK}: {path} in the container is {kind}, not a regular file{where}")
-    try:
-        # Only from the image's own mount: an include into procfs must not make root read a host
-        # kernel file (reading /proc/kmsg consumes the kernel log). ldconfig, without procfs, still
-        # reads what is skipped here, and a file too large to walk, under the deadline.
-        return rootfs.read_regular(path, _MAX_CONF_SIZE, same_mount=True)
-    except OSError:
-        return b""
 
 
 def _system_folders(triplet: str | None) -> list[str]:

@@ -1,11 +1,20 @@
-"""The bytes of an ``ld.so.cache``, laid out as glibc's ldconfig (2.32 and later) lays them out.
+"""Start path: standard library only.
 
-The new format only (ldconfig's default since 2.32): a header, one 24-byte entry per library, a string
-table, and the extension directory with the generator string (and the glibc-hwcaps section, which this
-module never needs: :mod:`cdictk.hooks.ldscan` leaves images with glibc-hwcaps directories to ldconfig).
-Entries are kept in ldconfig's order (its ``compare``, a stable insertion) and the string table is
-tail-merged the way its ``stringtable_finalize`` does it, so that for the same libraries the file is
-byte-for-byte the one ldconfig writes. The dynamic loader reads it by binary search on that order.
+The bytes of an ``ld.so.cache``, laid out as the image's glibc ldconfig lays them out.
+
+Entries are kept in ldconfig's order (its ``compare``, a stable insertion), which the dynamic loader's
+binary search relies on. Three layouts, by release (:class:`~cdictk.hooks.ldrelease.Release` decides):
+
+- 2.33 and later: the new format (a header with the byte-order mark, one 24-byte entry per library), a
+  string table tail-merged the way ``stringtable_finalize`` does it, and the extension directory with
+  the generator string (and the glibc-hwcaps section, which this module never needs:
+  :mod:`cdictk.hooks.ldscan` leaves images with glibc-hwcaps directories to ldconfig);
+- 2.32 and earlier in the new format (2.32's default, and Debian's and Ubuntu's 2.31): each entry's
+  name and path written out in entry order, nothing shared, no extension directory;
+- the old format with the new one inside its string table (upstream's default up to 2.31): an
+  ``ld.so-1.7.0`` header and 12-byte entries (an even number of them: the last one repeated) first.
+
+For the same libraries the file is byte for byte the one that ldconfig writes.
 """
 
 from __future__ import annotations
@@ -13,8 +22,12 @@ from __future__ import annotations
 import struct
 
 MAGIC = b"glibc-ld.so.cache1.1"
+OLD_MAGIC = b"ld.so-1.7.0"
 _HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, extension offset
-_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion (unused), hwcap
+_ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
+_OLD_HEADER = struct.Struct("<11sxI")  # magic, nlibs
+_OLD_ENTRY = struct.Struct("<iII")  # flags, key, value
+_NEW_ALIGN = 8  # the new header's alignment (a 64-bit field): where it starts inside the old format
 _EXTENSION = struct.Struct("<II")  # magic, count
 _SECTION = struct.Struct("<IIII")  # tag, flags, offset, size
 _EXTENSION_MAGIC = 0xEAA42174
@@ -25,13 +38,14 @@ _ENDIAN_LITTLE = 2
 class CacheEntry:
     """One library in the cache (a plain class: dataclasses is too heavy an import for the hook)."""
 
-    __slots__ = ("flags", "hwcap", "path", "soname")
+    __slots__ = ("flags", "hwcap", "osversion", "path", "soname")
 
-    def __init__(self, soname: bytes, path: bytes, flags: int, hwcap: int = 0) -> None:
+    def __init__(self, soname: bytes, path: bytes, flags: int, hwcap: int = 0, osversion: int = 0) -> None:
         self.soname = soname  # the key the loader looks up
         self.path = path  # the directory as configured, "/", the soname
         self.flags = flags  # FLAG_ELF_LIBC6 | the architecture's (0x0303 for x86-64)
         self.hwcap = hwcap  # legacy hwcap bits of the directory (0 for every directory cdictk handles)
+        self.osversion = osversion  # the ABI note's kernel version (written by ldconfig 2.35 and older)
 
 
 def libkey(name: bytes) -> tuple[tuple[int, int], ...]:
@@ -64,10 +78,13 @@ def _int32(value: int) -> int:
 
 def sort_entries(entries: list[CacheEntry]) -> list[CacheEntry]:
     """ldconfig's order, which the loader's binary search relies on: by SONAME (:func:`libkey`), then
-    flags, then hwcap specificity, all descending; ties in the order the entries were added (ldconfig
-    inserts after every entry that does not compare greater; Python's sort is stable in reverse too)."""
+    flags, then hwcap specificity, then osversion (0 from 2.36 on), all descending; ties in the order
+    the entries were added (ldconfig inserts after every entry that does not compare greater; Python's
+    sort is stable in reverse too)."""
     return sorted(
-        entries, key=lambda e: (libkey(e.soname), e.flags, e.hwcap.bit_count(), e.hwcap), reverse=True
+        entries,
+        key=lambda e: (libkey(e.soname), e.flags, e.hwcap.bit_count(), e.hwcap, e.osversion),
+        reverse=True,
     )
 
 
@@ -88,16 +105,62 @@ def _string_table(strings: set[bytes]) -> tuple[bytes, dict[bytes, int]]:
     return bytes(table), offsets
 
 
-def build_cache(entries: list[CacheEntry], generator: bytes) -> bytes:
-    """The cache file for ``entries`` (in the order they were found), naming ``generator`` as its writer."""
+def build_cache(
+    entries: list[CacheEntry],
+    generator: bytes,
+    *,
+    extension: bool = True,
+    compat: bool = False,
+    endian: int = _ENDIAN_LITTLE,
+) -> bytes:
+    """The cache file for ``entries`` (in the order they were found), naming ``generator`` as its writer.
+
+    ``extension``: glibc 2.33's layout (tail-merged strings, the extension directory); without it,
+    the earlier one, inside the old format when ``compat``. ``endian``: the new header's flags byte
+    (2.33 writes 2, little-endian; earlier releases 0 unless patched).
+    """
     ordered = sort_entries(entries)
+    if extension:
+        return _with_extension(ordered, generator)
+    # Each entry's name and path in turn, offsets counted from the new header.
+    strings_at = _HEADER.size + len(ordered) * _ENTRY.size
+    table = bytearray()
+    rows = []
+    for entry in ordered:
+        key = strings_at + len(table)
+        table += entry.soname + b"\0"
+        rows.append((entry, key, strings_at + len(table)))
+        table += entry.path + b"\0"
+    new = bytearray(_HEADER.pack(MAGIC, len(ordered), len(table), endian, 0))
+    for entry, key, value in rows:
+        new += _ENTRY.pack(entry.flags, key, value, entry.osversion, entry.hwcap)
+    if not compat:
+        return bytes(new + table)
+    # The old entries' strings count from the end of their table, where the new header sits (after
+    # padding to its alignment): the same strings, that far further on.
+    count = len(ordered) + len(ordered) % 2
+    size = _OLD_HEADER.size + count * _OLD_ENTRY.size
+    pad = -size % _NEW_ALIGN
+    old = bytearray(_OLD_HEADER.pack(OLD_MAGIC, count))
+    for entry, key, value in rows:
+        old += _OLD_ENTRY.pack(entry.flags, key + pad, value + pad)
+    if count > len(rows):
+        old += old[-_OLD_ENTRY.size :]
+    return bytes(old + b"\0" * pad + new + table)
+
+
+def _with_extension(ordered: list[CacheEntry], generator: bytes) -> bytes:
     table, offsets = _string_table({e.soname for e in ordered} | {e.path for e in ordered})
     strings_at = _HEADER.size + len(ordered) * _ENTRY.size
     extension_at = (strings_at + len(table) + 3) & ~3
     out = bytearray(_HEADER.pack(MAGIC, len(ordered), len(table), _ENDIAN_LITTLE, extension_at))
     for entry in ordered:
         out += _ENTRY.pack(
-            entry.flags, strings_at + offsets[entry.soname], strings_at + offsets[entry.path], 0, entry.hwcap
+            entry.flags,
+            strings_at + offsets[entry.soname],
+            strings_at + offsets[entry.path],
+            entry.osversion,
+            entry.hwcap,
         )
     out += table
     out += b"\0" * (extension_at - len(out))

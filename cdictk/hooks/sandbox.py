@@ -1,4 +1,6 @@
-"""Run a trusted host program (ldconfig) on a container's rootfs without letting the image reach the host.
+"""Start path: standard library only.
+
+Run a trusted host program (ldconfig) on a container's rootfs without letting the image reach the host.
 
 The hook runs as root next to an image that controls every byte of the rootfs, so the program must see
 nothing but the rootfs, and nothing in the rootfs may lead back out:

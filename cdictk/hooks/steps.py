@@ -1,4 +1,6 @@
-"""The hook steps, one row each: name, what it does, its options, and the module that does it.
+"""Start path: standard library only.
+
+The hook steps, one row each: name, what it does, its options, and the module that does it.
 
 The hook entry point, the batched hook, the generator (which writes their names and options into
 specs) and the prestart hook (which runs cdictk's own spec hooks in its process) all read this table.
@@ -71,7 +73,7 @@ class Prepared:
 class Step:
     """One row of the table."""
 
-    __slots__ = ("batch_only", "flags", "lists", "module", "name", "summary", "triggers", "values")
+    __slots__ = ("batch_only", "details", "flags", "lists", "module", "name", "summary", "triggers", "values")
 
     def __init__(
         self,
@@ -84,9 +86,11 @@ class Step:
         flags: tuple[str, ...] = (),
         triggers: tuple[str, ...] = (),
         batch_only: tuple[str, ...] = (),
+        details: str = "",
     ) -> None:
         self.name = name
         self.summary = summary
+        self.details = details  # what `cdictk hook NAME --help` adds to the summary
         self.module = module
         self.values = values
         self.lists = lists
@@ -145,10 +149,26 @@ class Step:
             f"--ldconfig-path defaults to {DEFAULT_LDCONFIG} (its .real twin when present), "
             f"--cuda-compat-container-root to {COMPAT_ROOT}."
         )
-        return f"usage: {PROG} {self.name} {' '.join(options)}".rstrip() + f"\n\n{self.summary}\n{defaults}"
+        details = f"\n\n{self.details}" if self.details else ""
+        return (
+            f"usage: {PROG} {self.name} {' '.join(options)}".rstrip()
+            + f"\n\n{self.summary}{details}\n\n{defaults}"
+        )
 
 
 _COMPAT = ("host-driver-version", "host-cuda-version", "cuda-compat-container-root")
+
+LDCACHE_DETAILS = """\
+Names the folders in /etc/ld.so.conf.d/05-cdictk-driver.conf (the image's own library folders in
+zz-cdictk-system.conf), then writes /etc/ld.so.cache and adds and removes SONAME links as the image's
+own glibc ldconfig would, running nothing: the release is read from the image's libc.so.6. Byte for
+byte (the cache and the links) that ldconfig's on Debian 11 (glibc 2.31), Ubuntu 22.04 (2.35), Debian
+12 (2.36), Ubuntu 24.04 (2.39) and Debian 13 (2.41), tested on those images; other releases from 2.28
+to 2.42 follow glibc's source (2.37 is read as 2.36, whose rules differ for 32-bit libraries without
+libc, hwcap subdirectories and dir=type lines). An image with glibc-hwcaps subdirectories (2.33 and
+later), legacy hwcap subdirectories or dir=type lines (2.36 and earlier), hwcap lines (2.31 and
+earlier) or an include cycle gets the host's ldconfig instead (--ldconfig-path), sandboxed, which
+writes its own release's format. A musl image gets its folders in /etc/ld-musl-ARCH.path."""
 
 # What a generated spec's batched hook does, in the order it does it: links first, then the driver
 # params mask, then CUDA compat (an ld.so.conf.d entry), then the ld cache that reads it, then the
@@ -179,11 +199,12 @@ BATCHED = (
     ),
     Step(
         "update-ldcache",
-        "run the host's ldconfig, sandboxed, on the container (--folder DIR)",
+        "write the container's ld cache as the image's own ldconfig would (--folder DIR)",
         "cdictk.hooks.ldcache",
         values=("ldconfig-path",),
         lists=("folder",),
         triggers=("folder",),
+        details=LDCACHE_DETAILS,
     ),
     Step(
         "update-application-profile",

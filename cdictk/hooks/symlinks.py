@@ -1,4 +1,6 @@
-"""create-symlinks: the links a driver's libraries and devices need, made inside the container.
+"""Start path: standard library only.
+
+create-symlinks: the links a driver's libraries and devices need, made inside the container.
 
 Each ``--link TARGET::LINK`` makes LINK (a container path) a symlink whose content is TARGET, stored
 verbatim and never resolved, like ``ln -sfn``: an existing file or link at LINK is replaced

@@ -101,8 +101,8 @@ def parse(text: str, name: str) -> list[CsvEntry]:
             raise CdictkError(where, "", f"not 'type, path': {line!r}")
         try:
             entry_type = EntryType(kind)
-        except ValueError:
-            raise CdictkError(where, "", f"unknown type {kind!r} (dev, lib, sym or dir)") from None
+        except ValueError as exc:
+            raise CdictkError(where, "", f"unknown type {kind!r} (dev, lib, sym or dir)") from exc
         if not path.startswith("/") or "\0" in path or not usable_name(path):
             raise CdictkError(where, "", f"not an absolute path a spec can carry: {path!r}")
         entries.append(CsvEntry(entry_type, os.path.normpath(path)))
@@ -126,7 +126,7 @@ def read_entries(roots: Roots, source: CsvSource) -> CsvEntries:
         try:
             text = data.decode("utf-8")
         except UnicodeDecodeError as exc:
-            raise CdictkError(path, "", f"not UTF-8 text (byte {exc.start})") from None
+            raise CdictkError(path, "", f"not UTF-8 text (byte {exc.start})") from exc
         result.entries += parse(text, path)
         result.read.append(path)
     if not result.read:

@@ -166,23 +166,23 @@ def _open_dir(path: str, *, create: bool) -> int | None:
             with contextlib.suppress(FileExistsError):  # what is there is checked by the open
                 make_dirs(path)
         parent_fd = os.open(parent, _DIR_FLAGS)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         if create:
-            raise CdictkError(parent, "", "vanished while being created") from None
+            raise CdictkError(parent, "", "vanished while being created") from exc
         return None
     except OSError as exc:
-        raise CdictkError(path, "", f"cannot create: {exc.strerror or exc}") from None
+        raise CdictkError(path, "", f"cannot create: {exc.strerror or exc}") from exc
     try:
         return os.open(name, _DIR_FLAGS | os.O_NOFOLLOW, dir_fd=parent_fd)
-    except FileNotFoundError:
+    except FileNotFoundError as exc:
         if create:  # removed between our mkdir and our open
-            raise CdictkError(path, "", "vanished while being created") from None
+            raise CdictkError(path, "", "vanished while being created") from exc
         return None
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             found = describe(os.stat(name, dir_fd=parent_fd, follow_symlinks=False))
-            raise CdictkError(path, "", f"{found}, not a directory; not followed") from None
-        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+            raise CdictkError(path, "", f"{found}, not a directory; not followed") from exc
+        raise CdictkError(path, "", exc.strerror or str(exc)) from exc
     finally:
         os.close(parent_fd)
 

@@ -95,7 +95,7 @@ def _discover(
     version = (procfs.read_driver_version(roots) if in_procfs else None) or ""
     uses_nvml = recipe.gpus in NVML_SOURCES
     library = find_nvml_library(roots, candidates) if uses_nvml else None
-    # NVML answers from a child (its import and nvmlInit: tens of milliseconds on a real node) while
+    # NVML answers from a child (its import and nvmlInit are the slowest part on a real node) while
     # this process finds the driver's files, which need the version procfs usually gives.
     query = None
     if library is not None:

@@ -1,4 +1,6 @@
-"""A cheap snapshot of what a node's spec depends on, compared by ``cdictk cdi generate --watch``.
+"""Start path: standard library only.
+
+A cheap snapshot of what a node's spec depends on, compared by ``cdictk cdi generate --watch``.
 
 Discovery (NVML, the ld cache, ELF headers) takes a tenth of a second or more; this takes a
 millisecond, so it can run every second. It changes when the spec may have to change:

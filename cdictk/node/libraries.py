@@ -38,6 +38,8 @@ USUAL_LIB_DIRS = (
 # Subdirectories whose files belong to the driver too (VDPAU) or whose links point into it (GBM).
 _LIBRARY_SUBDIRS = ("vdpau",)
 _LINK_SUBDIRS = ("vdpau", "gbm")
+_NVIDIA_UNVERSIONED = re.compile(r"lib(?:nvidia-[\w.+-]+?|\w+_nvidia)\.so((?:\.\d+)*)")
+_LIBCUDA = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,41 +59,12 @@ class LibraryScan:
 def is_driver_library(name: str, version: str) -> bool:
     if name.startswith("lib") and name.endswith(".so." + version):
         return True
-    suffix = _nvidia_library_suffix(name)
-    if suffix is None:
+    match = _NVIDIA_UNVERSIONED.fullmatch(name)
+    if match is None:
         return False
     # A three-digit major is a driver version (550.54.15): another driver's leftover, not ours.
-    numbers = suffix.split(".")[1:]
+    numbers = match.group(1).split(".")[1:]
     return not numbers or int(numbers[0]) < 100
-
-
-def _nvidia_library_suffix(name: str) -> str | None:
-    """The ``.N.M`` after ``.so`` of ``libnvidia-X.so[.N...]`` or ``libX_nvidia.so[.N...]`` (X of word
-    characters, and of ``.+-`` too after ``nvidia-``), the first ``.so`` that fits; None for other
-    names. (str methods, not re: re costs every generate 1.5 ms to import.)"""
-    if not name.startswith("lib"):
-        return None
-    at = name.find(".so", 3)
-    while at != -1:
-        stem, suffix = name[3:at], name[at + 3 :]
-        numbered = all(part.isdecimal() for part in suffix.split(".")[1:]) and suffix[:1] in ("", ".")
-        if numbered and (_is_nvidia_stem(stem) or _is_vendor_nvidia_stem(stem)):
-            return suffix
-        at = name.find(".so", at + 1)
-    return None
-
-
-def _is_word(text: str, extra: str = "") -> bool:
-    """Only re's ``\\w`` characters (letters, digits, ``_``) and those in ``extra``; not empty."""
-    return bool(text) and all(char.isalnum() or char == "_" or char in extra for char in text)
-
-
-def _is_nvidia_stem(stem: str) -> bool:
-    return stem.startswith("nvidia-") and _is_word(stem[7:], ".+-")
-
-
-def _is_vendor_nvidia_stem(stem: str) -> bool:
-    return stem.endswith("_nvidia") and _is_word(stem[:-7])
 
 
 def candidate_dirs(roots: Roots, warnings: list[str]) -> list[str]:
@@ -230,14 +203,12 @@ def version_from_libraries(roots: Roots, dirs: list[str]) -> str | None:
     The file ``libcuda.so.1`` points at is the driver in use; without that link, the newest version
     found (an upgrade can leave the old driver's files behind).
     """
-
-    pattern = re.compile(r"libcuda\.so\.(\d+\.\d+(?:\.\d+)?)")
     found: list[str] = []
     for directory in dirs:
         current = resolve(roots.driver, f"{directory}/libcuda.so.1")
-        if current is not None and (match := pattern.fullmatch(os.path.basename(current))):
+        if current is not None and (match := _LIBCUDA.fullmatch(os.path.basename(current))):
             return match.group(1)
         listing = _listing(roots, directory, [])
         if listing is not None:
-            found += [match.group(1) for name in listing[1] if (match := pattern.fullmatch(name))]
+            found += [match.group(1) for name in listing[1] if (match := _LIBCUDA.fullmatch(name))]
     return max(found, key=natural_key, default=None)

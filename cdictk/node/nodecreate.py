@@ -155,7 +155,7 @@ def open_parent(roots: Roots, path: str, *, create: bool) -> int | None:
                     raise
                 where = roots.in_dev("/" + "/".join(parts[: index + 1]))
                 found = describe(os.stat(part, dir_fd=fd, follow_symlinks=False))
-                raise CdictkError(where, "", f"{found}, not a directory; not followed") from None
+                raise CdictkError(where, "", f"{found}, not a directory; not followed") from exc
             os.close(fd)
             fd = child
     except BaseException:
@@ -229,13 +229,13 @@ def _mknod(roots: Roots, node: WantedNode) -> bool:
     try:
         try:
             os.mknod(name, stat.S_IFCHR | NODE_MODE, os.makedev(node.major, node.minor), dir_fd=fd)
-        except FileExistsError:
+        except FileExistsError as exc:
             # Made meanwhile (nvidia-modprobe, udev): fine when it is right, reported when not.
             info = os.stat(name, dir_fd=fd, follow_symlinks=False)
             if _is_node(info, node):
                 return False
             reason = f"{describe(info)} appeared where {node.numbers} was being made; left alone"
-            raise CdictkError(roots.in_dev(node.path), "", reason) from None
+            raise CdictkError(roots.in_dev(node.path), "", reason) from exc
     finally:
         os.umask(mask)
         os.close(fd)

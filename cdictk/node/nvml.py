@@ -146,8 +146,8 @@ class NvmlQuery:
                 )
             gpus = [_gpu_of(gpu) for gpu in answer["gpus"]]
             return NvmlAnswer(str(answer["version"]), gpus, [str(line) for line in answer["left_out"]])
-        except (ValueError, EOFError, TypeError, KeyError, AttributeError):
-            raise failed from None
+        except (ValueError, EOFError, TypeError, KeyError, AttributeError) as exc:
+            raise failed from exc
 
     def _done(self) -> None:
 

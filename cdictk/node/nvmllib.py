@@ -1,4 +1,6 @@
-"""NVML by ctypes: the few facts the prestart hook checks ``NVIDIA_REQUIRE_*`` against (the CUDA and
+"""Start path: standard library only.
+
+NVML by ctypes: the few facts the prestart hook checks ``NVIDIA_REQUIRE_*`` against (the CUDA and
 driver versions, a GPU's compute capability and brand). That runs on container starts, where pynvml's
 import would cost more than the query. Discovery asks NVML through :mod:`cdictk.node.nvml`.
 """

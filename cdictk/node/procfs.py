@@ -9,12 +9,13 @@ nodes. Every reader takes ``Roots`` and reads at most ``MAX_PROC_BYTES``.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import re
 from dataclasses import dataclass, field
 
 from cdictk.node.roots import NVIDIA_MODULES, Roots, read_text
 
-_KERNEL_MODULE = "Kernel Module"
+_MIG_LINE = re.compile(r"gpu([0-9]{1,4})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access\s+([0-9]{1,7})")
+_VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")
 MAX_MAJOR = 4095  # the kernel's device numbers: 12-bit majors, 20-bit minors
 MAX_MINOR = (1 << 20) - 1
 
@@ -58,67 +59,9 @@ def read_loaded_modules(roots: Roots) -> set[str] | None:
 
 
 def parse_driver_version(text: str) -> str | None:
-    """The ``N.N[.N]`` after whitespace after the first ``Kernel Module`` (or ``Kernel Module for
-    <word>``) that has one; None when none has. Any str is accepted.
-
-    (str methods, not re: re costs every generate 1.5 ms to import. It reads the text as the regex
-    ``Kernel Module(?:\\s+for\\s+\\S+)?\\s+(\\d+\\.\\d+(?:\\.\\d+)?)\\b`` searched, held to it in a test.)
-    """
-    at = text.find(_KERNEL_MODULE)
-    while at != -1:
-        version = _version_after_kernel_module(text, at + len(_KERNEL_MODULE))
-        if version is not None:
-            return version
-        at = text.find(_KERNEL_MODULE, at + 1)
-    return None
-
-
-def _run_end(text: str, at: int, test: Callable[[str], bool]) -> int:
-    """Where the run of characters that pass ``test`` from ``at`` ends (``at`` when there is none)."""
-    while at < len(text) and test(text[at]):
-        at += 1
-    return at
-
-
-def _not_space(char: str) -> bool:
-    return not char.isspace()
-
-
-def _version_after_kernel_module(text: str, at: int) -> str | None:
-    """The version after ``Kernel Module`` that ends at ``at``: after ``for <word>`` if that fits, else
-    right after the whitespace."""
-    spaces = _run_end(text, at, str.isspace)
-    if spaces == at:
-        return None
-    if text.startswith("for", spaces):
-        word = _run_end(text, spaces + 3, str.isspace)
-        word_end = _run_end(text, word, _not_space)
-        version = _run_end(text, word_end, str.isspace)
-        if spaces + 3 < word < word_end < version:
-            found = _version_at(text, version)
-            if found is not None:
-                return found
-    return _version_at(text, spaces)
-
-
-def _version_at(text: str, at: int) -> str | None:
-    """``N.N.N`` or ``N.N`` (N: decimal digits, "٣" too) at ``at``, not followed by a word character;
-    ``580.95.05x`` gives ``580.95``, as the regex's backtracking did (a "." ends a word)."""
-    major = _run_end(text, at, str.isdecimal)
-    minor = _run_end(text, major + 1, str.isdecimal)
-    if major == at or text[major : major + 1] != "." or minor == major + 1:
-        return None
-    if text[minor : minor + 1] == ".":
-        patch = _run_end(text, minor + 1, str.isdecimal)
-        if patch > minor + 1 and not _is_word_char(text[patch : patch + 1]):
-            return text[at:patch]
-        return text[at:minor]
-    return None if _is_word_char(text[minor : minor + 1]) else text[at:minor]
-
-
-def _is_word_char(char: str) -> bool:
-    """re's ``\\w`` for one character; False for "" (the end of the text)."""
-    return char.isalnum() or char == "_"
+    """The version after the first ``Kernel Module`` (or ``Kernel Module for <word>``) that has one."""
+    match = _VERSION.search(text)
+    return match.group(1) if match else None
 
 
 def read_driver_version(roots: Roots) -> str | None:
@@ -179,16 +122,16 @@ def parse_mig_minors(text: str, gpus: set[int] | None = None) -> MigMinors:
     """The cap minors, for the GPU minors in ``gpus`` only when given.
 
     The file lists every possible instance of 32 GPUs (~4,300 lines); a prefix test skips the GPUs
-    that are not in MIG mode before a line is parsed.
+    that are not in MIG mode before any regex runs.
     """
     config = monitor = None
     access: dict[tuple[int, int, int | None], int] = {}
     wanted = tuple(f"gpu{gpu}/" for gpu in sorted(gpus)) if gpus is not None else ("gpu",)
     for line in text.splitlines():
         if line.startswith(wanted):
-            if (parsed := _mig_access_line(line.rstrip())) is not None:
-                gpu, gi, ci, minor = parsed
-                access[(gpu, gi, ci)] = minor
+            if match := _MIG_LINE.fullmatch(line.rstrip()):
+                gpu, gi, ci, minor = match.groups()
+                access[(int(gpu), int(gi), None if ci is None else int(ci))] = int(minor)
         elif line.startswith(("config ", "monitor ")):
             name, _, value = line.partition(" ")
             if _small_number(value.strip(), MAX_MINOR):
@@ -197,33 +140,6 @@ def parse_mig_minors(text: str, gpus: set[int] | None = None) -> MigMinors:
                 else:
                     monitor = int(value)
     return MigMinors(config, monitor, access)
-
-
-def _mig_access_line(line: str) -> tuple[int, int, int | None, int] | None:
-    """``gpu<G>/gi<I>[/ci<C>]/access<whitespace><minor>``, whole (G: 1-4 ASCII digits, I and C: 1-3,
-    minor: 1-7) -> (G, I, C or None, minor); None for any other str. (str methods, not re, as in
-    parse_driver_version.)"""
-    fields = line.split()  # splits where re's \s+ would, and drops whitespace at the ends: not allowed
-    if len(fields) != 2 or not line.startswith("gpu") or line[-1].isspace():
-        return None
-    names = fields[0].split("/")
-    if len(names) not in (3, 4) or names[-1] != "access" or names[1][:2] != "gi":
-        return None
-    gpu, gi, minor = names[0][3:], names[1][2:], fields[1]
-    ci = names[2][2:] if len(names) == 4 else "0"  # "0" when there is none: it passes the checks
-    digits = gpu + gi + ci + minor
-    if not (
-        0 < len(gpu) <= 4
-        and 0 < len(gi) <= 3
-        and 0 < len(ci) <= 3
-        and 0 < len(minor) <= 7
-        and digits.isascii()
-        and digits.isdigit()
-    ):
-        return None
-    if len(names) == 3:
-        return int(gpu), int(gi), None, int(minor)
-    return (int(gpu), int(gi), int(ci), int(minor)) if names[2][:2] == "ci" else None
 
 
 def read_mig_minors(roots: Roots, gpus: set[int] | None = None) -> MigMinors | None:

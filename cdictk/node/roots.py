@@ -1,4 +1,6 @@
-"""Where a node's facts live: the driver root, the dev root, procfs and sysfs.
+"""Start path: standard library only.
+
+Where a node's facts live: the driver root, the dev root, procfs and sysfs.
 
 Discovery never reads ``/proc`` or ``/usr/lib`` directly; it asks ``Roots`` where they are, so the same
 code scans the host, a containerised driver (``/run/nvidia/driver``) or a fake node built by the tests.

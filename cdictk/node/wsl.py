@@ -39,10 +39,9 @@ STORE_FILES = (
     "nvcubins.bin",
     NVIDIA_SMI,
 )
-# Patterns for re, which only WSL's generate imports (1.5 ms that every other generate is spared).
-_OTHER_FILES = r".+\.so(\..*)?|.+\.bin|.+\.dll"
-_LIBRARY = r"lib.+\.so(\..*)?"
-_VERSIONED = r"lib[\w.+-]+\.so\.([1-9][0-9]{2}\.[0-9]+(?:\.[0-9]+)?)"
+_OTHER_FILES = re.compile(r".+\.so(\..*)?|.+\.bin|.+\.dll")
+_LIBRARY = re.compile(r"lib.+\.so(\..*)?")
+_VERSIONED = re.compile(r"lib[\w.+-]+\.so\.([1-9][0-9]{2}\.[0-9]+(?:\.[0-9]+)?)")
 
 
 @dataclass(slots=True)
@@ -92,7 +91,6 @@ def find_driver(roots: Roots) -> WslFound | None:
     if not stores:
         return None
 
-    other_files, library = re.compile(_OTHER_FILES), re.compile(_LIBRARY)
     store = stores[0]
     found = WslFound()
     if len(stores) > 1:
@@ -110,12 +108,12 @@ def find_driver(roots: Roots) -> WslFound | None:
         if name not in names:
             found.missing.append(f"{store}/{name}")
     for name in names:
-        if not usable_name(name) or not (name in STORE_FILES or other_files.fullmatch(name)):
+        if not usable_name(name) or not (name in STORE_FILES or _OTHER_FILES.fullmatch(name)):
             continue
         path = _regular(roots, f"{store}/{name}")
         if path is None or os.path.dirname(path) != store:  # a link out of the store is not the driver's
             continue
-        (found.libraries if library.fullmatch(name) else found.files).append(path)
+        (found.libraries if _LIBRARY.fullmatch(name) else found.files).append(path)
         if name == NVIDIA_SMI:
             # On PATH in every image, pointing at the store, as the Windows driver's own WSL setup has it.
             found.links.append((path, "/usr/bin/nvidia-smi"))
@@ -139,6 +137,5 @@ def driver_version(roots: Roots, warnings: list[str]) -> str:
     except OSError:
         names = []
 
-    versioned = re.compile(_VERSIONED)
-    versions = [match.group(1) for name in names if (match := versioned.fullmatch(name))]
+    versions = [match.group(1) for name in names if (match := _VERSIONED.fullmatch(name))]
     return max(versions, key=natural_key, default="")

@@ -74,8 +74,8 @@ class NodeSpecs:
             raise CdictkError("", problem[0], problem[1])
         try:
             self._mode = Mode(mode)
-        except ValueError:
-            raise CdictkError("", "mode", f"unknown mode {mode!r}") from None
+        except ValueError as exc:
+            raise CdictkError("", "mode", f"unknown mode {mode!r}") from exc
         self.roots = Roots.from_options(driver_root, dev_root, proc_root, sys_root)
         self.host_root = os.path.abspath(host_root)
         self.max_age = max_age

@@ -13,6 +13,7 @@ separate hooks as NVIDIA's specs have.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ UPDATE_APPLICATION_PROFILE = BY_NAME["update-application-profile"].name
 HOOK_NAMES = tuple(step.name for step in BATCHED)
 # Explicit and non-empty: runtimes would otherwise hand a hook nothing or their own environment.
 HOOK_ENV = ("LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin")
+_PYTHON = re.compile(r"(?:python|pypy)[\w.+-]*")
 _WITH_HOOK_SUBCOMMAND = ("nvidia-ctk", "cdictk")
 
 
@@ -59,24 +61,13 @@ def hook_program(path: str | None = None, *, separate: bool = False) -> HookProg
     if not os.path.isabs(path):
         raise CdictkError("", "--hook-path", f"must be an absolute path, not {path!r}")
     name = os.path.basename(path)
-    if default or _is_python(name):
+    if default or _PYTHON.fullmatch(name):
         # argv[0] is the absolute path too: a bare "python3" makes Python look itself up on the hook's
         # PATH, find the system interpreter, and miss the environment cdictk is installed in.
         return HookProgram(path, (path, "-I", "-S", entry_file()), batch=not separate)
     if name in _WITH_HOOK_SUBCOMMAND:
         return HookProgram(path, (name, "hook"), batch=name == "cdictk" and not separate)
     return HookProgram(path, (name,))
-
-
-def _is_python(name: str) -> bool:
-    """Whether a program's name is an interpreter's: ``python`` or ``pypy``, then any letters, digits
-    and ``_.+-`` (``python3.12``, ``pypy3``, ``python3.13t``).
-
-    (str methods, not re: re costs every generate 1.5 ms to import. It accepts what the regex
-    ``(?:python|pypy)[\\w.+-]*`` fullmatched, held to it in a test.)
-    """
-    rest = name.removeprefix("python") if name.startswith("python") else name.removeprefix("pypy")
-    return len(rest) < len(name) and all(char.isalnum() or char in "_.+-" for char in rest)
 
 
 def entry_file() -> str:

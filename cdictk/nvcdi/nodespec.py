@@ -43,7 +43,7 @@ class NodeSpec:
         try:
             return dump(self.spec, fmt).encode()
         except UnicodeEncodeError as exc:  # discovery leaves such names out; this is the last guard
-            raise CdictkError("", "", f"a discovered path is not valid UTF-8: {exc.object!r}") from None
+            raise CdictkError("", "", f"a discovered path is not valid UTF-8: {exc.object!r}") from exc
 
 
 def node_spec(

@@ -46,7 +46,7 @@ def read(path: str) -> OnDisk:
     except FileNotFoundError:
         return OnDisk(None, None, None)
     except OSError as exc:
-        raise CdictkError(path, "", exc.strerror or str(exc)) from None
+        raise CdictkError(path, "", exc.strerror or str(exc)) from exc
     if not stat.S_ISREG(info.st_mode):
         raise CdictkError(path, "", "not a regular file (use --output - for stdout)")
 
@@ -67,7 +67,7 @@ def write(path: str, data: bytes) -> Stamp:
     try:
         make_dirs(directory)
     except OSError as exc:
-        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from None
+        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from exc
     return stamp_of(atomic_write(path, data, mode=0o644, keep_mode=False, sweep=True))
 
 
@@ -157,7 +157,7 @@ class WatchedSpec:
         try:
             current = read(self._output)
         except CdictkError as exc:  # a link, a directory, a FIFO: waiting will not change it
-            raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from None
+            raise FatalWatchError(exc.problem.file, exc.problem.field, exc.problem.reason) from exc
         written, stamp, replaced = settle(self._output, data, current)
         if written:
             self._say(f"{wrote(self._output, replaced)} ({made.summary})")

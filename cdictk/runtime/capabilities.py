@@ -1,4 +1,6 @@
-"""Which driver files a container gets for its ``NVIDIA_DRIVER_CAPABILITIES``.
+"""Start path: standard library only.
+
+Which driver files a container gets for its ``NVIDIA_DRIVER_CAPABILITIES``.
 
 A generated spec mounts every driver file the node has (libraries, binaries, config files, firmware,
 IPC sockets). NVIDIA's runtime ignores ``NVIDIA_DRIVER_CAPABILITIES`` in CDI mode and mounts them all;

@@ -1,4 +1,6 @@
-"""The device requests of an OCI config, met from the CDI spec dirs (for the shim, the precreate hook
+"""Start path: standard library only.
+
+The device requests of an OCI config, met from the CDI spec dirs (for the shim, the precreate hook
 and the prestart hook).
 
 Requests (annotations, ``NVIDIA_VISIBLE_DEVICES``) are read by :mod:`cdictk.runtime.requests`,
@@ -108,10 +110,10 @@ def _spec_in_memory(settings: Settings, cache: ParseCache) -> list[Any]:
     """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk;
     in the form :func:`cdictk.cdi.cache.spec_data` gives.
 
-    Discovery (NVML, the libraries' ELF headers) costs each container about 50 ms, so the spec is kept
-    in the parse cache under the node's fingerprint (:mod:`cdictk.node.fingerprint`: the driver, the
-    GPUs, MIG, the device nodes, the driver root's ld cache), the settings' roots and kind, and the
-    hook program: made again when any of them changes, as ``cdictk cdi generate --watch`` would.
+    Discovery (NVML, the libraries' ELF headers) costs a create several times its own work, so the spec is
+    kept in the parse cache under the node's fingerprint (:mod:`cdictk.node.fingerprint`: the driver, the
+    GPUs, MIG, the device nodes, the driver root's ld cache), the settings' roots and kind, and the hook
+    program: made again when any of them changes, as ``cdictk cdi generate --watch`` would.
     """
     import sys  # noqa: PLC0415
 

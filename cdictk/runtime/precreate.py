@@ -1,4 +1,6 @@
-"""``cdictk-precreate``: podman's precreate OCI hook, turning GPU requests into CDI devices.
+"""Start path: standard library only.
+
+``cdictk-precreate``: podman's precreate OCI hook, turning GPU requests into CDI devices.
 
 podman runs a hook of the ``precreate`` stage (hooks.d, see ``hooks/oci-hooks.d/``) before it creates
 the container, with the container's OCI config on stdin, and creates the container from the config

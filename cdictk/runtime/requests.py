@@ -1,4 +1,6 @@
-"""The GPUs and driver capabilities an OCI config asks for: the pure part of ``cdictk-runtime``.
+"""Start path: standard library only.
+
+The GPUs and driver capabilities an OCI config asks for: the pure part of ``cdictk-runtime``.
 
 A container asks for devices in one of three ways, highest priority first, as NVIDIA's runtime does
 (``nvidia-container-runtime``, ``internal/config/image/cuda_image.go``):

@@ -1,4 +1,6 @@
-"""``cdictk-runtime``: an OCI runtime in front of runc or crun that turns GPU requests into CDI devices.
+"""Start path: standard library only.
+
+``cdictk-runtime``: an OCI runtime in front of runc or crun that turns GPU requests into CDI devices.
 
 Engines that cannot inject CDI devices themselves (older containerd and Docker, Kubernetes device
 plugins that set ``NVIDIA_VISIBLE_DEVICES``) run containers through this program as their runtime. On

@@ -1,7 +1,7 @@
 """The front of ``cdictk-runtime``: a POSIX shell script that starts Python only when it may matter.
 
 Engines call their runtime for every ``state``, ``start``, ``kill`` and ``delete`` too, and for those
-the shim only execs the low-level runtime: starting Python for that cost about 10 ms a command. The
+the shim only execs the low-level runtime: starting Python for that cost an interpreter's start a command. The
 front finds the subcommand as the shim does (the first word that is not a global option or its value)
 and, for anything but ``create`` and ``run``, execs the low-level runtime itself: the first of the
 settings' ``runtimes`` found (an absolute path, or a name looked up in ``PATH``), as
@@ -32,16 +32,14 @@ settings are read from the node's root as the container sees it (``--root``).
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from collections.abc import Sequence
 
 from cdictk.runtime.requests import VISIBLE_DEVICES, VOLUME_MOUNT_ROOT
-from cdictk.runtime.settings import CONFIG_PATH
+from cdictk.runtime.settings import CONFIG_PATH, SettingsError, load_settings
 from cdictk.runtime.shim import CREATING, GLOBAL_VALUES  # the front must read argv as the shim does
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Sequence
 
 # Printable ASCII that JSON writers put in a string as it is: not '"' or '\' (always escaped), nor
 # '<', '>' and '&' (Go's encoder escapes them by default).
@@ -83,7 +81,6 @@ def written_front(
     ``config`` is read. Below a ``root`` other than ``/``, a symlink on the way to ``config`` would be
     followed here, not as the node follows it: the settings are then not read, as if unreadable.
     """
-    from cdictk.runtime.settings import SettingsError, load_settings  # noqa: PLC0415
 
     path = os.path.join(root, config.lstrip("/"))
     exists = os.path.lexists(path)
@@ -230,7 +227,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Print the front's text (:func:`written_front`), for an install that runs elsewhere than the
     front will: the DaemonSet's init container writes the node's. The caller writes the file once this
     has read the settings, so that the front's mtime is its guard's."""
-    import argparse  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(
         prog=PROG,

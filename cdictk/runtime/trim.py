@@ -1,4 +1,6 @@
-"""Trim a resolved spec's edits to the driver capabilities a container asked for.
+"""Start path: standard library only.
+
+Trim a resolved spec's edits to the driver capabilities a container asked for.
 
 Specs mount every driver file (``cdictk cdi generate`` cannot know what each container wants);
 ``NVIDIA_DRIVER_CAPABILITIES`` narrows that per container. NVIDIA's runtime ignores it in CDI mode and

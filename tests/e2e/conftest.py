@@ -250,30 +250,55 @@ class Runtime:
         return container, result
 
 
-# A Debian bookworm minbase rootfs (a real ldconfig, ld.so.conf and ld.so.cache), built once by
-# tests/fetch-rootfs.sh into this cache; tests get a writable overlay of it, never the cache itself.
+# Minbase root filesystems of real releases (a real ldconfig, ld.so.conf and ld.so.cache), built once by
+# tests/fetch-rootfs.sh into this cache; tests get a writable overlay of one, never the cache itself.
 ROOTFS_CACHE = Path(os.environ.get("CDICTK_ROOTFS_CACHE", "/var/cache/cdictk-tests/rootfs"))
-DEBIAN_ROOTFS = ROOTFS_CACHE / "bookworm-minbase"
 FETCH_ROOTFS = Path(__file__).resolve().parent.parent / "fetch-rootfs.sh"
+
+
+def minbase(suite: str) -> Path:
+    """Where tests/fetch-rootfs.sh keeps the rootfs of ``suite`` (bookworm, jammy, ...)."""
+    return ROOTFS_CACHE / f"minbase-{suite}"
+
+
+DEBIAN_ROOTFS = minbase("bookworm")
+
+
+def fetch_minbase(*suites: str) -> dict[str, Path | str]:
+    """Each suite's rootfs, built (at once, when several are missing) where root finds it missing, as
+    CI must run; or one line saying why it could not be."""
+    if os.geteuid() != 0:
+        reason = "present" if all((minbase(s) / "sbin" / "ldconfig").exists() for s in suites) else "missing"
+        pytest.skip(
+            f"the minbase rootfs tests need root: overlay mounts and runc ({ROOTFS_CACHE} {reason}; "
+            "sudo tests/setup-host.sh builds the Debian one)"
+        )
+    if "\toverlay\n" not in Path("/proc/filesystems").read_text():
+        pytest.skip("this kernel has no overlayfs (modprobe overlay): the minbase rootfs is mounted as one")
+    # Idempotent and quick when the cache is there; builds what is missing otherwise.
+    built = subprocess.run(
+        [str(FETCH_ROOTFS), str(ROOTFS_CACHE), *suites],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    found: dict[str, Path | str] = {}
+    for suite in suites:
+        failed = [line for line in built.stderr.splitlines() if line.startswith(f"fetch-rootfs: {suite}: ")]
+        if (minbase(suite) / "sbin" / "ldconfig").exists() and not failed:
+            found[suite] = minbase(suite)
+        else:
+            found[suite] = failed[-1] if failed else f"{FETCH_ROOTFS} failed: {built.stderr.strip()[-300:]}"
+    return found
 
 
 @pytest.fixture(scope="session")
 def debian_rootfs_cache() -> Path:
-    """The cached Debian rootfs; built here (about 30 s) when root finds it missing, as CI must run."""
-    if os.geteuid() != 0:
-        reason = "present" if (DEBIAN_ROOTFS / "sbin" / "ldconfig").exists() else "missing"
-        pytest.skip(
-            f"the Debian rootfs tests need root: overlay mounts and runc ({DEBIAN_ROOTFS} is {reason}; "
-            "sudo tests/setup-host.sh builds it)"
-        )
-    if "\toverlay\n" not in Path("/proc/filesystems").read_text():
-        pytest.skip("this kernel has no overlayfs (modprobe overlay): the Debian rootfs is mounted as one")
-    # Idempotent and quick when the cache is there; builds it otherwise.
-    built = subprocess.run(
-        [str(FETCH_ROOTFS), str(ROOTFS_CACHE)], capture_output=True, text=True, timeout=600, check=False
-    )
-    assert built.returncode == 0, f"{FETCH_ROOTFS} failed: {built.stderr}{built.stdout}"
-    return DEBIAN_ROOTFS
+    """The cached Debian bookworm rootfs; built here (about 30 s) when missing."""
+    found = fetch_minbase("bookworm")["bookworm"]
+    assert isinstance(found, Path), found
+    return found
 
 
 @contextlib.contextmanager

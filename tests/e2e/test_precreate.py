@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from pathlib import Path
 
 import pytest
@@ -63,3 +64,37 @@ def test_no_request_and_bad_requests(podman: Podman, hooks_dir: Path) -> None:
     # podman 4.3 reports only the hook's exit status; the container is not created.
     assert code != 0 and "setting up OCI Hooks" in err, err
     assert "VISIBLE=" not in out
+
+
+def test_the_shim_after_the_precreate_hook_applies_nothing_twice(
+    podman: Podman, hooks_dir: Path, tmp_path: Path, fake_gpu_host: FakeGpuHost
+) -> None:
+    """podman runs the precreate hook, then creates the container through cdictk-runtime, and both meet
+    the annotation's request: the shim finds every edit in the config already and leaves it alone, so
+    the spec's hook runs once (the CDI library would add the hook and the cgroup rules again)."""
+    front = install_launchers(str(tmp_path / "shim"))[-1]
+    # podman gives conmon, and so the runtime, an environment of its own: the settings go in a wrapper.
+    runtime = tmp_path / "shim" / "runtime.sh"
+    runtime.write_text(
+        f"#!/bin/sh\nexport CDICTK_CONFIG={tmp_path / 'config.toml'} "
+        f'CDICTK_CACHE_DIR={os.environ["CDICTK_CACHE_DIR"]}\nexec {front} "$@"\n'
+    )
+    runtime.chmod(0o755)
+    marker = uuid.uuid4().hex
+    result = podman(
+        "--hooks-dir", str(hooks_dir), "--runtime", str(runtime), "run", "--rm", "--network", "none",
+        "--annotation", "cdi.k8s.io/gpu=nvidia.com/gpu=0", "--annotation", f"cdictk.test/run={marker}",
+        IMAGE, "sh", "-c", "cat /dev/nvidia0 2>&1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES",
+    )  # fmt: skip
+    out = result.stdout.decode()
+    assert result.returncode == 0, result.stderr.decode() + out
+    assert f"can't open '/dev/nvidia0': {ENXIO}" in out and "VISIBLE=void" in out
+    (config,) = [
+        loaded
+        for path in fake_gpu_host.hook_log.glob("*.config.json")
+        if (loaded := json.loads(path.read_text())).get("annotations", {}).get("cdictk.test/run") == marker
+    ]
+    assert len(config["hooks"]["createContainer"]) == 1
+    rules = config["linux"]["resources"]["devices"]
+    assert [(rule.get("major"), rule.get("minor")) for rule in rules].count((195, 0)) == 1
+    assert config["process"]["env"].count("CDI_TEST=hello") == 1

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.elfdso import read_dso, read_soname
+from cdictk.elfdso import glibc_minor, read_dso, read_soname
 
 HOST_LIBS = Path("/usr/lib/x86_64-linux-gnu")
 
@@ -25,6 +25,29 @@ def _read(path: Path) -> tuple[int, bytes | None] | None:
     finally:
         os.close(fd)
     return None if dso is None else (dso.flags, dso.soname)
+
+
+def _abi_tag(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        dso = read_dso(fd, os.fstat(fd).st_size, abi_tag=True)
+    finally:
+        os.close(fd)
+    return None if dso is None else dso.osversion
+
+
+def _glibc_minor(path: Path) -> int | None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return glibc_minor(fd, os.fstat(fd).st_size)
+    finally:
+        os.close(fd)
+
+
+def _readelf_abi_tag(path: Path) -> int:
+    out = subprocess.run(["readelf", "-n", str(path)], capture_output=True, text=True, check=False).stdout
+    match = re.search(r"OS: Linux, ABI: (\d+)\.(\d+)\.(\d+)", out)
+    return int(match[1]) << 16 | int(match[2]) << 8 | int(match[3]) if match else 0
 
 
 def _readelf_soname(path: Path) -> str | None:
@@ -50,6 +73,31 @@ def test_sonames_agree_with_readelf_on_the_hosts_libraries() -> None:
     assert checked > 10
 
 
+def test_abi_tags_agree_with_readelf_on_the_hosts_libraries() -> None:
+    if not HOST_LIBS.is_dir() or shutil.which("readelf") is None:
+        pytest.skip(f"no {HOST_LIBS} or no readelf (binutils, which gcc brings) on this host")
+    tagged = 0
+    for path in sorted(HOST_LIBS.glob("*.so*"))[:200]:
+        if path.is_symlink() or not path.is_file() or _read(path) is None:
+            continue
+        expected = _readelf_abi_tag(path)
+        assert _abi_tag(path) == expected, path
+        tagged += expected != 0
+    assert tagged > 0  # glibc's own libraries carry one
+
+
+def test_the_glibc_release_is_the_newest_version_libc_defines() -> None:
+    version = os.confstr("CS_GNU_LIBC_VERSION") or ""
+    libc = HOST_LIBS / "libc.so.6"
+    if not version.startswith("glibc 2.") or not libc.exists():
+        pytest.skip("needs an x86-64 glibc host")
+    minor = int(version.split(".")[1])
+    assert _glibc_minor(libc.resolve()) in ({minor, minor - 1} if minor in (37, 40) else {minor})
+    libz = next(HOST_LIBS.glob("libz.so.1"), None)
+    if libz is not None:
+        assert _glibc_minor(libz.resolve()) is None  # it needs glibc's versions, defines none
+
+
 def test_programs_scripts_and_broken_files_are_no_libraries(tmp_path: Path) -> None:
     script = tmp_path / "script"
     script.write_text("#!/bin/sh\n" * 20)
@@ -69,6 +117,8 @@ def test_truncated_and_scrambled_libraries_never_raise(tmp_path: Path) -> None:
     for size in (0, 16, 63, 64, 200, 1000, 5000, len(data) // 2):
         target.write_bytes(data[:size])
         _read(target)
+        _abi_tag(target)
+        _glibc_minor(target)
         read_soname(str(target))
     for _ in range(200):
         mangled = bytearray(data[:8192])
@@ -76,6 +126,8 @@ def test_truncated_and_scrambled_libraries_never_raise(tmp_path: Path) -> None:
             mangled[rng.randrange(16, len(mangled))] = rng.randrange(256)
         target.write_bytes(bytes(mangled))
         _read(target)
+        _abi_tag(target)
+        _glibc_minor(target)
         read_soname(str(target))
 
 
@@ -107,3 +159,38 @@ def test_read_soname_of_what_is_no_readable_library(stubs: Path, tmp_path: Path)
         assert read_soname(str(tmp_path / name)) is None
     assert read_soname(str(tmp_path)) is None  # a directory
     assert read_soname(str(stubs / "with.so"), max_size=100) is None  # over the size cap
+
+
+# An ABI note in a section of its own, after another note in the same PT_NOTE segment (as glibc's
+# libraries have a build-id first). {0}: the OS; {1}, {2}, {3}: the kernel version.
+NOTES_C = """
+__asm__(".pushsection .note.gnu.build-id.x,\\"a\\",@note\\n.balign 4\\n"
+        ".long 4\\n.long 8\\n.long 3\\n.asciz \\"GNU\\"\\n.long 1\\n.long 2\\n.popsection\\n"
+        ".pushsection .note.ABI-tag,\\"a\\",@note\\n.balign 4\\n"
+        ".long 4\\n.long 16\\n.long 1\\n.asciz \\"GNU\\"\\n.long {0}\\n.long {1}\\n.long {2}\\n.long {3}\\n"
+        ".popsection\\n");
+int tagged(void) {{ return 0; }}
+"""
+
+
+@pytest.mark.parametrize(
+    ("tag", "expected"),
+    [
+        ((0, 4, 19, 300), 0x0004132C),  # 300 = 0x12c: ldconfig keeps each word's low byte
+        ((0, 99, 0, 0), 0x00630000),
+        ((1, 0, 5, 0), 0x01000500),  # the Hurd: the OS in the top byte
+        ((0, 0, 0, 0), 0),  # 0.0.0: no tag (another segment's note may give one)
+    ],
+)
+def test_an_abi_note_after_another_note_is_read_as_ldconfig_reads_it(
+    tmp_path: Path, tag: tuple[int, int, int, int], expected: int
+) -> None:
+    if shutil.which("gcc") is None:
+        pytest.skip("gcc is not installed (tests/setup-host.sh installs it)")
+    source = tmp_path / "tagged.c"
+    source.write_text(NOTES_C.format(*tag))
+    out = tmp_path / "libtagged.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", out, source], check=True)
+    assert _abi_tag(out) == expected
+    if shutil.which("readelf") is not None and tag[0] == 0 and max(tag) < 256:
+        assert _readelf_abi_tag(out) == expected

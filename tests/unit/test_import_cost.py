@@ -1,7 +1,9 @@
 """The modules the runtime shim and hooks will import on every container start stay standard-library only."""
 
+import ast
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -92,3 +94,112 @@ def test_container_start_modules_import_only_light_standard_modules(module: str)
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert module in imported
     assert not LIGHT & imported, f"{module} imports {sorted(LIGHT & imported)}"
+
+
+# The start path: what runs on every container start, from these entry points and what they import
+# (lazily too). Each of its modules says so on the first line of its docstring.
+START_PATH = "Start path: standard library only."
+START_ENTRIES = (
+    "cdictk.hooks.__main__",  # the hook generated specs run (its steps: the table's modules, below)
+    "cdictk.cli.console",  # `cdictk hook ...` through the console script
+    "cdictk.runtime.shim",  # cdictk-runtime, behind its shell front
+    "cdictk.runtime.precreate",  # podman's precreate hook
+    "cdictk.runtime.prestart.main",  # the legacy prestart hook
+    "cdictk.trust",  # what a launcher checks before it imports cdictk
+)
+# Imports a start makes only when a cache misses: each leads off the start path, to code that runs
+# once per change (and may use typing, re, dataclasses and PyYAML).
+OFF_THE_START_PATH = {
+    ("cdictk.cdi.cache", "cdictk.cdi.registry"): "the spec files parsed: the parse cache missed",
+    ("cdictk.cdi.cache", "cdictk.cdi.dump"): "the spec cache's index built anew from the parsed specs",
+    ("cdictk.runtime.inject", "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
+    ("cdictk.runtime.inject", "cdictk.node.modes"): "the same",
+    ("cdictk.runtime.inject", "cdictk.nvcdi.hooks"): "the same",
+    ("cdictk.runtime.inject", "cdictk.nvcdi.nodespec"): "the same",
+    ("cdictk.runtime.inject", "cdictk.nvcdi.options"): "the same",
+    ("cdictk.cli.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
+}
+
+
+def module_files() -> dict[str, Path]:
+    found = {}
+    for path in sorted((REPO / "cdictk").rglob("*.py")):
+        parts = path.relative_to(REPO).with_suffix("").parts
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def runtime_imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """Every module ``name`` imports, wherever the statement is, but for type checkers' imports."""
+    found: set[str] = set()
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and ast.unparse(child.test) == "TYPE_CHECKING":
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import):
+                found.update(alias.name for alias in child.names)
+            elif isinstance(child, ast.ImportFrom) and child.module != "__future__":
+                base = child.module or ""
+                if child.level:
+                    anchor = package.split(".")[: len(package.split(".")) - child.level + 1]
+                    base = ".".join([*anchor, *([child.module] if child.module else [])])
+                found.update(
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                    for alias in child.names
+                )
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
+    return found
+
+
+def start_path() -> set[str]:
+    from cdictk.hooks.steps import STEPS
+
+    known = module_files()
+    pending = [*START_ENTRIES, *(step.module for step in STEPS)]
+    seen: set[str] = set()
+    while pending:
+        name = pending.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for target in runtime_imports(name, known[name], known):
+            if target.startswith("cdictk") and (name, target) not in OFF_THE_START_PATH:
+                pending.append(target)
+    return seen
+
+
+def test_exactly_the_start_paths_modules_say_they_are_on_it() -> None:
+    """Packages' __init__ files aside (a docstring, or the version), which every submodule imports."""
+    known = module_files()
+    marked = {
+        name
+        for name, path in known.items()
+        if (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").startswith(START_PATH)
+    }
+    modules = {name for name in start_path() if known[name].name != "__init__.py"}
+    assert sorted(modules - marked) == [], "on the start path, without the line"
+    assert sorted(marked - modules) == [], "with the line, off the start path"
+
+
+def test_the_start_path_imports_the_standard_library_alone() -> None:
+    known = module_files()
+    foreign = {
+        f"{name}: {target}"
+        for name in start_path()
+        for target in runtime_imports(name, known[name], known)
+        if not target.startswith("cdictk") and target.partition(".")[0] not in sys.stdlib_module_names
+    }
+    assert sorted(foreign) == []
+
+
+def test_every_door_off_the_start_path_is_an_import_there() -> None:
+    known = module_files()
+    assert all(
+        target in runtime_imports(source, known[source], known) for source, target in OFF_THE_START_PATH
+    )

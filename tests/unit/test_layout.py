@@ -20,6 +20,7 @@ CONCERNS = {
     "test_quickstart_script.py",  # ./quickstart
     "test_readme.py",  # README.md and docs/
     "test_examples.py",  # the programs in examples/
+    "cdi/test_reference_corpus.py",  # the CDI reference library's outcomes replayed (tests/cdiref)
     "cli/test_generate_faults.py",  # cdi generate on broken nodes
     "cli/test_generate_layouts.py",  # cdi generate on every driver layout
     "cli/test_generate_watch.py",  # cdi generate --watch

@@ -159,6 +159,27 @@ def test_symlink_is_atomic_ln_sfn(make_rootfs: tuple[Path, Path, Rootfs]) -> Non
     assert sorted(os.listdir(root / "lib")) == ["dir", "libcuda.so"]
 
 
+def test_remove_symlink_removes_only_a_link_and_never_through_one(
+    make_rootfs: tuple[Path, Path, Rootfs],
+) -> None:
+    root, host, rootfs = make_rootfs
+    lib = root / "lib"
+    lib.mkdir()
+    (lib / "libgone.so.1").symlink_to("libnothere.so.1.0")
+    (lib / "libfile.so.1").write_text("a file")
+    (lib / "libdir.so.1").mkdir()
+    (root / "out").symlink_to(host)  # /out/passwd is the image's /host/passwd: missing
+    assert rootfs.remove_symlink("/lib/libgone.so.1")
+    assert not os.path.lexists(lib / "libgone.so.1")
+    assert not rootfs.remove_symlink("/lib/libfile.so.1") and not rootfs.remove_symlink("/lib/libdir.so.1")
+    with pytest.raises(FileNotFoundError):
+        rootfs.remove_symlink("/lib/libgone.so.1")
+    with pytest.raises(FileNotFoundError):
+        rootfs.remove_symlink("/out/passwd")
+    assert (host / "passwd").read_text() == "host\n"
+    assert sorted(os.listdir(lib)) == ["libdir.so.1", "libfile.so.1"]
+
+
 def test_reads_refuse_fifos_devices_and_large_files_without_blocking(
     make_rootfs: tuple[Path, Path, Rootfs],
 ) -> None:

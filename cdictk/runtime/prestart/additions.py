@@ -1,4 +1,6 @@
-"""What a prestart hook must do to a running container: the shim's edits, as a list of actions.
+"""Start path: standard library only.
+
+What a prestart hook must do to a running container: the shim's edits, as a list of actions.
 
 The hook asks the same question the runtime shim does (:func:`cdictk.runtime.inject.apply_requests`
 on a copy of ``config.json``) and then takes the difference between the copy and the original: the

@@ -1,4 +1,6 @@
-"""Driver files bind-mounted read-only into a running container, from descriptors.
+"""Start path: standard library only.
+
+Driver files bind-mounted read-only into a running container, from descriptors.
 
 This is where NVIDIA's legacy hook had its worst escapes (CVE-2024-0132, CVE-2025-23359): it built
 mount sources and targets as path strings after joining the container's namespace, so image

@@ -1,4 +1,6 @@
-"""The bpf(2) calls that patch a cgroup v2 device program, and the instructions they load, through ctypes.
+"""Start path: standard library only.
+
+The bpf(2) calls that patch a cgroup v2 device program, and the instructions they load, through ctypes.
 
 On cgroup v2 the device rules of a cgroup are BPF_PROG_TYPE_CGROUP_DEVICE programs attached to it (runc,
 crun and systemd each build one); the kernel runs every program attached to the cgroup and its ancestors

@@ -1,4 +1,6 @@
-"""The running container a prestart hook works on, found through its process and never by a path in it.
+"""Start path: standard library only.
+
+The running container a prestart hook works on, found through its process and never by a path in it.
 
 runc runs prestart hooks in the host's namespaces once the container's process exists (paused
 before it execs the container's program), its mount namespace holds the rootfs mounted at

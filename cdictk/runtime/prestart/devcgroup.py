@@ -1,4 +1,6 @@
-"""Device cgroup rules for a running container: let its process open the GPU device nodes it is given.
+"""Start path: standard library only.
+
+Device cgroup rules for a running container: let its process open the GPU device nodes it is given.
 
 A prestart hook runs after the runtime has put the container's process in its cgroup and applied the
 devices of its config, all others denied. The rules for the GPU nodes are added to what is in force,

@@ -1,7 +1,9 @@
-"""The driver and GPU facts that requirements are checked against, from NVML, in a child process.
+"""Start path: standard library only.
 
-NVML is asked through :class:`cdictk.node.nvmllib.NvmlLibrary` (ctypes, no pynvml: it costs tens of
-milliseconds to import, and this runs on container starts). The facts are those libnvidia-container
+The driver and GPU facts that requirements are checked against, from NVML, in a child process.
+
+NVML is asked through :class:`cdictk.node.nvmllib.NvmlLibrary` (ctypes, no pynvml: its import costs
+more than the query, and this runs on container starts). The facts are those libnvidia-container
 reads (``src/driver.c``):
 
 - ``cuda``: ``nvmlSystemGetCudaDriverVersion_v2`` (``nvmlSystemGetCudaDriverVersion`` on drivers

@@ -1,4 +1,6 @@
-"""Where the prestart hook's messages go: stderr, and a log file when the node names one.
+"""Start path: standard library only.
+
+Where the prestart hook's messages go: stderr, and a log file when the node names one.
 
 runc shows a prestart hook's stderr only when the hook fails, and Docker runs the hook with no
 arguments but ``prestart``: a warning (a request the policy ignored) or a debug line would never be

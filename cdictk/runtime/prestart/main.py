@@ -1,4 +1,6 @@
-"""``cdictk hook prestart``: give a container that runc has already created the GPUs it asks for.
+"""Start path: standard library only.
+
+``cdictk hook prestart``: give a container that runc has already created the GPUs it asks for.
 
 Docker's ``--gpus`` (before Docker's own CDI support) and setups without a runtime wrapper add a
 *prestart* hook to the container's config: Docker looks up ``nvidia-container-runtime-hook`` on its

@@ -1,4 +1,6 @@
-"""Device nodes made inside a running container's rootfs, as runc would have made them.
+"""Start path: standard library only.
+
+Device nodes made inside a running container's rootfs, as runc would have made them.
 
 Each node is created from the directory descriptor of its parent, resolved inside the rootfs (under
 ``/dev`` from the runtime's ``/dev`` mount), with mknodat: an image symlink at ``/dev`` or at the

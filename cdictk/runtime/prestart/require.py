@@ -1,4 +1,6 @@
-"""An image's requirements on the driver and GPUs (``NVIDIA_REQUIRE_*``): which apply, and whether they hold.
+"""Start path: standard library only.
+
+An image's requirements on the driver and GPUs (``NVIDIA_REQUIRE_*``): which apply, and whether they hold.
 
 The pure half of the check that ``nvidia-container-cli configure --require`` makes before it gives a
 container its GPUs; the facts come from :mod:`cdictk.runtime.prestart.driverfacts`.

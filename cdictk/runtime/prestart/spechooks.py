@@ -1,4 +1,6 @@
-"""The hooks a CDI spec asks for, run by the prestart hook at the moment runc would have run them.
+"""Start path: standard library only.
+
+The hooks a CDI spec asks for, run by the prestart hook at the moment runc would have run them.
 
 A spec's ``prestart``/``createRuntime`` hooks run in the host's namespaces, ``createContainer`` hooks
 in the container's mount namespace before the pivot: the prestart hook runs the first kind before it

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.cdi.apply import EditsSource, apply_edits
+from cdictk.cdi.apply import EditsSource, append_edits, apply_edits
 from cdictk.cdi.cache import SpecCache
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdictk.errors import CdictkError
@@ -89,10 +89,20 @@ def test_spec_edits_once_per_spec_before_its_first_device() -> None:
     ]  # fmt: skip
 
 
-def test_env_replaced_by_key_in_place() -> None:
-    config = {"process": {"env": ["PATH=/bin", "TERM=xterm", "DUP=1", "DUP=2"]}}
-    apply(config, ContainerEdits(env=["TERM=dumb", "NEW=1", "NEW=2", "DUP=3", "EMPTY="]))
-    assert config["process"]["env"] == ["PATH=/bin", "TERM=dumb", "DUP=1", "DUP=3", "NEW=2", "EMPTY="]
+def test_env_appended_as_the_library_appends_it() -> None:
+    # The library keys the config's entries by their whole text, the edits' by their name: an edit
+    # replaces an earlier edit of its name, and of the config's entries only a bare name.
+    config = {"process": {"env": ["PATH=/bin", "TERM=xterm", "DUP=1", "DUP=2", "BARE"]}}
+    apply(config, ContainerEdits(env=["TERM=dumb", "NEW=1", "NEW=2", "DUP=3", "EMPTY=", "BARE=1"]))
+    assert config["process"]["env"] == [
+        "PATH=/bin", "TERM=xterm", "DUP=1", "DUP=2", "BARE=1", "TERM=dumb", "NEW=2", "DUP=3", "EMPTY=",
+    ]  # fmt: skip
+
+
+def test_an_entry_the_config_has_already_is_added_again() -> None:
+    config = {"process": {"env": ["A=1", "B=2"]}}
+    apply(config, ContainerEdits(env=["A=1", "C=3"]))
+    assert config["process"]["env"] == ["A=1", "B=2", "A=1", "C=3"]
 
 
 def test_device_node_filled_in_from_the_host() -> None:
@@ -218,6 +228,30 @@ def test_same_path_replaces_the_existing_device() -> None:
     assert [(d["path"], d["major"]) for d in devices] == [("/dev/y", 8), ("/dev/x", 1)]
 
 
+def test_a_path_the_config_lists_twice_keeps_one_entry_in_the_second_place() -> None:
+    # The library removes the first entry of the path, then replaces the next one where it is.
+    config = base()
+    config["linux"]["devices"] = [
+        {"path": "/dev/x", "type": "c", "major": 9, "minor": 9},
+        {"path": "/dev/y", "type": "c", "major": 8, "minor": 8},
+        {"path": "/dev/x", "type": "c", "major": 7, "minor": 7},
+        {"path": "/dev/z", "type": "c", "major": 6, "minor": 6},
+    ]
+    devices = apply(config, ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", host_path="/dev/null")]))[
+        "linux"
+    ]["devices"]
+    assert [(d["path"], d["major"]) for d in devices] == [("/dev/y", 8), ("/dev/x", 1), ("/dev/z", 6)]
+
+
+def test_a_mount_without_a_destination_is_one_at_the_empty_path() -> None:
+    config = base()
+    config["mounts"] = [{"destination": "/a/b", "source": "/ab"}, {"source": "/nowhere"}]
+    mounts = apply(config, ContainerEdits(mounts=[Mount("/h", "/c")]))["mounts"]
+    assert mounts == [
+        {"source": "/nowhere"}, {"destination": "/c", "source": "/h"}, {"destination": "/a/b", "source": "/ab"},
+    ]  # fmt: skip
+
+
 def test_applying_twice_changes_nothing() -> None:
     edits = ContainerEdits(
         env=["A=1"],
@@ -235,12 +269,68 @@ def test_applying_twice_changes_nothing() -> None:
     assert len(once["hooks"]["createContainer"]) == 1
 
 
-def test_a_rule_already_present_moves_after_a_later_deny() -> None:
+def test_an_allow_rule_is_appended_after_a_later_deny() -> None:
     config = base()
     allow = {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
-    config["linux"]["resources"]["devices"] = [allow, {"allow": False, "access": "rwm"}]
+    deny = {"allow": False, "access": "rwm"}
+    config["linux"]["resources"]["devices"] = [allow, deny]
     apply(config, ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", host_path="/dev/null")]))
-    assert config["linux"]["resources"]["devices"] == [{"allow": False, "access": "rwm"}, allow]
+    assert config["linux"]["resources"]["devices"] == [allow, deny, allow]
+
+
+def test_identical_hooks_and_rules_of_two_devices_are_both_added() -> None:
+    hook = Hook("createContainer", "/bin/hook", ["hook"])
+    spec = Spec("0.3.0", "v.com/c", devices=[
+        Device("a", container_edits=ContainerEdits(hooks=[hook], device_nodes=[DeviceNode("/dev/a", "/dev/null")])),
+        Device("b", container_edits=ContainerEdits(hooks=[hook], device_nodes=[DeviceNode("/dev/b", "/dev/null")])),
+    ])  # fmt: skip
+    config = base()
+    inject_devices(config, registered(spec), "config.json")
+    assert config["hooks"]["createContainer"] == [{"path": "/bin/hook", "args": ["hook"]}] * 2
+    assert (
+        config["linux"]["resources"]["devices"][1:]
+        == [{"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}] * 2
+    )
+
+
+def test_a_config_holding_some_of_the_edits_gets_them_again() -> None:
+    config = base()
+    config["hooks"] = {"createContainer": [{"path": "/bin/h"}]}
+    apply(config, ContainerEdits(hooks=[Hook("createContainer", "/bin/h")], env=["A=1"]))
+    assert config["hooks"]["createContainer"] == [{"path": "/bin/h"}] * 2
+
+
+def test_the_library_adds_everything_again_where_cdictk_leaves_the_config_alone() -> None:
+    edits = ContainerEdits(
+        env=["A=1"],
+        device_nodes=[DeviceNode(path="/dev/x", host_path="/dev/null")],
+        hooks=[Hook("createContainer", "/bin/h")],
+    )
+    once = apply(base(), edits)
+    sources = edits_for(one(edits))
+    twice = copy.deepcopy(once)
+    assert apply_edits(twice, sources, "config.json") is False
+    assert twice == once
+    append_edits(twice, sources, "config.json")
+    assert twice["hooks"]["createContainer"] == [{"path": "/bin/h"}] * 2
+    assert twice["process"]["env"][-2:] == ["A=1", "A=1"]
+    assert len(twice["linux"]["resources"]["devices"]) == 3
+
+
+def test_a_deny_after_the_allow_rule_means_not_applied_yet() -> None:
+    edits = ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", host_path="/dev/null")])
+    once = apply(base(), edits)
+    once["linux"]["resources"]["devices"].append({"allow": False, "access": "rwm"})
+    twice = apply(copy.deepcopy(once), edits)
+    assert twice["linux"]["resources"]["devices"][-1] == {
+        "allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm",
+    }  # fmt: skip
+
+
+def test_a_variable_whose_last_value_differs_means_not_applied_yet() -> None:
+    once = apply(base(), ContainerEdits(env=["A=1"]))
+    once["process"]["env"].append("A=2")
+    assert apply(copy.deepcopy(once), ContainerEdits(env=["A=1"]))["process"]["env"][-1] == "A=1"
 
 
 def test_mounts_replace_same_destination_then_sort_by_depth() -> None:
@@ -313,7 +403,7 @@ def test_missing_process_is_created_as_the_go_library_does() -> None:
         (lambda c: c["process"].update(env="PATH=/bin"), "process.env", "expected a list"),
         (lambda c: c["process"].update(env=[1]), "process.env[0]", "expected a string"),
         (lambda c: c.update(process=[]), "process", "expected an object"),
-        (lambda c: c.update(mounts=[{"source": "/x"}]), "mounts[0].destination", "expected a string"),
+        (lambda c: c.update(mounts=[{"destination": 5}]), "mounts[0].destination", "expected a string"),
         (lambda c: c.update(mounts={}), "mounts", "expected a list"),
         (lambda c: c.update(hooks=[]), "hooks", "expected an object"),
         (lambda c: c.update(hooks={"createContainer": {}}), "hooks.createContainer", "expected a list"),

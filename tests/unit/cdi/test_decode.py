@@ -98,11 +98,19 @@ def test_numbers_and_booleans_in_string_fields_become_text_as_in_go() -> None:
     assert spec.annotations == {"a": "1", "b": "true", "c": "432"}
 
 
-@pytest.mark.parametrize(("value", "shown"), [(1.5, "the number 1.5"), ("2001-12-14", "the date 2001-12-14")])
-def test_floats_and_dates_in_string_fields_are_refused(value: object, shown: str) -> None:
+@pytest.mark.parametrize(("value", "shown"), [(1.5, "the number 1.5"), (1.0, "the number 1.0")])
+def test_floats_in_string_fields_are_refused(value: object, shown: str) -> None:
     text = f"cdiVersion: 0.5.0\nkind: v.com/c\ndevices: [{{name: {value}, containerEdits: {{env: [A=1]}}}}]\n"
     with pytest.raises(CdictkError, match=f"devices\\[0\\].name: expected a string, got {shown}: quote it"):
         decode_yaml(text)
+
+
+def test_a_date_in_a_string_field_is_its_text_as_in_go() -> None:
+    text = "cdiVersion: 0.5.0\nkind: v.com/c\ndevices: [{name: 2001-12-14, containerEdits: {env: [A=1]}}]\n"
+    assert decode_yaml(text).devices[0].name == "2001-12-14"
+    assert decode_yaml(
+        text.replace("0.5.0", "0.6.0").replace("devices:", "annotations: {2001-1-2: x}\ndevices:")
+    ).annotations == {"2001-1-2": "x"}
 
 
 def test_null_means_absent() -> None:
@@ -112,6 +120,45 @@ def test_null_means_absent() -> None:
     )
     assert spec.annotations == {}
     assert spec.devices[0].container_edits.device_nodes[0].file_mode is None
+
+
+def test_null_items_of_strings_and_numbers_are_their_zero_values_as_in_go() -> None:
+    spec = decode_yaml(
+        "cdiVersion: 0.7.0\nkind: v.com/c\nannotations: {a: null}\ndevices:\n- name: d\n  containerEdits:\n"
+        "    hooks: [{hookName: prestart, path: /h, args: [h, null]}]\n    additionalGids: [null, 44]\n"
+    )
+    assert spec.annotations == {"a": ""}
+    edits = spec.devices[0].container_edits
+    assert (edits.hooks[0].args, edits.additional_gids) == (["h", ""], [0, 44])
+
+
+@pytest.mark.parametrize("key", ["deviceNodes", "mounts", "hooks", "netDevices"])
+def test_a_null_object_in_a_list_is_refused(key: str) -> None:
+    assert error(minimal(**{key: [None]})).endswith(f"{key}[0]: expected a mapping, got null")
+
+
+def test_whole_number_floats_fill_integer_fields_as_in_go() -> None:
+    spec = decode_spec(
+        minimal(
+            deviceNodes=[{"path": "/x", "type": "c", "major": 1.0, "minor": 1e3, "uid": 5.0, "gid": 0.0}],
+            hooks=[{"hookName": "prestart", "path": "/h", "timeout": 5.0}],
+            additionalGids=[44.0],
+        ),
+        "s.yaml",
+    )
+    edits = spec.devices[0].container_edits
+    node = edits.device_nodes[0]
+    assert (node.major, node.minor, node.uid, node.gid) == (1, 1000, 5, 0)
+    assert (edits.hooks[0].timeout, edits.additional_gids) == (5, [44])
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [(1.5, "expected an integer from 0 to 4294967295, got the number 1.5"), (-0.0, "got the number -0.0"),
+     (float("inf"), "got the number inf"), (-1.0, "got the number -1.0")],
+)  # fmt: skip
+def test_other_floats_are_refused_in_integer_fields(value: float, reason: str) -> None:
+    assert reason in error(minimal(deviceNodes=[{"path": "/x", "uid": value}]))
 
 
 @pytest.mark.parametrize(

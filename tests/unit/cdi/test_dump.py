@@ -1,4 +1,6 @@
+import itertools
 import json
+import random
 
 import pytest
 import yaml
@@ -141,3 +143,83 @@ def test_every_string_reads_back_the_same_in_pyyaml(value: str) -> None:
     data = yaml.safe_load(dump_yaml(spec))
     assert data["annotations"] == {value or "k": value}
     assert data["devices"][0]["containerEdits"]["env"] == [f"A={value}", value]
+
+
+def resolver_probes() -> list[str]:
+    """Strings near every rule of YAML 1.1's and PyYAML's plain scalars."""
+    printable = "".join(map(chr, range(0x20, 0x7F)))
+    strings = ["".join(chars) for length in (1, 2) for chars in itertools.product(printable, repeat=length)]
+    strings += ["".join(chars) for chars in itertools.product("019+-._:eEx~yn<=!*/", repeat=3)]
+    strings += ["".join(chars) for chars in itertools.product("016+-._:eExbT Z", repeat=4)]
+    tokens = ["0", "1", "5", "7", "9", "12", "59", "60", "2001", "-", "+", ".", "_", ":", "e", "E", "e+", "x"]
+    tokens += [
+        "0x",
+        "0b",
+        "0o",
+        "T",
+        "t",
+        "Z",
+        " ",
+        "\t",
+        "a",
+        "F",
+        "inf",
+        "nan",
+        "NaN",
+        "~",
+        "yes",
+        "Off",
+        "<<",
+    ]
+    rng = random.Random(19)  # noqa: S311 (a fixed seed: the same strings every run)
+    strings += ["".join(rng.choices(tokens, k=rng.randint(1, 10))) for _ in range(30000)]
+    strings += timestamp_probes()
+    # PyYAML's $ also matches before a final line break; non-ASCII digits are no digits to it.
+    strings += [text + "\n" for text in strings[:20000]] + [
+        "1\n\n",
+        "yes\n\n",
+        "\n",
+        "\u0661",
+        "1\u0661",
+        "\uff11",
+    ]
+    return list(dict.fromkeys(strings))
+
+
+def timestamp_probes() -> list[str]:
+    """Dates and times, right and nearly right in each part."""
+    dates = [
+        f"{y}-{m}-{d}"
+        for y in ("2001", "201", "20011")
+        for m in ("1", "12", "123", "")
+        for d in ("4", "14", "144")
+    ]
+    times = [
+        "",
+        "T21:59:43",
+        "t1:59:43",
+        " 21:59:43",
+        "  2:59:43",
+        "\t21:59:43",
+        "T21:5:43",
+        "T21:59:4",
+        "T21:59",
+    ]
+    fractions = ["", ".", ".10", ".1x"]
+    zones = ["", "Z", " Z", "\tZ", "-5", "+05:00", " -05:30", "+5:0", "-123", "z"]
+    return [
+        date + time + fraction + zone
+        for date in dates
+        for time in times
+        for fraction in fractions
+        for zone in zones
+    ]
+
+
+def test_every_probe_reads_back_the_same_in_pyyaml_and_by_go_rules() -> None:
+    """The dumper quotes what either reader would retype, and nothing reads differently."""
+    probes = resolver_probes()
+    spec = Spec(cdi_version="0.6.0", kind="v.com/c", container_edits=ContainerEdits(env=probes))
+    text = dump_yaml(spec)
+    assert yaml.safe_load(text)["containerEdits"]["env"] == probes
+    assert parse_document(text.encode(), "spec.yaml")["containerEdits"]["env"] == probes

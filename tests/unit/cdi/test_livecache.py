@@ -71,7 +71,7 @@ def test_inject_leaves_the_input_alone_and_is_all_or_nothing(dirs: tuple[Path, P
     cache = LiveSpecs([str(run)])
     config = {"ociVersion": "1.2.0", "process": {"env": ["X=0"], "cwd": "/"}}
     before = json.dumps(config)
-    assert cache.inject(config, ["v.com/c=a"])["process"]["env"] == ["X=1"]
+    assert cache.inject(config, ["v.com/c=a"])["process"]["env"] == ["X=0", "X=1"]
     with pytest.raises(UnresolvedDevicesError, match=r"v\.com/c=b: unresolvable CDI device"):
         cache.inject(config, ["v.com/c=a", "v.com/c=b"])
     assert json.dumps(config) == before

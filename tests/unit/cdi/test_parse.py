@@ -1,6 +1,6 @@
 import pytest
 
-from cdictk.cdi.parse import MAX_DEPTH, parse_document
+from cdictk.cdi.parse import MAX_DEPTH, more_documents, parse_document
 from cdictk.cdi.yamlscalar import Timestamp
 from cdictk.errors import CdictkError
 
@@ -31,6 +31,29 @@ def test_empty_document_is_none() -> None:
     assert parse("# only a comment\n") is None
 
 
+@pytest.mark.parametrize(
+    "rest",
+    ["---\nb: 2\n", "---\nfoo: [\n", "...\n%%%%\n", "---\n", "---\n- [}\n"],
+)
+def test_only_the_first_document_is_read_and_the_rest_not_parsed(rest: str) -> None:
+    # The Go library's YAML reader stops there too: what follows may even be broken.
+    assert parse("a: 1\n" + rest) == {"a": 1}
+    assert more_documents("a: 1\n" + rest)
+
+
+def test_an_empty_first_document_is_no_document() -> None:
+    assert parse("---\n---\na: 1\n") is None
+
+
+def test_json_followed_by_another_document_is_read_as_yaml() -> None:
+    assert parse('{"a": 1}\n---\n{') == {"a": 1}
+
+
+@pytest.mark.parametrize("text", ["a: 1\n", "---\na: 1\n...\n", "a: [\n", "", '{"a": 1}'])
+def test_one_document_or_a_broken_one_is_not_more(text: str) -> None:
+    assert not more_documents(text)
+
+
 def test_duplicate_key_names_the_field_and_line() -> None:
     text = "devices:\n- name: x\n  containerEdits:\n    env: [A=1]\n    env: [B=2]\n"
     assert error(text) == "spec.yaml: devices[0].containerEdits.env: duplicate key (line 5, column 5)"
@@ -54,7 +77,6 @@ def test_duplicate_after_key_coercion() -> None:
         ("a: !!map {}\n", "explicit YAML tag"),
         ("? [a]\n: b\n", "a mapping key must be a scalar"),
         ("1.5: a\n", "mapping key 1.5 must be a string"),
-        ("---\na: 1\n---\nb: 2\n", "more than one YAML document"),
         ("a: [\n", "invalid YAML"),
     ],
 )

@@ -1,7 +1,7 @@
 import pytest
 
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, IntelRdt, Mount, NetDevice, Spec
-from cdictk.cdi.version import is_newer, minimum_version, version_problem
+from cdictk.cdi.version import is_newer, minimum_version, reference_minimum_version, version_problem
 
 
 def spec(
@@ -44,6 +44,22 @@ def test_spec_level_edits_count_too() -> None:
     device_level = spec()
     device_level.devices[0].annotations = {"a": "b"}
     assert minimum_version(device_level) == "0.6.0"
+
+
+def test_the_reference_library_looks_for_host_paths_and_mount_types_in_the_last_device_only() -> None:
+    host_path = ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", host_path="/dev/y")])
+    mount_type = ContainerEdits(mounts=[Mount("/a", "/b", type="bind")])
+    for edits, needed in ((host_path, "0.5.0"), (mount_type, "0.4.0")):
+        subject = spec(edits)
+        subject.devices.append(Device(name="last", container_edits=ContainerEdits(env=["A=1"])))
+        assert (minimum_version(subject), reference_minimum_version(subject)) == (needed, "0.3.0")
+        subject.devices.reverse()
+        assert (minimum_version(subject), reference_minimum_version(subject)) == (needed, needed)
+    # Its other gates see every device.
+    subject = spec(name="0")
+    subject.devices.append(Device(name="last", container_edits=ContainerEdits(additional_gids=[5])))
+    subject.devices.append(Device(name="end", container_edits=ContainerEdits(env=["A=1"])))
+    assert reference_minimum_version(subject) == "0.7.0"
 
 
 @pytest.mark.parametrize("declared", ["0.3.0", "v0.3.0", "1.0.0", "v1.1.0"])

@@ -58,7 +58,7 @@ def test_validate_valid_file(capsys: pytest.CaptureFixture[str]) -> None:
 def test_validate_prints_one_line_per_problem(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(
-        "cdiVersion: 0.3.0\nkind: v.com/c\ndevices:\n- name: gpu0\n  containerEdits:\n    env: [FOO]\n    hooks: [{hookName: x, path: /h}]\n"
+        "cdiVersion: 0.3.0\nkind: v.com/cls\ndevices:\n- name: gpu0\n  containerEdits:\n    env: [FOO]\n    hooks: [{hookName: x, path: /h}]\n"
     )
     code, out, err = run(capsys, "cdi", "validate", str(bad), str(EXAMPLE))
     assert code == 1

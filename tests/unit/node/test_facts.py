@@ -335,37 +335,6 @@ def test_missing_nodes_are_explained(make_node: NodeFactory) -> None:
     )
 
 
-def test_the_driver_library_names_are_read_as_the_regex_they_replaced_reads_them() -> None:
-    import random
-    import re
-
-    from cdictk.node.libraries import _nvidia_library_suffix
-
-    regex = re.compile(r"lib(?:nvidia-[\w.+-]+?|\w+_nvidia)\.so((?:\.\d+)*)")
-    pieces = [
-        "lib",
-        "nvidia",
-        "-",
-        "_",
-        ".so",
-        ".",
-        "1",
-        "580",
-        "a",
-        "é",
-        "٣",
-        "²",
-        "+",
-        "_nvidia",
-        "nvidia-",
-    ]
-    chance = random.Random(19)  # noqa: S311 - names to try, repeatable
-    for _ in range(30000):
-        name = "".join(chance.choice(pieces) for _ in range(chance.randint(1, 8)))
-        match = regex.fullmatch(name)
-        assert _nvidia_library_suffix(name) == (None if match is None else match.group(1)), name
-
-
 def test_a_query_begun_first_is_asked_later_and_answers_as_one_asked_at_once(make_node: NodeFactory) -> None:
     node = make_node("eight")
     library = f"{node.lib_dir}/libnvidia-ml.so.1"
