@@ -5,7 +5,9 @@ A shared object's SONAME, and what ldconfig reads from it: standard library only
 Read through ``os.pread`` at offsets checked against the file's size and fixed caps: the ELF header,
 the program headers, the dynamic entries and one string, never the whole file (a libcuda is 100 MiB).
 A file may be anything (the hooks read the image's libraries), and this must never read past it,
-allocate much or loop. Little-endian ELF only, the byte order of every platform NVIDIA's driver runs on.
+allocate much or loop. Little-endian ELF only (``EI_DATA`` is ``ELFDATA2LSB``), the byte order of every
+platform NVIDIA's driver runs on, read as such whatever this host's own order: a big-endian file is
+not a library of that driver, and ``read_dso`` and ``read_soname`` answer None for it.
 
 - :func:`read_soname`: the SONAME of a library, any machine (the generator, for the driver's links);
 - :func:`read_dso`: what glibc's ``process_file`` keeps: an ELF ``ET_DYN`` of a machine this host's
@@ -27,6 +29,8 @@ FLAG_ELF_LIBC6 = 0x0003
 FLAG_X8664_LIB64 = 0x0300
 FLAG_X8664_LIBX32 = 0x0800
 FLAG_AARCH64_LIB64 = 0x0A00
+_ELFCLASS32, _ELFCLASS64 = 1, 2
+_ELFDATA2LSB = 1
 _ET_DYN = 3
 _EM_386, _EM_X86_64, _EM_AARCH64 = 3, 62, 183
 _PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_NOTE = 1, 2, 3, 4
@@ -161,9 +165,11 @@ def _header(fd: int) -> tuple[bool, int, int, tuple[int, int, int, bytes]] | Non
     """(64-bit, e_type, e_machine, (phoff, phentsize, phnum, the file's first bytes)) of a little-endian
     ELF file, or None. The first bytes usually hold the program headers and the notes too: one read."""
     head = os.pread(fd, _HEAD, 0)
-    if len(head) < 52 or head[:4] != b"\x7fELF" or head[5] != 1 or head[4] not in (1, 2):
+    if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (_ELFCLASS32, _ELFCLASS64):
         return None
-    is64 = head[4] == 2
+    if head[5] != _ELFDATA2LSB:  # every field below is read little-endian
+        return None
+    is64 = head[4] == _ELFCLASS64
     if is64 and len(head) < 64:
         return None
     fields = struct.unpack_from("<HHIQQQIHHH" if is64 else "<HHIIIIIHHH", head, 16)
@@ -229,7 +235,8 @@ def _dynamic_entries(
         return None
     word = 8 if is64 else 4
     raw = os.pread(fd, min(dynamic[1], _MAX_DYNAMIC), dynamic[0])
-    words = memoryview(raw[: len(raw) // (2 * word) * 2 * word]).cast("Q" if is64 else "I").tolist()
+    count = len(raw) // (2 * word) * 2
+    words = list(struct.unpack_from(f"<{count}{'Q' if is64 else 'I'}", raw))
     tags, values = words[0::2], words[1::2]
     if _DT_NULL in tags:  # the entries end at DT_NULL
         end = tags.index(_DT_NULL)

@@ -17,7 +17,7 @@ only as safe as every name on the way to it, so the check walks from the file up
 The walk is done along the path as written and along its resolved form. Nothing here opens a file:
 a path that passes cannot be changed by anyone but root afterwards, so opening it later reads what
 was checked. Standard library only (``os``, ``stat``, ``sys``), and no cdictk import: a launcher runs
-this module's code, carried in its own text, before it trusts anything of cdictk
+this module's code, copied beside it as ``cdictk_trust.py``, before it trusts anything of cdictk
 (:mod:`cdictk.runtime.startcheck`); so it holds what a start needs and nothing else, and the checks
 made off the start path (a whole package tree, the repairs) are in :mod:`cdictk.trustscan`.
 """

@@ -214,7 +214,8 @@ def install_launchers_command(*, directory: str) -> int:
     Engines run them as root: the interpreter and its pyvenv.cfg, the standard library, every import
     path, every file and directory of the cdictk package and DIR must be root's and writable by nobody
     else. The install refuses what is not; each launcher checks the interpreter, pyvenv.cfg, the
-    standard library and the import path again when it starts, and each module file as it is imported.
+    standard library and the import path again when it starts, and each module file as it is imported,
+    with cdictk_trust.py (cdictk/trust.py, copied beside them, readable before they run).
     """
     from cdictk.runtime.launchers import LauncherError, install_launchers  # noqa: PLC0415
 
@@ -249,8 +250,9 @@ def install_legacy_hook_command(*, directory: str, force: bool) -> int:
     a prestart hook of every container started with --gpus; it is `cdictk hook prestart` through a
     fast launcher. Opt-in: it takes over from NVIDIA's hook of that name, which is kept unless
     --force. The directory, and this Python and its import paths, must be root's and writable by
-    nobody else: dockerd runs the hook as root. Restart dockerd afterwards (it looks the hook up once,
-    at start). To undo: remove the file (or rename the .cdictk-orig back) and restart dockerd.
+    nobody else: dockerd runs the hook as root. Beside it go cdictk_trust.py, the check it runs before
+    it imports cdictk, and its bytecode in __pycache__. Restart dockerd afterwards (it looks the hook up
+    once, at start). To undo: remove the three (or rename the .cdictk-orig back) and restart dockerd.
     """
     from cdictk.runtime.launchers import LauncherError, install_legacy_hook  # noqa: PLC0415
 

@@ -184,10 +184,9 @@ def _detached_copy(data: bytes) -> int:
         except BaseException:
             os.close(tree)
             raise
-    except OSError as exc:
-        need = " (the new mount API needs Linux 5.2 or later)" if exc.errno == errno.ENOSYS else ""
+    except OSError as exc:  # on ENOSYS, strerror names the call and the Linux that has it
         raise HookError(
-            f"disable-device-node-modification: cannot prepare the params copy: {exc.strerror}{need}"
+            f"disable-device-node-modification: cannot prepare the params copy: {exc.strerror}"
         ) from exc
     return tree
 

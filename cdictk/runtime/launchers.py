@@ -11,15 +11,17 @@ package directory (Debian's ``/usr/lib/python3/dist-packages``, where an apt-ins
 which the slow path that parses specs needs. ``-I`` also keeps ``PYTHON*`` variables and the working
 directory off the import path when the launcher runs.
 
-Written by ``cdictk runtime install-launchers``, atomically, mode 0755. The paths are this Python's:
+Written by ``cdictk runtime install-launchers``, atomically, mode 0755, beside the checker they import
+first (``cdictk_trust.py``, 0644, and its bytecode in ``__pycache__``). The paths are this Python's:
 after moving or upgrading Python, install them again.
 
 Engines run them as root, so nobody else may be able to change what they run (:mod:`cdictk.trust`).
 Before writing, the install checks all that Python reads as root: the interpreter and its
 ``pyvenv.cfg``, the standard library, every ``sys.path`` entry and every file and directory of the
 cdictk package, and the directory written to. Each start checks the interpreter, ``pyvenv.cfg``, the
-standard library and the ``sys.path`` entries again before it imports cdictk, then each module file
-as Python imports it (:mod:`cdictk.runtime.startcheck`), which catches a loosening after the install;
+standard library and the ``sys.path`` entries again before it imports cdictk, with that checker, then
+each module file as Python imports it (:mod:`cdictk.runtime.startcheck`), which catches a loosening
+after the install;
 what Python reads before a script's first line (``pyvenv.cfg``, the standard library) it has read by
 then.
 """
@@ -134,29 +136,44 @@ def _run(python: str, arguments: list[str], stdin: bytes = b"") -> bytes:
     return result.stdout
 
 
-def _check_code(python: str) -> tuple[str, bytes]:
-    """:mod:`cdictk.trust` compiled by ``python``, for the start check; and ``python``'s cache tag."""
-    answer = _run(python, ["-I", "-S", "-c", startcheck.COMPILE], startcheck.trust_source().encode())
-    tag, _, code = answer.partition(b"\0")
-    return tag.decode(), code
-
-
 def launcher_text(
-    module: str, python: str, reads: Reads, check: tuple[str, bytes], command: str = "launchers"
+    module: str, python: str, reads: Reads, tag: str, directory: str, *, command: str = "launchers"
 ) -> str:
-    """The launcher's text: ``#!python -IS``, the start check of ``reads`` (``check``: what
-    :func:`_check_code` gives), then ``module``'s ``main()`` with ``reads.imports`` importable."""
-    shebang = f"#!{python} -IS"
-    if len(shebang) > _SHEBANG_MAX or any(c in python for c in " \t\n"):
-        raise LauncherError(f"{python}: the kernel cannot run this interpreter path from a #! line")
-    tag, code = check
+    """The launcher's text: ``#!python -IS``, the start check of ``reads`` by the checker in
+    ``directory`` (compiled by a Python of cache tag ``tag``), then ``module``'s ``main()`` with
+    ``reads.imports`` importable."""
     return (
-        f"{shebang}\n"
+        f"{_shebang(python)}\n"
         f"{_MARK}{command}`; why: cdictk/runtime/launchers.py\n"
-        f"{startcheck.check_lines(tag, code, reads.paths, trust.owners_of_trust())}"
+        f"{startcheck.check_lines(tag, directory, reads.paths, trust.owners_of_trust())}"
         f"sys.path += {reads.imports!r}\n"
         f"{startcheck.main_lines(module)}"
     )
+
+
+def _shebang(python: str) -> str:
+    shebang = f"#!{python} -IS"
+    if len(shebang) > _SHEBANG_MAX or any(c in python for c in " \t\n"):
+        raise LauncherError(f"{python}: the kernel cannot run this interpreter path from a #! line")
+    return shebang
+
+
+def _install_checker(directory: str, python: str) -> str:
+    """Write :data:`startcheck.CHECKER` into ``directory`` and compile it with ``python``; the cache
+    tag of ``python``."""
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.fsutil import atomic_write  # noqa: PLC0415
+
+    path = os.path.join(directory, startcheck.CHECKER)
+    try:
+        atomic_write(path, startcheck.checker_text().encode(), mode=0o644, keep_mode=False)
+    except CdictkError as exc:
+        raise LauncherError(str(exc)) from None
+    tag = _run(python, ["-I", "-S", "-c", startcheck.COMPILE, path]).decode()
+    name = startcheck.CHECKER.removesuffix(".py")
+    cached = os.path.join(directory, "__pycache__", f"{name}.{tag}.pyc")
+    _require_trusted(trust.paths_problem([path, os.path.dirname(cached), cached]))
+    return tag
 
 
 SHIM = "cdictk-runtime"
@@ -249,9 +266,13 @@ def _install(
     _require_trusted(trust.paths_problem([python, *_venv_configs(python)]))  # before running it
     reads = python_reads(python)
     _require_trusted(trustscan.first_problem(reads.paths, reads.trees))
-    check = _check_code(python)
-    texts = {name: launcher_text(module, python, reads, check, command) for name, module in launchers.items()}
+    _shebang(python)  # before anything is made
     _make_directory(directory)
+    tag = _install_checker(directory, python)
+    texts = {
+        name: launcher_text(module, python, reads, tag, directory, command=command)
+        for name, module in launchers.items()
+    }
     written = []
     for name, text in texts.items():
         path = os.path.join(directory, name)

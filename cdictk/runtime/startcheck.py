@@ -1,4 +1,5 @@
-"""The check a launcher runs on every start before it imports cdictk, as lines of the launcher.
+"""The check a launcher runs on every start before it imports cdictk: a checker module beside it, and
+the launcher's lines that call it.
 
 ``install-launchers`` refuses a Python or a cdictk that anyone but root could change; this check
 catches one loosened afterwards: the interpreter, its ``pyvenv.cfg``, the standard library and every
@@ -7,15 +8,14 @@ package), before Python reads it. Only what is imported is looked at: the whole 
 the install walks, is ten times the files a start imports.
 
 It cannot import :mod:`cdictk.trust` to do so: that import would run code of the very package it is
-about to check. So the launcher carries that module's code in its own text and calls
-:func:`cdictk.trust.paths_problem` and :func:`cdictk.trust.guard_imports`: one implementation of the
-rules, at install and at start, tested as the module it is.
-
-The code is carried compiled (:mod:`marshal`, by the launcher's own Python when it is written), not
-as source: Python parses a script's text on every start, and the module costs about 0.5 ms to compile
-on a small machine, against 0.1 ms to read as bytes. The bytes are written in hex: Python reads a
-long plain string faster than a bytes literal full of escapes. A Python of another version cannot load
-them; the launcher then stops with one line that says to write it again.
+about to check. So the install copies that module's source, as it is, into the launchers' directory as
+:data:`CHECKER` (root's, 0644, like the launchers), where an operator reads what runs before cdictk
+does; the launcher imports it from there and calls :func:`cdictk.trust.paths_problem` and
+:func:`cdictk.trust.guard_imports`: one implementation of the rules, at install and at start, tested
+as the module it is. The install also compiles it, with the launcher's own Python, into a
+checked-hash ``.pyc`` in ``__pycache__`` there: Python then checks the bytecode against the text on
+every start, and no start pays for compiling it (a launcher's own text is compiled on every start,
+so the launcher is kept short).
 """
 
 from __future__ import annotations
@@ -24,55 +24,80 @@ import inspect
 
 from cdictk import trust
 
-# Run by the launcher's Python (-I -S): its cache tag, then the marshalled code of the module on
-# stdin, without docstrings. (Its __future__ import costs nothing more: cdictk's modules all import it.)
-# Named in <>, which linecache never opens: a traceback would read a cdictk/trust.py in the cwd.
+CHECKER = "cdictk_trust.py"
+# Run by the launcher's Python (-I -S) with the checker's path: its cache tag, once the checked-hash
+# .pyc is written (0755 __pycache__, 0644 file, whatever root's umask).
 COMPILE = """\
-import marshal, sys
-code = compile(sys.stdin.read(), "<cdictk/trust.py>", "exec", optimize=2)
-sys.stdout.buffer.write(sys.implementation.cache_tag.encode() + b"\\0" + marshal.dumps(code))
+import os, py_compile, sys
+os.umask(0o022)
+py_compile.compile(sys.argv[1], doraise=True, invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+print(sys.implementation.cache_tag, end="")
+"""
+_HEADER = """\
+# cdictk/trust.py, copied here by `cdictk runtime install-launchers`: the launchers in this directory
+# import it to check, before they import anything of cdictk, that all Python reads as root is root's
+# alone. Written anew by each install; see cdictk/runtime/startcheck.py.
 """
 
-# Every name the code defines stays in the launcher's __main__, where cdictk never looks.
 _LINES = """\
-# Before cdictk is imported: is all that Python and cdictk read as root still root's alone? The code
-# is cdictk/trust.py's, compiled by this Python when this launcher was written (importing it would
-# trust cdictk before the check): see cdictk/runtime/startcheck.py.
-import marshal, os, sys
+# Before cdictk is imported: is all that Python and cdictk read as root still root's alone? The check
+# is {checker} beside this file (cdictk/trust.py, copied there by the install: importing cdictk's
+# own would trust cdictk before the check).
+import os, sys
 # Root's umask may be 000: a __pycache__ Python makes must not come out world-writable.
 os.umask(os.umask(0o022) | 0o022)
 if sys.implementation.cache_tag != {tag!r}:
     sys.exit(f"{{sys.argv[0]}}: error: written for {tag}, run by {{sys.implementation.cache_tag}}: {again}")
-exec(marshal.loads(bytes.fromhex({code!r})))
-_problem = paths_problem({paths!r}, owners=frozenset({owners!r}))
-if _problem is not None:
-    sys.exit(f"{{sys.argv[0]}}: error: {{_problem}}: {why}")
-guard_imports(frozenset({owners!r}))
+sys.path.insert(0, {directory!r})
+try:
+    from {module} import UntrustedImport, guard_imports, paths_problem
+except ImportError as missing:
+    sys.exit(f"{{sys.argv[0]}}: error: {{missing}}: {again}")
+finally:
+    del sys.path[0]
+OWNERS = frozenset({owners!r})
+PATHS = [
+{paths}]
+problem = paths_problem(PATHS, owners=OWNERS)
+if problem is not None:
+    sys.exit(f"{{sys.argv[0]}}: error: {{problem}}: {why}")
+guard_imports(OWNERS)  # from here on, each module file is checked before Python reads it
 """
 _MAIN = """\
 try:
     from {module} import main
-except UntrustedImport as _refused:
-    sys.exit(f"{{sys.argv[0]}}: error: {{_refused}}")
+except UntrustedImport as refused:
+    sys.exit(f"{{sys.argv[0]}}: error: {{refused}}")
 sys.exit(main())
 """
 _AGAIN = "run `cdictk runtime install-launchers` again"
 _WHY = "someone other than root could change what runs as root; cdictk not started"
 
 
-def trust_source() -> str:
-    """The text of :mod:`cdictk.trust`, for :data:`COMPILE`."""
-    return inspect.getsource(trust)
+def checker_text() -> str:
+    """The text of :data:`CHECKER`: :mod:`cdictk.trust`'s source under a header that says so."""
+    return _HEADER + inspect.getsource(trust)
 
 
-def check_lines(tag: str, code: bytes, paths: list[str], owners: frozenset[int]) -> str:
+def check_lines(tag: str, directory: str, paths: list[str], owners: frozenset[int]) -> str:
     """The launcher's lines that stop it (status 1, one line on stderr) unless every path of ``paths``
     belongs to ``owners`` alone, and that then guard every import (:class:`cdictk.trust.GuardedFinder`).
 
-    ``tag`` and ``code``: what :data:`COMPILE` printed, run by the launcher's Python on
-    :func:`trust_source`.
+    ``tag``: the cache tag of the Python that compiled the checker (:data:`COMPILE`); ``directory``:
+    where the checker is, the launcher's own directory.
     """
-    return _LINES.format(tag=tag, code=code.hex(), paths=paths, owners=sorted(owners), why=_WHY, again=_AGAIN)
+    # The checker and its bytecode too: read by then, but a loosening since stops cdictk all the same.
+    checked = [*paths, f"{directory}/{CHECKER}", f"{directory}/__pycache__"]
+    return _LINES.format(
+        checker=CHECKER,
+        tag=tag,
+        directory=directory,
+        module=CHECKER.removesuffix(".py"),
+        owners=sorted(owners),
+        paths="".join(f"    {path!r},\n" for path in checked),
+        why=_WHY,
+        again=_AGAIN,
+    )
 
 
 def main_lines(module: str) -> str:

@@ -34,7 +34,7 @@ from tests.e2e.test_hooks import (
     watch,
 )
 from tests.fakenode.node import LIB_DIR
-from tests.unit.hooks.test_cudacompat import OWNER, _gcc, _note_source
+from tests.unit.hooks.cudalibs import OWNER, _gcc, _note_source
 
 # The module-scoped fake "single" node and its generated spec, as tests/e2e/test_hooks.py makes them.
 generated = test_hooks.generated

@@ -8,6 +8,7 @@ import os
 import random
 import re
 import shutil
+import struct
 import subprocess
 from pathlib import Path
 
@@ -194,3 +195,35 @@ def test_an_abi_note_after_another_note_is_read_as_ldconfig_reads_it(
     assert _abi_tag(out) == expected
     if shutil.which("readelf") is not None and tag[0] == 0 and max(tag) < 256:
         assert _readelf_abi_tag(out) == expected
+
+
+def tiny_library(order: str, soname: bytes, machine: int = 62) -> bytes:
+    """An ELF64 shared object of the byte order ``order`` ("<" or ">"): one PT_LOAD mapping the whole
+    file at address 0, a PT_DYNAMIC of DT_STRTAB, DT_SONAME and DT_NULL, and the string table."""
+    ehsize, phentsize = 64, 56
+    dynamic_at = ehsize + 2 * phentsize
+    dynamic_size = 3 * 16
+    strtab_at = dynamic_at + dynamic_size
+    strtab = b"\0" + soname + b"\0"
+    size = strtab_at + len(strtab)
+    ident = b"\x7fELF" + bytes([2, 1 if order == "<" else 2, 1]) + bytes(9)
+    header = ident + struct.pack(
+        f"{order}HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phentsize, 2, 64, 0, 0
+    )
+    load = struct.pack(f"{order}IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000)
+    dynamic = struct.pack(
+        f"{order}IIQQQQQQ", 2, 6, dynamic_at, dynamic_at, dynamic_at, dynamic_size, dynamic_size, 8
+    )
+    entries = struct.pack(f"{order}qQqQqQ", 5, strtab_at, 14, 1, 0, 0)
+    return header + load + dynamic + entries + strtab
+
+
+def test_fields_are_read_little_endian_and_big_endian_files_refused(tmp_path: Path) -> None:
+    little, big = tmp_path / "little.so", tmp_path / "big.so"
+    little.write_bytes(tiny_library("<", b"libtiny.so.1"))
+    big.write_bytes(tiny_library(">", b"libtiny.so.1"))
+    assert read_soname(str(little)) == "libtiny.so.1"
+    assert _read(little) == (0x0303, b"libtiny.so.1")
+    # EI_DATA says big-endian: not a library of any platform NVIDIA's driver runs on.
+    assert read_soname(str(big)) is None
+    assert _read(big) is None

@@ -1,6 +1,9 @@
-"""tests/unit mirrors cdictk/: a module's tests are where the module is, under the same name."""
+"""tests/unit mirrors cdictk/ both ways: a module's tests are where the module is, under the same name,
+and every module has such a file or is named in :data:`COVERED_BY` with the test that covers it."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from tests import REPO
 
@@ -28,6 +31,79 @@ CONCERNS = {
     "hooks/test_hardening.py",  # every hook against hostile images
     "info/test_info.py",  # cdictk info as a whole
 }
+
+# Modules without a test file of their own (cdictk/ path -> the tests/unit file that covers it): an
+# entry point run by a test of what it starts, or a module tested through the one that uses it.
+# A module that gets its own test file leaves this list (test_the_covered_list_is_current says so).
+COVERED_BY = {
+    "__main__.py": "cli/test_cdi.py",  # python -m cdictk
+    "hooks/__main__.py": "hooks/test_entry.py",  # the path generated hooks run
+    "cdi/model.py": "cdi/test_decode.py",
+    "cli/config.py": "runtime/test_settings.py",  # cdictk config default
+    "cli/console.py": "hooks/test_entry.py",  # the console script's fast path to the hooks
+    "cli/hook.py": "hooks/test_entry.py",
+    "cli/info.py": "info/test_info.py",
+    "cli/main.py": "cli/test_cdi.py",
+    "cli/system.py": "node/test_nodecreate.py",
+    "cli/deviceplugin.py": "deviceplugin/test_plugin.py",  # the plugin it starts (no test runs the command)
+    "configure/change.py": "configure/test_engines.py",
+    "configure/edit.py": "configure/test_engines.py",
+    "deviceplugin/allocation.py": "deviceplugin/test_plugin.py",
+    "deviceplugin/health.py": "deviceplugin/test_plugin.py",
+    "deviceplugin/messages.py": "deviceplugin/test_protocol.py",
+    "deviceplugin/nvmlwatch.py": "deviceplugin/test_plugin.py",
+    "deviceplugin/registration.py": "deviceplugin/test_plugin.py",
+    "deviceplugin/resources.py": "deviceplugin/test_plugin.py",
+    "deviceplugin/server.py": "deviceplugin/test_plugin.py",
+    "deviceplugin/topology.py": "deviceplugin/test_plugin.py",
+    "info/checks.py": "info/test_info.py",
+    "info/enginestate.py": "info/test_info.py",
+    "info/report.py": "info/test_info.py",
+    "info/specs.py": "info/test_info.py",
+    "node/devnodes.py": "node/test_facts.py",
+    "node/drm.py": "node/test_facts.py",
+    "node/gpus.py": "nvcdi/test_naming.py",
+    "node/libraries.py": "node/test_facts.py",
+    "node/nvmllib.py": "runtime/prestart/test_driverfacts.py",
+    "nvcdi/cdiversion.py": "nvcdi/test_build.py",
+    "nvcdi/claims.py": "test_api.py",
+    "nvcdi/devices.py": "nvcdi/test_build.py",
+    "nvcdi/edits.py": "nvcdi/test_build.py",
+    "nvcdi/nodespec.py": "nvcdi/test_specfile.py",
+}
+
+
+def own_test_file(module: Path) -> Path:
+    """Where the test file of ``module`` (a path under cdictk/) sits."""
+    return UNIT / module.parent / f"test_{module.name}"
+
+
+def test_every_module_has_a_test_file_or_a_covering_test() -> None:
+    lacking = []
+    for path in sorted((REPO / "cdictk").rglob("*.py")):
+        module = path.relative_to(REPO / "cdictk")
+        if (
+            path.name != "__init__.py"
+            and not own_test_file(module).exists()
+            and str(module) not in COVERED_BY
+        ):
+            lacking.append(str(module))
+    assert lacking == [], (
+        f"write tests/unit/<path>/test_<module>.py, or name its covering test in COVERED_BY: {lacking}"
+    )
+
+
+def test_the_covered_list_is_current() -> None:
+    stale = []
+    for name, test in COVERED_BY.items():
+        module = Path(name)
+        if not (REPO / "cdictk" / module).exists():
+            stale.append(f"{name}: no such module")
+        elif own_test_file(module).exists():
+            stale.append(f"{name}: has a test file of its own now")
+        if not (UNIT / test).is_file():
+            stale.append(f"{name}: no test file {test}")
+    assert stale == [], f"update COVERED_BY: {stale}"
 
 
 def test_every_test_file_names_a_module_where_it_sits() -> None:

@@ -8,10 +8,10 @@ and allows an access only if all of them return 1. There is no rule list to appe
 allowed by reading a program's instructions back, putting a block that allows the GPU's device numbers in
 front of them, loading the result and swapping it in for the old program in one attach call.
 
-Only little-endian x86_64 and aarch64 are supported: the syscall number differs per architecture, and
-``struct bpf_insn`` packs its two register numbers into one byte in an endian-dependent order.
-Every call raises OSError with the errno, as ``os`` does; descriptors are close-on-exec (the kernel makes
-every BPF descriptor O_CLOEXEC).
+Little-endian machines only (of those cdictk claims, all but s390x): ``struct bpf_insn`` packs its two
+register numbers into one byte in an endian-dependent order, and the instructions here are packed for
+little-endian. The call itself is :func:`cdictk.syscalls.bpf`. Every call raises OSError with the errno,
+as ``os`` does; descriptors are close-on-exec (the kernel makes every BPF descriptor O_CLOEXEC).
 """
 
 from __future__ import annotations
@@ -20,6 +20,9 @@ import ctypes
 import errno
 import os
 import struct
+import sys
+
+from cdictk import syscalls
 
 _SYS_BPF = {"x86_64": 321, "aarch64": 280}
 
@@ -68,9 +71,6 @@ _OP_EXIT = 0x90
 MAX_REG = 10  # r10 is the frame pointer; r11 only appears in constant-blinded dumps
 
 _INSN = struct.Struct("<BBhi")
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
 
 
 class _ProgLoad(ctypes.Structure):
@@ -156,16 +156,10 @@ def _address(buffer: ctypes.Array[ctypes.c_char] | ctypes.Array[ctypes.c_uint32]
 
 
 def _bpf(command: int, attr: _Attr) -> int:
-    number = _SYS_BPF.get(os.uname().machine)
-    if number is None:
-        raise OSError(errno.ENOSYS, f"unsupported architecture {os.uname().machine}")
-    result = _libc.syscall(
-        ctypes.c_long(number), ctypes.c_int(command), ctypes.byref(attr), ctypes.c_uint(ctypes.sizeof(attr))
-    )
-    if result < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return int(result)
+    if sys.byteorder != "little":
+        reason = f"bpf: the device programs are built little-endian, and {os.uname().machine} is not"
+        raise OSError(errno.ENOSYS, reason)
+    return syscalls.bpf(command, attr)
 
 
 def insn(code: int, dst: int = 0, src: int = 0, off: int = 0, imm: int = 0) -> bytes:

@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
-from cdictk.node.discoverers import COMMON, Context, Found, discover_common
+from cdictk.node.discoverers import COMMON
 from cdictk.node.modes import GPU_SPEC, MODES, NODE_MODIFICATION, DriverSource, GpuSource, Mode
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.devices import DEVICES
 
 
@@ -43,25 +40,6 @@ def test_the_other_drivers_modes_have_their_own_class_and_spec_file_and_need_no_
         Mode.CSV,
         Mode.IMEX,
     ]
-
-
-def test_discoverers_merge_in_order_and_sum_up_what_is_missing(tmp_path: Path) -> None:
-    roots = Roots(str(tmp_path), str(tmp_path), str(tmp_path / "proc"), str(tmp_path / "sys"))
-    context = Context(roots, "1.2.3", {"nvidia"}, [])
-    found = discover_common(("control-nodes", "binaries", "firmware"), context)
-    assert found.nodes == [] and found.files == []
-    assert found.warnings[0] == (
-        "/dev/nvidiactl is missing: CUDA in containers will fail without it"
-    )  # the nvidia module is loaded: no module to blame
-    assert "/dev/nvidia-uvm is missing; the nvidia_uvm module is not loaded" in found.warnings[1]
-    assert found.warnings[-1] == (
-        "not found, left out (optional): nvidia-smi, nvidia-debugdump, nvidia-persistenced, "
-        "nvidia-cuda-mps-control, nvidia-cuda-mps-server, nvidia-imex, nvidia-imex-ctl, GSP firmware for 1.2.3"
-    )
-    merged = Found()
-    merged.add(Found(missing=["a"], links=[("t", "/l")]))
-    merged.add(Found(missing=["b"]))
-    assert (merged.missing, merged.links) == (["a", "b"], [("t", "/l")])
 
 
 def test_every_hook_a_mode_leaves_out_is_a_hook_step() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cdictk import trust
 from cdictk.cli.main import main
 from cdictk.cli.runtime import default_runtime_path
 from cdictk.runtime import launchers, settings
@@ -21,23 +22,88 @@ from cdictk.runtime.launchers import LauncherError, Reads, install_launchers, la
 from tests import REPO
 
 READS = Reads(["/opt/a", "/opt/b"], ["/usr/bin/python3", "/opt/a"], ["/opt/a/cdictk"])
-CHECK = ("cpython-311", b"code")
+TAG = "cpython-311"
 
 
 def test_a_launcher_runs_this_python_isolated_without_site() -> None:
-    text = launcher_text("cdictk.runtime.shim", "/usr/bin/python3", READS, CHECK)
+    text = launcher_text("cdictk.runtime.shim", "/usr/bin/python3", READS, TAG, "/usr/libexec/cdictk")
     lines = text.splitlines()
     assert lines[0] == "#!/usr/bin/python3 -IS"  # one argument: the kernel passes the rest as one
     assert "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.runtime.shim import main" in text
-    check = text.index("_problem = paths_problem(['/usr/bin/python3', '/opt/a']")
-    guard = text.index("guard_imports(frozenset(")
-    assert check < guard < text.index("sys.path +=")  # nothing of cdictk is importable before the check
+    checker = text.index("sys.path.insert(0, '/usr/libexec/cdictk')\ntry:\n    from cdictk_trust import ")
+    check = text.index("problem = paths_problem(PATHS, owners=OWNERS)")
+    guard = text.index("guard_imports(OWNERS)")
+    # Nothing of cdictk is importable before the check, and the checker's directory no longer after.
+    assert checker < check < guard < text.index("sys.path +=")
+    assert text.index("    del sys.path[0]") < check
+    paths = [
+        "/usr/bin/python3",
+        "/opt/a",
+        "/usr/libexec/cdictk/cdictk_trust.py",
+        "/usr/libexec/cdictk/__pycache__",
+    ]
+    assert "PATHS = [\n" + "".join(f"    {p!r},\n" for p in paths) + "]\n" in text
+
+
+def test_a_launcher_is_short_plain_text(tmp_path: Path) -> None:
+    """What a root operator reads before running it: no encoded code, the checker it imports beside it."""
+    written = install_launchers(str(tmp_path / "l"))
+    for path in written[:-1]:  # the last is the shell front
+        text = Path(path).read_text()
+        assert len(text.splitlines()) < 50 and max(len(line) for line in text.splitlines()) < 200, path
+        assert "marshal" not in text and "fromhex" not in text and "exec(" not in text
+    checker = tmp_path / "l" / "cdictk_trust.py"
+    assert checker.read_text().endswith(Path(trust.__file__).read_text())
+    assert stat.S_IMODE(checker.stat().st_mode) == 0o644
+
+
+def test_the_checker_is_compiled_into_a_checked_hash_pyc(tmp_path: Path) -> None:
+    """Python checks the bytecode against the text on each start: what runs is what an operator reads."""
+    old = os.umask(0o000)  # root's may be: the __pycache__ made must still be root's alone
+    try:
+        install_launchers(str(tmp_path / "l"))
+    finally:
+        os.umask(old)
+    cache = tmp_path / "l" / "__pycache__"
+    pyc = cache / f"cdictk_trust.{sys.implementation.cache_tag}.pyc"
+    flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+    assert flags == 0b11  # hash-based, checked against the source
+    assert (stat.S_IMODE(cache.stat().st_mode), stat.S_IMODE(pyc.stat().st_mode)) == (0o755, 0o644)
+    checker = tmp_path / "l" / "cdictk_trust.py"
+    checker.write_text(checker.read_text().replace("def guard_imports(", "def guard_imports_renamed("))
+    result = subprocess.run(
+        [tmp_path / "l" / "cdictk-precreate"], input=b"{}", capture_output=True, check=False
+    )
+    assert b"cannot import name 'guard_imports'" in result.stderr  # the edited text ran, not the old bytecode
+
+
+def test_a_checker_gone_stops_the_launcher_with_one_line(tmp_path: Path) -> None:
+    launcher = install_launchers(str(tmp_path / "l"))[1]
+    shutil.rmtree(tmp_path / "l" / "__pycache__")
+    (tmp_path / "l" / "cdictk_trust.py").unlink()
+    result = subprocess.run([launcher], input="{}", capture_output=True, text=True, check=False)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"{launcher}: error: No module named 'cdictk_trust': run `cdictk runtime install-launchers` again\n"
+    )
+
+
+def test_a_checker_loosened_since_the_install_stops_the_launcher(tmp_path: Path) -> None:
+    launcher = install_launchers(str(tmp_path / "l"))[1]
+    checker = tmp_path / "l" / "cdictk_trust.py"
+    checker.chmod(0o666)
+    result = subprocess.run([launcher], input=b"{}", capture_output=True, text=False, check=False)
+    assert (result.returncode, result.stdout) == (1, b"")
+    assert result.stderr.decode() == (
+        f"{launcher}: error: {checker}: writable by group or others (mode 0666): "
+        "someone other than root could change what runs as root; cdictk not started\n"
+    )
 
 
 @pytest.mark.parametrize("python", ["/opt/my python/bin/python3", "/" + "p" * 260])
 def test_an_interpreter_a_shebang_cannot_name_is_refused(python: str) -> None:
     with pytest.raises(LauncherError, match="#! line"):
-        launcher_text("m", python, READS, CHECK)
+        launcher_text("m", python, READS, TAG, "/usr/libexec/cdictk")
 
 
 def test_installed_launchers_run(tmp_path: Path) -> None:
@@ -157,7 +223,12 @@ FOREIGN = '#!/bin/sh\n# NVIDIA\'s hook\nexec /usr/bin/nvidia-container-toolkit "
 def test_the_legacy_hook_is_an_executable_launcher_of_the_prestart_hook(tmp_path: Path) -> None:
     path = launchers.install_legacy_hook(str(tmp_path / "bin"))
     assert path == str(tmp_path / "bin" / "nvidia-container-runtime-hook")
-    assert os.listdir(tmp_path / "bin") == ["nvidia-container-runtime-hook"]  # nothing else
+    # Nothing else but the checker it imports and its bytecode.
+    assert sorted(os.listdir(tmp_path / "bin")) == [
+        "__pycache__",
+        "cdictk_trust.py",
+        "nvidia-container-runtime-hook",
+    ]
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o755
     text = Path(path).read_text()
     assert (

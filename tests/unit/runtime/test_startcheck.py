@@ -1,8 +1,7 @@
-"""The check a launcher runs before it imports cdictk: cdictk/trust.py's code, compiled into its text."""
+"""The check a launcher runs before it imports cdictk: cdictk/trust.py, installed beside it."""
 
 from __future__ import annotations
 
-import marshal
 import os
 import subprocess
 import sys
@@ -11,21 +10,23 @@ from pathlib import Path
 import pytest
 
 from cdictk import trust
-from cdictk.runtime.startcheck import COMPILE, check_lines, main_lines, trust_source
+from cdictk.runtime.startcheck import CHECKER, COMPILE, check_lines, checker_text, main_lines
 
 ROOT_ONLY = frozenset({0})
 
 
-def compiled() -> tuple[str, bytes]:
-    """What the install asks of the launcher's Python (here this one)."""
-    answer = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", COMPILE],
-        input=trust_source().encode(),
+def install_checker(directory: Path) -> str:
+    """What the install does beside the launchers (here with this Python): the checker and its
+    bytecode; the cache tag."""
+    directory.mkdir(exist_ok=True)
+    (directory / CHECKER).write_text(checker_text())
+    (directory / CHECKER).chmod(0o644)
+    return subprocess.run(
+        [sys.executable, "-I", "-S", "-c", COMPILE, str(directory / CHECKER)],
         capture_output=True,
+        text=True,
         check=True,
     ).stdout
-    tag, _, code = answer.partition(b"\0")
-    return tag.decode(), code
 
 
 @pytest.fixture
@@ -44,9 +45,9 @@ def tree(tmp_path: Path) -> Path:
 
 def script(path: Path, paths: list[str], site: Path) -> Path:
     """A launcher of ``cdictk.shim`` from ``site``, with the start check of ``paths``."""
-    tag, code = compiled()
+    tag = install_checker(path.parent)
     path.write_text(
-        check_lines(tag, code, paths, ROOT_ONLY)
+        check_lines(tag, str(path.parent), paths, ROOT_ONLY)
         + f"sys.path += [{str(site)!r}]\n"
         + main_lines("cdictk.shim")
     )
@@ -57,12 +58,12 @@ def start(launcher: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-I", "-S", launcher], capture_output=True, text=True, check=False)
 
 
-def test_the_code_is_trusts_compiled_by_the_launchers_python_without_docstrings() -> None:
-    tag, code = compiled()
-    assert tag == sys.implementation.cache_tag
-    assert trust_source() == Path(trust.__file__).read_text()
-    carried = marshal.loads(code)  # noqa: S302 (what the launcher loads, made just above)
-    assert carried == compile(trust_source(), "cdictk/trust.py", "exec", optimize=2)
+def test_the_checker_is_trusts_source_as_it_is(tmp_path: Path) -> None:
+    text = checker_text()
+    assert text.endswith(Path(trust.__file__).read_text())
+    header = text.removesuffix(Path(trust.__file__).read_text())
+    assert all(line.startswith("# ") for line in header.splitlines()) and "cdictk/trust.py" in header
+    assert install_checker(tmp_path) == sys.implementation.cache_tag
 
 
 def test_nothing_loosened_runs_on(tree: Path, tmp_path: Path) -> None:
@@ -72,6 +73,17 @@ def test_nothing_loosened_runs_on(tree: Path, tmp_path: Path) -> None:
         "started\n",
         "",
     )
+
+
+def test_the_names_it_defines_stay_in_the_launchers_main(tree: Path, tmp_path: Path) -> None:
+    (tree / "shim.py").write_text(
+        "import sys\n"
+        "def main() -> int:\n"
+        "    print(sorted(m for m in sys.modules if m.startswith('cdictk')), sys.path[0] != sys.argv[0])\n"
+        "    return 0\n"
+    )
+    launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
+    assert start(launcher).stdout == "['cdictk', 'cdictk.shim', 'cdictk_trust'] True\n"
 
 
 @pytest.mark.parametrize(

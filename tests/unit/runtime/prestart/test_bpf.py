@@ -6,10 +6,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import sys
 import uuid
 
 import pytest
 
+from cdictk import syscalls
 from cdictk.runtime.prestart import bpf
 from cdictk.runtime.prestart.bpf import insn
 
@@ -35,8 +37,10 @@ RETURN_0 = insn(bpf.ALU64_MOV_K, 0, imm=0) + insn(bpf.JMP_EXIT)
 def require_bpf() -> None:
     if os.geteuid() != 0:
         pytest.skip("loading BPF programs needs root (run the tests as root)")
-    if os.uname().machine not in ("x86_64", "aarch64"):
-        pytest.skip(f"bpf(2) is wrapped for x86_64 and aarch64 only, not {os.uname().machine}")
+    if os.uname().machine not in syscalls.SYS_BPF or sys.byteorder != "little":
+        pytest.skip(
+            f"bpf(2) is wrapped for little-endian machines of known numbers, not {os.uname().machine}"
+        )
 
 
 def test_attr_layouts_match_the_kernel_headers() -> None:
@@ -155,11 +159,25 @@ def test_refuse_reload_accepts_plain_programs() -> None:
     assert bpf.refuse_reload(insn(bpf.LD_IMM64, 1, imm=3) + insn(0) + RETURN_0, 0) is None
 
 
-def test_unsupported_architecture_is_an_oserror(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_machine_without_a_bpf_number_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     real = os.uname()
-    fake = os.uname_result((real.sysname, real.nodename, real.release, real.version, "riscv64"))
+    fake = os.uname_result((real.sysname, real.nodename, real.release, real.version, "mips64"))
     monkeypatch.setattr(os, "uname", lambda: fake)
-    with pytest.raises(OSError, match="unsupported architecture riscv64") as caught:
+    monkeypatch.setattr(syscalls, "_declared", {})  # the machine is looked at once per call's declaration
+    with pytest.raises(OSError) as caught:
+        bpf.prog_get_fd_by_id(1)
+    assert caught.value.errno == errno.ENOSYS
+    assert (
+        caught.value.strerror == "bpf: ENOSYS (Function not implemented; no syscall number known on mips64)"
+    )
+
+
+def test_a_big_endian_machine_is_refused_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = os.uname()
+    fake = os.uname_result((real.sysname, real.nodename, real.release, real.version, "s390x"))
+    monkeypatch.setattr(os, "uname", lambda: fake)
+    monkeypatch.setattr(sys, "byteorder", "big")
+    with pytest.raises(OSError, match="built little-endian, and s390x is not") as caught:
         bpf.prog_get_fd_by_id(1)
     assert caught.value.errno == errno.ENOSYS
 

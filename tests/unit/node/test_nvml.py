@@ -1,0 +1,100 @@
+"""NVML through pynvml, asked in a forked child: the fake NVML's answers, its failures and hangs, a
+query begun before it is asked, and answers of the wrong shape."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from cdictk.node.facts import find_nvml_library
+from cdictk.node.libraries import candidate_dirs
+from cdictk.node.nvml import NvmlQuery, query_nvml
+from cdictk.node.nvmllib import NvmlError
+from cdictk.node.roots import Roots
+from tests.conftest import NodeFactory
+from tests.fakenode.node import FakeNode
+
+V = "580.95.05"
+
+
+def roots_of(node: FakeNode) -> Roots:
+    return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
+
+
+def test_nvml_through_pynvml(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    roots = roots_of(node)
+    library = find_nvml_library(roots, candidate_dirs(roots, []))
+    assert library == f"{node.lib_dir}/libnvidia-ml.so.{V}"
+    answer = query_nvml(library)
+    version, gpus = answer.version, answer.gpus
+    assert answer.left_out == []
+    assert version == V and len(gpus) == 8
+    first = gpus[0]
+    assert first.mig_enabled and first.bus_id == "0000:18:00.0" and first.name == "NVIDIA H100 80GB HBM3"
+    assert [(m.index, m.gi, m.ci, m.profile) for m in first.migs] == [
+        (0, 2, 0, "3g.40gb"),
+        (1, 7, 0, "1g.10gb"),
+        (2, 8, 0, "1g.10gb"),
+    ]
+    assert not gpus[1].mig_enabled and gpus[1].migs == ()
+
+
+def test_nvml_failure_is_an_nvml_error(make_node: NodeFactory) -> None:
+    node = make_node("single")
+    config = node.nvml_config()
+    config.init_error = 9
+    node.write_nvml_config(config)
+    with pytest.raises(NvmlError, match="nvmlInit failed: Driver Not Loaded"):
+        query_nvml(f"{node.lib_dir}/libnvidia-ml.so.1")
+    with pytest.raises(NvmlError, match="cannot load"):
+        query_nvml(f"{node.lib_dir}/no-such-library.so")
+
+
+def test_a_query_under_way_is_killed_and_reaped_when_discovery_stops_without_it(
+    make_node: NodeFactory,
+) -> None:
+    node = make_node("single")
+    config = node.nvml_config()
+    config.init_hang = True
+    node.write_nvml_config(config)
+    query = NvmlQuery(f"{node.lib_dir}/libnvidia-ml.so.1", deadline=30)
+    pid = query._pid
+    assert pid is not None
+    started = time.monotonic()
+    query.close()
+    assert time.monotonic() - started < 5
+    with pytest.raises(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reaped: no zombie left behind
+    with pytest.raises(NvmlError, match="answered or closed already"):
+        query.answer()
+
+
+def test_a_query_begun_first_is_asked_later_and_answers_as_one_asked_at_once(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    library = f"{node.lib_dir}/libnvidia-ml.so.1"
+    begun = NvmlQuery()
+    time.sleep(0.05)  # the caller's own imports and looking, while the child loads pynvml
+    begun.ask(library)
+    with pytest.raises(NvmlError, match="asked already"):
+        begun.ask(library)
+    answer = begun.answer()
+    assert answer.gpus == query_nvml(library).gpus and len(answer.gpus) == 8
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [[1, 2], {"version": "x"}, {"version": "x", "gpus": [{"bogus": 1}], "left_out": []}, {"gpus": 3}],
+    ids=["a list", "no gpus", "a gpu of other fields", "gpus not a list"],
+)
+def test_an_answer_of_the_wrong_shape_is_a_failed_query_not_a_traceback(
+    make_node: NodeFactory, monkeypatch: pytest.MonkeyPatch, answer: object
+) -> None:
+    from cdictk.node import nvml
+
+    node = make_node("single")
+    monkeypatch.setattr(nvml, "_answer", lambda _pynvml, _library: answer)  # what the forked child runs
+    with pytest.raises(NvmlError, match=r"the query failed \(child status 0\)"):
+        query_nvml(f"{node.lib_dir}/libnvidia-ml.so.1")
