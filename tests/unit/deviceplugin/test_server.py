@@ -89,8 +89,10 @@ def test_allocate_refusals_are_invalid_argument_and_logged(served: Served) -> No
     assert served.kubelet.allocate_ids(GPU, ["GPU-0"]).cdi_devices
     with pytest.raises(grpc.RpcError) as refused:
         served.kubelet.allocate_ids(GPU, ["GPU-2"])
-    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # type: ignore[attr-defined]
-    assert "no CDI spec defines nvidia.com/gpu=GPU-2" in refused.value.details()  # type: ignore[attr-defined]
+    error = refused.value
+    assert isinstance(error, grpc.Call)
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "no CDI spec defines nvidia.com/gpu=GPU-2" in (error.details() or "")
     assert any(line.startswith("Allocate GPU-2: ") for line in served.lines)
 
 
