@@ -14,12 +14,12 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench examples realnode
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate demo real-node-bundle
+	bench-generate bench-k8s demo real-node-bundle
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
-	@echo "     bench-generate [NVIDIA_CTK=PATH] | real-node-bundle [NVIDIA_TOOLS=DIR]"
+	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | real-node-bundle [NVIDIA_TOOLS=DIR]"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -106,6 +106,13 @@ bench-generate: $(VENV)/.cdictk-test-installed
 # specs, SpecCache's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.
 bench-api: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.api
+
+# From the kubelet's Allocate to a running container through each Kubernetes path (the CRI's CDI field,
+# cdi.k8s.io annotations, the cdictk RuntimeClass with annotations and with volume mounts) beside plain
+# `ctr run` of the same image, on two containerd 2.x daemons (CDI on, CDI off) and the fake eight-GPU
+# node. Needs root and what tests/setup-host.sh fetches; ROUNDS=N for more or fewer rounds.
+bench-k8s: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.k8s --rounds $(ROUNDS)
 
 # What to carry to a real GPU node (docs/development.md, "A real GPU node"): build/real-node-bundle, with
 # the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox and the CUDA probe; with

@@ -6,6 +6,7 @@ command runs, so the rest of cdictk (and every container start) never loads them
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 import threading
@@ -102,6 +103,10 @@ def device_plugin_command(
     generate --watch, as the DaemonSet in deploy/kubernetes runs beside this). Runs until SIGTERM.
     See docs/kubernetes.md.
     """
+    # gRPC's fork handlers exist so that a forked child may use gRPC; ours (discovery's NVML child)
+    # never does and leaves with os._exit, and the handlers only log "skipping fork() handlers" at
+    # every rediscovery while the servers' threads run. Off unless the operator says otherwise.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     try:
         from cdictk.deviceplugin import pluginsettings as loader  # noqa: PLC0415 - needs the kubernetes extra
         from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415

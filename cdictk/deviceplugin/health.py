@@ -3,7 +3,8 @@
 The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps the state:
 
 - a GPU NVML cannot find (lost, fallen off the bus) is unhealthy, with its MIG devices, until NVML
-  answers for it again;
+  answers for it again; so is one the plugin's last discovery did not find (``absent``), which the
+  plugin keeps offering rather than dropping it from the kubelet's list;
 - a fatal Xid (any but the application errors of :data:`settings.IGNORED_XIDS` and the settings'
   own list) makes the GPU unhealthy, or only the MIG device whose GPU and compute instance it names,
   until ``xid_recovery`` seconds pass without another and NVML answers for the GPU; with
@@ -20,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,7 @@ class HealthMonitor:
         self._lock = threading.Lock()
         self._devices: tuple[Watched, ...] = ()
         self._lost: dict[str, str] = {}
+        self._absent: dict[str, str] = {}
         self._xids: dict[tuple[str, int | None, int | None], tuple[float, int]] = {}
         self._down: str | None = None
         self._links: dict[frozenset[str], int] = {}
@@ -64,11 +66,13 @@ class HealthMonitor:
 
     # ---- the rules ----------------------------------------------------------------------------
 
-    def watch(self, devices: Sequence[Watched]) -> None:
-        """The devices to report on (after discovery); forgets what is known of GPUs no longer there."""
+    def watch(self, devices: Sequence[Watched], absent: Mapping[str, str] | None = None) -> None:
+        """The devices to report on (after discovery); forgets what is known of GPUs no longer there.
+        ``absent``: GPU UUID -> why, for GPUs among them that discovery did not find."""
         with self._lock:
             self._devices = tuple(devices)
             gpus = {device.gpu_uuid for device in devices}
+            self._absent = dict(absent or {})
             self._lost = {uuid: why for uuid, why in self._lost.items() if uuid in gpus}
             self._xids = {key: seen for key, seen in self._xids.items() if key[0] in gpus}
         self._changed()
@@ -80,6 +84,9 @@ class HealthMonitor:
                 self.probes += 1
                 self._down = None
                 self._lost = {uuid: why for uuid, why in message["probe"].items() if why}
+                for uuid, why in message["probe"].items():
+                    if not why:
+                        self._absent.pop(uuid, None)
             elif "xid" in message:
                 xid = int(message["xid"])
                 if xid in self.settings.ignored_xids:
@@ -114,7 +121,7 @@ class HealthMonitor:
         recovery = self.settings.xid_recovery
         found = {}
         for device in self._devices:
-            why = self._down or self._lost.get(device.gpu_uuid)
+            why = self._down or self._lost.get(device.gpu_uuid) or self._absent.get(device.gpu_uuid)
             if why is None:
                 for key in ((device.gpu_uuid, None, None), (device.gpu_uuid, device.gi, device.ci)):
                     seen = self._xids.get(key)

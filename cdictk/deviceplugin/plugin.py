@@ -6,7 +6,8 @@ same, for that one), and every ``rescan_interval`` the node's fingerprint (drive
 device nodes: what ``cdictk cdi generate --watch`` watches). When that changed, the node is discovered
 again: a resource whose devices changed sends its new list, a new one (a MIG profile created under
 ``mixed``) is served and registered, one gone is stopped (the kubelet marks its devices unhealthy, then
-drops it). A registration that fails is tried again at the next look.
+drops it). A GPU that discovery no longer finds (lost) stays in its list, unhealthy, with its MIG
+devices. A registration that fails is tried again at the next look.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from cdictk.api import NodeSpecs, SpecCache
 from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
-from cdictk.deviceplugin.resources import Resource, build, numa_reader
+from cdictk.deviceplugin.resources import Resource, build, keep_missing, numa_reader
 from cdictk.deviceplugin.server import ResourceServer
 from cdictk.errors import CdictkError
 from cdictk.node.facts import find_nvml_library
@@ -46,6 +47,7 @@ class DevicePlugin:
         self._registered: set[str] = set()
         self._kubelet: tuple[int, int, int] | None = None
         self._fingerprint: tuple[object, ...] = ()
+        self._offered: list[Resource] = []
 
     def discover(self) -> list[Resource]:
         """The node's resources now (discovery run again)."""
@@ -53,9 +55,14 @@ class DevicePlugin:
         self.node.refresh()
         gpus = self.node.facts().gpus
         resources = build(gpus, self.settings, numa_reader(self.node.roots.sys), self.log)
+        resources, missing = keep_missing(self._offered, resources, {gpu.uuid for gpu in gpus})
+        for uuid in sorted(missing):
+            self.log(f"GPU {uuid} was not found (lost?): still offered, unhealthy until NVML answers for it")
         self.health.watch(
-            [Watched(d.uuid, d.gpu_uuid, d.gi, d.ci) for resource in resources for d in resource.devices]
+            [Watched(d.uuid, d.gpu_uuid, d.gi, d.ci) for resource in resources for d in resource.devices],
+            dict.fromkeys(missing, "not found by the last discovery"),
         )
+        self._offered = resources
         return resources
 
     def run(self, stop: threading.Event) -> None:

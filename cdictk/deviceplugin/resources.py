@@ -156,6 +156,28 @@ def _with_replicas(resources: list[Resource], settings: Settings) -> list[Resour
     return list(by_name.values())
 
 
+def keep_missing(
+    previous: Sequence[Resource], current: Sequence[Resource], found: set[str]
+) -> tuple[list[Resource], set[str]]:
+    """``current`` with the devices of ``previous`` whose GPU discovery did not find (not in ``found``:
+    lost, fallen off the bus) put back, and those GPUs' UUIDs. Dropped from the kubelet's list, a device
+    a pod holds would leave the node's capacity; kept, it is reported unhealthy until NVML answers for
+    it (NVIDIA's plugin never rediscovers: its list is fixed at start)."""
+    by_name = {resource.name: resource for resource in current}
+    missing: set[str] = set()
+    for old in previous:
+        kept = tuple(device for device in old.devices if device.gpu_uuid not in found)
+        if not kept:
+            continue
+        missing.update(device.gpu_uuid for device in kept)
+        now = by_name.get(old.name)
+        devices = (now.devices if now is not None else ()) + kept
+        by_name[old.name] = Resource(
+            old.name, tuple(sorted(devices, key=lambda device: device.gpu_index)), old.replicas
+        )
+    return sorted(by_name.values(), key=lambda resource: resource.name), missing
+
+
 def underlying(device_ids: Sequence[str]) -> list[str]:
     """The UUIDs behind device IDs, replicas' ``::<n>`` taken off, each once, in order."""
     return list(dict.fromkeys(device_id.split(REPLICA_SEPARATOR, 1)[0] for device_id in device_ids))

@@ -5,8 +5,8 @@ whose pairs are best connected (the sum of :func:`cdictk.deviceplugin.nvmlwatch.
 NVLink, then one PCIe switch over one NUMA node over across CPUs), as NVIDIA's best-effort policy
 scores them; among sets that score the same, the one that leaves the best-connected devices behind
 for the next pod, then the lowest GPU indices. Every set is scored when there are at most
-:data:`EXHAUSTIVE` of them (C(8,4) is 70, C(16,8) 12,870), else greedily: each next device the one
-best connected to those chosen.
+:data:`EXHAUSTIVE` of them (C(8,4) is 70, C(16,8) 12,870), else greedily: the best-connected pair
+first (unless devices must be in), then each next device the one best connected to those chosen.
 
 Replicas and MIG devices: spread over GPUs, as NVIDIA's ``distributed`` policy: each next device
 from the GPU with the fewest of its replicas in use, then the one this request took fewest from.
@@ -58,7 +58,12 @@ def _best_connected(
         return candidates
     if math.comb(len(candidates), needed) > EXHAUSTIVE:
         chosen: list[PluginDevice] = []
-        for _ in range(needed):
+        if not required and needed >= 2:
+            # A lone device scores nothing: start from the best-connected pair, not GPU 0.
+            pairs = [(a, b) for n, a in enumerate(candidates) for b in candidates[n + 1 :]]
+            seed = max(pairs, key=lambda p: (set_score(p, links), -p[0].gpu_index, -p[1].gpu_index))
+            chosen = list(seed)
+        for _ in range(needed - len(chosen)):
             rest = [device for device in candidates if device not in chosen]
             chosen.append(
                 max(

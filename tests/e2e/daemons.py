@@ -30,7 +30,7 @@ import time
 import tomllib
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -297,6 +297,26 @@ class Containerd:
     namespace: str
     log: Path
     env: dict[str, str]
+    command: list[str] = field(default_factory=list)
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self, config_text: str) -> None:
+        """Start containerd on this root, state and socket with ``config_text`` (made isolated)."""
+        self.config.write_text(isolated_containerd_config(config_text, self.root))
+        with open(self.log, "ab") as out:
+            self.process = subprocess.Popen(
+                self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
+            )
+        _wait_until(lambda: _accepts(self.socket), self.process, self.log, f"listen on {self.socket}")
+
+    def restart(self, config_text: str) -> None:
+        """Stop containerd and start it again with ``config_text``: what its root holds (images, their
+        content) stays, so a test can change a setting for the price of a restart, not of imports.
+        Nothing should be running: containers left are the new daemon's to recover."""
+        if self.process is not None:
+            _stop(self.process)
+        self.socket.unlink(missing_ok=True)
+        self.start(config_text)
 
     def ctr(
         self, *args: str, namespace: str | None = None, timeout: float = COMMAND_TIMEOUT
@@ -404,7 +424,6 @@ def containerd_daemon(binary_dir: Path, config_text: str = "version = 2\n") -> I
     with private_root("containerd", CONTAINERD_HOST_DIRS) as root:
         namespace = f"cdictk-e2e-{uuid.uuid4().hex[:8]}"
         config = root / "config.toml"
-        config.write_text(isolated_containerd_config(config_text, root))
         sock = root / "containerd.sock"
         log = root / "containerd.log"
         # The shims come from PATH, so each containerd gets its own containerd-shim-runc-v2.
@@ -416,18 +435,16 @@ def containerd_daemon(binary_dir: Path, config_text: str = "version = 2\n") -> I
             "--state", str(root / "state"),
             "--address", str(sock),
         ]  # fmt: skip
-        daemon = Containerd(binary_dir, root, config, sock, namespace, log, env)
-        with open(log, "wb") as out:
-            process = subprocess.Popen(
-                command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
+        daemon = Containerd(binary_dir, root, config, sock, namespace, log, env, command)
         try:
-            _wait_until(lambda: _accepts(sock), process, log, f"listen on {sock}")
+            daemon.start(config_text)
             yield daemon
         finally:
-            if process.poll() is None:
-                daemon.delete_all_tasks()
-            _stop(process)
+            process = daemon.process
+            if process is not None:
+                if process.poll() is None:
+                    daemon.delete_all_tasks()
+                _stop(process)
             # Containers that ctr did not name a --runc-root for keep runc's state here, per namespace.
             shutil.rmtree(f"/run/containerd/runc/{namespace}", ignore_errors=True)
             _remove_cgroups(namespace)

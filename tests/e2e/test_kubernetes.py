@@ -1,10 +1,13 @@
 """Kubernetes' paths to a GPU, end to end: our device plugin answers the kubelet stand-in, which drives
 containerd 2.x's CRI plugin for a pod, as a kubelet does.
 
-One containerd for the module (CDI on, its spec dir the fake eight-GPU node's spec, and the
-``cdictk`` runtime handler written by ``cdictk runtime configure``), with a locally built pause image and
-the cached Debian rootfs imported into ``k8s.io``: nothing is pulled, no CNI (host network). Each test
-runs a pod, looks inside its running container (device nodes, the driver's libraries in the ld cache,
+One containerd for the module (its spec dir the fake eight-GPU node's spec, and the ``cdictk`` runtime
+handler written by ``cdictk runtime configure``), with a locally built pause image and the cached
+Debian rootfs imported into ``k8s.io``: nothing is pulled, no CNI (host network). The tests of
+containerd's own CDI run with it on (fixture ``cdi_on``); those of the RuntimeClass with it off
+(``cdi_off``: containerd restarted on the same root, its images kept), so that only ``cdictk-runtime``
+can have given the GPU, which a pod of the default runtime with the same answer shows. Each test runs a
+pod, looks inside its running container (device nodes, the driver's libraries in the ld cache,
 nvidia-smi) and checks that removing it leaves nothing behind.
 """
 
@@ -50,6 +53,20 @@ class Cluster:
     kubelet: Kubelet  # our plugin, answering with CDI names (field and annotations)
     mounts_kubelet: Kubelet  # our plugin with the volume-mounts strategy
     cgroup: str
+    configs: dict[bool, str]  # containerd's config with its CDI on, and off
+    cdi: bool = True
+
+    def use_cdi(self, on: bool) -> None:
+        """containerd's CDI on or off; a restart when that changes (pods must be gone)."""
+        if self.cdi == on:
+            return
+        self.client.close()
+        self.containerd.restart(self.configs[on])
+        self.client = cri.CriClient(str(self.containerd.socket))
+        runtime = self.containerd.dump_config()["plugins"]["io.containerd.cri.v1.runtime"]
+        assert runtime["enable_cdi"] is on
+        assert HANDLER in runtime["containerd"]["runtimes"]
+        self.cdi = on
 
 
 def _start_plugin(
@@ -122,13 +139,20 @@ def cluster(
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert configured.returncode == 0, configured.stderr
+    # CDI off: the same drop-in with enable_cdi false, imported instead (the handler is kept).
+    drop_in_off = drop_in.with_name("99-cdictk-cdi-off.toml")
+    on_text = drop_in.read_text()
+    assert on_text.count("enable_cdi = true") == 1, on_text
+    drop_in_off.write_text(on_text.replace("enable_cdi = true", "enable_cdi = false"))
+    configs = {True: base.read_text(), False: base.read_text().replace(str(drop_in), str(drop_in_off))}
+    assert configs[False] != configs[True]
     # The runtime handler inherits containerd's environment: the shim's settings and cache.
     saved = {name: os.environ.get(name) for name in ("CDICTK_CONFIG",)}
     os.environ["CDICTK_CONFIG"] = str(shim_config)
     stop = threading.Event()
     plugin_dirs = [tempfile.mkdtemp(prefix="cdictk-k8s-", dir="/tmp") for _ in range(2)]
     try:
-        with containerd_daemon(binary_dir, base.read_text()) as containerd:
+        with containerd_daemon(binary_dir, configs[True]) as containerd:
             for archive in (pause, debian, cuda_style):
                 imported = containerd.ctr("images", "import", str(archive), namespace="k8s.io", timeout=300)
                 assert imported.returncode == 0, imported.stderr
@@ -136,13 +160,14 @@ def cluster(
             kubelet = _start_plugin(node, spec_dir, plugin_dirs[0], stop)
             mounts = _start_plugin(node, spec_dir, plugin_dirs[1], stop, list_strategies=("volume-mounts",))
             cgroup = f"/cdictk-e2e-{uuid.uuid4().hex[:8]}"
+            cluster = Cluster(node, spec_dir, containerd, client, kubelet, mounts, cgroup, configs)
             try:
-                yield Cluster(node, spec_dir, containerd, client, kubelet, mounts, cgroup)
+                yield cluster
             finally:
                 stop.set()
                 kubelet.stop()
                 mounts.stop()
-                client.close()
+                cluster.client.close()
                 _remove_cgroup(cgroup)
     finally:
         for name, value in saved.items():
@@ -189,8 +214,28 @@ def gpu_inside(pod: Pod, device: str) -> None:
     assert pod.sh("nvidia-smi").strip() == "fake"
 
 
-def test_cdi_devices_field_with_containerd_2(cluster: Cluster) -> None:
+@pytest.fixture
+def cdi_on(cluster: Cluster) -> Cluster:
+    cluster.use_cdi(True)
+    return cluster
+
+
+@pytest.fixture
+def cdi_off(cluster: Cluster) -> Cluster:
+    cluster.use_cdi(False)
+    return cluster
+
+
+def nvidia_gpus(pod: Pod) -> list[str]:
+    return [name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()]
+
+
+# ---- containerd's CDI on: it applies the names itself ---------------------------------------------
+
+
+def test_cdi_devices_field_with_containerd_2(cdi_on: Cluster) -> None:
     """Kubernetes 1.31+: the kubelet passes the plugin's cdi_devices in the CRI's CDI_devices only."""
+    cluster = cdi_on
     devices, answer = cluster.kubelet.allocate(GPU, 1)
     only_field = type(answer)(cdi_devices=answer.cdi_devices)
     with run_pod(cluster.client, DEBIAN, [only_field], cgroup_parent=cluster.cgroup) as pod:
@@ -201,21 +246,42 @@ def test_cdi_devices_field_with_containerd_2(cluster: Cluster) -> None:
     nothing_left(cluster, pod)
 
 
-def test_cdi_annotations_with_containerd_2(cluster: Cluster) -> None:
+def test_cdi_annotations_with_containerd_2(cdi_on: Cluster) -> None:
     """Older kubelets and device plugins: cdi.k8s.io/ annotations only, which containerd reads too."""
+    cluster = cdi_on
     _, answer = cluster.kubelet.allocate(GPU, 2)
     only_annotations = type(answer)(annotations=answer.annotations)
     with run_pod(cluster.client, DEBIAN, [only_annotations], cgroup_parent=cluster.cgroup) as pod:
-        found = [
-            name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()
-        ]
+        found = nvidia_gpus(pod)
         assert len(found) == 2, found
         gpu_inside(pod, found[0])
     nothing_left(cluster, pod)
 
 
-def test_runtime_class_with_annotations(cluster: Cluster) -> None:
-    """A RuntimeClass whose handler is cdictk-runtime, given the plugin's annotations."""
+def test_mig_device(cdi_on: Cluster) -> None:
+    """--mig-strategy mixed: nvidia.com/mig-1g.10gb gives the MIG device's parent node and its caps."""
+    cluster = cdi_on
+    devices, answer = cluster.kubelet.allocate("nvidia.com/mig-1g.10gb", 1)
+    assert devices[0].startswith("MIG-")
+    with run_pod(cluster.client, DEBIAN, [answer], cgroup_parent=cluster.cgroup) as pod:
+        gpu_inside(pod, "nvidia0")
+        caps = pod.sh("ls /dev/nvidia-caps").split()
+        assert len(caps) == 2, caps  # the GPU instance's and the compute instance's access nodes
+    nothing_left(cluster, pod)
+
+
+def test_a_pod_that_asks_for_nothing_gets_no_gpu(cdi_on: Cluster) -> None:
+    """A CUDA-style image sets NVIDIA_VISIBLE_DEVICES=all; a pod that asked for no GPU gets none."""
+    no_gpu_for_the_cuda_style_image(cdi_on, "")
+
+
+# ---- containerd's CDI off: only cdictk-runtime, the RuntimeClass's handler, can give a GPU ----------
+
+
+def test_runtime_class_with_annotations(cdi_off: Cluster) -> None:
+    """A RuntimeClass whose handler is cdictk-runtime, given the plugin's annotations, which containerd
+    passes on (the handler's container_annotations, as configure writes them) but does not apply."""
+    cluster = cdi_off
     _, answer = cluster.kubelet.allocate(GPU, 1)
     only_annotations = type(answer)(annotations=answer.annotations)
     with run_pod(
@@ -225,17 +291,20 @@ def test_runtime_class_with_annotations(cluster: Cluster) -> None:
             cri.PodSandboxStatusRequest(pod.sandbox_id), cri.PodSandboxStatusResponse
         )
         assert status.status is not None and status.status.runtime_handler == HANDLER
-        found = [
-            name for name in pod.sh("ls /dev").split() if name.startswith("nvidia") and name[6:].isdigit()
-        ]
-        assert len(found) == 1
+        found = nvidia_gpus(pod)
+        assert len(found) == 1, found
         gpu_inside(pod, found[0])
+    nothing_left(cluster, pod)
+    # The control: the same answer through the default runtime gives nothing, so the shim gave it.
+    with run_pod(cluster.client, DEBIAN, [only_annotations], cgroup_parent=cluster.cgroup) as pod:
+        assert not [name for name in pod.sh("ls /dev").split() if name.startswith("nvidia")]
     nothing_left(cluster, pod)
 
 
-def test_runtime_class_with_volume_mounts(cluster: Cluster) -> None:
+def test_runtime_class_with_volume_mounts(cdi_off: Cluster) -> None:
     """The volume-mount strategy: only cdictk-runtime (accept-volume-mounts) turns the kubelet's mounts
     into a GPU; containerd knows nothing of them."""
+    cluster = cdi_off
     devices, answer = cluster.mounts_kubelet.allocate(GPU, 1)
     assert answer.envs == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
     with run_pod(
@@ -246,21 +315,13 @@ def test_runtime_class_with_volume_mounts(cluster: Cluster) -> None:
     nothing_left(cluster, pod)
 
 
-def test_mig_device(cluster: Cluster) -> None:
-    """--mig-strategy mixed: nvidia.com/mig-1g.10gb gives the MIG device's parent node and its caps."""
-    devices, answer = cluster.kubelet.allocate("nvidia.com/mig-1g.10gb", 1)
-    assert devices[0].startswith("MIG-")
-    with run_pod(cluster.client, DEBIAN, [answer], cgroup_parent=cluster.cgroup) as pod:
-        gpu_inside(pod, "nvidia0")
-        caps = pod.sh("ls /dev/nvidia-caps").split()
-        assert len(caps) == 2, caps  # the GPU instance's and the compute instance's access nodes
-    nothing_left(cluster, pod)
+def test_a_pod_that_asks_for_nothing_gets_no_gpu_from_the_runtime_class(cdi_off: Cluster) -> None:
+    """The same CUDA-style image through the cdictk RuntimeClass: its NVIDIA_VISIBLE_DEVICES=all is
+    not a request."""
+    no_gpu_for_the_cuda_style_image(cdi_off, HANDLER)
 
 
-@pytest.mark.parametrize("handler", ["", HANDLER])
-def test_a_pod_that_asks_for_nothing_gets_no_gpu(cluster: Cluster, handler: str) -> None:
-    """A CUDA-style image sets NVIDIA_VISIBLE_DEVICES=all; a pod that asked for no GPU gets none, with
-    the default runtime and with the cdictk RuntimeClass alike."""
+def no_gpu_for_the_cuda_style_image(cluster: Cluster, handler: str) -> None:
     with run_pod(cluster.client, CUDA_STYLE, runtime_handler=handler, cgroup_parent=cluster.cgroup) as pod:
         assert pod.sh("echo $NVIDIA_VISIBLE_DEVICES").strip() == "all"
         listing = pod.sh("ls /dev").split()

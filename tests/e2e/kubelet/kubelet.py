@@ -292,6 +292,19 @@ def container_config(
     )
 
 
+def sandbox_config(cgroup_parent: str = "") -> cri.PodSandboxConfig:
+    """A new pod's sandbox as the kubelet asks for it: host network (no CNI), its own name and UID."""
+    name = f"pod-{uuid.uuid4().hex[:8]}"
+    return cri.PodSandboxConfig(
+        cri.PodSandboxMetadata(name, str(uuid.uuid4()), "default"),
+        labels={"io.kubernetes.pod.name": name},
+        linux=cri.LinuxPodSandboxConfig(
+            cgroup_parent=cgroup_parent,
+            security_context=cri.LinuxSandboxSecurityContext(cri.NamespaceOption(network=cri.NODE)),
+        ),
+    )
+
+
 @contextlib.contextmanager
 def run_pod(
     client: cri.CriClient,
@@ -303,15 +316,7 @@ def run_pod(
     env: dict[str, str] | None = None,
 ) -> Iterator[Pod]:
     """A pod with one container that sleeps, started as the kubelet does; stopped and removed after."""
-    name = f"pod-{uuid.uuid4().hex[:8]}"
-    sandbox = cri.PodSandboxConfig(
-        cri.PodSandboxMetadata(name, str(uuid.uuid4()), "default"),
-        labels={"io.kubernetes.pod.name": name},
-        linux=cri.LinuxPodSandboxConfig(
-            cgroup_parent=cgroup_parent,
-            security_context=cri.LinuxSandboxSecurityContext(cri.NamespaceOption(network=cri.NODE)),
-        ),
-    )
+    sandbox = sandbox_config(cgroup_parent)
     sandbox_id = client.runtime(
         cri.RunPodSandboxRequest(sandbox, runtime_handler), cri.RunPodSandboxResponse
     ).pod_sandbox_id

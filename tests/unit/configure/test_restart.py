@@ -12,10 +12,14 @@ from cdictk.errors import CdictkError
 
 # A stand-in daemon: listens on a unix socket and notes a SIGHUP, as dockerd reloads on one.
 DAEMON = """
-import signal, socket, sys, time
+import os, signal, socket, sys, time
 path, note, name = sys.argv[1], sys.argv[2], sys.argv[3]
 open("/proc/self/comm", "w").write(name)  # what the process is called, as ps and /proc show it
-signal.signal(signal.SIGHUP, lambda *_: open(note, "w").write("reloaded"))
+def reload(*_):  # the note appears whole (a rename), so the test never reads it half-written
+    with open(note + ".new", "w") as out:
+        out.write("reloaded")
+    os.rename(note + ".new", note)
+signal.signal(signal.SIGHUP, reload)
 server = socket.socket(socket.AF_UNIX)
 server.bind(path)
 server.listen(1)
@@ -40,7 +44,7 @@ def test_signal_reaches_the_process_on_the_socket(tmp_path: Path) -> None:
         assert socket_owner(str(sock)) == daemon.pid
         line = restart("docker", "signal", str(sock))
         assert f"pid {daemon.pid}" in line
-        for _ in range(50):
+        for _ in range(200):
             if note.exists():
                 break
             time.sleep(0.05)

@@ -2,9 +2,10 @@
 
 Every document of the manifest is validated against the Kubernetes OpenAPI schemas that the
 kubernetes-validate package bundles (offline, strict: unknown fields are errors). Then what the schemas
-cannot know: the watcher's command line, the mounts behind its paths, that the init container's script,
-the Containerfile and the manifest agree on every path, and that the script does what it says (run
-with stand-ins for cdictk, chroot and nsenter).
+cannot know: the watcher's and the device plugin's command lines (the plugin's read by its own click
+command, its settings file by its own loader), the mounts behind their paths, that the init container's
+script, the Containerfile and the manifest agree on every path, and that the script does what it says
+(run with stand-ins for cdictk, chroot and nsenter).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ SCRIPT = KUBE / "cdictk-node-setup.sh"
 README = REPO / "deploy" / "README.md"
 OUTPUT = "/var/run/cdi/nvidia.yaml"
 NAMESPACE = "cdictk"
+CONTAINERS = ("cdi-watch", "device-plugin")
+PLUGIN_SETTINGS = "cdictk-device-plugin"  # the device plugin's ConfigMap
 # The oldest Kubernetes the manifest is checked against; the newest the package bundles is added.
 OLDEST_KUBERNETES = "1.30.0"
 
@@ -45,9 +48,13 @@ def documents() -> list[dict[str, Any]]:
     return docs
 
 
-def the(kind: str, docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    found = [doc for doc in (documents() if docs is None else docs) if doc["kind"] == kind]
-    assert len(found) == 1, f"{len(found)} {kind} documents, expected one"
+def the(kind: str, docs: list[dict[str, Any]] | None = None, name: str | None = None) -> dict[str, Any]:
+    found = [
+        doc
+        for doc in (documents() if docs is None else docs)
+        if doc["kind"] == kind and name in (None, doc["metadata"]["name"])
+    ]
+    assert len(found) == 1, f"{len(found)} {kind} documents named {name or 'anything'}, expected one"
     return found[0]
 
 
@@ -62,11 +69,19 @@ def all_containers() -> list[dict[str, Any]]:
     return containers
 
 
-def watcher() -> dict[str, Any]:
+def container(name: str) -> dict[str, Any]:
     containers = pod_spec()["containers"]
-    assert len(containers) == 1
-    found: dict[str, Any] = containers[0]
+    assert tuple(c["name"] for c in containers) == CONTAINERS
+    found: dict[str, Any] = containers[CONTAINERS.index(name)]
     return found
+
+
+def watcher() -> dict[str, Any]:
+    return container("cdi-watch")
+
+
+def plugin() -> dict[str, Any]:
+    return container("device-plugin")
 
 
 def init() -> dict[str, Any]:
@@ -77,7 +92,7 @@ def init() -> dict[str, Any]:
 
 
 def settings() -> dict[str, str]:
-    data: dict[str, str] = the("ConfigMap")["data"]
+    data: dict[str, str] = the("ConfigMap", name=NAMESPACE)["data"]
     return data
 
 
@@ -90,7 +105,7 @@ def environment(spec: dict[str, Any]) -> dict[str, str]:
     """What a container's $(NAME) references can see: its envFrom ConfigMaps and its env."""
     env: dict[str, str] = {}
     for source in spec.get("envFrom", []):
-        assert source["configMapRef"]["name"] == the("ConfigMap")["metadata"]["name"]
+        assert source["configMapRef"]["name"] == NAMESPACE
         env.update(settings())
     env.update({item["name"]: item["value"] for item in spec.get("env", [])})
     return env
@@ -236,6 +251,77 @@ def test_the_watcher_writes_the_spec_on_the_node() -> None:
     assert hook == settings()["HOOK_PYTHON"] and os.path.isabs(hook) and not hook.startswith(host_root + "/")
     for arg in args:
         assert "$(" not in arg, f"{arg}: a variable no ConfigMap key defines"
+
+
+def covering_mount(spec: dict[str, Any], path: str) -> dict[str, Any]:
+    """The volumeMount of a container that ``path`` lies in (the deepest)."""
+    mounts = [
+        m for m in spec["volumeMounts"] if path == m["mountPath"] or path.startswith(m["mountPath"] + "/")
+    ]
+    assert mounts, f"{spec['name']}: nothing mounted at {path}"
+    found: dict[str, Any] = max(mounts, key=lambda m: len(m["mountPath"]))
+    return found
+
+
+def plugin_settings() -> tuple[str, Any]:
+    """The device plugin's --config path and the settings its own loader makes of that file."""
+    from cdictk.deviceplugin.pluginsettings import from_data
+
+    config = option(argv(plugin()), "--config")
+    mount, volume = mount_at(plugin(), os.path.dirname(config))
+    assert mount["readOnly"] is True
+    assert volume["configMap"]["name"] == PLUGIN_SETTINGS
+    text = the("ConfigMap", name=PLUGIN_SETTINGS)["data"][os.path.basename(config)]
+    return config, from_data(yaml.safe_load(text), config)
+
+
+def test_the_device_plugin_command_line_is_one_the_command_takes() -> None:
+    from cdictk.cli.deviceplugin import device_plugin_command
+
+    args = argv(plugin())
+    assert args[0] == "device-plugin" and "command" not in plugin()  # after the entrypoint, cdictk
+    context = device_plugin_command.make_context("device-plugin", args[1:])
+    assert context.params["config_file"] == option(args, "--config")
+    for arg in args:
+        assert "$(" not in arg, f"{arg}: a variable no ConfigMap key defines"
+
+
+def test_the_device_plugin_serves_the_kubelets_directory() -> None:
+    from cdictk.deviceplugin.pluginsettings import Settings
+
+    args = argv(plugin())
+    plugin_dir = option(args, "--plugin-dir")
+    assert plugin_dir == Settings().plugin_dir == "/var/lib/kubelet/device-plugins"
+    mount, volume = mount_at(plugin(), plugin_dir)
+    assert volume["hostPath"]["path"] == plugin_dir  # the kubelet's, at the same path
+    assert not mount.get("readOnly", False)  # the plugin's sockets are made there
+
+
+def test_the_device_plugin_sees_the_node_as_the_watcher_does() -> None:
+    args, watching = argv(plugin()), argv(watcher())
+    assert option(args, "--driver-root") == option(watching, "--driver-root")
+    assert option(args, "--dev-root") == option(watching, "--dev-root") == "/"
+    host_root = option(watching, "--host-root")
+    assert mount_at(plugin(), host_root)[0] == mount_at(watcher(), host_root)[0]
+    assert mount_at(plugin(), "/dev")[1]["hostPath"]["path"] == "/dev"
+
+
+def test_the_device_plugins_settings_file_is_valid_and_names_the_watchers_spec() -> None:
+    _, loaded = plugin_settings()
+    output = option(argv(watcher()), "--output")
+    assert os.path.dirname(output) in loaded.spec_dirs  # Allocate finds the names the watcher writes
+    for directory in loaded.spec_dirs:
+        mount = covering_mount(plugin(), directory)
+        volume = next(v for v in pod_spec()["volumes"] if v["name"] == mount["name"])
+        assert mount.get("readOnly") is True, directory  # the plugin only reads specs
+        host_path = volume["hostPath"]["path"]
+        node_path = os.path.join(host_path, directory.removeprefix(mount["mountPath"]).lstrip("/")).rstrip(
+            "/"
+        )
+        assert node_path in ("/etc/cdi", "/var/run/cdi"), directory  # the dirs runtimes read
+    # CDI names, never the variable an image can set
+    assert loaded.list_strategies == ("cdi-cri", "cdi-annotations")
+    assert loaded.mig_strategy == "none"
 
 
 def test_every_variable_a_container_uses_is_defined() -> None:
@@ -745,6 +831,9 @@ def test_the_image_runs_cdictk_from_the_prefix_the_script_expects() -> None:
     assert os.path.basename(entrypoint[0]) in pyproject()["project"]["scripts"]
     env = " ".join(rest for word, rest in final if word == "ENV")
     assert f"PATH={venv[1]}/bin:" in env  # the probe and the script call cdictk and python by name
+    # the device plugin's extra, which the pyproject defines
+    assert "[kubernetes]" in runs
+    assert "kubernetes" in pyproject()["project"]["optional-dependencies"]
     # the script is where the init container runs it
     copies = [shlex.split(rest) for word, rest in final if word == "COPY" and not rest.startswith("--")]
     installed = {dest: source for *sources, dest in copies for source in sources}

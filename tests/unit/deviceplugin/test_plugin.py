@@ -5,6 +5,8 @@ replicas."""
 from __future__ import annotations
 
 import dataclasses
+import os
+from pathlib import Path
 
 import pytest
 
@@ -122,6 +124,28 @@ def test_health_xid_and_lost_gpus_go_unhealthy_and_recover(run_plugin: PluginFac
     node.nvml_event("recover gpu=5")
     kubelet.wait_for("GPU 5 healthy", lambda k: k.health(GPU)[UUID.format(5)] == HEALTHY)
     assert any("Xid 79" in line for line in running.lines)
+
+
+def test_a_gpu_lost_when_the_node_is_discovered_again_stays_listed_unhealthy(
+    run_plugin: PluginFactory,
+) -> None:
+    running = run_plugin()
+    kubelet, node = running.kubelet, running.node
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    kubelet.wait_for("the NVML watcher", lambda k: running.plugin.health.probes > 0)
+    node.nvml_event("lost gpu=5")
+    kubelet.wait_for("GPU 5 unhealthy", lambda k: k.health(GPU)[UUID.format(5)] == UNHEALTHY)
+    # a driver change (its ld cache rewritten) makes the plugin discover the node again, without GPU 5
+    cache = Path(node.root, "etc/ld.so.cache")
+    stat = cache.stat()
+    os.utime(cache, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    kubelet.wait_for("the rescan", lambda k: any("GPU " + UUID.format(5) in line for line in running.lines))
+    assert [d.ID for d in kubelet.devices(GPU)] == WHOLE
+    assert kubelet.health(GPU)[UUID.format(5)] == UNHEALTHY
+    assert {h for i, h in kubelet.health(GPU).items() if i != UUID.format(5)} == {HEALTHY}
+    node.nvml_event("recover gpu=5")
+    kubelet.wait_for("GPU 5 healthy", lambda k: k.health(GPU)[UUID.format(5)] == HEALTHY)
+    assert [d.ID for d in kubelet.devices(GPU)] == WHOLE
 
 
 def test_mixed_offers_mig_profiles_and_follows_mig_changes(run_plugin: PluginFactory) -> None:

@@ -1,0 +1,415 @@
+"""From the kubelet's ``Allocate`` to a running container, through each path a cluster uses to give a
+pod its GPU, against plain ``ctr run`` of the same image.
+
+Sets up what tests/e2e/test_kubernetes.py does, twice: the fake eight-GPU node and its spec, our device
+plugin (in this process, health checks off) with the kubelet stand-in, and containerd 2.x (Debian sid's,
+tests/setup-host.sh fetches it) with its CRI plugin, a locally built pause image and the cached Debian
+rootfs as the image (nothing pulled, host network). One containerd has its CDI on; the other has it off
+and the ``cdictk`` runtime handler (``cdictk-runtime`` through the launcher ``cdictk runtime
+install-launchers`` writes), as a node with containerd 1.6 or CDI off has. Then, round-robin (each
+round in another order, round 0 a warm-up left out), each row once a round:
+
+- ``ctr run --detach`` of the image running ``sleep`` on the CDI-on containerd: no pod, no GPU;
+- a pod without a GPU through the CRI (RunPodSandbox with its pause container, CreateContainer,
+  StartContainer), on each containerd (on the CDI-off one through the RuntimeClass): the floor of
+  every GPU path beside it;
+- a pod with one GPU: ``Allocate`` (our plugin's answer, over gRPC), then the same calls with the
+  answer's ``CDI_devices`` alone, or its ``cdi.k8s.io/`` annotation alone (containerd's CDI applies the
+  spec), or through the RuntimeClass with the annotation, or with the volume-mount strategy's env and
+  mounts (``cdictk-runtime`` applies it; containerd's CDI off).
+
+Every start runs the spec's createContainer hook. Timed with ``time.perf_counter`` around blocking
+calls only: each gRPC call returns when containerd has done the work (StartContainer: the task runs),
+and ``ctr`` runs under ``subprocess.run`` without a timeout (a blocking wait for its exit, which comes
+once the task runs); no polling, whose sleeps would round the figures up. Stop and removal are not
+timed. Needs root. Prints median and best in ms, each phase's median, and ratios.
+Usage: python -m bench.k8s [--rounds N]   (repository root, in the venv)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from cdictk.runtime.launchers import install_launchers
+from cdictk.runtime.shimfront import written_front
+from tests.e2e.conftest import DEBIAN_ROOTFS
+from tests.e2e.daemons import SID_CONTAINERD_DIR, Containerd, containerd_daemon
+from tests.e2e.kubelet.images import PAUSE_IMAGE, docker_archive, pause_archive
+from tests.fakenode.node import build_node
+
+if TYPE_CHECKING:
+    from cdictk.deviceplugin.messages import ContainerAllocateResponse
+    from tests.e2e.kubelet.cri import CriClient
+    from tests.e2e.kubelet.kubelet import Kubelet
+
+ROUNDS = 20
+GPU = "nvidia.com/gpu"
+HANDLER = "cdictk"
+DEBIAN = "localhost/cdictk-bench-debian:1"
+CTR_RUN = "ctr run --detach (no pod, no GPU)"
+POD = "pod, no GPU"
+POD_CLASS = "pod, no GPU, RuntimeClass cdictk (CDI off)"
+FIELD = "GPU: CDI_devices field (containerd's CDI)"
+ANNOTATIONS = "GPU: cdi.k8s.io annotations (containerd's CDI)"
+CLASS_ANNOTATIONS = "GPU: RuntimeClass cdictk, annotations (CDI off)"
+CLASS_MOUNTS = "GPU: RuntimeClass cdictk, volume-mounts (CDI off)"
+PHASES = ("Allocate", "RunPodSandbox", "CreateContainer", "StartContainer")
+
+
+class BenchError(Exception):
+    """What the bench needs is missing or failed: one line, exit status 1."""
+
+
+@dataclass
+class Row:
+    name: str
+    floor: str  # the row this one is compared with (the same containerd and runtime, no GPU)
+    samples: list[float] = field(default_factory=list)
+    phases: dict[str, list[float]] = field(default_factory=dict)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        print("bench.k8s: needs root (containerd, mknod'd nodes, runc)", file=sys.stderr)
+        return 1
+    try:
+        return measure(args.rounds)
+    except BenchError as exc:
+        print(f"bench.k8s: {exc}", file=sys.stderr)
+        return 1
+
+
+def measure(rounds: int) -> int:
+    if not (SID_CONTAINERD_DIR / "containerd").exists():
+        raise BenchError(f"{SID_CONTAINERD_DIR}/containerd is missing (tests/setup-host.sh fetches it)")
+    if not (DEBIAN_ROOTFS / "sbin" / "ldconfig").exists():
+        raise BenchError(f"{DEBIAN_ROOTFS} is missing (tests/setup-host.sh builds it)")
+    with tempfile.TemporaryDirectory(prefix="cdictk-bench-k8s-") as scratch, setup(Path(scratch)) as bench:
+        rows = bench.rows()
+        for round_number in range(rounds + 1):
+            order = rows[round_number % len(rows) :] + rows[: round_number % len(rows)]
+            for row in order:
+                took, phases = bench.start(row.name, verify=not round_number)
+                if round_number:
+                    row.samples.append(took)
+                    for phase, ms in phases.items():
+                        row.phases.setdefault(phase, []).append(ms)
+        report(rows, rounds)
+    return 0
+
+
+def report(rows: list[Row], rounds: int) -> None:
+    by_name = {row.name: row for row in rows}
+    ctr = statistics.median(by_name[CTR_RUN].samples)
+    print(f"Allocate to a running container, {rounds} rounds round-robin, ms: median (best)")
+    print(f"  {'path':<50} {'median':>8} {'best':>8} {'/ ctr run':>10} {'/ its pod':>10}")
+    for row in rows:
+        median = statistics.median(row.samples)
+        floor = f"{median / statistics.median(by_name[row.floor].samples):>9.2f}x" if row.floor else ""
+        print(f"  {row.name:<50} {median:>8.1f} {min(row.samples):>8.1f} {median / ctr:>9.2f}x {floor:>10}")
+    print("each phase's median, ms:")
+    print(f"  {'path':<50}" + "".join(f" {phase:>15}" for phase in PHASES))
+    for row in rows:
+        if row.phases:
+            cells = "".join(
+                f" {statistics.median(row.phases[p]):>15.1f}" if p in row.phases else f" {'':>15}"
+                for p in PHASES
+            )
+            print(f"  {row.name:<50}{cells}")
+
+
+# ---- the set-up --------------------------------------------------------------------------------------
+
+
+Start = Callable[[bool], tuple[float, dict[str, float]]]
+
+
+@dataclass
+class Bench:
+    ctr: Callable[[], tuple[float, dict[str, float]]]
+    pod: dict[str, Start]  # called with whether to look inside the container (the warm-up round)
+
+    def rows(self) -> list[Row]:
+        floors = {POD: "", POD_CLASS: "", FIELD: POD, ANNOTATIONS: POD, CLASS_ANNOTATIONS: POD_CLASS}
+        floors[CLASS_MOUNTS] = POD_CLASS
+        return [Row(CTR_RUN, ""), *(Row(name, floors[name]) for name in self.pod)]
+
+    def start(self, name: str, *, verify: bool) -> tuple[float, dict[str, float]]:
+        return self.ctr() if name == CTR_RUN else self.pod[name](verify)
+
+
+@contextlib.contextmanager
+def setup(scratch: Path) -> Iterator[Bench]:
+    # gRPC imported here, after its fork handlers are turned off as the command turns them off: the
+    # plugins' discovery forks NVML's child beside the other's threads, and the handlers only log.
+    os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+    from cdictk.deviceplugin.messages import ContainerAllocateResponse  # noqa: PLC0415
+    from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415
+    from cdictk.deviceplugin.pluginsettings import Health, Settings  # noqa: PLC0415
+    from tests.e2e.kubelet import cri  # noqa: PLC0415
+    from tests.e2e.kubelet.kubelet import Kubelet  # noqa: PLC0415
+
+    node = build_node(str(scratch / "node"), "eight", str(scratch / "stubs"))
+    spec_dir = scratch / "cdi"
+    spec_dir.mkdir()
+    generate = [sys.executable, "-m", "cdictk", "cdi", "generate", *node.cli_args()]
+    _check(
+        subprocess.run(
+            [*generate, "--output", str(spec_dir / "nvidia.yaml")],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    )
+    gpu = node.preset.gpus[1].uuid  # a whole GPU (GPU 0 is in MIG mode)
+    node_name = f"nvidia{node.preset.gpus[1].minor}"
+    pause = pause_archive(scratch / "images")
+    debian = scratch / "images" / "debian.tar"
+    docker_archive(DEBIAN_ROOTFS, debian, DEBIAN, cmd=["sleep", "infinity"])
+    shim_config = scratch / "cdictk-config.toml"
+    shim_config.write_text(
+        f'[runtime]\nruntimes = ["/usr/sbin/runc"]\nspec-dirs = [{json.dumps(str(spec_dir))}]\n'
+        "[requests]\naccept-volume-mounts = true\n"
+    )
+    launcher = _shim_front(scratch / "launchers", shim_config)
+    configs = {
+        on: _containerd_config(scratch / ("cdi-on" if on else "cdi-off"), launcher, spec_dir, on)
+        for on in (True, False)
+    }
+    stop = threading.Event()
+    plugin_dirs = [tempfile.mkdtemp(prefix="cdictk-bench-dp-", dir="/tmp") for _ in range(2)]
+    kubelets: list[Kubelet] = []
+    try:
+        with (
+            containerd_daemon(SID_CONTAINERD_DIR, configs[True]) as on,
+            containerd_daemon(SID_CONTAINERD_DIR, configs[False]) as off,
+        ):
+            for daemon, cdi in ((on, True), (off, False)):
+                runtime = daemon.dump_config()["plugins"]["io.containerd.cri.v1.runtime"]
+                if runtime["enable_cdi"] is not cdi or HANDLER not in runtime["containerd"]["runtimes"]:
+                    raise BenchError(
+                        f"containerd's config is not as meant: enable_cdi {runtime['enable_cdi']}"
+                    )
+                for archive in (pause, debian):
+                    imported = daemon.ctr("images", "import", str(archive), namespace="k8s.io", timeout=600)
+                    if imported.returncode != 0:
+                        raise BenchError(f"ctr images import {archive.name}: {imported.stderr.strip()}")
+            strategies_each = (("cdi-cri", "cdi-annotations"), ("volume-mounts",))
+            for plugin_dir, strategies in zip(plugin_dirs, strategies_each, strict=True):
+                kubelet = Kubelet(plugin_dir)
+                kubelet.start()
+                kubelets.append(kubelet)
+                settings = Settings(
+                    plugin_dir=plugin_dir,
+                    driver_root=node.root,
+                    proc_root=node.proc,
+                    sys_root=node.sys,
+                    spec_dirs=(str(spec_dir),),
+                    list_strategies=strategies,
+                    health=Health(enabled=False),
+                )
+                plugin = DevicePlugin(settings, lambda line: None)
+                threading.Thread(target=plugin.run, args=(stop,), daemon=True).start()
+                kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
+            names, mounts = kubelets
+            clients = {True: cri.CriClient(str(on.socket)), False: cri.CriClient(str(off.socket))}
+
+            def allocate(kubelet: Kubelet, keep: str) -> Callable[[], ContainerAllocateResponse]:
+                def call() -> ContainerAllocateResponse:
+                    answer = kubelet.allocate_ids(GPU, [gpu])
+                    if keep == "field":
+                        return ContainerAllocateResponse(cdi_devices=answer.cdi_devices)
+                    if keep == "annotations":
+                        return ContainerAllocateResponse(annotations=answer.annotations)
+                    return answer
+
+                return call
+
+            def pod(on: bool, kubelet: Kubelet | None, keep: str, handler: str) -> Start:
+                call = allocate(kubelet, keep) if kubelet is not None else None
+                return lambda verify: _pod(clients[on], call, handler, node_name if verify else None)
+
+            pods = {
+                POD: pod(True, None, "", ""),
+                FIELD: pod(True, names, "field", ""),
+                ANNOTATIONS: pod(True, names, "annotations", ""),
+                POD_CLASS: pod(False, None, "", HANDLER),
+                CLASS_ANNOTATIONS: pod(False, names, "annotations", HANDLER),
+                CLASS_MOUNTS: pod(False, mounts, "all", HANDLER),
+            }
+            try:
+                yield Bench(lambda: _ctr_run(on), pods)
+            finally:
+                for client in clients.values():
+                    client.close()
+    finally:
+        stop.set()
+        for kubelet in kubelets:
+            kubelet.stop()
+        for directory in plugin_dirs:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def _shim_front(directory: Path, config: Path) -> str:
+    """``cdictk-runtime`` as a node has it, with ``config`` in place of ``/etc/cdictk/config.toml``: the
+    launchers, and a shell front written from ``config`` that execs runc itself for what asks for no
+    GPU, else a wrapper that names ``config`` to the Python launcher (``CDICTK_CONFIG`` set for the
+    front would send every command to Python, as a changed settings file does)."""
+    python_launcher = install_launchers(str(directory))[0]
+    assert python_launcher.endswith("/cdictk-runtime.py"), python_launcher
+    wrapper = directory / "cdictk-runtime-bench.sh"
+    wrapper.write_text(
+        f'#!/bin/sh\nCDICTK_CONFIG={shlex.quote(str(config))} exec {shlex.quote(python_launcher)} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    front = directory / "cdictk-runtime-bench"
+    text, problem = written_front(str(front), str(wrapper), written_by="bench.k8s", config=str(config))
+    if problem is not None:
+        raise BenchError(problem)
+    front.write_text(text)
+    front.chmod(0o755)
+    os.utime(config, (time.time() - 10, time.time() - 10))  # not newer than the front: its shortcuts hold
+    return str(front)
+
+
+def _containerd_config(work: Path, launcher: str, spec_dir: Path, cdi: bool) -> str:
+    """A containerd 2.x config as the e2e test's, configured by ``cdictk runtime configure``; with CDI
+    on (and no handler), or off with the ``cdictk`` handler."""
+    base = work / "config.toml"
+    base.parent.mkdir(parents=True)
+    base.write_text(
+        "version = 3\n"
+        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
+        f"  sandbox = '{PAUSE_IMAGE}'\n"
+        "[plugins.'io.containerd.cri.v1.runtime']\n"
+        "  restrict_oom_score_adj = true\n"
+        f"  enable_cdi = {'true' if cdi else 'false'}\n"  # containerd 2.x's default is on
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
+        "  runtime_type = 'io.containerd.runc.v2'\n"
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
+        f"  Root = '{work / 'runc'}'\n"
+    )
+    configure = [
+        sys.executable, "-m", "cdictk", "runtime", "configure", "--runtime", "containerd",
+        "--config", str(base), "--drop-in-config", str(work / "conf.d" / "99-cdictk.toml"),
+        "--runtime-path", launcher, "--runtime-name", HANDLER, "--cdi-spec-dir", str(spec_dir),
+    ]  # fmt: skip
+    _check(
+        subprocess.run(
+            [*configure, "--enable-cdi"] if cdi else configure, capture_output=True, text=True, check=False
+        )
+    )
+    return base.read_text()
+
+
+# ---- one start each ---------------------------------------------------------------------------------
+
+
+def _pod(
+    client: CriClient,
+    allocate: Callable[[], ContainerAllocateResponse] | None,
+    handler: str,
+    gpu_node: str | None,
+) -> tuple[float, dict[str, float]]:
+    """Allocate (when a GPU is asked for), then the kubelet's calls for a one-container pod; the time
+    until StartContainer returns, and each call's. With ``gpu_node``, then a look inside: the GPU's
+    node there when one was allocated, no GPU node otherwise. The pod is then stopped and removed,
+    untimed."""
+    from tests.e2e.kubelet import cri  # noqa: PLC0415 - gRPC (see setup)
+    from tests.e2e.kubelet.kubelet import container_config, sandbox_config  # noqa: PLC0415
+
+    sandbox = sandbox_config()
+    marks = [time.perf_counter()]
+    answers = [allocate()] if allocate is not None else []
+    marks.append(time.perf_counter())
+    sandbox_id = client.runtime(
+        cri.RunPodSandboxRequest(sandbox, handler), cri.RunPodSandboxResponse
+    ).pod_sandbox_id
+    marks.append(time.perf_counter())
+    container_id = ""
+    try:
+        config = container_config("main", DEBIAN, ["sleep", "3600"], answers)
+        request = cri.CreateContainerRequest(sandbox_id, config, sandbox)
+        container_id = client.runtime(request, cri.CreateContainerResponse).container_id
+        marks.append(time.perf_counter())
+        client.runtime(cri.StartContainerRequest(container_id), cri.StartContainerResponse)
+        marks.append(time.perf_counter())
+        status = client.runtime(cri.ContainerStatusRequest(container_id), cri.ContainerStatusResponse).status
+        if status is None or status.state != cri.CONTAINER_RUNNING:
+            raise BenchError(f"the pod's container is not running: {status}")
+        if gpu_node is not None:
+            listed = client.runtime(
+                cri.ExecSyncRequest(container_id, ["ls", "/dev"], 30), cri.ExecSyncResponse, timeout=60
+            )
+            found = {name for name in listed.stdout.decode().split() if name.startswith("nvidia")}
+            if allocate is not None and gpu_node not in found:
+                raise BenchError(f"{handler or 'runc'}: the pod has no /dev/{gpu_node} ({sorted(found)})")
+            if allocate is None and found:
+                raise BenchError(f"{handler or 'runc'}: a pod without a GPU has {sorted(found)}")
+    finally:
+        if container_id:
+            client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
+            client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
+        client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
+        client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)
+    phases = {phase: (marks[n + 1] - marks[n]) * 1000 for n, phase in enumerate(PHASES)}
+    if allocate is None:
+        del phases["Allocate"]
+    return (marks[-1] - marks[0]) * 1000, phases
+
+
+def _ctr_run(containerd: Containerd) -> tuple[float, dict[str, float]]:
+    """``ctr run --detach`` of the image, until ctr exits (the task runs); then killed and removed."""
+    name = f"cdictk-bench-{uuid.uuid4().hex[:12]}"
+    ctr = [str(containerd.binary_dir / "ctr"), "--address", str(containerd.socket), "--namespace", "k8s.io"]
+    run = [
+        *ctr, "run", "--detach", "--runc-root", str(containerd.root / "runc"),
+        "--fifo-dir", str(containerd.root / "fifo"), DEBIAN, name, "sleep", "3600",
+    ]  # fmt: skip
+    log = containerd.root / "ctr-run.log"
+    try:
+        with open(log, "wb") as out:
+            began = time.perf_counter()
+            result = subprocess.run(
+                run, stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=containerd.env, check=False
+            )
+            took = (time.perf_counter() - began) * 1000
+        if result.returncode != 0:
+            raise BenchError(f"ctr run exited {result.returncode}: {log.read_text(errors='replace').strip()}")
+    finally:
+        for command in (("task", "kill", "--signal", "SIGKILL", name), ("task", "delete", "--force", name)):
+            subprocess.run([*ctr, *command], capture_output=True, env=containerd.env, check=False)
+        subprocess.run(
+            [*ctr, "container", "delete", name], capture_output=True, env=containerd.env, check=False
+        )
+    return took, {}
+
+
+def _check(result: subprocess.CompletedProcess[str]) -> None:
+    if result.returncode != 0:
+        raise BenchError(f"{' '.join(map(str, result.args[:6]))} ...: {result.stderr.strip()}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

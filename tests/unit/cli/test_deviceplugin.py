@@ -1,0 +1,86 @@
+"""``cdictk device-plugin`` as a process: one-line errors for bad settings, then a run on the fake
+eight-GPU node against the kubelet stand-in that registers, follows a MIG change without gRPC's fork
+warnings, and ends with status 0 on SIGTERM."""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import NodeFactory
+from tests.e2e.kubelet.kubelet import Kubelet
+from tests.fakenode.nvml import FakeMig
+from tests.unit.deviceplugin.conftest import generate_spec
+
+CDICTK = [sys.executable, "-m", "cdictk", "device-plugin"]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--device-list-strategy", "envvar"], "envvar is refused"),
+        (["--device-list-strategy", "cdi-cri,nope"], "unknown strategy 'nope'"),
+        (["--xid-recovery", "soon"], "--xid-recovery: must be a number of seconds or never, not 'soon'"),
+        (["--rescan-interval", "0"], "--rescan-interval: must be above 0"),
+        (["--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml"),
+    ],
+)
+def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> None:
+    result = subprocess.run([*CDICTK, *args], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1, result
+    assert said in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_help_explains_the_strategies() -> None:
+    result = subprocess.run([*CDICTK, "--help"], capture_output=True, text=True, timeout=60, check=True)
+    text = "".join(result.stdout.split())  # click wraps lines, at hyphens too
+    for words in ("--mig-strategy", "cdi-cri", "cdi-annotations", "volume-mounts", "envvar is refused"):
+        assert words.replace(" ", "") in text
+
+
+@pytest.fixture
+def plugin_dir() -> Iterator[str]:
+    path = tempfile.mkdtemp(prefix="cdictk-dpcli-", dir="/tmp")  # socket paths are short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_serves_follows_a_mig_change_quietly_and_stops_on_sigterm(
+    make_node: NodeFactory, tmp_path: Path, plugin_dir: str
+) -> None:
+    node = make_node("eight")
+    generate_spec(node, tmp_path / "cdi")
+    kubelet = Kubelet(plugin_dir)
+    kubelet.start()
+    args = [
+        "--plugin-dir", plugin_dir, "--driver-root", node.root, "--proc-root", node.proc,
+        "--sys-root", node.sys, "--spec-dir", str(tmp_path / "cdi"), "--mig-strategy", "mixed",
+        "--rescan-interval", "0.2",
+    ]  # fmt: skip
+    small = "nvidia.com/mig-1g.10gb"
+    process = subprocess.Popen([*CDICTK, *args], stderr=subprocess.PIPE, text=True)
+    try:
+        kubelet.wait_for("the plugin", lambda k: len(k.devices(small)) == 2)
+        new = dataclasses.replace(
+            node.preset.migs[1], index=3, gi=9, uuid="MIG-9f2e7d3c-1b4a-5e6f-8a9b-000000000009"
+        )
+        migs: tuple[FakeMig, ...] = (*node.preset.migs[1:], new)
+        node.reconfigure_mig(migs)  # discovery runs again, forking NVML's child beside gRPC's threads
+        kubelet.wait_for("the new MIG device", lambda k: len(k.devices(small)) == 3)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        kubelet.stop()
+    assert process.returncode == 0, stderr
+    assert "discovering it again" in stderr
+    assert "fork" not in stderr, stderr
+    assert all(line.startswith("cdictk device-plugin: ") for line in stderr.splitlines()), stderr

@@ -1,0 +1,262 @@
+"""HealthMonitor's rules, fed the NVML child's messages directly with a clock of the test's own; then
+the child's life (restarted when it dies, every device in doubt meanwhile) with a stand-in child."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cdictk.deviceplugin.health import HealthMonitor, Watched
+from cdictk.deviceplugin.pluginsettings import IGNORED_XIDS, Health
+
+GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
+GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
+GPU_M = "GPU-cccccccc-0000-0000-0000-000000000003"  # in MIG mode: offered as its two MIG devices
+MIG_1 = "MIG-11111111-0000-0000-0000-000000000001"
+MIG_2 = "MIG-22222222-0000-0000-0000-000000000002"
+DEVICES = (
+    Watched(GPU_A, GPU_A),
+    Watched(GPU_B, GPU_B),
+    Watched(MIG_1, GPU_M, gi=1, ci=0),
+    Watched(MIG_2, GPU_M, gi=2, ci=0),
+)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Monitor:
+    """A HealthMonitor on DEVICES with a settable clock; counts on_change calls and keeps log lines."""
+
+    def __init__(self, **health: object) -> None:
+        self.clock = Clock()
+        self.changes = 0
+        self.lines: list[str] = []
+        settings = dataclasses.replace(Health(), **health)  # type: ignore[arg-type]
+        self.monitor = HealthMonitor(settings, self._changed, clock=self.clock, log=self.lines.append)
+        self.monitor.watch(DEVICES)
+        self.changes = 0
+
+    def _changed(self) -> None:
+        self.changes += 1
+
+    def feed(self, **message: object) -> dict[str, str]:
+        self.monitor.feed(dict(message))
+        return self.monitor.unhealthy()
+
+
+def test_every_device_is_healthy_until_told_otherwise() -> None:
+    m = Monitor()
+    assert m.monitor.unhealthy() == {}
+    assert m.monitor.links() == {}
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == {}
+    assert m.changes == 0  # nothing changed: the kubelet is not sent the same list again
+    assert m.monitor.probes == 1
+
+
+def test_a_lost_gpu_is_unhealthy_with_its_mig_devices_until_nvml_answers_again() -> None:
+    m = Monitor()
+    assert m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""}) == {GPU_A: "GPU is lost"}
+    assert m.changes == 1
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: "GPU is lost"}) == {
+        MIG_1: "GPU is lost",
+        MIG_2: "GPU is lost",
+    }
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == {}
+    assert m.changes == 3
+
+
+def test_a_fatal_xid_makes_the_gpu_unhealthy() -> None:
+    m = Monitor()
+    assert m.feed(xid=79, uuid=GPU_B, gi=None, ci=None) == {GPU_B: "Xid 79"}
+    assert m.changes == 1
+    assert any(f"Xid 79 on {GPU_B}: marked unhealthy" in line for line in m.lines)
+
+
+def test_an_xid_on_a_whole_gpu_in_mig_mode_makes_every_mig_device_unhealthy() -> None:
+    m = Monitor()
+    assert m.feed(xid=48, uuid=GPU_M, gi=None, ci=None) == {MIG_1: "Xid 48", MIG_2: "Xid 48"}
+
+
+def test_an_xid_naming_a_mig_instance_makes_that_mig_device_alone_unhealthy() -> None:
+    m = Monitor()
+    assert m.feed(xid=94, uuid=GPU_M, gi=2, ci=0) == {MIG_2: "Xid 94"}
+    # another compute instance of the same GPU instance is another device: none offered here
+    assert m.feed(xid=94, uuid=GPU_M, gi=1, ci=5) == {MIG_2: "Xid 94"}
+
+
+@pytest.mark.parametrize("xid", IGNORED_XIDS)
+def test_application_xids_are_ignored(xid: int) -> None:
+    m = Monitor()
+    assert m.feed(xid=xid, uuid=GPU_A, gi=None, ci=None) == {}
+    assert m.changes == 0
+    assert any(f"Xid {xid} on {GPU_A}: an application error" in line for line in m.lines)
+
+
+def test_the_ignored_list_is_the_settings_own() -> None:
+    m = Monitor(ignored_xids=(79,))
+    assert m.feed(xid=79, uuid=GPU_A, gi=None, ci=None) == {}
+    assert m.feed(xid=13, uuid=GPU_A, gi=None, ci=None) == {GPU_A: "Xid 13"}  # no longer in the list
+
+
+def test_an_xid_recovers_after_xid_recovery_seconds_without_another() -> None:
+    m = Monitor(xid_recovery=300.0)
+    m.feed(xid=79, uuid=GPU_A, gi=None, ci=None)
+    m.clock.now += 299.0
+    m.monitor.tick()
+    assert m.monitor.unhealthy() == {GPU_A: "Xid 79"}
+    assert m.changes == 1
+    # another Xid restarts the wait
+    m.feed(xid=62, uuid=GPU_A, gi=None, ci=None)
+    m.clock.now += 299.0
+    m.monitor.tick()
+    assert m.monitor.unhealthy() == {GPU_A: "Xid 62"}
+    m.clock.now += 1.0
+    m.monitor.tick()  # the plugin's look: the recovery time came, the list goes out again
+    assert m.monitor.unhealthy() == {}
+    assert m.changes == 3
+
+
+def test_a_recovered_xid_stays_unhealthy_while_nvml_has_lost_the_gpu() -> None:
+    m = Monitor(xid_recovery=10.0)
+    m.feed(xid=79, uuid=GPU_A, gi=None, ci=None)
+    m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""})
+    m.clock.now += 60.0
+    assert m.monitor.unhealthy() == {GPU_A: "GPU is lost"}
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == {}
+
+
+def test_never_recovering_is_nvidias_behaviour() -> None:
+    m = Monitor(xid_recovery=None)
+    m.feed(xid=79, uuid=GPU_A, gi=None, ci=None)
+    m.clock.now += 10**9
+    m.monitor.tick()
+    assert m.monitor.unhealthy() == {GPU_A: "Xid 79"}
+
+
+def test_while_the_child_is_down_every_device_is_unhealthy() -> None:
+    m = Monitor()
+    why = "waiting for NVML events failed: Unknown Error"
+    assert m.feed(error=why) == {device.uuid: why for device in DEVICES}
+    assert any(why in line for line in m.lines)
+    # the next probe vouches for them again
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == {}
+
+
+def test_links_are_kept_by_pair() -> None:
+    m = Monitor()
+    m.feed(links=[[GPU_A, GPU_B, 450], [GPU_A, GPU_M, 20]])
+    assert m.monitor.links() == {frozenset((GPU_A, GPU_B)): 450, frozenset((GPU_A, GPU_M)): 20}
+    assert m.changes == 0
+
+
+def test_watch_forgets_gpus_no_longer_there_and_reports_the_new_list() -> None:
+    m = Monitor()
+    m.feed(probe={GPU_A: "", GPU_B: "GPU is lost", GPU_M: ""})
+    m.feed(xid=79, uuid=GPU_A, gi=None, ci=None)
+    m.monitor.watch(DEVICES[2:])  # GPUs A and B gone from discovery (a driver reload, a new node)
+    assert m.monitor.unhealthy() == {}
+    m.monitor.watch(DEVICES)  # back: what was known of them is gone, not brought back
+    assert m.monitor.unhealthy() == {}
+
+
+def test_gpus_discovery_misses_are_unhealthy_until_nvml_answers_for_them() -> None:
+    m = Monitor()
+    m.monitor.watch(DEVICES, absent={GPU_M: "not found by the last discovery"})
+    assert m.monitor.unhealthy() == {
+        MIG_1: "not found by the last discovery",
+        MIG_2: "not found by the last discovery",
+    }
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: "GPU is lost"}) == {
+        MIG_1: "GPU is lost",
+        MIG_2: "GPU is lost",
+    }
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == {}
+    # a discovery that finds it again clears it too (health checks off: no probes)
+    m.monitor.watch(DEVICES, absent={GPU_A: "gone"})
+    assert m.monitor.unhealthy() == {GPU_A: "gone"}
+    m.monitor.watch(DEVICES)
+    assert m.monitor.unhealthy() == {}
+
+
+# ---- the child ---------------------------------------------------------------------------------
+
+CHILD = """
+import json, sys, time
+with open(sys.argv[1], "a") as runs:
+    runs.write(json.dumps(sys.argv[2:]) + "\\n")
+with open(sys.argv[1]) as runs:
+    count = len(runs.readlines())
+print(json.dumps({"links": [["a", "b", 100]]}), flush=True)
+print("not json", flush=True)
+print(json.dumps({"probe": {"GPU-x": "GPU is lost" if count == 1 else ""}}), flush=True)
+if count == 1:
+    sys.exit(3)
+time.sleep(60)
+"""
+
+
+def wait_until(what: str, predicate: object, timeout: float = 20.0) -> None:
+    assert callable(predicate)
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def child_monitor(tmp_path: Path, lines: list[str], **health: object) -> tuple[HealthMonitor, Path]:
+    """A monitor running the stand-in child, which logs its arguments to the returned file: the first
+    run reports GPU-x lost and exits 3, the second reports it answering and stays."""
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    runs = tmp_path / "runs"
+    settings = dataclasses.replace(Health(probe_interval=0.05), **health)  # type: ignore[arg-type]
+    monitor = HealthMonitor(settings, log=lines.append)
+    monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
+    monitor.start("/lib/libnvidia-ml.so.1", [sys.executable, str(script), str(runs)])
+    return monitor, runs
+
+
+def argvs(runs: Path) -> list[list[str]]:
+    return [json.loads(line) for line in runs.read_text().splitlines()] if runs.exists() else []
+
+
+def test_the_child_is_run_with_the_watched_gpus_and_restarted_when_it_dies(tmp_path: Path) -> None:
+    lines: list[str] = []
+    monitor, runs = child_monitor(tmp_path, lines)
+    try:
+        wait_until("the second child", lambda: len(argvs(runs)) == 2 and monitor.probes >= 2)
+        wait_until("GPU-x healthy in the second child's probe", lambda: monitor.unhealthy() == {})
+        assert argvs(runs) == [["--interval", "0.05", "/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y"]] * 2
+        assert lines == ["the NVML watcher exited with status 3; restarting it"]
+        assert monitor.links() == {frozenset(("a", "b")): 100}
+    finally:
+        monitor.stop()
+    assert len(argvs(runs)) == 2
+
+
+def test_without_health_checks_the_child_only_reports_topology_and_is_not_restarted(tmp_path: Path) -> None:
+    lines: list[str] = []
+    monitor, runs = child_monitor(tmp_path, lines, enabled=False)
+    try:
+        thread = monitor._thread
+        assert thread is not None
+        thread.join(timeout=20)
+        assert not thread.is_alive()
+        assert argvs(runs) == [
+            ["--interval", "0.05", "--topology-only", "/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y"]
+        ]
+        assert lines == []
+        assert monitor.links() == {frozenset(("a", "b")): 100}
+    finally:
+        monitor.stop()

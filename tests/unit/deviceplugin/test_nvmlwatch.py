@@ -1,0 +1,150 @@
+"""The NVML child's questions, asked of a stand-in with pynvml's names (topology scores, probes), and
+the child itself on the fake eight-GPU node's NVML: the links it reports, then Xid events and probes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cdictk.deviceplugin import nvmlwatch
+from cdictk.deviceplugin.nvmlwatch import NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
+from tests.conftest import NodeFactory
+
+
+class NVMLError(Exception):
+    pass
+
+
+class Handle:
+    def __init__(self, uuid: str, bus: str | bytes) -> None:  # pynvml answers either
+        self.uuid, self.bus = uuid, bus
+
+
+class FakeNvml:
+    """pynvml's calls the child makes, on GPUs given as (uuid, bus, PCIe level to the others, NVLinks)."""
+
+    NVMLError = NVMLError
+    NVML_NVLINK_MAX_LINKS = 4
+
+    def __init__(self, levels: dict[frozenset[str], int], nvlinks: dict[str, list[str | None]]) -> None:
+        self.handles = {
+            f"GPU-{n}": Handle(f"GPU-{n}", f"00000000:0{n}:00.0".encode() if n % 2 else f"00000000:0{n}:00.0")
+            for n in range(4)
+        }
+        self.levels, self.nvlinks = levels, nvlinks
+        self.lost: set[str] = set()
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Handle:
+        if uuid in self.lost or uuid not in self.handles:
+            raise NVMLError("GPU is lost" if uuid in self.lost else "Not Found")
+        return self.handles[uuid]
+
+    def nvmlDeviceGetPciInfo(self, handle: Handle) -> Any:
+        return type("Pci", (), {"busId": handle.bus})()
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, a: Handle, b: Handle) -> int:
+        level = self.levels.get(frozenset((a.uuid, b.uuid)))
+        if level is None:
+            raise NVMLError("Not Supported")
+        return level
+
+    def nvmlDeviceGetNvLinkState(self, handle: Handle, link: int) -> int:
+        peers = self.nvlinks.get(handle.uuid, [])
+        if link >= len(peers):
+            raise NVMLError("Not Supported")
+        return 1 if peers[link] is not None else 0
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: Handle, link: int) -> Any:
+        peer = self.nvlinks[handle.uuid][link]
+        assert peer is not None
+        return type("Pci", (), {"busId": self.handles[peer].bus})()
+
+
+def test_pair_score_is_pcie_closeness_plus_100_per_nvlink() -> None:
+    nvml = FakeNvml(
+        {frozenset(("GPU-0", "GPU-1")): 10, frozenset(("GPU-0", "GPU-2")): 50},
+        {"GPU-0": ["GPU-1", None, "GPU-1", "GPU-3"]},  # two links to GPU 1, one to 3, one down
+    )
+    h = nvml.handles
+    assert pair_score(nvml, h["GPU-0"], h["GPU-1"], "00000000:01:00.0") == PCIE_SCORES[10] + 2 * NVLINK_SCORE
+    assert pair_score(nvml, h["GPU-0"], h["GPU-2"], "00000000:02:00.0") == PCIE_SCORES[50]
+    # topology unknown: NVLinks alone; bus IDs compared without case
+    assert pair_score(nvml, h["GPU-0"], h["GPU-3"], "00000000:03:00.0".upper()) == NVLINK_SCORE
+    assert pair_score(nvml, h["GPU-2"], h["GPU-3"], "00000000:03:00.0") == 0
+
+
+def test_links_pairs_every_gpu_nvml_finds() -> None:
+    nvml = FakeNvml({frozenset(("GPU-0", "GPU-1")): 10}, {})
+    nvml.lost.add("GPU-2")
+    assert links(nvml, ["GPU-0", "GPU-1", "GPU-2", "GPU-9"]) == [["GPU-0", "GPU-1", PCIE_SCORES[10]]]
+
+
+def test_probe_says_why_a_gpu_is_not_found() -> None:
+    nvml = FakeNvml({}, {})
+    nvml.lost.add("GPU-1")
+    assert probe(nvml, ["GPU-0", "GPU-1"]) == {"GPU-0": "", "GPU-1": "GPU is lost"}
+
+
+def test_usage_without_a_library(capsys: pytest.CaptureFixture[str]) -> None:
+    assert nvmlwatch.main(["--interval", "1"]) == 2
+    assert "usage: python -m cdictk.deviceplugin.nvmlwatch" in capsys.readouterr().err
+
+
+def test_a_library_that_is_not_there_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert nvmlwatch.main(["/nonexistent/libnvidia-ml.so.1", "GPU-0"]) == 1
+    [line] = capsys.readouterr().out.splitlines()
+    assert json.loads(line)["error"].startswith("NVML at /nonexistent/libnvidia-ml.so.1: ")
+
+
+def child(library: str, uuids: list[str], *options: str) -> subprocess.Popen[str]:
+    command = [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch", *options, library, *uuids]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+
+
+def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+    """The child's messages up to the first with key ``wanted``."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    heard: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        assert line, f"the child ended: {heard}"
+        heard.append(json.loads(line))
+        if wanted in heard[-1]:
+            return heard
+    raise AssertionError(f"no {wanted} within {timeout} s: {heard}")
+
+
+def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    library = str(Path(node.lib_dir) / "libnvidia-ml.so.1")
+    uuids = [gpu.uuid for gpu in node.preset.gpus]
+    topology_only = child(library, uuids, "--topology-only")
+    assert topology_only.stdout is not None
+    [first] = [json.loads(line) for line in topology_only.stdout]
+    assert topology_only.wait(timeout=30) == 0
+    scores = {frozenset((a, b)): score for a, b, score in first["links"]}
+    assert len(scores) == 28  # every pair of eight
+    # GPUs 2 and 3: four NVLinks on one PCIe switch; 3 and 4: across NUMA nodes
+    assert scores[frozenset(uuids[2:4])] == 4 * NVLINK_SCORE + PCIE_SCORES[10]
+    assert scores[frozenset(uuids[3:5])] < scores[frozenset(uuids[1:3])]
+    watching = child(library, uuids, "--interval", "0.1")
+    try:
+        assert read_until(watching, "probe")[-1]["probe"] == dict.fromkeys(uuids, "")
+        node.nvml_event("xid gpu=3 xid=79")
+        [xid] = [m for m in read_until(watching, "xid") if "xid" in m]
+        assert xid == {"xid": 79, "uuid": uuids[3], "gi": None, "ci": None}
+        node.nvml_event("lost gpu=5")
+        deadline = time.monotonic() + 20
+        while (probed := read_until(watching, "probe")[-1]["probe"])[uuids[5]] == "":
+            assert time.monotonic() < deadline
+        assert probed[uuids[5]] and all(probed[u] == "" for u in uuids if u != uuids[5])
+    finally:
+        watching.kill()
+        watching.wait()
