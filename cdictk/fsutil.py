@@ -31,8 +31,13 @@ def atomic_write(
     sweep: bool = False,
     lock: bool = False,
     no_replace: bool = False,
+    engine_directory: bool = False,
 ) -> os.stat_result:
     """Replace ``path`` with ``data`` atomically; return the new file's status as written.
+
+    Its directory must be root's alone first (:func:`check_directory`), unless ``engine_directory``:
+    an OCI bundle, the engine's own, where whoever could change the directory could have changed the
+    file we read (the shim's ``config.json``).
 
     The new file keeps the mode and owner of the file it replaces (with ``keep_mode=False`` it gets
     ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A symlink at
@@ -51,6 +56,8 @@ def atomic_write(
     a hard link, which fails the same way).
     """
     directory = os.path.dirname(path) or "."
+    if not engine_directory:
+        check_directory(directory)
     try:
         old = os.lstat(path)
     except FileNotFoundError:
@@ -218,6 +225,40 @@ def _unlink(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+def check_directory(directory: str) -> None:
+    """Refuse, with one line, a directory to write into that someone other than root (or the user
+    running us) could change: along its name and where its links lead, every entry must be ours and
+    writable by nobody else (:func:`cdictk.trust.path_problem`); the directory itself may be a sticky
+    one (``/tmp``), where nobody else may rename or remove what we put there. A link on the way is
+    followed only once it passed the same check, so a user's ``/tmp/pub/specs -> /etc`` is refused,
+    never written through. What passes can only be changed by root afterwards: writing by path is
+    then writing where it was checked."""
+    from cdictk.trust import path_problem  # noqa: PLC0415 - not on the shim's path
+
+    if not os.path.isdir(directory):
+        return  # nothing can be written there: the write says why
+    problem = path_problem(os.path.abspath(directory), leaf_sticky_ok=True)
+    if problem is not None:
+        raise CdictkError(directory, "", f"not written: {problem}: someone other than root could change it")
+
+
+def writable_directory(directory: str, mode: int = 0o755) -> None:
+    """The directory a writer writes into, made when missing (:func:`make_dirs`) and checked
+    (:func:`check_directory`): the deepest part that exists is checked before anything is made under
+    it, and the whole of it after, so nothing is made in a directory of someone else's and a
+    directory someone else made meanwhile (in ``/tmp``) is refused."""
+    existing = os.path.abspath(directory)
+    while not os.path.lexists(existing) and existing != "/":
+        existing = os.path.dirname(existing)
+    check_directory(existing)
+    if existing != os.path.abspath(directory):
+        try:
+            make_dirs(directory, mode)
+        except OSError as exc:
+            raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from exc
+        check_directory(directory)
 
 
 def make_dirs(path: str, mode: int = 0o755) -> None:

@@ -41,5 +41,6 @@ def dump_config(config: dict[str, Any], *, compact: bool = False) -> bytes:
     return (json.dumps(config, indent=2, ensure_ascii=False) + "\n").encode()
 
 
-def write_config(path: str, config: dict[str, Any], *, compact: bool = False) -> None:
-    atomic_write(path, dump_config(config, compact=compact))
+def write_config(path: str, config: dict[str, Any], *, compact: bool = False, in_place: bool = False) -> None:
+    """``in_place``: ``path`` is the config read, in its bundle (the engine's directory, unchecked)."""
+    atomic_write(path, dump_config(config, compact=compact), engine_directory=in_place)

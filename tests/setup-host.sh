@@ -3,6 +3,8 @@
 # quick when everything is already in place, so `make test` runs it every time.
 #  - the container tools the tests drive: runc, crun, podman, containerd, busybox-static, gcc,
 #    debootstrap and debian-archive-keyring (Ubuntu too checks what comes from Debian with it);
+#    buildah (an image with annotations of its own) and uidmap (newuidmap: rootless podman), which
+#    podman only recommends;
 #    python3-yaml, so that a launcher made for Debian's own Python is tested with the PyYAML apt puts
 #    outside its site-packages; systemd, whose systemd-analyze verifies deploy/'s units;
 #  - containerd 2.x and dockerd 28.x from Debian sid, unpacked (not installed) into a cache by
@@ -20,7 +22,7 @@ set -euo pipefail
 
 # debian-archive-keyring: on Ubuntu too, to check what comes from Debian (sid's daemons, the rootfs).
 packages=(runc crun podman containerd busybox-static gcc patch debootstrap debian-archive-keyring python3-yaml
-  systemd)
+  systemd buildah uidmap)
 
 if [[ $(id -u) -ne 0 ]]; then
   echo "setup-host: not root; skipping host setup (the end-to-end tests will be skipped)" >&2

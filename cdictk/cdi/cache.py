@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from cdictk.parsecache import ParseCache
 
 ENTRY = "spec-index"
-_FORMAT = 3
+_FORMAT = 4
 
 
 class UnresolvedDevicesError(CdictkError):
@@ -92,8 +92,13 @@ class SpecCache:
 
     def inject(self, config: dict[str, Any], requested: Sequence[str], config_file: str) -> None:
         """Apply the ``requested`` devices to the OCI ``config`` in place, all or none of them: what
-        ``cdictk cdi inject`` and the library's :meth:`cdictk.api.SpecCache.inject` do."""
-        apply_edits(config, self.resolve(requested), config_file)
+        ``cdictk cdi inject`` and the library's :meth:`cdictk.api.SpecCache.inject` do. A host path that
+        is no longer root's alone (:mod:`cdictk.cdi.mountcheck`) refuses them all."""
+        from cdictk.cdi.mountcheck import check_host_paths  # noqa: PLC0415
+
+        sources = self.resolve(requested)
+        check_host_paths(sources)
+        apply_edits(config, sources, config_file)
 
     def _hint(self) -> str:
         if self.problems:
@@ -210,15 +215,23 @@ def _snapshot(dirs: Sequence[str], trusted_only: bool) -> tuple[list[Any] | None
     for directory in dirs:
         problems: list[Any] = []
         files: list[Any] = []
-        for path in spec_paths(directory, problems, trusted_only=trusted_only):
+        # The mount table is looked at when the index is built; a mount made since changes a device.
+        for path in spec_paths(directory, problems, trusted_only=trusted_only, filesystems=False):
             text, stat_of = _read(path)
             stamp.append([path, stat_of])
-            files.append([path, text])
+            files.append([path, text, stat_of[0] if stat_of else None])
             if text is None:
                 key = None
         if key is not None:
-            key.append([directory, [str(problem) for problem in problems], files])
+            key.append([directory, _device(directory), [str(problem) for problem in problems], files])
     return key, stamp
+
+
+def _device(directory: str) -> int | None:
+    try:
+        return os.stat(directory).st_dev
+    except OSError:
+        return None
 
 
 def _code_stamp() -> list[Any]:

@@ -9,6 +9,13 @@ else (:mod:`cdictk.trust`). Anything else is skipped with a problem that names i
 reference library does no such check. ``trusted_only=False`` (``accept-untrusted-specs``) is for
 rootless and test setups.
 
+A file system whose owners and contents a daemon reports is trusted only when root runs the daemon:
+a FUSE mount's ``user_id=`` (mountinfo) must be 0. Another user's FUSE mount (``allow_other``) can
+claim root's ownership and hand out one text to the check and another to the read. The mounts are
+looked up where the spec files are parsed (``filesystems``); the runtime shim's warm start instead
+keys its stored index on each spec dir's and file's device (:mod:`cdictk.cdi.cache`), so a mount
+made since is a miss, checked then.
+
 Its own module so that the runtime shim can list the spec dirs (to check its spec cache) without
 importing the spec loader. Standard library only.
 """
@@ -31,10 +38,15 @@ UNTRUSTED = "not trusted, skipped"  # how a problem of trust starts
 
 
 def spec_paths(
-    directory: str, problems: list[Problem], *, require_dirs: bool = False, trusted_only: bool = True
+    directory: str,
+    problems: list[Problem],
+    *,
+    require_dirs: bool = False,
+    trusted_only: bool = True,
+    filesystems: bool = True,
 ) -> list[str]:
     """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``,
-    and so does each file skipped for trust."""
+    and so does each file skipped for trust. ``filesystems``: the FUSE check too (see above)."""
     try:
         with os.scandir(directory) as entries:
             names = sorted(
@@ -53,13 +65,14 @@ def spec_paths(
     if not trusted_only or not paths:
         return paths
     seen: Seen = {}
-    why = path_problem(directory, seen=seen)
+    mounts = _Mounts() if filesystems else None
+    why = path_problem(directory, seen=seen) or (mounts.problem(directory) if mounts else None)
     if why is not None:
         problems.append(Problem(directory, "", f"{UNTRUSTED}: {why}"))
         return []
     trusted = []
     for path in paths:
-        why = path_problem(path, seen=seen)
+        why = path_problem(path, seen=seen) or (mounts.problem(path) if mounts else None)
         if why is None:
             trusted.append(path)
         else:
@@ -70,3 +83,48 @@ def spec_paths(
 def untrusted(problem: Problem) -> bool:
     """Whether ``problem`` is a spec file or directory skipped for trust."""
     return problem.reason.startswith(UNTRUSTED)
+
+
+class _Mounts:
+    """The FUSE mounts of this process's mount table, read when first asked."""
+
+    def __init__(self) -> None:
+        self._fuse: dict[int, tuple[str, str]] | None = None  # device -> (fstype, the daemon's uid)
+
+    def problem(self, path: str) -> str | None:
+        """Why ``path`` (followed) is on a FUSE file system whose daemon is not root's, or None."""
+        try:
+            device = os.stat(path).st_dev
+        except OSError:
+            return None  # what cannot be read is reported where it is read
+        if self._fuse is None:
+            self._fuse = _fuse_mounts()
+        found = self._fuse.get(device)
+        if found is None or found[1] == "0":
+            return None
+        fstype, owner = found
+        return (
+            f"{path}: on a {fstype} file system mounted by uid {owner}: its daemon reports the owners "
+            "and the contents"
+        )
+
+
+def _fuse_mounts() -> dict[int, tuple[str, str]]:
+    from cdictk import mountinfo  # noqa: PLC0415 - only where the spec files are parsed
+
+    try:
+        fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return {}
+    try:
+        mounts = mountinfo.read(fd)
+    except (OSError, ValueError):
+        return {}
+    finally:
+        os.close(fd)
+    fuse: dict[int, tuple[str, str]] = {}
+    for mount in mounts:
+        if mount.fstype == "fuse" or mount.fstype.startswith(("fuse.", "fuseblk")):
+            options = dict(option.partition("=")[::2] for option in mount.super_options.split(","))
+            fuse[mount.dev] = (mount.fstype, options.get("user_id", "unknown"))
+    return fuse

@@ -31,7 +31,7 @@ from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps_of
+from cdictk.fsutil import atomic_write, read_capped, sweep_temps_of, writable_directory
 from cdictk.trust import WRITABLE, path_problem
 
 SUFFIXES = (".json", ".yaml")  # what the reference library may have written for the same name
@@ -196,9 +196,9 @@ class TransientSpecs:
                 return False
 
             try:
-                make_dirs(self.spec_dir, 0o755)
-            except OSError as exc:
-                raise SpecDirError(self.spec_dir, f"cannot create: {exc.strerror}") from exc
+                writable_directory(self.spec_dir)
+            except CdictkError as exc:
+                raise SpecDirError(self.spec_dir, exc.problem.reason) from exc
             info = os.lstat(self.spec_dir)
         if stat.S_ISLNK(info.st_mode):
             raise SpecDirError(self.spec_dir, "is a symlink; refusing to write specs through it")

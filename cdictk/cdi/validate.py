@@ -3,7 +3,9 @@
 This is stricter than loading for injection: the schema's findings (relative paths, a hook timeout of
 0, odd annotation keys), a ``kind`` that breaks the CDI specification (a vendor with "_") and a
 ``.json`` file that is YAML but not JSON (a trailing comma) make ``cdictk cdi validate`` fail, but
-runtimes accept such specs, so the registry still lists their devices.
+runtimes accept such specs, so the registry still lists their devices. So does a mount or device node
+whose host path is not root's alone (:mod:`cdictk.cdi.mountcheck`): cdictk refuses it at container
+start, and other runtimes mount it as root.
 
 Warnings name what runtimes read differently from what the author likely meant, or from cdictk
 (docs/compatibility.md): YAML after the first document, null list items, a one-character vendor or
@@ -20,6 +22,7 @@ from typing import Any
 from cdictk import fsutil
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Spec
+from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.names import kind_spec_problem, split_kind
 from cdictk.cdi.parse import more_documents, parse_document
 from cdictk.cdi.registry import load_registry
@@ -61,6 +64,8 @@ def validate_file(path: str) -> Report:
         ]
         return report
     report.problems += check_spec(report.spec, path)
+    # A CDI-native engine mounts these as root without the check cdictk makes at container start.
+    report.problems += spec_problems(report.spec, path)
     reported = {problem.field for problem in report.problems}
     if "kind" not in reported:
         kind = kind_spec_problem(report.spec.kind)

@@ -163,7 +163,7 @@ def inject_command(
         sys.stdout.buffer.write(dump_config(oci))
         sys.stdout.flush()
     else:
-        write_config(target, oci)
+        write_config(target, oci, in_place=target == config)
     return 0
 
 

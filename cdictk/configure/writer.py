@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps
+from cdictk.fsutil import atomic_write, read_capped, sweep_temps, writable_directory
 
 MAX_CONFIG_BYTES = 16 << 20
 BACKUP_SUFFIX = ".cdictk.orig"
@@ -67,8 +67,8 @@ def locked(path: str, *, create: bool = True) -> Iterator[None]:
     if not create and not os.path.isdir(directory):
         yield
         return
+    writable_directory(directory)
     try:
-        make_dirs(directory)
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as exc:
         raise CdictkError(directory, "", exc.strerror or str(exc)) from exc
@@ -120,11 +120,7 @@ def commit(current: Current, new: str | None, *, dry_run: bool, backup: bool = T
         except OSError as exc:
             raise CdictkError(current.path, "", f"cannot remove: {exc.strerror}") from exc
         return True
-    directory = os.path.dirname(current.path)
-    try:
-        make_dirs(directory)  # conf.d/ may not exist yet
-    except OSError as exc:
-        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from exc
+    writable_directory(os.path.dirname(current.path))  # conf.d/ may not exist yet
     atomic_write(current.path, new.encode("utf-8"), sweep=True)
     return True
 

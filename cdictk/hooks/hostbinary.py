@@ -28,6 +28,7 @@ _MFD_EXEC = 0x10  # Linux 6.3; needed where vm.memfd_noexec makes memfds non-exe
 _PT_INTERP = 3
 _MAX_PROGRAM_HEADERS = 512
 # ELF e_machine of the programs this machine runs natively, by `uname -m`.
+_INIT_USER_NS = 0xEFFFFFFD  # the inode of the host's user namespace (PROC_USER_INIT_INO), fixed by the kernel
 _ELF_MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
 
 
@@ -60,13 +61,33 @@ def _check_host_file(fd: int, path: str, what: str) -> int:
     if not stat.S_ISREG(st.st_mode):
         raise HookError(f"{what} {path} is not a regular file")
     # Anyone who can write the file could make every container start run their code as root.
-    if st.st_uid != 0:
+    if st.st_uid != 0 and not _beyond_the_users_reach(fd):
         raise HookError(f"{what} {path} is owned by uid {st.st_uid}, not root; refusing to run it")
     if st.st_mode & 0o022:
         raise HookError(f"{what} {path} is writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
     if not 0 < st.st_size <= MAX_BINARY_SIZE:
         raise HookError(f"{what} {path} is {st.st_size} bytes; expected 1 to {MAX_BINARY_SIZE}")
     return st.st_size
+
+
+def _beyond_the_users_reach(fd: int) -> bool:
+    """For a hook in a user namespace that is not the host's (rootless podman; crun and runc under it):
+    whether the file (not root's as the namespace sees it) is out of reach of the user who started
+    the container.
+
+    There the hook runs as that user, and the host's root owns nothing the namespace can name: its
+    files show as the overflow uid (65534), as do other users'. An id the namespace maps (the user, as
+    uid 0, and the subordinate ids its containers' processes run as) lets the hook write a file it
+    owns; an unmapped one does not. So the kernel is asked: a file the hook could write, the user's
+    containers could have written too. A hook of the host's user namespace (real root) is never asked:
+    there only root's own files pass. Unknown namespace: the host's.
+    """
+    try:
+        if os.stat("/proc/self/ns/user").st_ino == _INIT_USER_NS:
+            return False
+    except OSError:
+        return False
+    return not os.access(f"/proc/self/fd/{fd}", os.W_OK, effective_ids=True)
 
 
 def _sealed_copy(src: int, size: int, what: str) -> int:

@@ -95,6 +95,12 @@ def _risks(settings: Settings) -> list[tuple[str, str, bool]]:
             settings.accept_env_unprivileged,
         ),
         (
+            "requests.accept-copied-annotations",
+            "under podman and CRI-O, an image's own annotations (podman) or a pod author's (CRI-O) ask for "
+            "any device",
+            settings.accept_copied_annotations,
+        ),
+        (
             "runtime.accept-untrusted-specs",
             "spec files that users other than root could change are read, and their hooks run as root",
             settings.accept_untrusted_specs,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -10,6 +11,8 @@ from cdictk.info.enginestate import check_engines
 from cdictk.info.platforms import check_node
 from cdictk.info.specs import SpecCheck, SpecState, check_specs
 from cdictk.node.roots import Roots
+from cdictk.nvcdi.nodespec import LEFT_OUT
+from cdictk.trustscan import repairs
 
 
 @dataclass(slots=True)
@@ -26,12 +29,12 @@ class InfoReport:
 
 def gather(roots: Roots, spec_dirs: list[str], kind: str, host_root: str) -> InfoReport:
     node = check_node(roots)
-    fresh = _fresh_spec(roots, node, kind, host_root)
+    fresh, left_out = _fresh_spec(roots, node, kind, host_root)
     check = SpecCheck(
         kind, node.facts, fresh, host_root, ("cdictk", "cdi", "generate", *root_flags(roots, host_root))
     )
     specs, spec_findings = check_specs(spec_dirs, check)
-    findings = [*node.findings, *spec_findings, *check_engines(host_root)]
+    findings = [*node.findings, *_left_out_findings(left_out), *spec_findings, *check_engines(host_root)]
     return InfoReport(roots, node, specs, findings)
 
 
@@ -51,10 +54,11 @@ def root_flags(roots: Roots, host_root: str = "/") -> list[str]:
     return flags
 
 
-def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> bytes | None:
-    """What ``cdictk cdi generate`` writes now with its defaults; None without GPUs."""
+def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> tuple[bytes | None, list[str]]:
+    """What ``cdictk cdi generate`` writes now with its defaults (None without GPUs), and the host paths
+    it leaves out because someone other than root could change them."""
     if node.facts is None:
-        return None
+        return None, []
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.node.modes import Mode  # noqa: PLC0415
     from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
@@ -65,9 +69,22 @@ def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> by
     try:
         options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
         made = node_spec(roots, Mode.AUTO, options, where="<fresh>", host_root=host_root, facts=node.facts)
-        return made.dump("yaml")
+        left_out = [line for line in made.warnings if line.endswith(LEFT_OUT)]
+        return made.dump("yaml"), left_out
     except CdictkError:
-        return None
+        return None, []
+
+
+def _left_out_findings(lines: list[str]) -> list[Finding]:
+    """A warning for each host path generate leaves out (a user's /tmp/nvidia-mps: MPS clients in
+    containers then find no daemon), with what would make it root's or remove it."""
+    findings = []
+    for line in lines:
+        path = line.split(": ", 1)[0]
+        commands = " && ".join(shlex.join(command) for command in repairs(path, owners=frozenset({0})))
+        fix = f"{commands}, if it is the node's; else {shlex.join(['rm', '-r', path])}" if commands else ""
+        findings.append(Finding("host paths", Status.WARN, line, fix))
+    return findings
 
 
 def to_json(report: InfoReport) -> dict[str, Any]:

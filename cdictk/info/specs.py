@@ -12,7 +12,9 @@ wrong thing (NVIDIA's #885 and #1828, stale specs after driver upgrades and MIG 
   node's GPUs and MIG devices: one is missing, or it names one that no longer exists.
 
 Two files defining the same device (the runtimes drop it) fail as well, and so does a spec file that
-someone other than root could change (cdictk skips it; other runtimes would run its hooks as root).
+someone other than root could change (cdictk skips it; other runtimes would run its hooks as root), and
+a spec of any kind that mounts a host path someone other than root could change (cdictk refuses it at
+container start; other runtimes mount it as root).
 A spec that is not stale but differs from what ``cdictk cdi generate`` writes now (other options, an
 older cdictk) is reported without failing. Specs of other kinds are only checked for being readable,
 and a problem there is a warning whose fix never writes over them.
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 
 from cdictk.cdi.load import read_document
 from cdictk.cdi.model import ContainerEdits, Spec
+from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.registry import load_registry
 from cdictk.cdi.specdirs import untrusted
 from cdictk.errors import CdictkError
@@ -43,7 +46,7 @@ class SpecState:
     path: str
     kind: str  # "" when the file cannot be read
     devices: int
-    status: str  # "current", "differs", "stale", "invalid", "untrusted"
+    status: str  # "current", "differs", "stale", "invalid", "untrusted", "unsafe"
     reason: str
 
 
@@ -97,6 +100,11 @@ def check_specs(dirs: list[str], check: SpecCheck) -> tuple[list[SpecState], lis
     for spec_file in registry.spec_files:
         state = _check(spec_file.path, spec_file.spec, check)
         states.append(state)
+        if state.status == "unsafe":  # any kind: a CDI-native engine mounts it as root
+            findings.append(
+                Finding(f"spec {state.path}", Status.FAIL, state.reason, _unsafe_fix(state, check))
+            )
+            continue
         if state.kind != check.kind:
             continue
         label = f"spec {state.path}"
@@ -139,6 +147,9 @@ def _declared_kind(path: str) -> str:
 
 def _check(path: str, spec: Spec, check: SpecCheck) -> SpecState:
     count = len(spec.devices)
+    unsafe = _foreign_paths(spec, path, check.host_root)
+    if unsafe:
+        return SpecState(path, spec.kind, count, "unsafe", unsafe)
     if spec.kind != check.kind:
         return SpecState(path, spec.kind, count, "current", "another kind")
     reasons = _node_problems(spec, check.host_root)
@@ -154,6 +165,23 @@ def _check(path: str, spec: Spec, check: SpecCheck) -> SpecState:
     if same:
         return SpecState(path, spec.kind, count, "current", "as cdictk cdi generate writes it now")
     return SpecState(path, spec.kind, count, "differs", "usable, but not what cdictk cdi generate writes now")
+
+
+def _foreign_paths(spec: Spec, path: str, host_root: str) -> str:
+    """What of ``spec`` is mounted from host paths others could change ("" when nothing is)."""
+    if host_root != "/":
+        return ""  # the specs' host paths are the node's, seen elsewhere: not judged from here
+    problems = spec_problems(spec, path)
+    if not problems:
+        return ""
+    shown = _shown([problem.reason.split(": cdictk refuses")[0] for problem in problems])
+    return f"mounts host paths someone other than root could change: {shown}"
+
+
+def _unsafe_fix(state: SpecState, check: SpecCheck) -> str:
+    if state.kind == check.kind:
+        return f"make those paths root's, or {check.regenerate(state.path)} (it leaves them out)"
+    return "make those paths root's, or remove the spec"
 
 
 def _edits(spec: Spec) -> list[ContainerEdits]:

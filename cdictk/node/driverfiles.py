@@ -75,6 +75,7 @@ class DriverFile:
     path: str  # in the container
     host_path: str
     kind: FileKind
+    via: tuple[str, ...] = ()  # the host paths of the symlinks followed to host_path
 
 
 @dataclass(slots=True)
@@ -91,23 +92,28 @@ def _lstat_mode(path: str) -> int:
         return 0
 
 
-def _in_root(roots: Roots, path: str, is_kind: Callable[[int], bool]) -> str | None:
+def _in_root(
+    roots: Roots, path: str, is_kind: Callable[[int], bool], via: list[str] | None = None
+) -> str | None:
     """The host path of what ``path`` names in the driver root (symlinks followed inside the root), if
-    it is of the kind ``is_kind`` tests for. Never a host path reached through an absolute link."""
-    real = resolve(roots.driver, path)
+    it is of the kind ``is_kind`` tests for. Never a host path reached through an absolute link.
+    ``via`` gets the links followed: whoever owns one chose the result (a user's ``/tmp/nvidia-mps``
+    linked to ``/etc``), so they are checked with it
+    (:func:`cdictk.nvcdi.nodespec.leave_out_foreign_paths`)."""
+    real = resolve(roots.driver, path, via)
     if real is None:
         return None
     host = join(roots.driver, real)
     return host if is_kind(_lstat_mode(host)) else None
 
 
-def _regular_in_root(roots: Roots, path: str) -> str | None:
-    return _in_root(roots, path, stat.S_ISREG)
+def _regular_in_root(roots: Roots, path: str, via: list[str] | None = None) -> str | None:
+    return _in_root(roots, path, stat.S_ISREG, via)
 
 
-def _list_in_root(roots: Roots, directory: str) -> tuple[str, list[str]]:
+def _list_in_root(roots: Roots, directory: str, via: list[str] | None = None) -> tuple[str, list[str]]:
     """``directory`` resolved inside the driver root and its entries' names (none when it is missing)."""
-    real = resolve(roots.driver, directory)
+    real = resolve(roots.driver, directory, via)
     if real is None:
         return directory, []
     try:
@@ -143,14 +149,15 @@ def find_binaries(roots: Roots, found: Found, lib_dirs: list[str] | None = None)
     for name in BINARIES:
         scripts = []
         for directory in binary_dirs(lib_dirs or []):
-            host = _regular_in_root(roots, f"{directory}/{name}")
+            via: list[str] = []
+            host = _regular_in_root(roots, f"{directory}/{name}", via)
             if host is None:
                 continue
             if not _is_elf(host):
                 scripts.append(f"{directory}/{name}")
                 continue
             path = f"{directory}/{name}" if directory in BINARY_DIRS else f"/usr/bin/{name}"
-            found.files.append(DriverFile(path, host, FileKind.BINARY))
+            found.files.append(DriverFile(path, host, FileKind.BINARY, tuple(via)))
             break
         else:
             found.missing.append(f"{name} (only {scripts[0]}, not an ELF program)" if scripts else name)
@@ -186,16 +193,18 @@ def find_firmware(roots: Roots, version: str, found: Found, lib_dirs: list[str] 
     """``nvidia/<version>/gsp*.bin``, searched where the kernel's firmware loader searches."""
     taken: set[str] = set()
     for directory in firmware_dirs(roots, lib_dirs):
-        where, names = _list_in_root(roots, f"{directory}/nvidia/{version}")
+        dir_via: list[str] = []
+        where, names = _list_in_root(roots, f"{directory}/nvidia/{version}", dir_via)
         for name in names:
             if name.startswith("gsp") and name.endswith(".bin") and name not in taken:
-                host = _regular_in_root(roots, f"{where}/{name}")
+                via = list(dir_via)
+                host = _regular_in_root(roots, f"{where}/{name}", via)
                 if host is not None:
                     taken.add(name)
                     # Where the image's tools look whatever the host's layout (merged /usr or not,
                     # a custom firmware path): /lib/firmware, as NVIDIA mounts it.
                     container = f"{FIRMWARE_DIR}/nvidia/{version}/{name}"
-                    found.files.append(DriverFile(container, host, FileKind.FIRMWARE))
+                    found.files.append(DriverFile(container, host, FileKind.FIRMWARE, tuple(via)))
     if not taken:
         found.missing.append(f"GSP firmware for {version}")
 
@@ -204,13 +213,15 @@ def find_ipc(roots: Roots, found: Found, mps_pipe_dir: str = MPS_PIPE_DIR) -> No
     """The persistenced and fabricmanager sockets and the MPS pipe directory, when their daemons run."""
     for candidates in SOCKETS:
         for path in candidates:
-            host = _in_root(roots, path, stat.S_ISSOCK)
+            via: list[str] = []
+            host = _in_root(roots, path, stat.S_ISSOCK, via)
             if host is not None:
-                found.files.append(DriverFile(path, host, FileKind.SOCKET))
+                found.files.append(DriverFile(path, host, FileKind.SOCKET, tuple(via)))
                 break
-    host = _in_root(roots, mps_pipe_dir, stat.S_ISDIR)
+    via = []
+    host = _in_root(roots, mps_pipe_dir, stat.S_ISDIR, via)
     if host is not None:
-        found.files.append(DriverFile(mps_pipe_dir, host, FileKind.DIRECTORY))
+        found.files.append(DriverFile(mps_pipe_dir, host, FileKind.DIRECTORY, tuple(via)))
 
 
 def find_configs(roots: Roots, found: Found, lib_dirs: list[str] | None = None) -> None:
@@ -227,12 +238,13 @@ def find_configs(roots: Roots, found: Found, lib_dirs: list[str] | None = None) 
     for relative in CONFIG_FILES:
         for directory in (*CONFIG_SEARCH_DIRS, *trees):
             path = f"{directory}/{relative}"
-            host = _regular_in_root(roots, path)
+            via: list[str] = []
+            host = _regular_in_root(roots, path, via)
             if host is None:
                 continue
             if directory in trees:
                 path = f"/etc/{relative}" if relative.startswith("OpenCL/") else f"/usr/share/{relative}"
-            found.files.append(DriverFile(path, host, FileKind.CONFIG))
+            found.files.append(DriverFile(path, host, FileKind.CONFIG, tuple(via)))
             break
 
 

@@ -90,12 +90,13 @@ def join(root: str, path: str) -> str:
     return base + "/" + path.lstrip("/") if base else "/" + path.lstrip("/")
 
 
-def resolve(root: str, path: str) -> str | None:
+def resolve(root: str, path: str, followed: list[str] | None = None) -> str | None:
     """Follow symlinks in ``path`` as if ``root`` were ``/``; the final path inside ``root``, or None.
 
     A driver root is another system's tree: an absolute link target such as
     ``/usr/lib/x86_64-linux-gnu/libcuda.so.1`` means that path under the root, never on this host, and
-    ``..`` stops at the root. None for a dangling link, a loop or a missing component.
+    ``..`` stops at the root. None for a dangling link, a loop or a missing component. ``followed``
+    gets the host path of each link followed, whose owners decide what the result is.
     """
     pending = deque(part for part in path.split("/") if part)
     resolved: list[str] = []
@@ -119,6 +120,8 @@ def resolve(root: str, path: str) -> str | None:
         links += 1
         if links > _MAX_LINKS:
             return None
+        if followed is not None:
+            followed.append(host)
         try:
             target = os.readlink(host)
         except OSError:

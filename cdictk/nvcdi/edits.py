@@ -7,8 +7,11 @@ from cdictk.node.devnodes import NodeInfo
 from cdictk.node.driverfiles import DriverFile, FileKind
 
 READ_ONLY = ["ro", "nosuid", "nodev", "rbind", "rprivate"]
-# Sockets and the MPS pipe directory are written to by the container's clients: not read-only.
-IPC = ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
+# The sockets and the MPS pipe directory: clients connect to the daemons' sockets and open the pipes
+# the MPS daemon made there, and the kernel checks both on the inode, not the mount: a read-only bind
+# lets them (tests/unit/nvcdi/test_edits.py), and keeps a container from creating, renaming or
+# chmod'ing anything in a host directory every GPU container shares.
+IPC = [*READ_ONLY, "noexec"]
 
 
 def device_node(node: NodeInfo) -> DeviceNode:

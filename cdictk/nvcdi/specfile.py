@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps
+from cdictk.fsutil import atomic_write, read_capped, sweep_temps, writable_directory
 from cdictk.node.fingerprint import node_fingerprint
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import NodeSpec
@@ -63,11 +63,7 @@ def _not_ours(info: os.stat_result) -> str | None:
 def write(path: str, data: bytes) -> Stamp:
     """Write ``data`` atomically with mode 0644; the stamp of the file as written."""
 
-    directory = os.path.dirname(os.path.abspath(path))
-    try:
-        make_dirs(directory)
-    except OSError as exc:
-        raise CdictkError(directory, "", f"cannot create: {exc.strerror}") from exc
+    writable_directory(os.path.dirname(os.path.abspath(path)))
     return stamp_of(atomic_write(path, data, mode=0o644, keep_mode=False, sweep=True))
 
 

@@ -57,6 +57,7 @@ def apply_requests(
             accept_env_unprivileged=settings.accept_env_unprivileged or env_granted,
             accept_volume_mounts=settings.accept_volume_mounts,
             env_kinds=settings.env_kinds,
+            accept_copied_annotations=settings.accept_copied_annotations,
         )
         requests = requests_from_config(config, policy)
     except RequestError as exc:
@@ -80,6 +81,7 @@ def _inject(
 ) -> None:
     from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
     from cdictk.cdi.cache import load_specs  # noqa: PLC0415
+    from cdictk.cdi.mountcheck import check_host_paths  # noqa: PLC0415
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.runtime.trim import trim_edits  # noqa: PLC0415
 
@@ -101,6 +103,7 @@ def _inject(
             sources = specs.resolve(devices)
         # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the edits are this container's copies.
         trim_edits([source.edits for source in sources], requests.capabilities)
+        check_host_paths(sources)  # what is mounted is root's alone now, not only when it was written
         apply_edits(config, sources, where)
     except CdictkError as exc:  # names the device and the spec file already
         raise InjectError(str(exc)) from None

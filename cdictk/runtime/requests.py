@@ -17,7 +17,13 @@ A container asks for devices in one of three ways, highest priority first, as NV
 Environment and volume-mount requests name devices of the default kind; a qualified name of another
 kind is refused unless the policy lists that kind (``env_kinds``): an image must not reach devices of
 other vendors or management devices through them. Annotations, which the engine or the orchestrator
-sets, may name any kind.
+sets, may name any kind; but not every engine's annotations are its own. podman copies the image's
+annotations into the config (``buildah config --annotation``, indistinguishable from ``podman run
+--annotation``), and CRI-O every annotation of the pod, which its author writes; both, and no other
+engine, put ``io.container.manager`` in every config (podman keeps an image's value, never drops the
+key). Where it is set, annotations ask for nothing unless the policy says so
+(``accept_copied_annotations``): podman's own ``--device`` and CRI-O's own CDI injection (the
+kubelet's annotations and the CRI's CDI field) are the ways to ask there (docs/security.md).
 
 The first source that asks for anything decides; the others are not read. Unqualified device ids
 (``0``, ``0:1``, ``GPU-<uuid>``, ``MIG-<uuid>``, ``all``) become ``<default kind>=<id>``.
@@ -52,6 +58,7 @@ DRIVER_CAPABILITIES = "NVIDIA_DRIVER_CAPABILITIES"
 VOLUME_MOUNT_ROOT = "/var/run/nvidia-container-devices"
 
 SOURCE_ANNOTATIONS = "annotations"
+CONTAINER_MANAGER = "io.container.manager"  # podman's and CRI-O's: see the module's docstring
 SOURCE_VOLUME_MOUNTS = "volume-mounts"
 SOURCE_ENV = VISIBLE_DEVICES
 
@@ -69,6 +76,7 @@ class Policy:
     """What the node's operator allows; the defaults are NVIDIA's."""
 
     __slots__ = (
+        "accept_copied_annotations",
         "accept_env_unprivileged",
         "accept_volume_mounts",
         "annotation_prefixes",
@@ -80,6 +88,7 @@ class Policy:
     default_kind: str
     accept_env_unprivileged: bool
     accept_volume_mounts: bool
+    accept_copied_annotations: bool  # annotations where io.container.manager is set (podman, CRI-O)
     env_kinds: frozenset[str]  # the kinds env and volume requests may name: the default kind and these
 
     def __init__(
@@ -90,6 +99,7 @@ class Policy:
         accept_env_unprivileged: bool = False,
         accept_volume_mounts: bool = False,
         env_kinds: Iterable[str] = (),
+        accept_copied_annotations: bool = False,
     ) -> None:
         prefixes = (
             (annotation_prefixes,) if isinstance(annotation_prefixes, str) else tuple(annotation_prefixes)
@@ -109,12 +119,14 @@ class Policy:
         self.env_kinds = frozenset((default_kind, *env_kinds))
         self.accept_env_unprivileged = accept_env_unprivileged
         self.accept_volume_mounts = accept_volume_mounts
+        self.accept_copied_annotations = accept_copied_annotations
 
     def __repr__(self) -> str:
         return (
             f"Policy(annotation_prefixes={self.annotation_prefixes!r}, default_kind={self.default_kind!r}, "
             f"accept_env_unprivileged={self.accept_env_unprivileged!r}, "
-            f"accept_volume_mounts={self.accept_volume_mounts!r}, env_kinds={sorted(self.env_kinds)!r})"
+            f"accept_volume_mounts={self.accept_volume_mounts!r}, env_kinds={sorted(self.env_kinds)!r}, "
+            f"accept_copied_annotations={self.accept_copied_annotations!r})"
         )
 
 
@@ -163,8 +175,9 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
     env = environment(config)
     devices: list[str] | None = None
     source = ""
+    notes: list[str] = []
     if policy.annotation_prefixes:
-        devices = _from_annotations(config, policy)
+        devices = _from_annotations(config, policy, notes)
         if devices is not None:
             source = SOURCE_ANNOTATIONS
     if devices is None and policy.accept_volume_mounts:
@@ -173,7 +186,6 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
             devices = _resolve(requests, policy)
             source = SOURCE_VOLUME_MOUNTS if devices is not None else ""
             devices = devices or []
-    notes: list[str] = []
     if devices is None:
         value = env.get(VISIBLE_DEVICES)
         if value is not None and (policy.accept_env_unprivileged or _privileged(config)):
@@ -200,7 +212,7 @@ def requests_from_config(config: Mapping[str, object], policy: Policy) -> Reques
 # --- the three request sources ---------------------------------------------------------------------
 
 
-def _from_annotations(config: Mapping[str, object], policy: Policy) -> list[str] | None:
+def _from_annotations(config: Mapping[str, object], policy: Policy, notes: list[str]) -> list[str] | None:
     from cdictk.cdi.annotations import devices_from_annotations  # noqa: PLC0415
 
     annotations = config.get("annotations")
@@ -208,6 +220,19 @@ def _from_annotations(config: Mapping[str, object], policy: Policy) -> list[str]
         return None
     if not isinstance(annotations, dict):
         raise RequestError("annotations: not an object")
+    if CONTAINER_MANAGER in annotations and not policy.accept_copied_annotations:
+        # Not even parsed: an image's or a pod author's text must not stop the container either.
+        asked = sorted(
+            k for k in annotations if isinstance(k, str) and k.startswith(policy.annotation_prefixes)
+        )
+        if asked and annotations[CONTAINER_MANAGER] != "cri-o":  # CRI-O applies the kubelet's itself
+            more = f" (and {len(asked) - 1} more)" if len(asked) > 1 else ""
+            notes.append(
+                f"annotation {quote(asked[0])}{more} ignored: under podman and CRI-O ({CONTAINER_MANAGER} "
+                "is set) annotations come from the image or the pod too; ask with podman run --device "
+                f"{policy.default_kind}=0 (podman's own CDI), or set requests.accept-copied-annotations"
+            )
+        return None
     try:
         return devices_from_annotations(annotations, policy.annotation_prefixes)
     except ValueError as exc:

@@ -65,6 +65,10 @@ accept-env-unprivileged = false
 env-kinds = []
 # Honour requests made as /dev/null mounts onto /var/run/nvidia-container-devices/<device>.
 accept-volume-mounts = false
+# Honour annotations in configs that carry io.container.manager: podman copies the image's own
+# annotations into them, CRI-O every annotation of the pod (its author's). Off: ask with
+# podman run --device nvidia.com/gpu=0 (podman's CDI); CRI-O applies the kubelet's CDI requests itself.
+accept-copied-annotations = false
 """
 
 _KEYS: dict[str, dict[str, type]] = {
@@ -81,6 +85,7 @@ _KEYS: dict[str, dict[str, type]] = {
         "annotation-prefixes": list,
         "accept-env-unprivileged": bool,
         "accept-volume-mounts": bool,
+        "accept-copied-annotations": bool,
         "env-kinds": list,
     },
 }
@@ -92,6 +97,7 @@ class SettingsError(Exception):
 
 class Settings:
     __slots__ = (
+        "accept_copied_annotations",
         "accept_env_unprivileged",
         "accept_untrusted_specs",
         "accept_volume_mounts",
@@ -116,6 +122,7 @@ class Settings:
         self.accept_env_unprivileged = False
         self.env_kinds: list[str] = []
         self.accept_volume_mounts = False
+        self.accept_copied_annotations = False
         self.generate_when_missing = True
         self.driver_root = "/"
         self.dev_root = "/"

@@ -128,7 +128,7 @@ def prepare_bundle(bundle: str, settings: Settings, cache: ParseCache) -> None:
     try:
         config = read_config(path)
         if apply_requests(config, settings, path, cache, _warn):
-            write_config(path, config, compact=True)
+            write_config(path, config, compact=True, in_place=True)
     except (InjectError, CdictkError) as exc:
         raise ShimError(str(exc)) from None
 

@@ -413,3 +413,69 @@ def podman(tmp_path_factory: pytest.TempPathFactory, busybox_image: Path) -> Pod
     imported = podman("import", "-q", "-", IMAGE, stdin=archive)
     assert imported.returncode == 0, imported.stderr.decode()
     return podman
+
+
+@dataclass(frozen=True)
+class LoginUser:
+    """An unprivileged node user made for the session (``useradd``: a uid of the login range, and
+    subordinate ids for rootless engines): the attacker of the trust tests, the rootless engine's user."""
+
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+    def run(
+        self, *command: str, env: dict[str, str] | None = None, input: bytes | None = None, timeout: int = 120
+    ) -> subprocess.CompletedProcess[str]:
+        """``command`` as this user (``runuser``), from its home, with a login's plain environment."""
+        plain = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "HOME": str(self.home), "USER": self.name}
+        variables = [f"{key}={value}" for key, value in {**plain, **(env or {})}.items()]
+        done = subprocess.run(
+            ["runuser", "-u", self.name, "--", "env", "-i", *variables, *command],
+            input=input,
+            capture_output=True,
+            cwd=self.home,
+            timeout=timeout,
+            check=False,
+        )
+        out, err = done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace")
+        return subprocess.CompletedProcess(done.args, done.returncode, out, err)
+
+    def subordinate_ids(self) -> bool:
+        """Whether /etc/subuid and /etc/subgid give the user a range (useradd adds one where both exist)."""
+        found = []
+        for table in ("/etc/subuid", "/etc/subgid"):
+            with contextlib.suppress(OSError), open(table) as file:
+                found.append(any(line.split(":")[0] == self.name for line in file))
+        return found == [True, True]
+
+
+@pytest.fixture(scope="session")
+def login_user() -> Iterator[LoginUser]:
+    require_root()
+    for tool in ("useradd", "userdel", "runuser"):
+        require_tool(tool)
+    name = f"cdictk-e2e-{os.getpid()}"
+    for table in ("/etc/subuid", "/etc/subgid"):  # useradd gives a range only where the tables exist
+        if not os.path.exists(table):
+            Path(table).touch(0o644)
+    made = subprocess.run(
+        ["useradd", "--create-home", "--shell", "/bin/sh", "--user-group", name],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert made.returncode == 0, made.stderr
+    try:
+        entry = subprocess.run(["id", "-u", name], capture_output=True, text=True, check=True).stdout
+        gid = int(subprocess.run(["id", "-g", name], capture_output=True, text=True, check=True).stdout)
+        home = Path(f"/home/{name}")
+        yield LoginUser(name, int(entry), gid, home)
+    finally:
+        # Its processes (rootless podman leaves a pause process behind), each by its own pid.
+        listed = subprocess.run(["pgrep", "-u", name], capture_output=True, text=True, check=False).stdout
+        for pid in listed.split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), 9)
+        subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)

@@ -6,7 +6,16 @@ from pathlib import Path
 import pytest
 
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, make_dirs, read_capped, sweep_temps, sweep_temps_of
+from cdictk.fsutil import (
+    atomic_write,
+    check_directory,
+    make_dirs,
+    read_capped,
+    sweep_temps,
+    sweep_temps_of,
+    writable_directory,
+)
+from tests.owners import OTHER
 
 
 def test_new_file_gets_the_given_mode(tmp_path: Path) -> None:
@@ -280,3 +289,81 @@ def test_sweeping_by_prefix_takes_dead_writers_temp_files_of_that_prefix_only(tm
         fcntl.flock(holder, fcntl.LOCK_EX)
         sweep_temps_of(str(tmp_path), "nvidia.com-gpu_")
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in (live, *others))
+
+
+# The directory a writer writes into (issue 25, item 4): root's alone, or refused with one line.
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: directories of other owners")
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Path:
+    os.chmod(tmp_path, 0o755)
+    return tmp_path
+
+
+@needs_root
+def test_a_users_directory_is_refused_and_nothing_is_written(base: Path) -> None:
+    (base / "pub").mkdir()
+    os.chown(base / "pub", OTHER, OTHER)
+    with pytest.raises(CdictkError) as caught:
+        atomic_write(str(base / "pub" / "nvidia.yaml"), b"x")
+    assert str(caught.value) == (
+        f"{base}/pub: not written: {base}/pub: owned by uid {OTHER}, not root: someone other than root could change it"
+    )
+    assert os.listdir(base / "pub") == []
+
+
+@needs_root
+def test_a_users_link_to_a_roots_directory_is_never_written_through(base: Path) -> None:
+    """``/tmp/pub/specs -> /somewhere``: root would write wherever the user points the link."""
+    (base / "somewhere").mkdir()
+    (base / "pub").mkdir()
+    os.symlink(base / "somewhere", base / "pub" / "specs")
+    os.lchown(base / "pub" / "specs", OTHER, OTHER)
+    with pytest.raises(CdictkError, match=r"specs: owned by uid 12345"):
+        atomic_write(str(base / "pub" / "specs" / "nvidia.yaml"), b"x")
+    with pytest.raises(CdictkError, match=r"specs: owned by uid 12345"):
+        writable_directory(str(base / "pub" / "specs" / "cdi"))
+    assert os.listdir(base / "somewhere") == []
+    os.lchown(base / "pub" / "specs", 0, 0)  # root's own link: root chose where it leads
+    atomic_write(str(base / "pub" / "specs" / "nvidia.yaml"), b"x")
+    assert os.listdir(base / "somewhere") == ["nvidia.yaml"]
+
+
+@needs_root
+def test_group_writable_refused_sticky_only_as_the_directory_written_into(base: Path) -> None:
+    (base / "shared").mkdir()
+    os.chmod(base / "shared", 0o775)
+    with pytest.raises(CdictkError, match=r"writable by group or others \(mode 0775\)"):
+        check_directory(str(base / "shared"))
+    os.chmod(base / "shared", 0o1777)
+    check_directory(str(base / "shared"))  # like /tmp: nobody else may rename what root puts there
+    atomic_write(str(base / "shared" / "f"), b"x")
+    (base / "shared" / "sub").mkdir(mode=0o755)
+    check_directory(str(base / "shared" / "sub"))  # root's, in a sticky one: only root may swap it
+
+
+@needs_root
+def test_nothing_is_made_under_a_users_directory_and_a_users_new_one_is_refused(base: Path) -> None:
+    (base / "home").mkdir()
+    os.chown(base / "home", OTHER, OTHER)
+    with pytest.raises(CdictkError, match="owned by uid"):
+        writable_directory(str(base / "home" / "a" / "cdi"))
+    assert os.listdir(base / "home") == []
+    (base / "tmp").mkdir()
+    os.chmod(base / "tmp", 0o1777)
+    writable_directory(str(base / "tmp" / "mine" / "cdi"))  # made by root, 0755, in a sticky directory
+    assert stat.S_IMODE(os.stat(base / "tmp" / "mine").st_mode) == 0o755
+    (base / "tmp" / "theirs").mkdir()  # a user was first
+    os.chown(base / "tmp" / "theirs", OTHER, OTHER)
+    with pytest.raises(CdictkError, match="theirs: owned by uid"):
+        writable_directory(str(base / "tmp" / "theirs" / "cdi"))
+    assert os.listdir(base / "tmp" / "theirs") == []
+
+
+def test_an_oci_bundle_is_the_engines_and_left_unchecked(tmp_path: Path) -> None:
+    os.chmod(tmp_path, 0o777)
+    atomic_write(str(tmp_path / "config.json"), b"{}", engine_directory=True)
+    with pytest.raises(CdictkError, match="writable by group or others"):
+        atomic_write(str(tmp_path / "other.json"), b"{}")

@@ -79,6 +79,8 @@ def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
         "cdictk.runtime.prestart.additions",
         "cdictk.runtime.prestart.require",
         "cdictk.runtime.prestart.log",
+        "cdictk.hostpaths",
+        "cdictk.cdi.mountcheck",
     ],
 )
 def test_container_start_modules_import_only_light_standard_modules(module: str) -> None:
@@ -118,6 +120,7 @@ OFF_THE_START_PATH = {
     ("cdictk.runtime.inject", "cdictk.nvcdi.nodespec"): "the same",
     ("cdictk.runtime.inject", "cdictk.nvcdi.options"): "the same",
     ("cdictk.cli.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
+    ("cdictk.cdi.mountcheck", "cdictk.cdi.dump"): "never on a start: cdi validate's and info's findings",
 }
 
 

@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.ocistate",
             "cdictk.parsecache",
             "cdictk.trust",
+            "cdictk.hostpaths",
             "cdictk.trustscan",
             "cdictk.elfdso",
         ),

@@ -59,8 +59,6 @@ COVERED_BY = {
     "nvcdi/cdiversion.py": "nvcdi/test_build.py",
     "nvcdi/claims.py": "test_api.py",
     "nvcdi/devices.py": "nvcdi/test_build.py",
-    "nvcdi/edits.py": "nvcdi/test_build.py",
-    "nvcdi/nodespec.py": "nvcdi/test_specfile.py",
 }
 
 

@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from cdictk.errors import CdictkError
+
 LOG_FILE = "CDICTK_HOOK_LOG"
 DEBUG = "CDICTK_DEBUG"
 
@@ -32,6 +34,11 @@ class Log:
         path = os.environ.get(LOG_FILE, "")
         if path.startswith("/"):
             try:  # never through a symlink, never a FIFO that would block the start
+                from cdictk.fsutil import check_directory  # noqa: PLC0415 - only with a log file
+
+                check_directory(
+                    os.path.dirname(path)
+                )  # as every writer: never a directory others could change
                 self.fd = os.open(
                     path,
                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
@@ -39,6 +46,8 @@ class Log:
                 )
             except OSError as exc:
                 print(f"{prog}: warning: {LOG_FILE}={path}: {exc.strerror}", file=sys.stderr)
+            except CdictkError as exc:
+                print(f"{prog}: warning: {LOG_FILE}={path}: {exc}", file=sys.stderr)
 
     def debug(self, line: str) -> None:
         self._emit(line, to_stderr=self.debug_on)

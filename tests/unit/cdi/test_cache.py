@@ -148,7 +148,7 @@ def test_unreadable_entries_are_part_of_the_key(spec_dirs: list[str], tmp_path: 
     before = spec_key(spec_dirs)
     os.mkfifo(tmp_path / "etc" / "fifo.yaml")
     with_fifo = spec_key(spec_dirs)  # and it did not block
-    assert with_fifo != before and ["not a regular file"] in [f[1] for f in with_fifo[3][2]]  # type: ignore[index]
+    assert with_fifo != before and ["not a regular file"] in [f[1] for f in with_fifo[3][3]]  # type: ignore[index]
 
 
 def test_the_index_is_copied_from_the_specs(spec_dirs: list[str]) -> None:
@@ -301,3 +301,37 @@ def test_a_spec_made_in_memory_is_held_above_the_dirs(tmp_path: Path) -> None:
     assert not specs.has_kind("nvidia.com/gpu")  # a new cache; the one from the dirs is as it was
     assert [source.file for source in both.resolve(["nvidia.com/gpu=0"])] == ["<memory>", "<memory>"]
     assert both.spec_of("nvidia.com/gpu=0") == "<memory>"
+
+
+def test_inject_refuses_every_device_when_a_host_path_is_a_users(tmp_path: Path) -> None:
+    """``cdictk cdi inject`` and the library's inject: all or nothing, one line (issue 25, item 2)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    os.chmod(tmp_path, 0o755)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (tmp_path / "cdi").mkdir()
+    (tmp_path / "cdi" / "x.json").write_text(
+        json.dumps(
+            {
+                "cdiVersion": "0.5.0",
+                "kind": "example.com/x",
+                "devices": [
+                    {"name": "a", "containerEdits": {"env": ["A=1"]}},
+                    {
+                        "name": "b",
+                        "containerEdits": {"mounts": [{"hostPath": str(shared), "containerPath": "/s"}]},
+                    },
+                ],
+            }
+        )
+    )
+    specs = load_specs([str(tmp_path / "cdi")])
+    config: dict[str, object] = {}
+    specs.inject(config, ["example.com/x=a", "example.com/x=b"], "config.json")
+    assert config["mounts"]
+    os.chown(shared, 12345, 12345)
+    config = {}
+    with pytest.raises(CdictkError, match=r"devices\[1\]\.containerEdits\.mounts\[0\]: .*owned by uid 12345"):
+        specs.inject(config, ["example.com/x=a", "example.com/x=b"], "config.json")
+    assert config == {}

@@ -111,3 +111,48 @@ def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path
     assert "example.com/gpu=planted" in load_specs([str(spec_dir)], store).device_names()
     planted.chmod(0o666)
     assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]
+
+
+# A FUSE mount reports whatever owners and contents its daemon chooses (issue 25).
+
+
+def fuse_over(monkeypatch: pytest.MonkeyPatch, path: Path, owner: str) -> None:
+    """The mount table as if ``path``'s file system were a FUSE mount whose daemon runs as ``owner``."""
+    from cdictk.cdi import specdirs
+
+    device = os.stat(path).st_dev
+    monkeypatch.setattr(specdirs, "_fuse_mounts", lambda: {device: ("fuse.sshfs", owner)})
+
+
+def test_a_spec_dir_on_another_users_fuse_mount_is_skipped(
+    spec_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fuse_over(monkeypatch, spec_dir, "1000")
+    problems: list[Problem] = []
+    assert spec_paths(str(spec_dir), problems) == []
+    assert [(p.file, p.reason) for p in problems] == [
+        (
+            str(spec_dir),
+            f"not trusted, skipped: {spec_dir}: on a fuse.sshfs file system mounted by uid 1000: its daemon "
+            "reports the owners and the contents",
+        )
+    ]
+    assert load_registry([str(spec_dir)]).device_names() == []
+    fuse_over(monkeypatch, spec_dir, "0")  # root's own daemon
+    assert spec_paths(str(spec_dir), []) == [str(spec_dir / "good.yaml")]
+
+
+def test_the_stored_index_is_keyed_on_the_devices(
+    spec_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The shim's warm start reads no mount table: a mount made over a spec dir since the index was
+    built changes the directory's device, so the start misses and the check runs."""
+    from cdictk.cdi import cache
+    from cdictk.parsecache import ParseCache
+
+    store = ParseCache(str(tmp_path / "store"))
+    assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]
+    fuse_over(monkeypatch, spec_dir, "1000")
+    assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]  # same device: kept
+    monkeypatch.setattr(cache, "_device", lambda directory: -1)  # what a mount over it would do
+    assert load_specs([str(spec_dir)], store).device_names() == []

@@ -170,8 +170,16 @@ def test_eight_gpus_with_mig(
     assert len(every) == len(set(every)) == 8 + 6 + 7 * 2
     assert "/dev/nvidia-nvswitchctl" not in every
     mounts = mount_paths(spec.container_edits)
-    assert mounts["/run/nvidia-persistenced/socket"] == ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
-    assert mounts["/tmp/nvidia-mps"] == ["nosuid", "nodev", "rbind", "rprivate", "noexec"]
+    ipc = [
+        "ro",
+        "nosuid",
+        "nodev",
+        "rbind",
+        "rprivate",
+        "noexec",
+    ]  # read-only: tests/unit/nvcdi/test_edits.py
+    assert mounts["/run/nvidia-persistenced/socket"] == ipc
+    assert mounts["/tmp/nvidia-mps"] == ipc
 
 
 def test_output_is_deterministic_and_unchanged_specs_are_not_rewritten(

@@ -250,17 +250,21 @@ def test_output_name_runtimes_would_ignore_is_warned_about(
     assert code == 0 and "CDI runtimes only load .yaml and .json files from their spec directories" in err
 
 
-@pytest.mark.usefixtures("umask_000")
 def test_output_under_new_directories_is_never_world_writable_under_umask_000(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
+    node = make_node("single")  # built under 022: a node of 0777 directories has nothing to mount
     output = tmp_path / "a" / "b" / "cdi" / "nvidia.yaml"
-    code, _, err = generate(capsys, make_node("single"), "-o", str(output))
+    old = os.umask(0)
+    try:
+        code, _, err = generate(capsys, node, "-o", str(output))
+    finally:
+        left = os.umask(old)
     assert code == 0, err
     made = [tmp_path / "a", tmp_path / "a" / "b", output.parent]
     assert [oct(path.stat().st_mode & 0o7777) for path in made] == ["0o755"] * 3
     assert oct(output.stat().st_mode & 0o7777) == "0o644"
-    assert os.umask(0) == 0o022  # the command set it, for whatever it creates without a mode of its own
+    assert left == 0o022  # the command set it, for whatever it creates without a mode of its own
 
 
 def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
@@ -276,3 +280,30 @@ def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
     assert code == 0 and f"wrote {output}: replaced the same spec owned by uid 12345 (" in err
     assert "unchanged" not in err
     assert output.stat().st_uid == 0
+
+
+def test_an_output_through_a_users_directory_or_link_is_refused(
+    capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """Issue 25, attack 3: ``--output /tmp/pub/specs/nvidia.yaml`` with ``/tmp/pub`` a user's and
+    ``specs`` their link to wherever; before, root wrote where it pointed, or into the user's directory
+    (``wrote ...``, exit 0) where they could swap the file at will."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: directories of another owner")
+    node = make_node("single")
+    os.chmod(tmp_path, 0o755)
+    pub, somewhere = tmp_path / "pub", tmp_path / "somewhere"
+    pub.mkdir()
+    somewhere.mkdir()
+    os.chown(pub, 12345, 12345)
+    os.symlink(somewhere, pub / "specs")
+    os.lchown(pub / "specs", 12345, 12345)
+    for output in (pub / "specs" / "nvidia.yaml", pub / "nvidia.yaml", pub / "new" / "cdi" / "nvidia.yaml"):
+        code, _, err = generate(capsys, node, "--output", str(output))
+        assert code == 1
+        errors = [line for line in err.splitlines() if line.startswith("cdictk: error:")]
+        assert len(errors) == 1 and "owned by uid 12345" in errors[0] and "someone other than root" in err, (
+            err
+        )
+    assert os.listdir(somewhere) == []
+    assert sorted(os.listdir(pub)) == ["specs"]

@@ -106,3 +106,23 @@ def test_a_killed_runs_temp_file_is_removed_by_the_next_run(tmp_path: Path) -> N
     stale.write_text("x = ")
     assert writer.commit(writer.read(str(path), follow_symlinks=False), "x = 2\n", dry_run=False)
     assert sorted(os.listdir(tmp_path)) == ["config.toml", "config.toml.cdictk.orig"]
+
+
+def test_a_config_directory_a_user_could_change_is_refused(tmp_path: Path) -> None:
+    """Issue 25, item 4: configure writes what engines run as root; never into a user's directory."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a directory of another owner")
+    os.chmod(tmp_path, 0o755)
+    etc = tmp_path / "containerd"
+    etc.mkdir()
+    (etc / "config.toml").write_text("version = 2\n")
+    os.chown(etc, 12345, 12345)
+    current = writer.read(str(etc / "config.toml"), follow_symlinks=False)
+    with pytest.raises(CdictkError, match="owned by uid 12345"):
+        writer.commit(current, "version = 3\n", dry_run=False)
+    with (
+        pytest.raises(CdictkError, match="owned by uid 12345"),
+        writer.locked(str(etc / "conf.d" / "99.toml")),
+    ):
+        pass
+    assert sorted(os.listdir(etc)) == ["config.toml"] and (etc / "config.toml").read_text() == "version = 2\n"

@@ -108,8 +108,8 @@ print(json.dumps({"rc": rc}))
 
 
 def test_hook_writes_do_not_land_in_a_host_directory_bind_mounted_read_write(tmp_path: Path) -> None:
-    """cdictk's own specs bind the host's MPS pipe directory read-write at /tmp/nvidia-mps (edits.IPC).
-    With /etc/ld.so.conf.d and /usr/lib/<triplet> linked into it, the hook (root, unconfined by the
+    """A spec may bind a host directory read-write (libnvidia-container binds the MPS pipe directory
+    so at /tmp/nvidia-mps; cdictk's own specs bind it read-only). With /etc/ld.so.conf.d and /usr/lib/<triplet> linked into it, the hook (root, unconfined by the
     container's LSM label, user and capabilities) creates directories, drop-ins and symlinks on the host."""
     if shutil.which("unshare") is None or not os.path.exists("/sbin/ldconfig"):
         pytest.skip("needs unshare and the host's ldconfig")

@@ -9,7 +9,9 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import shutil
 import stat
+import tempfile
 import time
 from pathlib import Path
 
@@ -215,3 +217,71 @@ def _make_message_queue(key: int) -> int:
 
 def _remove_message_queue(queue: int) -> None:
     ctypes.CDLL(None).msgctl(ctypes.c_int(queue), ctypes.c_int(0), None)  # IPC_RMID
+
+
+# The host program in a user namespace of a rootless engine (issue 25, item 6)
+
+_NS_FIRST = 200000  # the namespace's uid 0 (the user who started the container), then its subordinate ids
+
+
+def _load_in_a_user_namespace(paths: list[Path]) -> list[str]:
+    """load_host_binary of each path, from a process whose user namespace maps uids 0-999 to 200000-
+    200999 (as rootless podman maps the user and its subordinate ids); "ok" or the error, each."""
+    results_read, results_write = os.pipe()
+    ready_read, ready_write = os.pipe()
+    mapped_read, mapped_write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        try:
+            if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:  # CLONE_NEWUSER
+                os._exit(90)
+            os.write(ready_write, b"x")
+            os.read(mapped_read, 1)
+            os.setresgid(0, 0, 0)
+            os.setresuid(0, 0, 0)
+            lines = []
+            for path in paths:
+                try:
+                    os.close(hostbinary.load_host_binary(str(path), "ldconfig"))
+                    lines.append("ok")
+                except HookError as exc:
+                    lines.append(str(exc))
+            os.write(results_write, "\n".join(lines).encode())
+        finally:
+            os._exit(0)
+    os.close(results_write)
+    os.read(ready_read, 1)
+    Path(f"/proc/{pid}/uid_map").write_text(f"0 {_NS_FIRST} 1000\n")
+    Path(f"/proc/{pid}/setgroups").write_text("deny")
+    Path(f"/proc/{pid}/gid_map").write_text(f"0 {_NS_FIRST} 1000\n")
+    os.write(mapped_write, b"x")
+    os.waitpid(pid, 0)
+    with os.fdopen(results_read, "rb") as results:
+        text = results.read().decode()
+    for fd in (ready_read, ready_write, mapped_read, mapped_write):
+        os.close(fd)
+    return text.split("\n")
+
+
+def test_a_rootless_hook_judges_the_program_by_what_its_user_could_change(built: Programs) -> None:
+    """Root's ldconfig shows as the overflow uid in the namespace: it runs. One that an id of the
+    namespace owns (a subordinate id: the user's containers' processes) does not. Real root's hook
+    still takes only root's."""
+    base = Path(tempfile.mkdtemp(prefix="cdictk-userns-", dir="/tmp"))
+    try:
+        os.chmod(base, 0o755)
+        copies = {}
+        for name, owner in (("roots", 0), ("users", _NS_FIRST), ("subordinate", _NS_FIRST + 5)):
+            copies[name] = base / name
+            shutil.copy(built.probe, copies[name])
+            os.chown(copies[name], owner, owner)
+            os.chmod(copies[name], 0o755)
+        roots, users, subordinate = _load_in_a_user_namespace(list(copies.values()))
+        assert (roots, users) == ("ok", "ok")
+        assert (
+            subordinate == f"ldconfig {copies['subordinate']} is owned by uid 5, not root; refusing to run it"
+        )
+        with pytest.raises(HookError, match=f"is owned by uid {_NS_FIRST}, not root"):
+            hostbinary.load_host_binary(str(copies["users"]), "ldconfig")  # as real root: root's only
+    finally:
+        shutil.rmtree(base)

@@ -344,3 +344,32 @@ def test_suggested_commands_are_quoted(
     fix = finding(report, "spec")["fix"]
     assert code == 1 and shlex.split(fix)[-2:] == ["--output", str(hostile)]
     assert f"'{hostile}'" in fix
+
+
+def test_a_users_mps_directory_is_reported_and_a_spec_mounting_it_fails(
+    make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 25: a user made /tmp/nvidia-mps. generate leaves it out, and info says so with the fix; a
+    spec written before (or by another producer) that mounts it is a failure, whatever its kind."""
+    if os.geteuid() != 0:
+        pytest.skip("files of another owner need root (chown)")
+    node = make_node("eight")
+    os.chmod(node.root + "/tmp", 0o1777)
+    old = generate(node, tmp_path / "old")  # while the directory was root's: it mounts it
+    mps = node.root + "/tmp/nvidia-mps"
+    os.chown(mps, 12345, 12345)
+    generate(node, tmp_path / "cdi")
+    code, report = info(node, tmp_path / "cdi", capsys)
+    found = finding(report, "host paths")
+    assert found["status"] == "warn" and code == 0
+    assert found["detail"] == (
+        f"{mps}: owned by uid 12345, not root or a system account (below 1000); left out of the spec"
+    )
+    assert found["fix"] == f"chown root: {mps}, if it is the node's; else rm -r {mps}"
+    code, report = info(node, tmp_path / "old", capsys)
+    spec = finding(report, f"spec {old}")
+    assert code == 1 and spec["status"] == "fail"
+    assert spec["detail"].startswith(f"mounts host paths someone other than root could change: {mps}: ")
+    assert next(s for s in report["specs"] if s["path"] == str(old))["status"] == "unsafe"
+    assert main(["cdi", "validate", str(old)]) == 1
+    assert "refuses it at container start" in capsys.readouterr().err

@@ -144,3 +144,30 @@ def test_the_spec_made_in_memory_is_kept_until_the_node_changes(
         assert "/dev/nvidia0" in nodes(config)
         assert len(discovered) == expected
     assert "/dev/nvidia-modeset" not in nodes(config)  # the spec made again saw the change
+
+
+def test_a_mount_no_longer_roots_alone_stops_the_container_and_applies_nothing(tmp_path: Path) -> None:
+    """Months after generate: the MPS directory the spec names is now a user's (issue 25, item 2)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give a directory to another user")
+    os.chmod(tmp_path, 0o755)
+    mps = tmp_path / "tmp" / "nvidia-mps"
+    mps.mkdir(parents=True)
+    os.chmod(tmp_path / "tmp", 0o1777)
+    result = settings(tmp_path)
+    spec = SPEC.replace(
+        "options: [ro]}]", f"options: [ro]}}, {{hostPath: {mps}, containerPath: /tmp/nvidia-mps}}]"
+    )
+    (tmp_path / "cdi" / "nvidia.yaml").write_text(spec)
+    config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
+    apply_requests(config, result, "config.json", ParseCache(None), print)
+    assert "/tmp/nvidia-mps" in [m["destination"] for m in config["mounts"]]
+    os.chown(mps, 12345, 12345)
+    config = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
+    with pytest.raises(InjectError) as caught:
+        apply_requests(config, result, "config.json", ParseCache(str(tmp_path / "cache")), print)
+    assert str(caught.value) == (
+        f"{tmp_path}/cdi/nvidia.yaml: containerEdits.mounts[1]: {mps}: owned by uid 12345, "
+        "not root or a system account (below 1000): refusing to give it to a container"
+    )
+    assert config == {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}

@@ -716,3 +716,40 @@ def test_device_ids() -> None:
     ]
     assert [text for text in good if not is_device_id(text)] == []
     assert [text for text in bad if is_device_id(text)] == []
+
+
+# --- whose annotations (issue 25, item 3) --------------------------------------------------------------
+
+
+def test_an_images_annotation_under_podman_asks_for_nothing() -> None:
+    """podman copies the image's annotations (buildah config --annotation) into the config, and keeps
+    an image's io.container.manager; the key is always there, whoever set its value."""
+    for manager in ("libpod", "evil", "cri-o"):
+        cfg = config(annotations={"io.container.manager": manager, "cdi.k8s.io/evil": "nvidia.com/gpu=all"})
+        result = request(cfg)
+        assert (result.devices, result.source) == ([], "")
+        assert len(result.notes) == (0 if manager == "cri-o" else 1)  # CRI-O applies the kubelet's itself
+    (note,) = request(
+        config(annotations={"io.container.manager": "libpod", "cdi.k8s.io/a": "x", "cdi.k8s.io/b": "y"})
+    ).notes
+    assert note.startswith('annotation "cdi.k8s.io/a" (and 1 more) ignored: under podman and CRI-O')
+    assert "podman run --device nvidia.com/gpu=0" in note
+
+
+def test_an_ignored_annotation_is_not_even_parsed_and_the_env_still_asks() -> None:
+    cfg = config(
+        "NVIDIA_VISIBLE_DEVICES=1",
+        annotations={"io.container.manager": "libpod", "cdi.k8s.io/bad": "not a name"},
+    )
+    result = request(cfg)
+    assert (result.devices, result.source) == (["nvidia.com/gpu=1"], "NVIDIA_VISIBLE_DEVICES")
+
+
+def test_copied_annotations_when_the_policy_accepts_them_and_elsewhere_always() -> None:
+    podman = config(annotations={"io.container.manager": "libpod", "cdi.k8s.io/gpu": "nvidia.com/gpu=0"})
+    accept = Policy(accept_copied_annotations=True)
+    assert requests_from_config(podman, accept).devices == ["nvidia.com/gpu=0"]
+    containerd = config(
+        annotations={"io.kubernetes.cri.container-type": "container", "cdi.k8s.io/gpu": "nvidia.com/gpu=0"}
+    )
+    assert request(containerd).devices == ["nvidia.com/gpu=0"]

@@ -363,8 +363,10 @@ def test_the_config_sent_to_the_runtime_asks_the_shim_for_nothing() -> None:
 def test_a_new_setting_is_weighed_against_the_front() -> None:
     """The front skips Python for a create whose config.json holds no trigger, whatever the settings
     say: true while no setting makes the shim change or refuse such a config (a hook added to every
-    container, say). A new setting must be weighed against that, then added here."""
+    container, say). A new setting must be weighed against that, then added here.
+    accept_copied_annotations only ever takes requests away."""
     assert set(Settings.__slots__) == {
+        "accept_copied_annotations",
         "accept_env_unprivileged",
         "accept_untrusted_specs",
         "accept_volume_mounts",

@@ -73,3 +73,20 @@ def test_a_log_file_that_is_a_symlink_or_relative_is_not_written(
     Log("p").error("e")
     assert capsys.readouterr().err == "p: e\n"
     assert not Path("relative.log").exists()
+
+
+def test_a_log_file_in_a_directory_others_could_change_is_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As every writer (issue 25): a user could have linked the name to a file of root's first."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a directory of another owner")
+    os.chmod(tmp_path, 0o755)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chown(shared, 12345, 12345)
+    monkeypatch.setenv("CDICTK_HOOK_LOG", str(shared / "hook.log"))
+    Log("p").error("e")
+    assert os.listdir(shared) == []
+    err = capsys.readouterr().err
+    assert err.startswith(f"p: warning: CDICTK_HOOK_LOG={shared}/hook.log: ") and "owned by uid 12345" in err

@@ -1,0 +1,73 @@
+"""Start path: standard library only.
+
+Where a container starts: the host paths of the edits about to be applied are checked again.
+
+``cdictk cdi generate`` writes only host paths that are root's alone (:mod:`cdictk.hostpaths`), but a
+spec may be applied months later, and may come from another producer. So before
+:func:`cdictk.cdi.apply.apply_edits` touches a config (the runtime shim, podman's precreate hook, the
+legacy prestart hook, ``cdictk cdi inject``, :meth:`cdictk.cdi.cache.SpecCache.inject`), every mount
+source and device node of the edit blocks is checked with the container-start rule: the same owners,
+and every symlink on the way root's own. One that fails stops the container with one line naming the
+spec, the field and the owner, and nothing has been applied. ``cdictk cdi validate`` and ``cdictk info``
+report the same findings for every spec (:func:`spec_problems`), since a CDI-native engine applies
+specs without asking us.
+
+Standard library only: the shim runs it on every container start.
+"""
+
+from __future__ import annotations
+
+from cdictk.errors import CdictkError, Problem
+from cdictk.hostpaths import HostPathCheck
+
+TYPE_CHECKING = False  # typing imports re: keep both out of the container start
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Sequence
+    from typing import Any
+
+    from cdictk.cdi.apply import EditsSource
+    from cdictk.cdi.model import Spec
+
+
+def check_host_paths(sources: Sequence[EditsSource], *, check: HostPathCheck | None = None) -> None:
+    """Raise CdictkError for the first mount source or device node of ``sources`` that is not root's
+    alone; ``sources`` are the edit blocks in the spec's JSON shape, as apply_edits takes them."""
+    check = check or HostPathCheck(root_links=True)
+    for source in sources:
+        for field, path in _host_paths(source.edits):
+            problem = check.problem(path)
+            if problem is not None:
+                raise CdictkError(
+                    source.file, f"{source.field}.{field}", f"{problem}: refusing to give it to a container"
+                )
+
+
+def spec_problems(spec: Spec, file: str, *, check: HostPathCheck | None = None) -> list[Problem]:
+    """The same check over every edit block of ``spec`` (model objects), each finding a Problem."""
+    from cdictk.cdi.dump import to_data  # noqa: PLC0415 - validate and info only
+
+    check = check or HostPathCheck(root_links=True)
+    blocks = [("containerEdits", spec.container_edits)]
+    blocks += [
+        (f"devices[{i}].containerEdits", device.container_edits) for i, device in enumerate(spec.devices)
+    ]
+    problems = []
+    for where, edits in blocks:
+        for field, path in _host_paths(to_data(edits)):
+            problem = check.problem(path)
+            if problem is not None:
+                reason = f"{problem}: cdictk refuses it at container start; other runtimes mount it as root"
+                problems.append(Problem(file, f"{where}.{field}", reason))
+    return problems
+
+
+def _host_paths(edits: dict[str, Any]) -> Iterator[tuple[str, str]]:
+    """(field, host path) of each device node and mount; a relative path is not judged: a mount's is
+    no host path (tmpfs, proc), a node's is the runtime's working directory's, as the library has it."""
+    for index, node in enumerate(edits.get("deviceNodes", ())):
+        path = node.get("hostPath") or node.get("path") or ""
+        if path.startswith("/"):
+            yield f"deviceNodes[{index}]", path
+    for index, mount in enumerate(edits.get("mounts", ())):
+        if mount.get("hostPath", "").startswith("/"):
+            yield f"mounts[{index}]", mount["hostPath"]
