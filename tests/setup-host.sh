@@ -13,8 +13,8 @@
 #  - a Debian bookworm minbase rootfs, built once by tests/fetch-rootfs.sh with debootstrap, for the hook
 #    tests (a real ldconfig and ld.so.cache in the image). CDICTK_ROOTFS_CACHE moves the cache; the
 #    tests read the same variable. The slow ld cache tests build the other releases' (Debian 11 and 13,
-#    Ubuntu 22.04 and 24.04) there when they first run; Ubuntu's need ubuntu-keyring, installed here
-#    where apt knows it (on Debian 12, from bookworm-backports);
+#    Ubuntu 22.04 and 24.04) there when they first run; Ubuntu's need ubuntu-keyring, from apt or,
+#    where apt has none (Debian 12), from this release's backports with a private apt state;
 #  - crun (and podman on crun) refuses hybrid cgroups while any controller is still on the v2
 #    hierarchy ("cgroups in hybrid mode not supported"); on machines without systemd that is hugetlb.
 #    We give such controllers a v1 mount, the layout a systemd hybrid host has. runc does not care.
@@ -45,13 +45,35 @@ if ((${#missing[@]})); then
   # With recommends: podman needs conmon, catatonit and a network backend from them.
   apt-get install -y -q "${missing[@]}" >/dev/null
 fi
-if ! dpkg-query -W -f='${Status}' ubuntu-keyring 2>/dev/null | grep -q "install ok installed"; then
-  if apt-cache show ubuntu-keyring >/dev/null 2>&1; then
-    echo "setup-host: installing ubuntu-keyring"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q ubuntu-keyring >/dev/null
+# The package from this release's backports, through a private apt state: the machine's own sources
+# stay as they are (Debian 12 has ubuntu-keyring in bookworm-backports only).
+ubuntu_keyring_from_backports() {
+  local codename tmp
+  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
+  [[ -n $codename ]] || return 1
+  tmp=$(mktemp -d)
+  mkdir -p "$tmp/lists/partial"
+  echo "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian" \
+    "$codename-backports main" >"$tmp/sources.list"
+  local private=(-o "Dir::State::Lists=$tmp/lists" -o "Dir::Etc::SourceList=$tmp/sources.list"
+    -o "Dir::Etc::SourceParts=/nonexistent" -o "APT::Sandbox::User=root")
+  if apt-get "${private[@]}" update -q >/dev/null 2>&1 &&
+    (cd "$tmp" && apt-get "${private[@]}" download ubuntu-keyring >/dev/null 2>&1); then
+    dpkg -i "$tmp"/ubuntu-keyring_*.deb >/dev/null
   else
-    echo "setup-host: apt knows no ubuntu-keyring (bookworm-backports on Debian 12): the Ubuntu" \
-      "rootfs of the slow ld cache tests cannot be checked" >&2
+    false
+  fi
+  local status=$?
+  rm -rf "$tmp"
+  return $status
+}
+if ! dpkg-query -W -f='${Status}' ubuntu-keyring 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup-host: installing ubuntu-keyring"
+  if apt-cache policy ubuntu-keyring 2>/dev/null | grep -q "Candidate: [0-9]"; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q ubuntu-keyring >/dev/null
+  elif ! ubuntu_keyring_from_backports; then
+    echo "setup-host: no ubuntu-keyring from apt or this release's backports: the Ubuntu rootfs of" \
+      "the slow ld cache tests cannot be checked" >&2
   fi
 fi
 
