@@ -34,12 +34,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import cdictk as cdictk_package
 from cdictk.hooks.steps import BATCHED
+from realnode.specs import parse_options
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 
 NVIDIA_HOOK = "/usr/bin/nvidia-cdi-hook"
@@ -64,27 +65,6 @@ class Spec:
 
     common: Sets = field(default_factory=dict)
     devices: dict[str, Sets] = field(default_factory=dict)
-
-
-def parse_options(args: Sequence[str]) -> list[tuple[str, str | None]]:
-    """``--name=value``, ``--name value`` and ``--flag`` items, names without the dashes."""
-    options: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(args):
-        item = args[i]
-        i += 1
-        if not item.startswith("--"):
-            options.append(("", item))
-            continue
-        name, equals, value = item[2:].partition("=")
-        if equals:
-            options.append((name, value))
-        elif i < len(args) and not args[i].startswith("--"):
-            options.append((name, args[i]))
-            i += 1
-        else:
-            options.append((name, None))
-    return options
 
 
 def hook_steps(hook: Mapping[str, Any]) -> dict[str, list[tuple[str, str | None]]]:

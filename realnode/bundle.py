@@ -157,12 +157,7 @@ def build(out: Path, nvidia_tools: str | None, pythons: list[str]) -> dict[str, 
     with ThreadPoolExecutor(max_workers=4) as pool:  # lzma lets go of the GIL
         list(pool.map(lambda item: pack(*item), to_pack.items()))
     wheel_names = wheels(out, pythons)
-    commit = subprocess.run(
-        ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
-        capture_output=True,
-        text=True,
-        check=False,
-    ).stdout.strip()
+    commit = source_commit()
     manifest: dict[str, object] = {
         "built": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit,
@@ -175,6 +170,20 @@ def build(out: Path, nvidia_tools: str | None, pythons: list[str]) -> dict[str, 
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
     return manifest
+
+
+def source_commit() -> str:
+    """The clone's commit for the manifest, or "unknown" where there is no git (a copied tree)."""
+    try:
+        described = subprocess.run(
+            ["git", "-C", str(REPO), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    except OSError:
+        return "unknown"
+    return described.stdout.strip() or "unknown"
 
 
 def busybox_version(busybox: str) -> str:

@@ -28,6 +28,7 @@ from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Sp
 from cdictk.cdi.version import minimum_version
 from cdictk.errors import HookError
 from cdictk.hooks.hostbinary import check_static_elf
+from realnode.containers import oci_config as realnode_oci_config
 
 HERE = Path(__file__).resolve().parent
 BUSYBOX = "/bin/busybox"
@@ -176,58 +177,16 @@ def spec_dir(tmp_path: Path, fake_gpu_host: FakeGpuHost) -> Path:
 
 
 def oci_config(rootfs: Path, args: list[str]) -> dict[str, Any]:
-    """What `runc spec` writes, made non-interactive, with an absolute rootfs."""
-    return {
-        "ociVersion": "1.0.2-dev",
-        "process": {
-            "terminal": False,
-            "user": {"uid": 0, "gid": 0},
-            "args": args,
-            "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin", "TERM=xterm"],
-            "cwd": "/",
-            "capabilities": {
-                key: ["CAP_AUDIT_WRITE", "CAP_KILL", "CAP_NET_BIND_SERVICE"]
-                for key in ("bounding", "effective", "permitted", "ambient")
-            },
-            "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
-            "noNewPrivileges": True,
-        },
-        "root": {"path": str(rootfs), "readonly": True},
-        "hostname": "cdictk-e2e",
-        "mounts": [
-            {"destination": "/proc", "type": "proc", "source": "proc"},
-            {
-                "destination": "/dev",
-                "type": "tmpfs",
-                "source": "tmpfs",
-                "options": ["nosuid", "strictatime", "mode=755", "size=65536k"],
-            },
-            {
-                "destination": "/dev/pts",
-                "type": "devpts",
-                "source": "devpts",
-                "options": ["nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"],
-            },
-            {
-                "destination": "/dev/shm",
-                "type": "tmpfs",
-                "source": "shm",
-                "options": ["nosuid", "noexec", "nodev"],
-            },
-            {
-                "destination": "/sys",
-                "type": "sysfs",
-                "source": "sysfs",
-                "options": ["nosuid", "noexec", "nodev", "ro"],
-            },
-        ],
-        "linux": {
-            "resources": {"devices": [{"allow": False, "access": "rwm"}]},
-            "namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")],
-            "maskedPaths": ["/proc/kcore", "/sys/firmware"],
-            "readonlyPaths": ["/proc/sys", "/proc/sysrq-trigger"],
-        },
-    }
+    """What `runc spec` writes, made non-interactive, with an absolute, read-only rootfs (the real-node
+    check's config, with the plain PATH of an image without a driver tree)."""
+    config = realnode_oci_config(str(rootfs), args)
+    config["process"]["env"] = [
+        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "TERM=xterm",
+    ]
+    config["root"]["readonly"] = True
+    config["hostname"] = "cdictk-e2e"
+    return config
 
 
 @dataclass(frozen=True)

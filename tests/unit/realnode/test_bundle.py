@@ -192,3 +192,9 @@ def test_what_this_machine_lacks_is_one_line(
     )
     assert run_main(monkeypatch, "--out", str(tmp_path / "bundle")) == 1
     assert capsys.readouterr().err == "real-node-bundle: runc not found\n"
+
+
+def test_a_tree_without_git_is_built_with_an_unknown_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The README's test command runs in a copied clone on a machine that may have no git at all.
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert bundle.source_commit() == "unknown"

@@ -58,8 +58,8 @@ def test_the_cuda_program_is_judged_only_where_the_node_built_one() -> None:
 
 
 def test_a_config_is_non_interactive_with_the_rootfs_given_and_paths_for_any_image() -> None:
-    config = oci_config("/work/rootfs", ["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"])
-    assert config["root"] == {"path": "/work/rootfs", "readonly": False}
+    config = oci_config("/checkdir/rootfs", ["/bin/true"], ["NVIDIA_VISIBLE_DEVICES=0"])
+    assert config["root"] == {"path": "/checkdir/rootfs", "readonly": False}
     assert config["process"]["terminal"] is False and config["process"]["args"] == ["/bin/true"]
     assert config["process"]["env"] == [f"PATH={CONTAINER_PATH}", "TERM=xterm", "NVIDIA_VISIBLE_DEVICES=0"]
     assert CONTAINER_PATH.split(":")[0] == "/usr/local/nvidia/bin"  # where NVIDIA's spec puts nvidia-smi
@@ -67,9 +67,9 @@ def test_a_config_is_non_interactive_with_the_rootfs_given_and_paths_for_any_ima
 
 
 def test_the_shims_settings_name_the_checks_runc_and_spec_dir_and_a_fake_nodes_roots() -> None:
-    live = tomllib.loads(settings_text("/work/bin/runc", "/work/cdi/cdictk", Roots()))
+    live = tomllib.loads(settings_text("/checkdir/bin/runc", "/checkdir/cdi/cdictk", Roots()))
     assert live == {
-        "runtime": {"runtimes": ["/work/bin/runc"], "spec-dirs": ["/work/cdi/cdictk"]},
+        "runtime": {"runtimes": ["/checkdir/bin/runc"], "spec-dirs": ["/checkdir/cdi/cdictk"]},
         "requests": {"accept-env-unprivileged": True},
     }
     fake = tomllib.loads(settings_text("/r", "/s", Roots("/n", "/n", "/n/proc", "/n/sys")))

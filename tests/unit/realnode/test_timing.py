@@ -34,7 +34,7 @@ class FakeContainers:
 
     def bundle(self, label: str, config_for: Callable[[str], dict[str, Any]]) -> tuple[str, str]:
         container = f"{label}-{len(self.roots)}"
-        rootfs = f"/work/bundles/{container}/rootfs"
+        rootfs = f"/checkdir/bundles/{container}/rootfs"
         self.roots.append(rootfs)
         config = config_for(rootfs)
         assert config["root"]["path"] == rootfs
