@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import resource
 import shutil
 import stat
@@ -426,15 +427,29 @@ def login_user() -> Iterator[LoginUser]:
         check=False,
     )
     assert made.returncode == 0, made.stderr
+    account = pwd.getpwnam(name)
     try:
-        entry = subprocess.run(["id", "-u", name], capture_output=True, text=True, check=True).stdout
-        gid = int(subprocess.run(["id", "-g", name], capture_output=True, text=True, check=True).stdout)
-        home = Path(f"/home/{name}")
-        yield LoginUser(name, int(entry), gid, home)
+        yield LoginUser(name, account.pw_uid, account.pw_gid, Path(account.pw_dir))
     finally:
-        # Its processes (rootless podman leaves a pause process behind), each by its own pid.
-        listed = subprocess.run(["pgrep", "-u", name], capture_output=True, text=True, check=False).stdout
-        for pid in listed.split():
+        # Its processes (rootless podman leaves a pause process behind), each by its own pid; read from
+        # /proc, since a pristine Debian has no pgrep.
+        for pid in processes_of(account.pw_uid):
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), 9)
+                os.kill(pid, 9)
         subprocess.run(["userdel", "--remove", name], capture_output=True, check=False)
+
+
+def processes_of(uid: int) -> list[int]:
+    """The pids whose real uid is ``uid``."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status", encoding="ascii", errors="replace") as status:
+                line = next(line for line in status if line.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue  # gone meanwhile
+        if int(line.split()[1]) == uid:
+            pids.append(int(entry))
+    return pids
