@@ -6,7 +6,8 @@ The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps
   answers for it again; so is one the plugin's last discovery did not find (``absent``), which the
   plugin keeps offering rather than dropping it from the kubelet's list;
 - a fatal Xid (any but the application errors of :data:`settings.IGNORED_XIDS` and the settings'
-  own list) makes the GPU unhealthy, or only the MIG device whose GPU and compute instance it names,
+  own list) makes the GPU unhealthy, or only the MIG device whose GPU and compute instance it names
+  (an event that names a GPU instance without a compute instance is the whole GPU's),
   until ``xid_recovery`` seconds pass without another and NVML answers for the GPU; with
   ``xid_recovery`` None, until the plugin restarts (NVIDIA's plugin never recovers a device);
 - while the child is down or its event wait fails, every device is unhealthy: nothing vouches for them.
@@ -92,7 +93,14 @@ class HealthMonitor:
                 if xid in self.settings.ignored_xids:
                     self.log(f"Xid {xid} on {message['uuid']}: an application error, the GPU stays healthy")
                 else:
-                    key = (str(message["uuid"]), message.get("gi"), message.get("ci"))
+                    gi, ci = message.get("gi"), message.get("ci")
+                    # An event names a MIG device only with both instances; with either missing it is
+                    # the GPU's, and so every MIG device's on it (as NVIDIA's plugin matches them).
+                    key = (
+                        (str(message["uuid"]), gi, ci)
+                        if gi is not None and ci is not None
+                        else (str(message["uuid"]), None, None)
+                    )
                     self._xids[key] = (self.clock(), xid)
                     self.log(f"Xid {xid} on {key[0]}: marked unhealthy")
             elif "error" in message:

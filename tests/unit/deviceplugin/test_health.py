@@ -95,6 +95,13 @@ def test_an_xid_naming_a_mig_instance_makes_that_mig_device_alone_unhealthy() ->
     assert m.feed(xid=94, uuid=GPU_M, gi=1, ci=5) == {MIG_2: "Xid 94"}
 
 
+@pytest.mark.parametrize(("gi", "ci"), [(2, None), (None, 0)])
+def test_an_xid_naming_one_instance_but_not_both_is_the_whole_gpus(gi: int | None, ci: int | None) -> None:
+    """NVIDIA's plugin matches a MIG device only when the event names both instances."""
+    m = Monitor()
+    assert m.feed(xid=94, uuid=GPU_M, gi=gi, ci=ci) == {MIG_1: "Xid 94", MIG_2: "Xid 94"}
+
+
 @pytest.mark.parametrize("xid", IGNORED_XIDS)
 def test_application_xids_are_ignored(xid: int) -> None:
     m = Monitor()
