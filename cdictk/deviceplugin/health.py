@@ -10,7 +10,11 @@ The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps
   (an event that names a GPU instance without a compute instance is the whole GPU's),
   until ``xid_recovery`` seconds pass without another and NVML answers for the GPU; with
   ``xid_recovery`` None, until the plugin restarts (NVIDIA's plugin never recovers a device);
-- while the child is down or its event wait fails, every device is unhealthy: nothing vouches for them.
+- while the child is down or its event wait fails, every device is unhealthy: nothing vouches for
+  them. Only a working event wait (the child's ``watching``) clears that, not a probe: a GPU NVML
+  still finds while events cannot be had would otherwise flap at every probe, each flip a new list
+  for the kubelet;
+- an Xid on a GPU NVML cannot name counts for every GPU.
 
 :meth:`HealthMonitor.feed` takes the child's messages, so the rules are tested without a child.
 """
@@ -83,32 +87,42 @@ class HealthMonitor:
         with self._lock:
             if "probe" in message:
                 self.probes += 1
-                self._down = None
                 self._lost = {uuid: why for uuid, why in message["probe"].items() if why}
                 for uuid, why in message["probe"].items():
                     if not why:
                         self._absent.pop(uuid, None)
+            elif "watching" in message:
+                self._down = None
             elif "xid" in message:
-                xid = int(message["xid"])
-                if xid in self.settings.ignored_xids:
-                    self.log(f"Xid {xid} on {message['uuid']}: an application error, the GPU stays healthy")
-                else:
-                    gi, ci = message.get("gi"), message.get("ci")
-                    # An event names a MIG device only with both instances; with either missing it is
-                    # the GPU's, and so every MIG device's on it (as NVIDIA's plugin matches them).
-                    key = (
-                        (str(message["uuid"]), gi, ci)
-                        if gi is not None and ci is not None
-                        else (str(message["uuid"]), None, None)
-                    )
-                    self._xids[key] = (self.clock(), xid)
-                    self.log(f"Xid {xid} on {key[0]}: marked unhealthy")
+                self._xid(message)
             elif "error" in message:
+                if message["error"] != self._down:
+                    self.log(str(message["error"]))
                 self._down = str(message["error"])
-                self.log(self._down)
             if "links" in message:
                 self._links = {frozenset((a, b)): int(score) for a, b, score in message["links"]}
         self._changed()
+
+    def _xid(self, message: dict[str, Any]) -> None:
+        xid, uuid = int(message["xid"]), message.get("uuid")
+        if xid in self.settings.ignored_xids:
+            self.log(f"Xid {xid} on {uuid or 'a GPU'}: an application error, the GPU stays healthy")
+            return
+        gi, ci = message.get("gi"), message.get("ci")
+        keys: list[tuple[str, int | None, int | None]]
+        if uuid is None:
+            # NVML could not name the GPU: each may be the one (NVIDIA's plugin marks them all too).
+            keys = [(gpu, None, None) for gpu in sorted({device.gpu_uuid for device in self._devices})]
+            self.log(
+                f"Xid {xid} on a GPU NVML cannot name ({message.get('why')}): every GPU marked unhealthy"
+            )
+        else:
+            # An event names a MIG device only with both instances; with either missing it is the
+            # GPU's, and so every MIG device's on it (as NVIDIA's plugin matches them).
+            keys = [(str(uuid), gi, ci) if gi is not None and ci is not None else (str(uuid), None, None)]
+            self.log(f"Xid {xid} on {uuid}: marked unhealthy")
+        for key in keys:
+            self._xids[key] = (self.clock(), xid)
 
     def tick(self) -> None:
         """Re-evaluate (an Xid's recovery time may have come)."""
