@@ -14,7 +14,9 @@ The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps
   them. Only a working event wait (the child's ``watching``) clears that, not a probe: a GPU NVML
   still finds while events cannot be had would otherwise flap at every probe, each flip a new list
   for the kubelet;
-- an Xid on a GPU NVML cannot name counts for every GPU.
+- an Xid on a GPU NVML cannot name counts for every GPU;
+- with health checks off (``enabled`` false), every device is healthy, whatever the (topology-only)
+  child or discovery says.
 
 :meth:`HealthMonitor.feed` takes the child's messages, so the rules are tested without a child.
 """
@@ -139,6 +141,8 @@ class HealthMonitor:
             return dict(self._links)
 
     def _evaluate(self) -> dict[str, str]:
+        if not self.settings.enabled:
+            return {}  # health checks off: every device healthy, whatever NVML or discovery said
         now = self.clock()
         recovery = self.settings.xid_recovery
         found = {}

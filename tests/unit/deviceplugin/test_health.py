@@ -180,6 +180,17 @@ def test_an_xid_on_a_gpu_nvml_cannot_name_makes_every_gpu_unhealthy() -> None:
     assert m.feed(xid=13, uuid=None, gi=None, ci=None, why="Unknown Error") == {}
 
 
+def test_with_health_checks_off_every_device_is_healthy() -> None:
+    m = Monitor(enabled=False)
+    # the topology-only child failing to load NVML, a GPU discovery no longer finds, a lost GPU, an Xid
+    assert m.feed(error="NVML at /lib/libnvidia-ml.so.1: cannot load") == {}
+    m.monitor.watch(DEVICES, absent={GPU_A: "not found by the last discovery"})
+    assert m.monitor.unhealthy() == {}
+    assert m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""}) == {}
+    assert m.feed(xid=79, uuid=GPU_B, gi=None, ci=None) == {}
+    assert m.changes == 0
+
+
 def test_links_are_kept_by_pair() -> None:
     m = Monitor()
     m.feed(links=[[GPU_A, GPU_B, 450], [GPU_A, GPU_M, 20]])
