@@ -7,7 +7,7 @@ device nodes: what ``cdictk cdi generate --watch`` watches). When that changed, 
 again: a resource whose devices changed sends its new list, a new one (a MIG profile created under
 ``mixed``) is served and registered, one gone is stopped (the kubelet marks its devices unhealthy, then
 drops it). A GPU that discovery no longer finds (lost) stays in its list, unhealthy, with its MIG
-devices. A registration that fails is tried again at the next look.
+devices. A discovery that fails is tried again at each rescan, a registration at each look.
 """
 
 from __future__ import annotations
@@ -48,13 +48,17 @@ class DevicePlugin:
         self._kubelet: tuple[int, int, int] | None = None
         self._fingerprint: tuple[object, ...] = ()
         self._offered: list[Resource] = []
+        self._failure: str | None = None  # why the last rediscovery failed; None once one works
 
     def discover(self) -> list[Resource]:
         """The node's resources now (discovery run again)."""
-        self._fingerprint = node_fingerprint(self.node.roots)
+        # Taken before discovery (a change meanwhile is seen at the next look), kept only once
+        # discovery succeeded: a failed one is tried again at the next rescan.
+        fingerprint = node_fingerprint(self.node.roots)
         self.node.refresh()
         gpus = self.node.facts().gpus
         resources = build(gpus, self.settings, numa_reader(self.node.roots.sys), self.log)
+        self._fingerprint = fingerprint
         resources, missing = keep_missing(self._offered, resources, {gpu.uuid for gpu in gpus})
         for uuid in sorted(missing):
             self.log(f"GPU {uuid} was not found (lost?): still offered, unhealthy until NVML answers for it")
@@ -101,12 +105,20 @@ class DevicePlugin:
                 self.log(f"{server.path} was removed; serving and registering {name} again")
                 self._registered.discard(name)
         if rescan and node_fingerprint(self.node.roots) != self._fingerprint:
-            self.log("the node changed (driver, GPUs or MIG); discovering it again")
+            if self._failure is None:
+                self.log("the node changed (driver, GPUs or MIG); discovering it again")
             try:
-                self._reconcile(self.discover(), restart=False)
-                return
+                resources = self.discover()
             except CdictkError as exc:
-                self.log(f"discovery failed, keeping the devices offered: {exc}")
+                if str(exc) != self._failure:
+                    self.log(
+                        f"discovery failed, keeping the devices offered; trying again at each rescan: {exc}"
+                    )
+                self._failure = str(exc)
+            else:
+                self._failure = None
+                self._reconcile(resources, restart=False)
+                return
         self._register_all()
 
     def _reconcile(self, resources: list[Resource], *, restart: bool = True) -> None:

@@ -173,6 +173,34 @@ def test_single_refuses_a_node_with_whole_gpus(make_node: NodeFactory) -> None:
         DevicePlugin(settings).discover()
 
 
+def test_a_failed_rediscovery_is_tried_again_at_each_rescan_and_said_once(
+    make_node: NodeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = make_node("eight")
+    settings = Settings(
+        mig_strategy="single",  # GPU 0 in MIG mode beside whole GPUs: discovery fails
+        plugin_dir=str(tmp_path),
+        driver_root=node.root,
+        proc_root=node.proc,
+        sys_root=node.sys,
+    )
+    lines: list[str] = []
+    plugin = DevicePlugin(settings, lines.append)
+    tries: list[int] = []
+    discover = plugin.discover
+
+    def counted() -> object:
+        tries.append(1)
+        return discover()
+
+    monkeypatch.setattr(plugin, "discover", counted)
+    for _ in range(3):
+        plugin.look()
+    assert len(tries) == 3
+    assert len([line for line in lines if "discovery failed" in line]) == 1
+    assert len([line for line in lines if "the node changed" in line]) == 1
+
+
 def test_replicas_offer_each_gpu_n_times(run_plugin: PluginFactory) -> None:
     kubelet = run_plugin(replicas=(Replicas(GPU, 2),), fail_requests_greater_than_one=True).kubelet
     kubelet.wait_for("replicas", registered([GPU]))
