@@ -201,7 +201,24 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
             health["probeIntervalSeconds"], "health.probeIntervalSeconds", minimum=0.05
         )
     values["health"] = Health(**health_values)
-    return Settings(**values)
+    settings = Settings(**values)
+    _one_resource_per_name(settings, source)
+    return settings
+
+
+def _one_resource_per_name(settings: Settings, source: str) -> None:
+    """Refuse two rules whose shared resources take one name, or one that takes another rule's
+    resource's name: two resources would be served under one name."""
+    named = {rule.name for rule in settings.replicas}
+    taken: dict[str, str] = {}
+    for number, rule in enumerate(settings.replicas):
+        name = settings.shared_name(rule)
+        where = f"sharing.timeSlicing.resources[{number}]"
+        if name in taken:
+            raise SettingsError(source, where, f"{rule.name}'s replicas named {name}, as {taken[name]}'s are")
+        if name != rule.name and name in named:
+            raise SettingsError(source, where, f"{rule.name}'s replicas named {name}, a resource of its own")
+        taken[name] = rule.name
 
 
 def list_strategies(value: object, source: str = "--device-list-strategy") -> tuple[str, ...]:

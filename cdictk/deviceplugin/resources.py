@@ -53,8 +53,11 @@ class Resource:
 
     @property
     def socket(self) -> str:
-        """The plugin's socket file in the kubelet's device plugin directory."""
-        return "cdictk-" + self.name.split("/", 1)[1] + ".sock"
+        """The plugin's socket file in the kubelet's device plugin directory: the whole resource name,
+        ``/`` written ``_`` (``cdictk-nvidia.com_gpu.sock``). A domain has no ``_``, so two resources
+        never share a socket, not even two of one name (``example.com/gpu`` beside ``nvidia.com/gpu``)."""
+        domain, name = self.name.split("/", 1)
+        return f"cdictk-{domain}_{name}.sock"
 
     def device(self, device_id: str) -> PluginDevice | None:
         for device in self.devices:

@@ -31,7 +31,11 @@ def test_registers_the_whole_gpus_by_uuid_with_numa_nodes(run_plugin: PluginFact
     kubelet = running.kubelet
     kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
     request = kubelet.registrations[0]
-    assert (request.version, request.resource_name, request.endpoint) == ("v1beta1", GPU, "cdictk-gpu.sock")
+    assert (request.version, request.resource_name, request.endpoint) == (
+        "v1beta1",
+        GPU,
+        "cdictk-nvidia.com_gpu.sock",
+    )
     devices = kubelet.devices(GPU)
     assert [d.ID for d in devices] == WHOLE
     assert {d.health for d in devices} == {HEALTHY}

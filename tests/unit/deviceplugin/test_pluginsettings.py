@@ -36,6 +36,32 @@ def test_nvidia_shaped_file(tmp_path: Path) -> None:
             "from 2 to 1024",
         ),
         ({"sharing": {"mps": {}}}, "time-slicing only"),
+        (
+            {
+                "sharing": {
+                    "timeSlicing": {
+                        "resources": [
+                            {"name": "nvidia.com/gpu", "replicas": 2, "rename": "example.com/gpu"},
+                            {"name": "nvidia.com/mig-1g.10gb", "replicas": 2, "rename": "example.com/gpu"},
+                        ]
+                    }
+                }
+            },
+            "resources[1]: nvidia.com/mig-1g.10gb's replicas named example.com/gpu, as nvidia.com/gpu's are",
+        ),
+        (
+            {
+                "sharing": {
+                    "timeSlicing": {
+                        "resources": [
+                            {"name": "nvidia.com/gpu", "replicas": 2, "rename": "nvidia.com/mig-1g.10gb"},
+                            {"name": "nvidia.com/mig-1g.10gb", "replicas": 2},
+                        ]
+                    }
+                }
+            },
+            "resources[0]: nvidia.com/gpu's replicas named nvidia.com/mig-1g.10gb, a resource of its own",
+        ),
         ({"version": "v2"}, "must be v1"),
     ],
 )
