@@ -6,7 +6,9 @@
 - ``single``: the MIG devices as ``nvidia.com/gpu``; every GPU must be in MIG mode with MIG devices of
   one profile, or none in MIG mode (then as ``none``).
 - ``mixed``: GPUs not in MIG mode as ``nvidia.com/gpu``, MIG devices as ``nvidia.com/mig-<profile>``
-  (``1g.10gb``, ``+`` written ``.``: ``mig-1g.10gb.me``).
+  (``1g.10gb``, ``+`` written ``.``: ``mig-1g.10gb.me``). Only MIG devices whose compute instance spans
+  their GPU instance: NVIDIA's plugin makes resources for those profiles alone (``1c.2g.20gb`` has
+  none, and there its plugin fails to start); here such a device is left out with a warning.
 
 Device IDs are GPU and MIG UUIDs, stable across restarts and MIG changes of other GPUs (the kubelet
 checkpoints allocations by ID). Replicas (time-slicing) offer each device N times as ``<uuid>::<n>``.
@@ -118,6 +120,13 @@ def build(
             if not gpu.migs:
                 warn(f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode without MIG devices: nothing to offer")
             for mig in gpu.migs:
+                if not mig.whole_instance:
+                    warn(
+                        f"MIG device {gpu.index}:{mig.index} ({mig.uuid}, {mig.profile}) is left out: with "
+                        "--mig-strategy mixed only MIG devices whose compute instance is their whole GPU "
+                        "instance are offered"
+                    )
+                    continue
                 name = f"{prefix}/mig-{mig.profile.replace('+', '.')}"
                 found.setdefault(name, []).append(_mig_device(gpu, mig, numa))
     resources = [Resource(name, tuple(devices)) for name, devices in found.items() if devices]

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from cdictk.node.procfs import ProcGpu
 
 _PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+\w+)*")
+_SHARED = re.compile(r"(\d+)c\.(\d+)g\.")  # a compute instance's slices, then its GPU instance's
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,12 @@ class MigDevice:
     ci: int  # compute-instance id
     uuid: str
     profile: str  # e.g. 1g.10gb, or 1c.2g.20gb when the compute instance is smaller
+
+    @property
+    def whole_instance(self) -> bool:
+        """Whether its compute instance spans its GPU instance (``2g.20gb``, not ``1c.2g.20gb``)."""
+        counts = _SHARED.match(self.profile)
+        return counts is None or counts[1] == counts[2]
 
 
 @dataclass(frozen=True, slots=True)

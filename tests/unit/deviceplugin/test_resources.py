@@ -70,6 +70,17 @@ def test_single_refuses_what_it_cannot_offer_as_one_resource(gpus: list[Gpu], sa
         resources(gpus, mig_strategy="single")
 
 
+def test_mixed_leaves_out_mig_devices_whose_compute_instance_is_smaller_than_their_gpu_instance() -> None:
+    warned: list[str] = []
+    gpus = [gpu(0, migs=("1c.2g.20gb", "1c.2g.20gb", "2g.20gb")), gpu(1)]
+    found = build(gpus, Settings(mig_strategy="mixed"), numa, warned.append)
+    assert {r.name: [d.id for d in r.devices] for r in found} == {
+        "nvidia.com/gpu": ["GPU-1"],
+        "nvidia.com/mig-2g.20gb": ["MIG-0-2"],
+    }
+    assert len(warned) == 2 and "MIG device 0:0 (MIG-0-0, 1c.2g.20gb) is left out" in warned[0]
+
+
 def test_every_resource_has_a_socket_of_its_own() -> None:
     """A MIG profile's replicas renamed example.com/gpu beside nvidia.com/gpu: two resources named
     gpu, which must not share (and unlink each other's) socket."""
