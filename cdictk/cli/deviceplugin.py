@@ -39,10 +39,11 @@ def _log(line: str) -> None:
 @click.option(
     "--device-list-strategy",
     metavar="LIST",
-    help="What Allocate answers, comma-separated: cdi-cri (the CRI's CDI field, Kubernetes 1.28+ with "
-    "containerd 1.7.2+ or CRI-O 1.28+), cdi-annotations (cdi.k8s.io/ annotations: containerd 1.7 with CDI "
-    "on, or cdictk-runtime), volume-mounts (for cdictk-runtime with accept-volume-mounts or NVIDIA's "
-    "runtime). envvar is refused. Default: cdi-cri,cdi-annotations.",
+    help="What Allocate answers, comma-separated: cdi-cri (the CRI's CDI field, Kubernetes 1.29+ or 1.28 "
+    "with the DevicePluginCDIDevices gate on, with containerd 1.7.2+ or CRI-O 1.28+), cdi-annotations "
+    "(cdi.k8s.io/ annotations: containerd 1.7 with CDI on, or cdictk-runtime), volume-mounts (for "
+    "cdictk-runtime with accept-volume-mounts or NVIDIA's runtime). envvar is refused. "
+    "Default: cdi-cri,cdi-annotations.",
 )
 @click.option("--cdi-kind", metavar="VENDOR/CLASS", help="The node spec's kind. Default: nvidia.com/gpu.")
 @click.option(
