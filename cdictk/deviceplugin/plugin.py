@@ -49,6 +49,7 @@ class DevicePlugin:
         self._fingerprint: tuple[object, ...] = ()
         self._offered: list[Resource] = []
         self._failure: str | None = None  # why the last rediscovery failed; None once one works
+        self._register_failures: dict[str, str] = {}  # resource -> why its last registration failed
 
     def discover(self) -> list[Resource]:
         """The node's resources now (discovery run again)."""
@@ -156,8 +157,12 @@ class DevicePlugin:
                 server.start()
                 register(self.settings.plugin_dir, name, server.resource.socket)
             except (RegistrationError, CdictkError) as exc:
-                self.log(str(exc))
+                # Tried again at every look (each second): said once until the reason changes.
+                if self._register_failures.get(name) != str(exc):
+                    self.log(f"{exc} (trying again every {LOOK_INTERVAL:g} s)")
+                self._register_failures[name] = str(exc)
                 continue
+            self._register_failures.pop(name, None)
             self._registered.add(name)
             self.log(f"registered {name} ({len(server.resource.devices)} devices) on {server.path}")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -203,6 +205,27 @@ def test_a_failed_rediscovery_is_tried_again_at_each_rescan_and_said_once(
     assert len(tries) == 3
     assert len([line for line in lines if "discovery failed" in line]) == 1
     assert len([line for line in lines if "the node changed" in line]) == 1
+
+
+def test_a_registration_that_keeps_failing_is_tried_at_each_look_and_said_once(
+    make_node: NodeFactory,
+) -> None:
+    node = make_node("eight")
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dp-", dir="/tmp")  # no kubelet.sock: nobody answers
+    settings = Settings(plugin_dir=plugin_dir, driver_root=node.root, proc_root=node.proc, sys_root=node.sys)
+    lines: list[str] = []
+    plugin = DevicePlugin(settings, lines.append)
+    try:
+        plugin._reconcile(plugin.discover())
+        for _ in range(3):
+            plugin.look()
+        failures = [line for line in lines if "no kubelet answers" in line]
+        assert len(failures) == 1 and failures[0].endswith("(trying again every 1 s)")
+        assert not plugin._registered
+    finally:
+        for server in plugin.servers.values():
+            server.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 def test_replicas_offer_each_gpu_n_times(run_plugin: PluginFactory) -> None:
