@@ -127,7 +127,7 @@ class HealthMonitor:
             self._xids[key] = (self.clock(), xid)
 
     def tick(self) -> None:
-        """Re-evaluate (an Xid's recovery time may have come)."""
+        """Re-evaluate, as time passed (an Xid's recovery time may have come): the plugin's every look."""
         self._changed()
 
     def unhealthy(self) -> dict[str, str]:

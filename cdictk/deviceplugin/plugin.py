@@ -1,6 +1,7 @@
 """The device plugin's life: discover, serve a resource each, register, then follow the node.
 
-Every second it looks at three things: whether ``kubelet.sock`` is a new file (the kubelet
+Every second it looks at four things: whether an Xid's recovery time came (the lists go out again),
+whether ``kubelet.sock`` is a new file (the kubelet
 restarted: every server is started again and registered), whether one of our sockets is gone (the
 same, for that one), and every ``rescan_interval`` the node's fingerprint (driver, GPUs, MIG instances,
 device nodes: what ``cdictk cdi generate --watch`` watches). When that changed, the node is discovered
@@ -94,7 +95,8 @@ class DevicePlugin:
                 self.specs.close()
 
     def look(self, *, rescan: bool = True) -> None:
-        """One round: the kubelet, our sockets, the node."""
+        """One round: the kubelet, our sockets, health, the node."""
+        self.health.tick()  # an Xid's recovery time may have come: the list goes out now, not at a probe
         identity = kubelet_identity(self.settings.plugin_dir)
         if identity != self._kubelet:
             if identity is not None:

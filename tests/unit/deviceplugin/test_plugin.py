@@ -14,7 +14,7 @@ import pytest
 
 from cdictk.deviceplugin.messages import HEALTHY, UNHEALTHY
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.pluginsettings import Replicas, Settings
+from cdictk.deviceplugin.pluginsettings import Health, Replicas, Settings
 from cdictk.deviceplugin.resources import ResourceError
 from tests.conftest import NodeFactory
 from tests.fakenode.nvml import FakeMig
@@ -222,6 +222,38 @@ def test_a_registration_that_keeps_failing_is_tried_at_each_look_and_said_once(
         failures = [line for line in lines if "no kubelet answers" in line]
         assert len(failures) == 1 and failures[0].endswith("(trying again every 1 s)")
         assert not plugin._registered
+    finally:
+        for server in plugin.servers.values():
+            server.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+
+
+def test_a_look_sends_the_list_when_an_xids_recovery_time_comes_without_waiting_for_a_probe(
+    make_node: NodeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = make_node("eight")
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dp-", dir="/tmp")
+    settings = Settings(
+        plugin_dir=plugin_dir,
+        driver_root=node.root,
+        proc_root=node.proc,
+        sys_root=node.sys,
+        health=Health(xid_recovery=10.0),
+    )
+    plugin = DevicePlugin(settings, lambda line: None)
+    now = [1000.0]
+    monkeypatch.setattr(plugin.health, "clock", lambda: now[0])
+    try:
+        plugin._reconcile(plugin.discover())
+        sent: list[int] = []
+        monkeypatch.setattr(plugin.servers[GPU], "update", lambda resource=None: sent.append(1))
+        plugin.health.feed({"xid": 79, "uuid": WHOLE[0], "gi": None, "ci": None})
+        assert len(sent) == 1
+        plugin.look(rescan=False)
+        assert len(sent) == 1  # nothing changed
+        now[0] += 10.0
+        plugin.look(rescan=False)  # no probe came: the look alone sees the recovery
+        assert len(sent) == 2 and plugin.health.unhealthy() == {}
     finally:
         for server in plugin.servers.values():
             server.stop()
