@@ -69,13 +69,17 @@ class HealthMonitor:
         self._child: subprocess.Popen[str] | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        # what the running child was started with: the library, the command, the GPUs it watches
+        self._started: tuple[str, Sequence[str] | None, tuple[str, ...]] | None = None
         self.probes = 0  # probes heard: the child is watching events once there is one
 
     # ---- the rules ----------------------------------------------------------------------------
 
     def watch(self, devices: Sequence[Watched], absent: Mapping[str, str] | None = None) -> None:
-        """The devices to report on (after discovery); forgets what is known of GPUs no longer there.
-        ``absent``: GPU UUID -> why, for GPUs among them that discovery did not find."""
+        """The devices to report on (after discovery); forgets what is known of GPUs no longer there,
+        and runs the NVML child again (once started) when the set of GPUs changed: it watches and
+        probes the GPUs it was started with. ``absent``: GPU UUID -> why, for GPUs among them that
+        discovery did not find."""
         with self._lock:
             self._devices = tuple(devices)
             gpus = {device.gpu_uuid for device in devices}
@@ -83,6 +87,9 @@ class HealthMonitor:
             self._lost = {uuid: why for uuid, why in self._lost.items() if uuid in gpus}
             self._xids = {key: seen for key, seen in self._xids.items() if key[0] in gpus}
         self._changed()
+        if self._started is not None and gpus != set(self._started[2]):
+            self.log(f"the GPUs changed; watching {len(gpus)} with NVML afresh")
+            self.start(self._started[0], self._started[1])
 
     def feed(self, message: dict[str, Any]) -> None:
         """One message of the NVML child."""
@@ -173,6 +180,7 @@ class HealthMonitor:
         self.stop()
         self._stopped = threading.Event()
         gpus = sorted({device.gpu_uuid for device in self._devices})
+        self._started = (library, command, tuple(gpus))
         base = list(command) if command else [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch"]
         argv = [*base, "--interval", str(self.settings.probe_interval)]
         if not self.settings.enabled:
@@ -195,6 +203,8 @@ class HealthMonitor:
             child = self._child = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1
             )
+            if stopped.is_set():  # stop() came between the loop's test and the child's start
+                child.kill()
             for line in child.stdout or ():
                 try:
                     message = json.loads(line)

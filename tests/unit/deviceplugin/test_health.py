@@ -300,3 +300,34 @@ def test_without_health_checks_the_child_only_reports_topology_and_is_not_restar
         assert monitor.links() == {frozenset(("a", "b")): 100}
     finally:
         monitor.stop()
+
+
+STAYS = """
+import json, sys, time
+with open(sys.argv[1], "a") as runs:
+    runs.write(json.dumps(sys.argv[2:]) + "\\n")
+print(json.dumps({"watching": True}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_child_is_run_again_when_the_set_of_gpus_changes(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(STAYS)
+    runs = tmp_path / "runs"
+    lines: list[str] = []
+    monitor = HealthMonitor(Health(probe_interval=0.05), log=lines.append)
+    monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
+    monitor.start("/lib/libnvidia-ml.so.1", [sys.executable, str(script), str(runs)])
+    try:
+        wait_until("the first child", lambda: len(argvs(runs)) == 1)
+        # new MIG devices on the same GPUs: the child watches GPUs, nothing to do
+        monitor.watch([Watched("MIG-1", "GPU-x", 1, 0), Watched("GPU-y", "GPU-y")])
+        # a GPU found by a rediscovery (a driver reload, a GPU back on the bus)
+        monitor.watch([Watched("MIG-1", "GPU-x", 1, 0), Watched("GPU-y", "GPU-y"), Watched("GPU-z", "GPU-z")])
+        wait_until("the second child", lambda: len(argvs(runs)) == 2)
+        assert argvs(runs)[1][-4:] == ["/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y", "GPU-z"]
+        assert lines == ["the GPUs changed; watching 3 with NVML afresh"]
+    finally:
+        monitor.stop()
+    assert len(argvs(runs)) == 2
