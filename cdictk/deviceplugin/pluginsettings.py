@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
 from cdictk.errors import CdictkError
 
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -65,12 +66,11 @@ class Settings:
     cdi_kind: str = "nvidia.com/gpu"  # the node spec's kind: names are <kind>=<GPU or MIG UUID>
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")  # where Allocate checks the names exist
-    resource_prefix: str = "nvidia.com"
     replicas: tuple[Replicas, ...] = ()
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     health: Health = field(default_factory=Health)
-    plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    plugin_dir: str = DEVICE_PLUGIN_DIR
     driver_root: str = "/"
     dev_root: str | None = None
     proc_root: str = "/proc"

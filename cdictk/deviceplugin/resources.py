@@ -25,6 +25,7 @@ from cdictk.errors import CdictkError
 from cdictk.node.gpus import Gpu, MigDevice
 
 REPLICA_SEPARATOR = "::"
+RESOURCE_DOMAIN = "nvidia.com"  # NVIDIA's plugin's: what pods and schedulers ask for
 
 
 class ResourceError(CdictkError):
@@ -86,7 +87,7 @@ def build(
     gpus: Sequence[Gpu], settings: Settings, numa: Callable[[str], int | None], warn: Callable[[str], None]
 ) -> list[Resource]:
     """The resources to advertise, sorted by name; ResourceError when the strategy cannot be met."""
-    prefix = settings.resource_prefix
+    prefix = RESOURCE_DOMAIN
     whole = [_gpu_device(gpu, numa) for gpu in gpus if not gpu.mig_enabled]
     mig_gpus = [gpu for gpu in gpus if gpu.mig_enabled]
     found: dict[str, list[PluginDevice]] = {}
