@@ -114,7 +114,7 @@ def device_plugin_command(
     except ImportError as exc:
         raise CdictkError(
             "", "device-plugin", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"
-        ) from None
+        ) from exc
     settings = loader.load(config_file) if config_file else loader.Settings()
     flags: dict[str, Any] = {
         "mig_strategy": mig_strategy,

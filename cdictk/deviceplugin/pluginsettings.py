@@ -89,13 +89,13 @@ def load(path: str) -> Settings:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
     except OSError as exc:
-        raise SettingsError(path, "", exc.strerror or str(exc)) from None
+        raise SettingsError(path, "", exc.strerror or str(exc)) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise SettingsError(
             path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})"
-        ) from None
+        ) from exc
     return from_data(data if data is not None else {}, path)
 
 

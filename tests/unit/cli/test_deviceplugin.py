@@ -40,6 +40,21 @@ def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> N
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_without_the_kubernetes_extra_it_says_what_to_install() -> None:
+    # grpc made unimportable, as on a node without `cdictk[kubernetes]`
+    code = (
+        "import sys; sys.modules['grpc'] = None\n"
+        "from cdictk.cli.main import main\n"
+        "sys.exit(main(['device-plugin']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith("grpc is missing: pip install 'cdictk[kubernetes]'"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
 def test_help_explains_the_strategies() -> None:
     result = subprocess.run([*CDICTK, "--help"], capture_output=True, text=True, timeout=60, check=True)
     text = "".join(result.stdout.split())  # click wraps lines, at hyphens too

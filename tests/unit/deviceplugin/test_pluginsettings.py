@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cdictk.deviceplugin.pluginsettings import Replicas, SettingsError, from_data, list_strategies, load
 
@@ -76,3 +77,14 @@ def test_list_strategies_from_a_flag() -> None:
     assert list_strategies("cdi-cri, volume-mounts,cdi-cri") == ("cdi-cri", "volume-mounts")
     with pytest.raises(SettingsError, match="unknown strategy 'x'"):
         list_strategies("x")
+
+
+def test_a_file_that_cannot_be_read_or_parsed_is_one_line_with_its_cause_chained(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="No such file or directory") as missing:
+        load(str(tmp_path / "none.yaml"))
+    assert isinstance(missing.value.__cause__, FileNotFoundError)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("flags: [\n")
+    with pytest.raises(SettingsError, match=r"line \d+: not valid YAML") as unparsed:
+        load(str(bad))
+    assert isinstance(unparsed.value.__cause__, yaml.YAMLError)

@@ -9,6 +9,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from cdictk.deviceplugin.messages import VERSION
@@ -66,6 +67,7 @@ def test_no_kubelet_is_said_so(plugin_dir: str) -> None:
     with pytest.raises(RegistrationError) as refused:
         register(plugin_dir, GPU, "cdictk-nvidia.com_gpu.sock", timeout=2)
     assert f"no kubelet answers on {plugin_dir}/kubelet.sock" in str(refused.value)
+    assert isinstance(refused.value.__cause__, grpc.RpcError)
 
 
 def test_kubelet_identity_changes_with_a_new_socket(plugin_dir: str) -> None:
