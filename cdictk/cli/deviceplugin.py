@@ -116,20 +116,24 @@ def device_plugin_command(
             "", "device-plugin", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"
         ) from exc
     settings = loader.load(config_file) if config_file else loader.Settings()
-    flags: dict[str, Any] = {
-        "mig_strategy": mig_strategy,
-        "cdi_kind": cdi_kind,
-        "plugin_dir": plugin_dir,
-        "driver_root": driver_root,
-        "dev_root": dev_root,
-        "proc_root": proc_root,
-        "sys_root": sys_root,
-        "rescan_interval": rescan_interval,
+    paths = {
+        "plugin_dir": ("--plugin-dir", plugin_dir),
+        "driver_root": ("--driver-root", driver_root),
+        "dev_root": ("--dev-root", dev_root),
+        "proc_root": ("--proc-root", proc_root),
+        "sys_root": ("--sys-root", sys_root),
     }
+    flags: dict[str, Any] = {
+        name: loader.check_path(value, flag) for name, (flag, value) in paths.items() if value is not None
+    }
+    flags["mig_strategy"] = mig_strategy
+    flags["rescan_interval"] = rescan_interval
+    if cdi_kind is not None:
+        flags["cdi_kind"] = loader.check_kind(cdi_kind, "--cdi-kind")
     if device_list_strategy is not None:
         flags["list_strategies"] = loader.list_strategies(device_list_strategy)
     if spec_dirs:
-        flags["spec_dirs"] = spec_dirs
+        flags["spec_dirs"] = tuple(loader.check_path(path, "--spec-dir") for path in spec_dirs)
     if no_spec_check:
         flags["spec_dirs"] = ()
     if no_health_checks:

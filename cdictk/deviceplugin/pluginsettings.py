@@ -16,6 +16,7 @@ from typing import Any
 
 import yaml
 
+from cdictk.cdi.names import kind_problem
 from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
 from cdictk.errors import CdictkError
 
@@ -141,10 +142,7 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
     cdi = reader.mapping(top.get("cdi", {}), "cdi")
     reader.only(cdi, "cdi", ("kind", "specDirs"))
     if "kind" in cdi:
-        kind = reader.string(cdi["kind"], "cdi.kind")
-        if not _RESOURCE.fullmatch(kind):
-            raise SettingsError(source, "cdi.kind", f"{kind!r} is not a CDI kind (vendor/class)")
-        values["cdi_kind"] = kind
+        values["cdi_kind"] = check_kind(cdi["kind"], "cdi.kind", source)
     if "specDirs" in cdi:
         values["spec_dirs"] = tuple(
             reader.path(d, "cdi.specDirs") for d in reader.sequence(cdi["specDirs"], "cdi.specDirs")
@@ -221,6 +219,25 @@ def _one_resource_per_name(settings: Settings, source: str) -> None:
         taken[name] = rule.name
 
 
+def check_kind(value: object, key: str, source: str = "") -> str:
+    """``value`` if it is a CDI kind (``vendor/class``), else a SettingsError naming ``key``: the one
+    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``."""
+    problem = kind_problem(value) if isinstance(value, str) else f"{value!r} is not a string"
+    if problem is not None:
+        raise SettingsError(source, key, problem)
+    return str(value)
+
+
+def check_path(value: object, key: str, source: str = "") -> str:
+    """``value`` if it is an absolute path, else a SettingsError naming ``key``: the one check of the
+    settings file's paths and of the path flags (a daemon's working directory is no place to start)."""
+    if not isinstance(value, str) or not value:
+        raise SettingsError(source, key, "must be a non-empty string")
+    if not value.startswith("/"):
+        raise SettingsError(source, key, f"must be an absolute path, not {value!r}")
+    return value
+
+
 def list_strategies(value: object, source: str = "--device-list-strategy") -> tuple[str, ...]:
     """A comma list or a YAML list of strategies, checked; envvar refused with the reason."""
     items = value.split(",") if isinstance(value, str) else value
@@ -284,10 +301,7 @@ class _Reader:
         return value
 
     def path(self, value: object, key: str) -> str:
-        text = self.string(value, key)
-        if not text.startswith("/"):
-            raise self.fail(key, f"must be an absolute path, not {text!r}")
-        return text
+        return check_path(value, key, self.source)
 
     def boolean(self, value: object, key: str) -> bool:
         if not isinstance(value, bool):

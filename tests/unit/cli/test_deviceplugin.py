@@ -31,6 +31,10 @@ CDICTK = [sys.executable, "-m", "cdictk", "device-plugin"]
         (["--xid-recovery", "soon"], "--xid-recovery: must be a number of seconds or never, not 'soon'"),
         (["--rescan-interval", "0"], "--rescan-interval: must be above 0"),
         (["--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml"),
+        (["--cdi-kind", "bogus"], '--cdi-kind: invalid kind "bogus": want vendor/class'),
+        (["--spec-dir", "/etc/cdi", "--spec-dir", "cdi"], "--spec-dir: must be an absolute path, not 'cdi'"),
+        (["--plugin-dir", "plugins"], "--plugin-dir: must be an absolute path, not 'plugins'"),
+        (["--driver-root", "run/nvidia/driver"], "--driver-root: must be an absolute path"),
     ],
 )
 def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> None:

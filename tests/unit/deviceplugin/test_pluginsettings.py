@@ -37,6 +37,10 @@ def test_nvidia_shaped_file(tmp_path: Path) -> None:
             "from 2 to 1024",
         ),
         ({"sharing": {"mps": {}}}, "time-slicing only"),
+        ({"cdi": {"kind": "bogus"}}, 'cdi.kind: invalid kind "bogus": want vendor/class'),
+        ({"cdi": {"kind": "nvidia.com/g pu"}}, "cdi.kind: invalid class"),
+        ({"cdi": {"kind": 3}}, "cdi.kind: 3 is not a string"),
+        ({"cdi": {"specDirs": ["etc/cdi"]}}, "cdi.specDirs: must be an absolute path, not 'etc/cdi'"),
         (
             {
                 "sharing": {
