@@ -124,21 +124,14 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
     )
     if "deviceListStrategy" in plugin:
         values["list_strategies"] = list_strategies(plugin["deviceListStrategy"], source)
-    if plugin.get("deviceIDStrategy", "uuid") != "uuid":
-        raise SettingsError(
-            source,
-            "flags.plugin.deviceIDStrategy",
-            "only uuid: an index names another GPU after a MIG change or a GPU falls off the bus",
-        )
-    if plugin.get("passDeviceSpecs", False) is not False:
-        raise SettingsError(
-            source, "flags.plugin.passDeviceSpecs", "not supported: the CDI spec carries the device nodes"
-        )
+    if "deviceIDStrategy" in plugin:
+        check_device_id_strategy(plugin["deviceIDStrategy"], "flags.plugin.deviceIDStrategy", source)
+    if "passDeviceSpecs" in plugin:
+        check_pass_device_specs(plugin["passDeviceSpecs"], "flags.plugin.passDeviceSpecs", source)
     if "cdiAnnotationPrefix" in plugin:
-        prefix = reader.string(plugin["cdiAnnotationPrefix"], "flags.plugin.cdiAnnotationPrefix")
-        if not prefix.endswith("/"):
-            raise SettingsError(source, "flags.plugin.cdiAnnotationPrefix", "must end in /")
-        values["cdi_annotation_prefix"] = prefix
+        values["cdi_annotation_prefix"] = check_annotation_prefix(
+            plugin["cdiAnnotationPrefix"], "flags.plugin.cdiAnnotationPrefix", source
+        )
     cdi = reader.mapping(top.get("cdi", {}), "cdi")
     reader.only(cdi, "cdi", ("kind", "specDirs"))
     if "kind" in cdi:
@@ -226,6 +219,28 @@ def check_kind(value: object, key: str, source: str = "") -> str:
     if problem is not None:
         raise SettingsError(source, key, problem)
     return str(value)
+
+
+def check_annotation_prefix(value: object, key: str, source: str = "") -> str:
+    """``value`` if it can start a CDI annotation key (it ends in ``/``), else a SettingsError."""
+    if not isinstance(value, str) or not value.endswith("/") or len(value) < 2:
+        raise SettingsError(source, key, f"must be a prefix ending in /, not {value!r}")
+    return value
+
+
+def check_device_id_strategy(value: object, key: str, source: str = "") -> None:
+    """NVIDIA's ``deviceIDStrategy`` (DEVICE_ID_STRATEGY): ``uuid``, the only one served, or a
+    SettingsError; refused by name so that a copied ``index`` never silently means uuid here."""
+    if value != "uuid":
+        raise SettingsError(
+            source, key, "only uuid: an index names another GPU after a MIG change or a GPU falls off the bus"
+        )
+
+
+def check_pass_device_specs(value: object, key: str, source: str = "") -> None:
+    """NVIDIA's ``passDeviceSpecs`` (PASS_DEVICE_SPECS): false, or a SettingsError."""
+    if value is not False:
+        raise SettingsError(source, key, "not supported: the CDI spec carries the device nodes")
 
 
 def check_path(value: object, key: str, source: str = "") -> str:

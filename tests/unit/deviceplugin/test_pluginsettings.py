@@ -31,6 +31,11 @@ def test_nvidia_shaped_file(tmp_path: Path) -> None:
         ({"flags": {"migStrategy": "some"}}, "flags.migStrategy: must be one of none, single, mixed"),
         ({"flags": {"plugin": {"deviceListStrategy": "envvar"}}}, "envvar is refused"),
         ({"flags": {"plugin": {"deviceIDStrategy": "index"}}}, "only uuid"),
+        ({"flags": {"plugin": {"passDeviceSpecs": True}}}, "passDeviceSpecs: not supported"),
+        (
+            {"flags": {"plugin": {"cdiAnnotationPrefix": "cdi"}}},
+            "cdiAnnotationPrefix: must be a prefix ending in /",
+        ),
         ({"flags": {"gfd": {}}}, "flags.gfd: unknown key"),
         (
             {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}}},
