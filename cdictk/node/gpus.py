@@ -62,3 +62,13 @@ def gpus_from_procfs(proc_gpus: list[ProcGpu]) -> list[Gpu]:
         Gpu(index, gpu.minor, gpu.uuid, gpu.bus_id, gpu.model)
         for index, gpu in enumerate(sorted(proc_gpus, key=lambda gpu: gpu.bus_id))
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlAnswer:
+    """What :func:`cdictk.node.nvml.query_nvml` found. Here rather than beside it: that module is
+    imported before NVML's child is forked, and importing dataclasses there would delay the fork."""
+
+    version: str
+    gpus: list[Gpu]
+    left_out: list[str]  # one line per GPU NVML could not describe: "GPU 3: GPU is lost"
