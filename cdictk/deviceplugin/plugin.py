@@ -1,8 +1,8 @@
 """The device plugin's life: discover, serve a resource each, register, then follow the node.
 
 Every second it looks at four things: whether an Xid's recovery time came (the lists go out again),
-whether ``kubelet.sock`` is a new file (the kubelet
-restarted: every server is started again and registered), whether one of our sockets is gone (the
+whether ``kubelet.sock`` is a new file (the kubelet restarted: every server is started again and
+registered), whether one of our sockets is gone (the
 same, for that one), and every ``rescan_interval`` the node's fingerprint (driver, GPUs, MIG instances,
 device nodes: what ``cdictk cdi generate --watch`` watches). When that changed, the node is discovered
 again: a resource whose devices changed sends its new list, a new one (a MIG profile created under
@@ -81,6 +81,7 @@ class DevicePlugin:
             self.log("no libnvidia-ml.so.1 under the driver root: no health checks, no topology")
         try:
             self._reconcile(resources)
+            self._register_all()
             scanned = time.monotonic()
             while not stop.wait(min(LOOK_INTERVAL, self.settings.rescan_interval)):
                 rescan = time.monotonic() - scanned >= self.settings.rescan_interval
@@ -95,8 +96,18 @@ class DevicePlugin:
                 self.specs.close()
 
     def look(self, *, rescan: bool = True) -> None:
-        """One round: the kubelet, our sockets, health, the node."""
+        """One round (each second; ``rescan``: every ``rescan_interval``), in this order: health
+        re-evaluated, registrations the kubelet lost forgotten, the node discovered again if it
+        changed, then whatever is not registered registered."""
         self.health.tick()  # an Xid's recovery time may have come: the list goes out now, not at a probe
+        self._forget_lost_registrations()
+        if rescan:
+            self._rediscover_if_changed()
+        self._register_all()
+
+    def _forget_lost_registrations(self) -> None:
+        """A new kubelet.sock (the kubelet restarted) loses every registration; a socket of ours
+        deleted, its own."""
         identity = kubelet_identity(self.settings.plugin_dir)
         if identity != self._kubelet:
             if identity is not None:
@@ -107,24 +118,27 @@ class DevicePlugin:
             if name in self._registered and server.socket_gone():
                 self.log(f"{server.path} was removed; serving and registering {name} again")
                 self._registered.discard(name)
-        if rescan and node_fingerprint(self.node.roots) != self._fingerprint:
-            if self._failure is None:
-                self.log("the node changed (driver, GPUs or MIG); discovering it again")
-            try:
-                resources = self.discover()
-            except CdictkError as exc:
-                if str(exc) != self._failure:
-                    self.log(
-                        f"discovery failed, keeping the devices offered; trying again at each rescan: {exc}"
-                    )
-                self._failure = str(exc)
-            else:
-                self._failure = None
-                self._reconcile(resources, restart=False)
-                return
-        self._register_all()
 
-    def _reconcile(self, resources: list[Resource], *, restart: bool = True) -> None:
+    def _rediscover_if_changed(self) -> None:
+        """Discovery again when the node's fingerprint changed; one that fails keeps what is offered
+        and is tried again at the next rescan, its reason said once until it changes."""
+        if node_fingerprint(self.node.roots) == self._fingerprint:
+            return
+        if self._failure is None:
+            self.log("the node changed (driver, GPUs or MIG); discovering it again")
+        try:
+            resources = self.discover()
+        except CdictkError as exc:
+            if str(exc) != self._failure:
+                self.log(f"discovery failed, keeping the devices offered; trying again at each rescan: {exc}")
+            self._failure = str(exc)
+            return
+        self._failure = None
+        self._reconcile(resources)
+
+    def _reconcile(self, resources: list[Resource]) -> None:
+        """A server per resource: new ones made, changed ones updated, those with no devices left
+        stopped. Registering is the caller's next step."""
         wanted = {resource.name: resource for resource in resources}
         for name in list(self.servers):
             if name not in wanted:
@@ -144,9 +158,6 @@ class DevicePlugin:
                 )
             elif server.resource != resource:
                 server.update(resource)
-        if restart:
-            self._registered.clear()
-        self._register_all()
 
     def _register_all(self) -> None:
         if self._kubelet is None:

@@ -217,6 +217,7 @@ def test_a_registration_that_keeps_failing_is_tried_at_each_look_and_said_once(
     plugin = DevicePlugin(settings, lines.append)
     try:
         plugin._reconcile(plugin.discover())
+        plugin._register_all()
         for _ in range(3):
             plugin.look()
         failures = [line for line in lines if "no kubelet answers" in line]
@@ -245,6 +246,7 @@ def test_a_look_sends_the_list_when_an_xids_recovery_time_comes_without_waiting_
     monkeypatch.setattr(plugin.health, "clock", lambda: now[0])
     try:
         plugin._reconcile(plugin.discover())
+        plugin._register_all()
         sent: list[int] = []
         monkeypatch.setattr(plugin.servers[GPU], "update", lambda resource=None: sent.append(1))
         plugin.health.feed({"xid": 79, "uuid": WHOLE[0], "gi": None, "ci": None})
