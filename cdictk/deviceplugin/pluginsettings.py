@@ -16,7 +16,8 @@ from typing import Any
 
 import yaml
 
-from cdictk.cdi.names import kind_problem
+from cdictk.api import InvalidNameError
+from cdictk.api import check_kind as cdi_kind
 from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
 from cdictk.errors import CdictkError
 
@@ -214,11 +215,13 @@ def _one_resource_per_name(settings: Settings, source: str) -> None:
 
 def check_kind(value: object, key: str, source: str = "") -> str:
     """``value`` if it is a CDI kind (``vendor/class``), else a SettingsError naming ``key``: the one
-    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``."""
-    problem = kind_problem(value) if isinstance(value, str) else f"{value!r} is not a string"
-    if problem is not None:
-        raise SettingsError(source, key, problem)
-    return str(value)
+    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``, by the spec loader's rules."""
+    if not isinstance(value, str):
+        raise SettingsError(source, key, f"{value!r} is not a string")
+    try:
+        return cdi_kind(value)
+    except InvalidNameError as exc:
+        raise SettingsError(source, key, exc.problem.reason) from exc
 
 
 def check_annotation_prefix(value: object, key: str, source: str = "") -> str:
