@@ -65,12 +65,6 @@ def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_f
     return True
 
 
-def append_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:
-    """:func:`apply_edits` without the ``reapply`` rule: the edits added again to a config that holds
-    them, as the reference library adds them."""
-    _Edits(config, sources, config_file).apply(config)
-
-
 class _Edits:
     """The merged edits, checked against the config and completed from the host: applying cannot fail.
     Their entries are made for this config alone and go into it as they are."""
