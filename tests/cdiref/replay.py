@@ -33,7 +33,7 @@ from cdictk.cdi.cache import load_specs
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.parse import parse_document
-from cdictk.cdi.version import KNOWN_VERSIONS, reference_minimum_version
+from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, reference_minimum_version
 from cdictk.errors import CdictkError
 from tests import REPO
 
@@ -136,7 +136,8 @@ def classify(case: dict[str, Any], ours: Outcome, root: Path) -> Verdict:
         ref_loads, we_load = name in ref["loaded"], name in ours.loaded
         if ref_loads == we_load:
             continue
-        file_row = _file_row(root / name, ours.problems.get(name, []), ref_loads)
+        # cdictk never loads what the reference refuses: no row explains that.
+        file_row = _file_row(root / name, ours.problems.get(name, [])) if ref_loads else None
         if file_row is None:
             word = {True: "loads", False: "refuses"}
             verdict.unexplained.append(
@@ -258,23 +259,19 @@ PANIC_ROWS: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
-def _file_row(path: Path, problems: list[str], ref_loads: bool) -> str | None:
-    """The row that explains why cdictk and the reference disagree on loading the file at ``path``."""
-    if not ref_loads:
-        return None  # cdictk never loads what the reference refuses
+def _file_row(path: Path, problems: list[str]) -> str | None:
+    """The row that explains why the reference loads the file at ``path`` and cdictk refuses it."""
     text = " ".join(problems)
-    for row, marker in FILE_MARKERS:
-        if marker in text:
-            return row
-    if "cdiVersion" in text:
-        try:
-            spec = decode_spec(parse_document(path.read_bytes(), str(path)), str(path))
-        except CdictkError:
-            return None
-        declared = spec.cdi_version.removeprefix("v")
-        needed = reference_minimum_version(spec)
-        if declared in KNOWN_VERSIONS and KNOWN_VERSIONS.index(declared) >= KNOWN_VERSIONS.index(needed):
-            return "last-device-version"
+    row = next((row for row, marker in FILE_MARKERS if marker in text), None)
+    if row is not None or "cdiVersion" not in text:
+        return row
+    try:
+        spec = decode_spec(parse_document(path.read_bytes(), str(path)), str(path))
+    except CdictkError:
+        return None
+    declared = spec.cdi_version.removeprefix("v")
+    if declared in KNOWN_VERSIONS and not is_newer(reference_minimum_version(spec), declared):
+        return "last-device-version"
     return None
 
 
