@@ -56,6 +56,18 @@ def declared_rows() -> set[str]:
     return set(re.findall(r"^\| `([a-z0-9-]+)` \|", text.partition("\n## ")[0], flags=re.MULTILINE))
 
 
+def documented_counts() -> Counter[str]:
+    """The cases per row (and ``agree``) that docs/compatibility.md gives for the corpus."""
+    text = COMPATIBILITY.read_text()
+    start = text.index("The replay test recognises")
+    paragraph = text[start : text.index("cases agree)", start)]
+    counts = Counter(
+        {row: int(n.replace(",", "")) for row, n in re.findall(r"`([a-z-]+)` ([\d,]+)", paragraph)}
+    )
+    counts[AGREE] = int(paragraph.rpartition("(")[2].replace(",", ""))
+    return counts
+
+
 @dataclass
 class Outcome:
     """What cdictk makes of a case; files as ``d<i>/<name>``, like the reference's outcome."""

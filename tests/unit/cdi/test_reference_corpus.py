@@ -28,6 +28,7 @@ from tests.cdiref.replay import (
     Outcome,
     classify,
     declared_rows,
+    documented_counts,
     load_corpus,
     reapplied,
     run_cdictk,
@@ -70,6 +71,7 @@ def test_every_case_agrees_or_differs_as_a_declared_row(fixtures: Path) -> None:
     print(f"\n{len(CASES)} cases: " + ", ".join(f"{row} {n}" for row, n in counts.most_common()))
     assert failures == []
     assert len(CASES) >= 2000
+    assert counts == documented_counts()
 
 
 def test_every_row_the_replay_knows_is_in_the_table() -> None:
