@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import struct
 
-from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_ELF_LIBC6, FLAG_X8664_LIB64, glibc_minor, read_dso
+from cdictk import elfdso
 from cdictk.rootfs import Rootfs, reopen_regular
 
 NEWEST = 42  # the newest release this module knows; an image without a glibc is treated as it
@@ -30,7 +30,16 @@ ENDIAN_LITTLE = 2
 _OLD_ENTRY = 12
 # A 64-bit libc of a machine the hook runs on; a 32-bit or x32 one in the same image is not the one
 # whose ldconfig runs.
-_NATIVE_LIBC_FLAGS = (FLAG_X8664_LIB64 | FLAG_ELF_LIBC6, FLAG_AARCH64_LIB64 | FLAG_ELF_LIBC6)
+_NATIVE_LIBC_FLAGS = tuple(
+    arch | elfdso.FLAG_ELF_LIBC6
+    for arch in (
+        elfdso.FLAG_X8664_LIB64,
+        elfdso.FLAG_AARCH64_LIB64,
+        elfdso.FLAG_POWERPC_LIB64,
+        elfdso.FLAG_RISCV_FLOAT_ABI_DOUBLE,
+        elfdso.FLAG_RISCV_FLOAT_ABI_SOFT,
+    )
+)
 
 
 class Release:
@@ -113,9 +122,9 @@ def image_release(rootfs: Rootfs, libdirs: tuple[str, ...]) -> int | None:
             os.close(probe)
         try:
             size = os.fstat(fd).st_size
-            dso = read_dso(fd, size)
+            dso = elfdso.read_dso(fd, size)
             if dso is not None and dso.flags in _NATIVE_LIBC_FLAGS:
-                return glibc_minor(fd, size)
+                return elfdso.glibc_minor(fd, size)
         except (OSError, ValueError):
             continue
         finally:
