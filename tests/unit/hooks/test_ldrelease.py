@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -115,3 +116,11 @@ def test_release_for_takes_the_newest_without_a_glibc(tmp_path: Path) -> None:
     with Rootfs(str(tmp_path)) as rootfs:
         release = ldrelease.release_for(rootfs, DEBIAN_DIRS, debian=False, old_cache=None)
     assert release.minor == ldrelease.NEWEST and not release.abi_tag
+
+
+def test_a_compat_cache_aligned_as_on_i386_is_read_for_its_marks() -> None:
+    # The release rules find the new header where the node's reader does: after 3 old entries, at 4.
+    old = ldrelease.OLD_MAGIC + b"\0" + struct.pack("<I", 3) + bytes(36)
+    new = b"glibc-ld.so.cache1.1" + bytes(8) + b"\x02" + bytes(19)
+    release = Release(31, old_cache=old + new)
+    assert (release.compat, release.endian) == (True, 2)
