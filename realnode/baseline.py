@@ -12,7 +12,7 @@ from typing import Any
 from realnode import containers, imagefs, nodefacts
 from realnode.checkstate import State
 from realnode.containers import Containers, oci_config, verdict
-from realnode.steps import Recorder, Result, Row, StepFailed, StepSkipped
+from realnode.recorder import Recorder, Result, Row, StepFailed, StepSkipped
 
 NVCC_ARCHES = ("-arch=native", "-arch=sm_90")
 

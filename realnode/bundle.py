@@ -44,7 +44,7 @@ NODE_MODULES = (
     "__init__",
     "check",
     "checkstate",
-    "steps",
+    "recorder",
     "carried",
     "nodefacts",
     "pyenv",

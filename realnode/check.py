@@ -28,7 +28,7 @@ import tempfile
 from realnode import baseline, carried, gpuways, nodefacts, pyenv, specsteps, timing
 from realnode.checkstate import State
 from realnode.nodefacts import Roots
-from realnode.steps import INFO, Recorder, StepFailed, StepSkipped
+from realnode.recorder import INFO, Recorder, StepFailed, StepSkipped
 
 REPORT = "real-node-report.json"
 LOG = "real-node-check.log"

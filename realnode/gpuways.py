@@ -14,7 +14,7 @@ from realnode import containers
 from realnode.checkstate import KIND, State
 from realnode.containers import GPU_SCRIPT, Shim, oci_config, verdict
 from realnode.nodefacts import Roots
-from realnode.steps import Recorder, Row, StepFailed, StepSkipped
+from realnode.recorder import Recorder, Row, StepFailed, StepSkipped
 
 
 def injected(recorder: Recorder, state: State, spec: str, args: list[str]) -> dict[str, Any]:

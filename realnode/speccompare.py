@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from realnode.pyenv import Venv
-from realnode.steps import Recorder, StepFailed
+from realnode.recorder import Recorder, StepFailed
 
 CATEGORIES = ("nodes", "mounts", "links", "ldcache", "env", "hooks", "gids")
 LINK_OPTIONS = ("link", "device-link")

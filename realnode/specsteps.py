@@ -19,7 +19,7 @@ from realnode import speccompare
 from realnode.checkstate import State
 from realnode.nodefacts import Roots
 from realnode.pyenv import Venv
-from realnode.steps import Recorder, Row, StepFailed, StepSkipped
+from realnode.recorder import Recorder, Row, StepFailed, StepSkipped
 
 SPEC_FILES = {"cdictk": "spec-cdictk.yaml", "nvidia": "spec-nvidia.yaml"}
 # What nvidia-ctk reads from the host whatever its roots (it has no --proc-root or --sys-root).

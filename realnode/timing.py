@@ -20,7 +20,7 @@ from realnode import imagefs
 from realnode.checkstate import State
 from realnode.containers import Containers, oci_config
 from realnode.gpuways import injected
-from realnode.steps import Recorder, Result, Row, StepFailed, StepSkipped
+from realnode.recorder import Recorder, Result, Row, StepFailed, StepSkipped
 
 RESERVE = 60.0  # seconds of the budget kept for what follows the timing rounds
 FEW = 20  # rounds below which the medians are a first look, not a figure to quote (the issue asks 20)

@@ -8,7 +8,7 @@ import pytest
 
 from realnode.baseline import build_cuda, build_image, spec_smi
 from realnode.checkstate import State
-from realnode.steps import Recorder, Row, StepSkipped
+from realnode.recorder import Recorder, Row, StepSkipped
 
 
 def test_the_nvidia_smi_a_spec_mounts_is_found_in_its_common_or_device_edits() -> None:

@@ -13,7 +13,7 @@ import pytest
 from realnode import check
 from realnode.checkstate import State
 from realnode.nodefacts import Roots
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
 
 
 def test_the_defaults_are_the_issues_figures() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from realnode.checkstate import State
 from realnode.gpuways import gpu_way, injected
-from realnode.steps import Recorder, Row, StepSkipped
+from realnode.recorder import Recorder, Row, StepSkipped
 
 
 def test_a_way_without_cdictk_or_a_runc_that_runs_skips(tmp_path: Path) -> None:

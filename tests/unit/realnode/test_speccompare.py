@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from realnode.pyenv import Venv
+from realnode.recorder import Recorder
 from realnode.speccompare import compare, first_gpu, hook_steps, parse_options, step_table, summary
-from realnode.steps import Recorder
 
 STEP_OF = {
     "link": "create-symlinks",
