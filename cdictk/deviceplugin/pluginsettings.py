@@ -124,7 +124,9 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
         ("deviceListStrategy", "deviceIDStrategy", "cdiAnnotationPrefix", "passDeviceSpecs"),
     )
     if "deviceListStrategy" in plugin:
-        values["list_strategies"] = list_strategies(plugin["deviceListStrategy"], source)
+        values["list_strategies"] = list_strategies(
+            plugin["deviceListStrategy"], "flags.plugin.deviceListStrategy", source
+        )
     if "deviceIDStrategy" in plugin:
         check_device_id_strategy(plugin["deviceIDStrategy"], "flags.plugin.deviceIDStrategy", source)
     if "passDeviceSpecs" in plugin:
@@ -256,21 +258,19 @@ def check_path(value: object, key: str, source: str = "") -> str:
     return value
 
 
-def list_strategies(value: object, source: str = "--device-list-strategy") -> tuple[str, ...]:
+def list_strategies(value: object, key: str = "deviceListStrategy", source: str = "") -> tuple[str, ...]:
     """A comma list or a YAML list of strategies, checked; envvar refused with the reason."""
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, list | tuple) or not items:
-        raise SettingsError(source, "deviceListStrategy", "must name at least one strategy")
+        raise SettingsError(source, key, "must name at least one strategy")
     found: list[str] = []
     for item in items:
         name = str(item).strip()
         if name == "envvar":
-            raise SettingsError(source, "deviceListStrategy", ENVVAR_REFUSED)
+            raise SettingsError(source, key, ENVVAR_REFUSED)
         if name not in LIST_STRATEGIES:
             raise SettingsError(
-                source,
-                "deviceListStrategy",
-                f"unknown strategy {name!r} (one of {', '.join(LIST_STRATEGIES)})",
+                source, key, f"unknown strategy {name!r} (one of {', '.join(LIST_STRATEGIES)})"
             )
         if name not in found:
             found.append(name)

@@ -32,7 +32,7 @@ CDICTK = [sys.executable, "-m", "cdictk", "device-plugin"]
     ("args", "said"),
     [
         (["--device-list-strategy", "envvar"], "envvar is refused"),
-        (["--device-list-strategy", "cdi-cri,nope"], "unknown strategy 'nope'"),
+        (["--device-list-strategy", "cdi-cri,nope"], "--device-list-strategy: unknown strategy 'nope'"),
         (["--xid-recovery", "soon"], "--xid-recovery: must be a number of seconds or never, not 'soon'"),
         (["--rescan-interval", "0"], "--rescan-interval: must be above 0"),
         (["--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml"),

@@ -86,6 +86,9 @@ def test_list_strategies_from_a_flag() -> None:
     assert list_strategies("cdi-cri, volume-mounts,cdi-cri") == ("cdi-cri", "volume-mounts")
     with pytest.raises(SettingsError, match="unknown strategy 'x'"):
         list_strategies("x")
+    with pytest.raises(SettingsError) as raised:
+        list_strategies("x", "--device-list-strategy")
+    assert str(raised.value).startswith("--device-list-strategy: unknown strategy 'x'")
 
 
 def test_a_file_that_cannot_be_read_or_parsed_is_one_line_with_its_cause_chained(tmp_path: Path) -> None:
