@@ -85,11 +85,27 @@ class Settings:
         return f"{rule.name}.shared" if self.rename_by_default else rule.name
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that a key given twice is an error: its default keeps the last
+    one, so a second ``migStrategy`` further down a ConfigMap would silently win."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep)
+
+
 def load(path: str) -> Settings:
     """The settings of the YAML file at ``path`` (defaults for what it leaves out)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = yaml.load(handle, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
     except OSError as exc:
         raise SettingsError(path, "", exc.strerror or str(exc)) from exc
     except yaml.YAMLError as exc:

@@ -100,3 +100,20 @@ def test_a_file_that_cannot_be_read_or_parsed_is_one_line_with_its_cause_chained
     with pytest.raises(SettingsError, match=r"line \d+: not valid YAML") as unparsed:
         load(str(bad))
     assert isinstance(unparsed.value.__cause__, yaml.YAMLError)
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "line"),
+    [
+        ("version: v1\nversion: v1\n", "version", 2),
+        ("flags:\n  migStrategy: none\n  plugin: {}\n  migStrategy: mixed\n", "migStrategy", 4),
+    ],
+)
+def test_a_key_given_twice_is_refused_not_the_last_one_taken(
+    tmp_path: Path, text: str, key: str, line: int
+) -> None:
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(text)
+    with pytest.raises(SettingsError) as raised:
+        load(str(twice))
+    assert str(raised.value) == f"{twice}: line {line}: not valid YAML (duplicate key {key!r})"
