@@ -229,17 +229,18 @@ def _unlink(path: str) -> None:
 
 def check_directory(directory: str) -> None:
     """Refuse, with one line, a directory to write into that someone other than root (or the user
-    running us) could change: along its name and where its links lead, every entry must be ours and
-    writable by nobody else (:func:`cdictk.trust.path_problem`); the directory itself may be a sticky
-    one (``/tmp``), where nobody else may rename or remove what we put there. A link on the way is
-    followed only once it passed the same check, so a user's ``/tmp/pub/specs -> /etc`` is refused,
-    never written through. What passes can only be changed by root afterwards: writing by path is
-    then writing where it was checked."""
+    running us) could change: on the way the kernel walks it, every entry must be ours and writable
+    by nobody else (:func:`cdictk.trust.path_problem`: a link is judged, then where it leads, name by
+    name; ``..`` goes up from where the links led, as the write will); the directory itself may be a
+    sticky one (``/tmp``), where nobody else may rename or remove what we put there. A link on the
+    way is followed only once it passed the same check, so a user's ``/tmp/pub/specs -> /etc`` is
+    refused, never written through. What passes can only be changed by root afterwards: writing by
+    path is then writing where it was checked."""
     from cdictk.trust import path_problem  # noqa: PLC0415 - not on the shim's path
 
     if not os.path.isdir(directory):
         return  # nothing can be written there: the write says why
-    problem = path_problem(os.path.abspath(directory), leaf_sticky_ok=True)
+    problem = path_problem(directory, leaf_sticky_ok=True)
     if problem is not None:
         raise CdictkError(directory, "", f"not written: {problem}: someone other than root could change it")
 

@@ -5,7 +5,8 @@ Whether a host path a CDI spec mounts, or a device node it names, is root's alon
 A spec's mounts are bind mounts the runtime makes as root, and it follows every symlink on the way
 to the source. Whoever can change a directory on that way (make ``/tmp/nvidia-mps``, then swap it for
 a link to ``/etc``) picks what root mounts read-write into every GPU container. So a host path is
-used only when, along the way the kernel walks it (each name, and where each symlink leads):
+used only when, along the way the kernel walks it (:class:`cdictk.trust.Walk`: each name from ``/``,
+each symlink judged, then where it leads, name by name; ``..`` from where the links led):
 
 - every entry belongs to root or to a system account: a uid below the node's login range
   (``UID_MIN`` of ``/etc/login.defs``, 1000 by default), such as the ``nvidia-persistenced`` user that
@@ -29,10 +30,10 @@ from __future__ import annotations
 import os
 import stat
 
+from cdictk.trust import WRITABLE, Walk
+
 LOGIN_DEFS = "/etc/login.defs"
 DEFAULT_UID_MIN = 1000  # login.defs' own default
-WRITABLE = 0o022  # group or others
-_MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
 _MAX_LOGIN_DEFS = 1 << 20
 _SPECIAL = (stat.S_IFSOCK, stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK)
 
@@ -60,7 +61,7 @@ def login_uid_min(login_defs: str = LOGIN_DEFS) -> int:
     return max(1, min(value, DEFAULT_UID_MIN * 60))
 
 
-class HostPathCheck:
+class HostPathCheck(Walk):
     """The rule above for many paths; the entries they share are looked at once.
 
     ``root_links``: a symlink on the way must be root's (uid 0), not only a system account's: the
@@ -68,16 +69,15 @@ class HostPathCheck:
     ``login_defs``). Answers are memoised: use one for one spec or one container start.
     """
 
-    __slots__ = ("_dirs", "_entries", "_euid", "_root_links", "_uid_min")
+    __slots__ = ("_euid", "_root_links", "_uid_min")
 
     def __init__(
         self, *, root_links: bool = False, uid_min: int | None = None, login_defs: str = LOGIN_DEFS
     ) -> None:
+        super().__init__()
         self._root_links = root_links
         self._uid_min = login_uid_min(login_defs) if uid_min is None else uid_min
         self._euid = os.geteuid()
-        self._entries: dict[str, os.stat_result | None] = {}
-        self._dirs: dict[str, str] = {}  # a directory (as written) that passed -> where it resolved
 
     def trusts(self, uid: int) -> bool:
         """Whether ``uid`` is root, a system account or the user running us."""
@@ -90,64 +90,9 @@ class HostPathCheck:
         it leads: a link followed inside a driver root, whose target the caller resolved there."""
         if not path.startswith("/") or "\0" in path:
             return f"{path}: not an absolute path"
-        parent, _, name = path.rpartition("/")
-        plain = name not in ("", ".", "..") and os.path.normpath(path) == path
-        if plain and parent in self._dirs:  # the libraries of one directory: its walk is done once
-            pending, where = [name], self._dirs[parent]
-        else:
-            problem = self._judge("/", self._lstat("/"), leaf=False)
-            if problem is not None:
-                return problem
-            pending = [part for part in reversed(path.split("/")) if part not in ("", ".")]
-            where = ""  # the entries resolved so far, as a path ("" is /)
-        links = 0
-        while pending:
-            part = pending.pop()
-            if not pending and plain:
-                # The bottom of the stack is the path's own last name (links push above it): what is
-                # resolved now is its directory, which passed.
-                self._dirs.setdefault(parent, where)
-            if part == "..":
-                where = where.rpartition("/")[0]
-                continue
-            current = f"{where}/{part}"
-            st = self._lstat(current)
-            if st is None:
-                return None  # missing: see the module's docstring
-            leaf = not pending
-            problem = self._judge(current, st, leaf=leaf)
-            if problem is not None:
-                return problem
-            if stat.S_ISLNK(st.st_mode):
-                if leaf and not follow:
-                    return None
-                links += 1
-                if links > _MAX_LINKS:
-                    return f"{path}: too many levels of symbolic links"
-                try:
-                    target = os.readlink(current)
-                except OSError as exc:
-                    return f"{current}: {exc.strerror}"
-                if target.startswith("/"):
-                    where = ""
-                pending += [p for p in reversed(target.split("/")) if p not in ("", ".")]
-                continue
-            if not leaf and not stat.S_ISDIR(st.st_mode):
-                return None  # ENOTDIR: nothing there to mount
-            where = current
-        return None
+        return self.walk(path, follow=follow)
 
-    def _lstat(self, path: str) -> os.stat_result | None:
-        if path not in self._entries:
-            try:
-                self._entries[path] = os.lstat(path)
-            except OSError:
-                self._entries[path] = None
-        return self._entries[path]
-
-    def _judge(self, path: str, st: os.stat_result | None, *, leaf: bool) -> str | None:
-        if st is None:
-            return None
+    def judge(self, path: str, st: os.stat_result, leaf: bool) -> str | None:
         if not self.trusts(st.st_uid):
             return f"{path}: owned by uid {st.st_uid}, not root or a system account (below {self._uid_min})"
         mode = st.st_mode
@@ -163,3 +108,6 @@ class HostPathCheck:
         if not leaf and stat.S_ISDIR(mode) and mode & stat.S_ISVTX:
             return None  # sticky: only the entry's owner may rename or remove it, and it is checked next
         return f"{path}: writable by group or others (mode {stat.S_IMODE(mode):04o})"
+
+    def missing(self, path: str, error: OSError, parent: str) -> str | None:
+        return None  # missing: see the module's docstring

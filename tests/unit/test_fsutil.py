@@ -332,6 +332,43 @@ def test_a_users_link_to_a_roots_directory_is_never_written_through(base: Path) 
 
 
 @needs_root
+def test_a_users_directory_between_two_roots_links_is_never_written_through(base: Path) -> None:
+    """``out -> userdir/hop -> target``: both links root's, the directory between them a user's, who
+    may swap ``hop`` for a link of theirs at will. Before: the links' own path and where they end up
+    were checked, never ``userdir``, and root wrote into ``target``."""
+    (base / "target").mkdir()
+    (base / "userdir").mkdir()
+    os.symlink(base / "target", base / "userdir" / "hop")
+    os.chown(base / "userdir", OTHER, OTHER)
+    os.symlink(base / "userdir" / "hop", base / "out")
+    with pytest.raises(CdictkError, match=rf"{base}/userdir: owned by uid {OTHER}"):
+        check_directory(str(base / "out"))
+    with pytest.raises(CdictkError, match=rf"{base}/userdir: owned by uid {OTHER}"):
+        atomic_write(str(base / "out" / "spec.yaml"), b"x")
+    assert os.listdir(base / "target") == []
+
+
+@needs_root
+def test_dot_dot_after_a_link_is_where_the_link_led_not_where_the_text_says(base: Path) -> None:
+    """``x/ul/../victim``: the kernel goes up from where ``ul`` leads, a user's directory. Before: the
+    text was folded to ``x/victim`` (root's), checked, and root wrote into the user's ``victim``."""
+    (base / "x" / "victim").mkdir(parents=True)
+    (base / "home" / "a").mkdir(parents=True)
+    (base / "home" / "victim").mkdir()
+    for theirs in ("home", "home/a", "home/victim"):
+        os.chown(base / theirs, OTHER, OTHER)
+    os.symlink(base / "home" / "a", base / "x" / "ul")
+    os.lchown(base / "x" / "ul", OTHER, OTHER)
+    path = f"{base}/x/ul/../victim/spec.yaml"
+    with pytest.raises(CdictkError, match=rf"{base}/x/ul: owned by uid {OTHER}"):
+        atomic_write(path, b"x")
+    os.lchown(base / "x" / "ul", 0, 0)  # root's own link: the walk goes on into the user's directory
+    with pytest.raises(CdictkError, match=rf"{base}/home: owned by uid {OTHER}"):
+        atomic_write(path, b"x")
+    assert os.listdir(base / "home" / "victim") == [] and os.listdir(base / "x" / "victim") == []
+
+
+@needs_root
 def test_group_writable_refused_sticky_only_as_the_directory_written_into(base: Path) -> None:
     (base / "shared").mkdir()
     os.chmod(base / "shared", 0o775)
