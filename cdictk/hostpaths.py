@@ -20,9 +20,14 @@ each symlink judged, then where it leads, name by name; ``..`` from where the li
   generate`` writes host paths resolved inside the driver root, so a link a system account made
   there since is refused, not followed.
 
-A path that is missing is not judged here: nobody but the owners above could create it, and the
-runtime says so when it mounts. Standard library only, and no :mod:`typing`: the runtime shim and
-the precreate hook check every mount of a container's spec with it.
+A name that is missing passes only where nobody but the owners above could make it: in a directory
+writable by its owner alone (the runtime then says it is missing when it mounts). In a directory
+that passed only for its sticky bit (``/tmp``) it is a problem: anyone may make the name there, and
+what they make (``/tmp/nvidia-mps -> /etc``, made after a reboot emptied ``/tmp``) is what the runtime
+follows. So ``cdictk cdi generate`` leaves out a path found and gone before it was checked, and where
+a container starts such a mount is refused, never passed on (the runtime would fail on the missing
+source anyway, unless someone else made it first). Standard library only, and no :mod:`typing`: the
+runtime shim and the precreate hook check every mount of a container's spec with it.
 """
 
 from __future__ import annotations
@@ -110,4 +115,10 @@ class HostPathCheck(Walk):
         return f"{path}: writable by group or others (mode {stat.S_IMODE(mode):04o})"
 
     def missing(self, path: str, error: OSError, parent: str) -> str | None:
-        return None  # missing: see the module's docstring
+        mode = self._mode(parent)
+        if stat.S_ISDIR(mode) and mode & WRITABLE:  # it passed as a sticky one: anyone may make the name
+            return (
+                f"{path}: missing in a directory others can write ({parent or '/'}, mode "
+                f"{stat.S_IMODE(mode):04o}): whoever makes it first picks what it is"
+            )
+        return None  # only the owners above could make it: see the module's docstring

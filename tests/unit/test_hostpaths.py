@@ -26,11 +26,29 @@ def check(path: Path | str, *, root_links: bool = False) -> str | None:
     return HostPathCheck(uid_min=1000, root_links=root_links).problem(str(path))
 
 
-def test_roots_files_pass_and_missing_ones_are_not_judged(base: Path) -> None:
+def test_roots_files_pass_and_missing_ones_only_where_no_one_else_could_make_them(base: Path) -> None:
     (base / "lib").mkdir()
     (base / "lib/libcuda.so.1").write_text("x")
     assert check(base / "lib/libcuda.so.1") is None
     assert check(base / "lib/gone") is None
+    assert check(base / "lib/gone/deeper") is None
+    assert check(base / "lib/libcuda.so.1/x") is None  # under a file: nothing can be made there
+
+
+def test_a_missing_name_in_a_sticky_directory_is_a_problem(base: Path) -> None:
+    """After a reboot empties /tmp a spec still names /tmp/nvidia-mps: a user who makes it first (a
+    link to /etc) picks what the runtime mounts. Before: missing, so not judged, so passed."""
+    (base / "tmp").mkdir()
+    os.chmod(base / "tmp", 0o1777)
+    why = (
+        f"{base}/tmp/nvidia-mps: missing in a directory others can write ({base}/tmp, mode 1777): "
+        "whoever makes it first picks what it is"
+    )
+    assert check(base / "tmp/nvidia-mps") == why
+    assert check(base / "tmp/nvidia-mps", root_links=True) == why
+    assert check(base / "tmp/nvidia-mps/control") == why
+    (base / "tmp/nvidia-mps").mkdir()  # root's again: its own missing names only root could make
+    assert check(base / "tmp/nvidia-mps/control") is None
 
 
 def test_a_users_entry_anywhere_on_the_way_is_named_with_its_owner(base: Path) -> None:

@@ -72,6 +72,21 @@ def test_a_link_swapped_in_since_the_spec_was_written_is_not_followed(host: Path
         check_host_paths([EditsSource(block, "s", "containerEdits")])
 
 
+def test_a_source_missing_from_a_sticky_directory_stops_the_container(host: Path) -> None:
+    """A reboot emptied /tmp: whoever makes the MPS directory first (a link to /etc) would pick what
+    runc mounts. Before: missing, so passed, and runc followed what a user made meanwhile."""
+    (host / "tmp/nvidia-mps").rmdir()
+    block = edits(mounts=[mount(host / "lib/libcuda.so.1"), mount(host / "tmp/nvidia-mps")])
+    with pytest.raises(CdictkError) as caught:
+        check_host_paths([EditsSource(block, "/etc/cdi/nvidia.yaml", "containerEdits")])
+    assert str(caught.value) == (
+        f"/etc/cdi/nvidia.yaml: containerEdits.mounts[1]: {host}/tmp/nvidia-mps: missing in a directory "
+        f"others can write ({host}/tmp, mode 1777): whoever makes it first picks what it is: refusing to "
+        "give it to a container"
+    )
+    check_host_paths([EditsSource(edits(mounts=[mount(host / "lib/gone")]), "s", "c")])  # root's alone
+
+
 def test_relative_sources_are_not_host_paths(host: Path) -> None:
     check_host_paths([EditsSource(edits(mounts=[{"hostPath": "tmpfs", "containerPath": "/t"}]), "s", "c")])
 
