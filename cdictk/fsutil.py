@@ -40,7 +40,9 @@ def atomic_write(
     file we read (the shim's ``config.json``).
 
     The new file keeps the mode and owner of the file it replaces (with ``keep_mode=False`` it gets
-    ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A symlink at
+    ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A file of another
+    user in a directory others may write (sticky, ``/tmp``) is not kept from: anyone could have
+    planted it, so the new file gets ``mode`` and belongs to the writer. A symlink at
     ``path`` is refused rather than replaced by a regular file or followed. The status comes from the
     descriptor, not from ``path``, which someone may have replaced or removed by the time it returns.
 
@@ -70,6 +72,8 @@ def atomic_write(
         raise CdictkError(path, "", "is a symlink; refusing to replace it")
     if old is not None and not stat.S_ISREG(old.st_mode):
         raise CdictkError(path, "", "not a regular file")
+    if old is not None and keep_mode and not engine_directory and _planted(directory, old):
+        keep_mode = False
     final_mode = 0o644 if mode is None else mode
     if old is not None and keep_mode:
         final_mode = stat.S_IMODE(old.st_mode)
@@ -107,6 +111,19 @@ def atomic_write(
         raise
     _fsync_directory(directory)
     return status
+
+
+def _planted(directory: str, old: os.stat_result) -> bool:
+    """Whether ``old`` belongs to someone else in a directory others may write (a sticky one, the
+    only kind :func:`check_directory` lets through): anyone could have made it there, so its owner
+    and mode are not the node's choice, and keeping them would hand root's file to whoever planted
+    it (a 0666 file of theirs, written by root, stays theirs to change)."""
+    if old.st_uid in (0, os.geteuid()):
+        return False
+    try:
+        return bool(os.stat(directory).st_mode & 0o022)
+    except OSError:
+        return True  # it was checked a moment ago: if it cannot be looked at now, trust nothing in it
 
 
 def _rename_no_replace(tmp: str, path: str) -> None:

@@ -382,6 +382,28 @@ def test_group_writable_refused_sticky_only_as_the_directory_written_into(base: 
 
 
 @needs_root
+def test_a_file_a_user_planted_in_a_sticky_directory_keeps_neither_owner_nor_mode(base: Path) -> None:
+    """A user makes ``/tmp/x/config.toml`` (0666, theirs) before root edits it: keeping its owner and
+    mode gave root's file back to the user. Before: owned by the user, mode 0666, after the write."""
+    (base / "tmp").mkdir()
+    os.chmod(base / "tmp", 0o1777)
+    planted = base / "tmp" / "config.toml"
+    planted.write_text("theirs")
+    os.chown(planted, OTHER, OTHER)
+    os.chmod(planted, 0o4777)
+    atomic_write(str(planted), b"root's")
+    st = planted.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o644)
+    os.chmod(planted, 0o600)  # root's own file there keeps its mode
+    atomic_write(str(planted), b"again")
+    assert stat.S_IMODE(planted.stat().st_mode) == 0o600
+    os.chown(planted, OTHER, OTHER)  # in a directory only root can write, another owner is root's choice
+    os.chmod(base / "tmp", 0o755)
+    atomic_write(str(planted), b"kept")
+    assert (planted.stat().st_uid, stat.S_IMODE(planted.stat().st_mode)) == (OTHER, 0o600)
+
+
+@needs_root
 def test_nothing_is_made_under_a_users_directory_and_a_users_new_one_is_refused(base: Path) -> None:
     (base / "home").mkdir()
     os.chown(base / "home", OTHER, OTHER)
