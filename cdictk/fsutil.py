@@ -252,11 +252,18 @@ def check_directory(directory: str) -> None:
     sticky one (``/tmp``), where nobody else may rename or remove what we put there. A link on the
     way is followed only once it passed the same check, so a user's ``/tmp/pub/specs -> /etc`` is
     refused, never written through. What passes can only be changed by root afterwards: writing by
-    path is then writing where it was checked."""
+    path is then writing where it was checked. A directory that is missing, or is not one, is
+    refused too."""
     from cdictk.trust import path_problem  # noqa: PLC0415 - not on the shim's path
 
-    if not os.path.isdir(directory):
-        return  # nothing can be written there: the write says why
+    # A missing directory is said so here, not left to the write: in /tmp a user could make it
+    # between this check and the write, which would then go into their directory unchecked.
+    try:
+        st = os.stat(directory)
+    except OSError as exc:
+        raise CdictkError(directory, "", f"not written: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise CdictkError(directory, "", "not written: not a directory")
     problem = path_problem(directory, leaf_sticky_ok=True)
     if problem is not None:
         raise CdictkError(directory, "", f"not written: {problem}: someone other than root could change it")

@@ -54,8 +54,18 @@ def test_directory_target_is_refused(tmp_path: Path) -> None:
 
 
 def test_missing_directory(tmp_path: Path) -> None:
-    with pytest.raises(CdictkError, match="cannot create a temporary file"):
+    """Said by the check, not left to the write: before, check_directory passed a missing directory
+    and a user who made it (in /tmp) before the write got root's file in their directory."""
+    with pytest.raises(CdictkError, match=r"/none: not written: No such file or directory$"):
+        check_directory(str(tmp_path / "none"))
+    with pytest.raises(CdictkError, match=r"/none: not written: No such file or directory$"):
         atomic_write(str(tmp_path / "none" / "f"), b"x")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CdictkError, match=r"/file: not written: not a directory$"):
+        check_directory(str(tmp_path / "file"))
+    (tmp_path / "dangling").symlink_to(tmp_path / "none")
+    with pytest.raises(CdictkError, match=r"/dangling: not written: No such file or directory$"):
+        writable_directory(str(tmp_path / "dangling"))
 
 
 def test_failed_rename_leaves_the_old_file_and_no_temp_file(
