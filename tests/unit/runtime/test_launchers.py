@@ -41,6 +41,7 @@ def test_a_launcher_runs_this_python_isolated_without_site() -> None:
         "/opt/a",
         "/usr/libexec/cdictk/cdictk_trust.py",
         "/usr/libexec/cdictk/__pycache__",
+        f"/usr/libexec/cdictk/__pycache__/cdictk_trust.{TAG}.pyc",
     ]
     assert "PATHS = [\n" + "".join(f"    {p!r},\n" for p in paths) + "]\n" in text
 
