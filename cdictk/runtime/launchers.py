@@ -287,21 +287,17 @@ def _install(
 
 
 def _make_directory(directory: str) -> None:
-    """Make ``directory`` and the missing ones above it, 0755 whatever the umask (os.makedirs gives
-    the parents it makes 0777 under a umask of 000); nothing is made under a directory not root's."""
-    missing = []
-    existing = directory
-    while not os.path.lexists(existing):
-        missing.append(existing)
-        existing = os.path.dirname(existing)
-    _require_trusted(trust.path_problem(existing, leaf_sticky_ok=bool(missing)))
-    if missing:
-        from cdictk.fsutil import make_dirs  # noqa: PLC0415
+    """Make ``directory`` as every writer makes its own (:func:`cdictk.fsutil.writable_directory`:
+    0755 whatever the umask, nothing made under a directory not root's), and refuse it even when it
+    is sticky: the launchers import their checker from it, and in a sticky directory anyone may plant
+    a ``cdictk_trust/`` package or ``.so`` that Python would find first."""
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.fsutil import writable_directory  # noqa: PLC0415
 
-        try:
-            make_dirs(directory)
-        except OSError as exc:
-            raise LauncherError(f"{exc.filename or directory}: {exc.strerror}") from None
+    try:
+        writable_directory(directory)
+    except CdictkError as exc:
+        raise LauncherError(str(exc)) from None
     _require_trusted(trust.path_problem(directory))
 
 
