@@ -29,6 +29,7 @@ then.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from typing import NamedTuple
@@ -245,11 +246,18 @@ def _same_content(one: str, other: str) -> bool:
 
 
 def _ours(path: str) -> bool:
+    """Whether ``path`` is a launcher cdictk wrote; read before the directory is checked, so a FIFO
+    or a link there is not ours, and is never waited on or followed."""
     try:
-        with open(path, "rb") as file:
-            return _MARK.encode() in file.read(4096)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and _MARK.encode() in os.read(fd, 4096)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _install(
