@@ -44,26 +44,47 @@ _SPECIAL = (stat.S_IFSOCK, stat.S_IFIFO, stat.S_IFCHR, stat.S_IFBLK)
 
 
 def login_uid_min(login_defs: str = LOGIN_DEFS) -> int:
-    """The first uid of the login range (``UID_MIN``); 1000 when the file or the key is missing."""
+    """The first uid of the login range (``UID_MIN``), read as shadow-utils reads it; 1000 when the
+    file or the key is missing, or its value is not a number.
+
+    As shadow's ``getdef.c``: a line may start with spaces or tabs, the name ends at the first space
+    or tab, the value is the rest less the blanks around it and a pair of double quotes, the last
+    line of a name wins, and the number is ``strtoul``'s with base 0 (``0x3e8`` hex, ``01750``
+    octal). Reading it otherwise would make ``useradd``'s users system accounts to us: an indented
+    ``  UID_MIN 2000`` skipped left uids 1000-1999 trusted to own host paths.
+    """
     try:
         with open(login_defs, "rb") as file:
             text = file.read(_MAX_LOGIN_DEFS).decode("utf-8", "replace")
     except OSError:
         return DEFAULT_UID_MIN
-    value = DEFAULT_UID_MIN
+    value: str | None = None
     at = text.find("UID_MIN")
     while at >= 0:  # the key's lines alone: the file is 400 lines of comments, read on every start
+        start = text.rfind("\n", 0, at) + 1
         end = text.find("\n", at)
-        words = text[at : end if end >= 0 else len(text)].split()
-        if (
-            (at == 0 or text[at - 1] == "\n")
-            and len(words) >= 2
-            and words[0] == "UID_MIN"
-            and words[1].isdigit()
-        ):
-            value = int(words[1])
+        line = text[at : end if end >= 0 else len(text)]
+        if not text[start:at].strip(" \t") and line[7:8] in (" ", "\t"):
+            value = line[7:].strip(" \t\r")
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
         at = text.find("UID_MIN", at + 7)
-    return max(1, min(value, DEFAULT_UID_MIN * 60))
+    number = DEFAULT_UID_MIN if value is None else _c_number(value)
+    return max(1, min(DEFAULT_UID_MIN if number is None else number, DEFAULT_UID_MIN * 60))
+
+
+def _c_number(text: str) -> int | None:
+    """``text`` as ``strtoul(text, &end, 0)`` takes it whole (ASCII digits; 0x hex, leading-0 octal),
+    or None."""
+    base, digits = 10, text
+    if text[:2] in ("0x", "0X"):
+        base, digits = 16, text[2:]
+    elif len(text) > 1 and text[0] == "0":
+        base, digits = 8, text[1:]
+    allowed = "0123456789abcdefABCDEF"[: base + (6 if base == 16 else 0)]
+    if not digits or not digits.isascii() or any(c not in allowed for c in digits):
+        return None
+    return int(digits, base)
 
 
 class HostPathCheck(Walk):

@@ -68,6 +68,27 @@ def test_a_system_accounts_directory_passes(base: Path) -> None:
     assert check(base / "run/nvidia-persistenced/socket") is None
 
 
+@pytest.mark.parametrize(
+    ("text", "uid_min"),
+    [
+        ("  UID_MIN 2000\n", 2000),  # indented: shadow skips the blanks; before, the line was skipped
+        ("\tUID_MIN\t2000  \n", 2000),
+        ('UID_MIN "2000"\n', 2000),
+        ("UID_MIN 0x7d0\n", 2000),  # strtoul, base 0
+        ("UID_MIN 03720\n", 2000),  # octal: before, 3720, trusting uids 2000-3719
+        ("UID_MIN 2000\nUID_MIN 3000\n", 3000),  # the last wins
+        ("UID_MIN 2000\nUID_MIN 12abc\n", DEFAULT_UID_MIN),  # the last, not a number: shadow's default
+        ("UID_MIN \u0663\u0660\u0660\u0660\n", DEFAULT_UID_MIN),  # digits to Python, not to strtoul
+        ("# UID_MIN 500\nUID_MINIMUM 500\nSYS_UID_MIN 500\n", DEFAULT_UID_MIN),
+        ("UID_MIN\n", DEFAULT_UID_MIN),
+    ],
+)
+def test_uid_min_is_read_as_shadow_utils_reads_it(base: Path, text: str, uid_min: int) -> None:
+    defs = base / "login.defs"
+    defs.write_text(text)
+    assert login_uid_min(str(defs)) == uid_min
+
+
 def test_the_login_range_comes_from_login_defs(base: Path) -> None:
     defs = base / "login.defs"
     defs.write_text("# comment\nUID_MIN\t\t 500\nUID_MAX 60000\n")
