@@ -9,10 +9,10 @@ legacy prestart hook, ``cdictk cdi inject``, :meth:`cdictk.cdi.cache.SpecCache.i
 source, device node and hook program of the edit blocks is checked with the container-start rule:
 the same owners, and every symlink on the way root's own. A hook is a host program the runtime runs
 as root: whoever could change it, or a directory on its way, runs their code as root on every
-container start, so it is held to the same rule as a mount. One that fails stops the container with one line naming the
-spec, the field and the owner, and nothing has been applied. ``cdictk cdi validate`` and ``cdictk info``
-report the same findings for every spec (:func:`spec_problems`), since a CDI-native engine applies
-specs without asking us.
+container start, so it is held to the same rule as a mount. One that fails stops the container with
+one line naming the spec, the field and the owner, and nothing has been applied. ``cdictk cdi
+validate`` and ``cdictk info`` report the same findings for every spec (:func:`spec_problems`), since
+a CDI-native engine applies specs without asking us.
 
 Standard library only: the shim runs it on every container start.
 """
