@@ -111,9 +111,14 @@ def test_a_log_file_a_user_planted_in_a_sticky_directory_is_not_written(
     os.chmod(roots, 0o600)
     os.mkfifo(sticky / "fifo")
     reader = os.open(sticky / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # a reader: the open would succeed
+
+    def theirs() -> None:
+        path.write_text("")
+        os.chown(path, 12345, 12345)
+
     try:
         for plant, why in (
-            (lambda: (path.write_text(""), os.chown(path, 12345, 12345)), "owned by uid 12345, not root"),
+            (theirs, "owned by uid 12345, not root"),
             (lambda: os.link(roots, path), "has 2 hard links"),
             (lambda: os.rename(sticky / "fifo", path), "not a regular file"),
         ):
