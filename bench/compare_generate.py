@@ -40,7 +40,7 @@ from typing import Any
 
 import cdictk as cdictk_package
 from cdictk.hooks.steps import BATCHED
-from realnode.specs import parse_options
+from realnode.speccompare import parse_options
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 
 NVIDIA_HOOK = "/usr/bin/nvidia-cdi-hook"

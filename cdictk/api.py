@@ -54,6 +54,7 @@ __all__ = [
     "UnknownDeviceError",
     "UnresolvedDevicesError",
     "annotations_for",
+    "check_kind",
     "devices_from_annotations",
     "minimum_version",
     "parse_qualified_name",
@@ -82,6 +83,14 @@ def parse_qualified_name(text: str) -> QualifiedName:
         return _names.parse_qualified_name(text)
     except ValueError as exc:
         raise InvalidNameError(str(exc)) from exc
+
+
+def check_kind(kind: str) -> str:
+    """``kind`` (``vendor/class``) if the reference library accepts it; InvalidNameError saying why not."""
+    problem = _names.kind_problem(kind)
+    if problem is not None:
+        raise InvalidNameError(problem)
+    return kind
 
 
 def annotations_for(plugin: str, device_id: str, names: Iterable[str]) -> dict[str, str]:

@@ -29,10 +29,18 @@ FLAG_ELF_LIBC6 = 0x0003
 FLAG_X8664_LIB64 = 0x0300
 FLAG_X8664_LIBX32 = 0x0800
 FLAG_AARCH64_LIB64 = 0x0A00
+# glibc's sysdeps/generic/ldconfig.h; set by ldconfig's sysdeps/unix/sysv/linux/<arch>/readelflib.c.
+FLAG_POWERPC_LIB64 = 0x0500
+FLAG_RISCV_FLOAT_ABI_SOFT = 0x0F00
+FLAG_RISCV_FLOAT_ABI_DOUBLE = 0x1000
 _ELFCLASS32, _ELFCLASS64 = 1, 2
 _ELFDATA2LSB = 1
 _ET_DYN = 3
 _EM_386, _EM_X86_64, _EM_AARCH64 = 3, 62, 183
+_EM_PPC64, _EM_RISCV = 21, 243
+# RISC-V's e_flags: ldconfig keeps a library of the soft or double float ABI that sets no flag but RVC.
+_EF_RISCV_RVC, _EF_RISCV_FLOAT_ABI = 0x0001, 0x0006
+_RISCV_FLOAT_ABIS = {0x0000: FLAG_RISCV_FLOAT_ABI_SOFT, 0x0004: FLAG_RISCV_FLOAT_ABI_DOUBLE}
 _PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_NOTE = 1, 2, 3, 4
 _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ, _DT_SONAME = 0, 1, 5, 10, 14
 _DT_VERDEF, _DT_VERDEFNUM = 0x6FFFFFFC, 0x6FFFFFFD
@@ -74,10 +82,10 @@ def read_dso(fd: int, size: int, *, abi_tag: bool = False) -> Dso | None:
     header = _header(fd)
     if header is None:
         return None
-    is64, e_type, machine, headers = header
+    is64, e_type, machine, e_flags, headers = header
     if e_type != _ET_DYN:
         return None
-    arch = _arch_flags(machine, is64)
+    arch = _arch_flags(machine, is64, e_flags)
     if arch is None:
         return None
     segments = _segments(fd, size, is64, headers)
@@ -100,7 +108,7 @@ def glibc_minor(fd: int, size: int) -> int | None:
     header = _header(fd) if size >= _MIN_SIZE else None
     if header is None:
         return None
-    is64, _, _, headers = header
+    is64, _, _, _, headers = header
     segments = _segments(fd, size, is64, headers)
     dynamic = None if segments is None else _dynamic_entries(fd, size, is64, segments)
     if segments is None or dynamic is None:
@@ -151,7 +159,7 @@ def read_soname(path: str, max_size: int = 1 << 30) -> str | None:
         header = _header(fd)
         if header is None:
             return None
-        is64, _, _, headers = header
+        is64, _, _, _, headers = header
         segments = _segments(fd, info.st_size, is64, headers)
         found = None if segments is None else _dynamic(fd, info.st_size, is64, segments, classify=False)
         return None if found is None or found[0] is None else found[0].decode()
@@ -161,9 +169,10 @@ def read_soname(path: str, max_size: int = 1 << 30) -> str | None:
         os.close(fd)
 
 
-def _header(fd: int) -> tuple[bool, int, int, tuple[int, int, int, bytes]] | None:
-    """(64-bit, e_type, e_machine, (phoff, phentsize, phnum, the file's first bytes)) of a little-endian
-    ELF file, or None. The first bytes usually hold the program headers and the notes too: one read."""
+def _header(fd: int) -> tuple[bool, int, int, int, tuple[int, int, int, bytes]] | None:
+    """(64-bit, e_type, e_machine, e_flags, (phoff, phentsize, phnum, the file's first bytes)) of a
+    little-endian ELF file, or None. The first bytes usually hold the program headers and the notes
+    too: one read."""
     head = os.pread(fd, _HEAD, 0)
     if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (_ELFCLASS32, _ELFCLASS64):
         return None
@@ -173,7 +182,7 @@ def _header(fd: int) -> tuple[bool, int, int, tuple[int, int, int, bytes]] | Non
     if is64 and len(head) < 64:
         return None
     fields = struct.unpack_from("<HHIQQQIHHH" if is64 else "<HHIIIIIHHH", head, 16)
-    return is64, fields[0], fields[1], (fields[4], fields[8], fields[9], head)
+    return is64, fields[0], fields[1], fields[6], (fields[4], fields[8], fields[9], head)
 
 
 def _pread(fd: int, length: int, offset: int, head: bytes) -> bytes:
@@ -183,14 +192,20 @@ def _pread(fd: int, length: int, offset: int, head: bytes) -> bytes:
     return os.pread(fd, length, offset)
 
 
-def _arch_flags(machine: int, is64: bool) -> int | None:
-    """The flags' architecture bits (0: a plain 32-bit libc6/ELF library); None for a foreign machine."""
+def _arch_flags(machine: int, is64: bool, e_flags: int) -> int | None:
+    """The flags' architecture bits (0: a plain 32-bit libc6/ELF library); None for a foreign machine
+    or one ldconfig skips (a RISC-V float ABI other than soft or double, an unknown RISC-V flag)."""
     if machine == _EM_X86_64:
         return FLAG_X8664_LIB64 if is64 else FLAG_X8664_LIBX32
     if machine == _EM_386 and not is64:
         return 0
     if machine == _EM_AARCH64 and is64:
         return FLAG_AARCH64_LIB64
+    if machine == _EM_PPC64 and is64:  # ppc64le (big-endian ppc64 is refused above, as is s390x)
+        return FLAG_POWERPC_LIB64
+    # RISC-V: the same flags for rv32 and rv64, as ldconfig stores them.
+    if machine == _EM_RISCV and not e_flags & ~(_EF_RISCV_FLOAT_ABI | _EF_RISCV_RVC):
+        return _RISCV_FLOAT_ABIS.get(e_flags & _EF_RISCV_FLOAT_ABI)
     return None
 
 

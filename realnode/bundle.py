@@ -43,13 +43,17 @@ NVIDIA_TOOLS = ("nvidia-ctk", "nvidia-cdi-hook", "nvidia-container-runtime", "nv
 NODE_MODULES = (
     "__init__",
     "check",
-    "steps",
+    "checkstate",
+    "recorder",
     "carried",
     "nodefacts",
     "pyenv",
     "imagefs",
-    "specs",
+    "specsteps",
+    "speccompare",
+    "baseline",
     "containers",
+    "gpuways",
     "timing",
 )
 LIMIT = 60 << 20

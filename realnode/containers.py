@@ -18,7 +18,7 @@ from typing import Any
 from realnode.imagefs import PROGRAM_DIR, linked_copy
 from realnode.nodefacts import Roots
 from realnode.pyenv import Venv
-from realnode.steps import Recorder, Result, Row, StepFailed
+from realnode.recorder import Recorder, Result, Row, StepFailed
 
 CONTAINER_PATH = "/usr/local/nvidia/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 HOST_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -16,7 +16,7 @@ import shutil
 import struct
 from collections.abc import Iterable
 
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
 
 MERGED = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 DIRS = ("bin", "sbin", "usr/bin", "usr/sbin", "etc/ld.so.conf.d", "dev", "proc", "sys", "tmp", "root", "run")

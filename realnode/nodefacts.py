@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
 
 # gVisor's Sentry reports this kernel, whatever the host runs.
 GVISOR_RELEASE = "4.4.0"

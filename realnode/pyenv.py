@@ -14,7 +14,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 
-from realnode.steps import Recorder, StepFailed
+from realnode.recorder import Recorder, StepFailed
 
 CANDIDATES = ("/usr/bin/python3", "/usr/local/bin/python3")
 # The environment pip and the venv module run with: nothing of the caller's (PIP_*, PYTHON*).

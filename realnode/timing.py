@@ -8,6 +8,7 @@ with the next variant in turn, so that none always runs first (after a deletion)
 
 from __future__ import annotations
 
+import argparse
 import copy
 import statistics
 import time
@@ -15,8 +16,11 @@ from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from realnode.containers import Containers
-from realnode.steps import Recorder, Result, Row, StepFailed
+from realnode import imagefs
+from realnode.checkstate import State
+from realnode.containers import Containers, oci_config
+from realnode.gpuways import injected
+from realnode.recorder import Recorder, Result, Row, StepFailed, StepSkipped
 
 RESERVE = 60.0  # seconds of the budget kept for what follows the timing rounds
 FEW = 20  # rounds below which the medians are a first look, not a figure to quote (the issue asks 20)
@@ -148,3 +152,33 @@ def burst(
     if failed:
         raise StepFailed(f"{len(failed)} of {total} failed ({failed[0].why()}); " + row.detail)
     return summary
+
+
+def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> None:
+    labels = {"none": "no GPU", "cdictk": "cdictk's spec + hook", "nvidia": "NVIDIA's spec + hooks"}
+    with recorder.step(f"start time, {args.rounds} rounds interleaved") as row:
+        recorder.need(40)
+        if state.containers is None or not state.runs:
+            raise StepSkipped("needs the image and a runc that runs")
+        configs = {labels["none"]: oci_config("/", ["/bin/true"])}
+        for spec in ("cdictk", "nvidia"):
+            if spec in state.loaded:
+                configs[labels[spec]] = injected(recorder, state, spec, ["/bin/true"])
+        samples = interleaved(recorder, row, state.containers, configs, args.rounds)
+        figures = added(samples, labels["none"])
+        names = {labels["none"]: "no GPU", labels["cdictk"]: "cdictk", labels["nvidia"]: "NVIDIA"}
+        row.detail = describe(figures, labels["none"], names, args.rounds)
+        report: dict[str, Any] = dict(figures)
+        found = ratio(figures, labels["cdictk"], labels["nvidia"])
+        if found is not None:
+            report["ratio_cdictk_over_nvidia"] = {"added": found}
+        row.data["figures"] = report
+        recorder.sections["timing"] = report
+    with recorder.step(f"burst: {args.burst} GPU containers, {args.parallel} at a time") as row:
+        recorder.need(40)
+        if state.containers is None or not state.runs or "cdictk" not in state.loaded:
+            raise StepSkipped("needs the image, a runc that runs and cdictk's spec")
+        config = injected(recorder, state, "cdictk", [f"{imagefs.PROGRAM_DIR}/cuda-probe", "--dlopen"])
+        recorder.sections["burst"] = burst(
+            recorder, row, state.containers, config, total=args.burst, parallel=args.parallel
+        )

@@ -65,12 +65,6 @@ def apply_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_f
     return True
 
 
-def append_edits(config: dict[str, Any], sources: Sequence[EditsSource], config_file: str) -> None:
-    """:func:`apply_edits` without the ``reapply`` rule: the edits added again to a config that holds
-    them, as the reference library adds them."""
-    _Edits(config, sources, config_file).apply(config)
-
-
 class _Edits:
     """The merged edits, checked against the config and completed from the host: applying cannot fail.
     Their entries are made for this config alone and go into it as they are."""
@@ -122,13 +116,18 @@ class _Edits:
             shape.list_of(int, "process", "user", "additionalGids")
 
     def present(self, config: dict[str, Any]) -> bool:
-        """Whether applying would only repeat what ``config`` holds: every node, allow rule (after the
-        last deny), mount, hook, net device, gid and intelRdt there, and each variable's last value
-        the edits' own. The shapes were checked; a fresh config fails at its first missing entry."""
+        """Whether applying would only repeat what ``config`` holds: every node there, its path once
+        (the library keeps one entry of a path, runc makes the first), every allow rule after the last
+        deny, hook, net device, gid and intelRdt there, each variable's last value the edits' own, and
+        the mounts as applying leaves them (it moves each to the end of its depth and sorts every mount
+        by depth again). The shapes were checked; a fresh config fails at its first missing entry."""
         linux = config.get("linux") or {}
         if self.nodes:
             devices = linux.get("devices") or ()
             if any(node.device not in devices for node in self.nodes):
+                return False
+            paths = [device.get("path") for device in devices]
+            if any(paths.count(node.device["path"]) != 1 for node in self.nodes):
                 return False
             rules = (linux.get("resources") or {}).get("devices") or []
             denied = [i for i, rule in enumerate(rules) if rule.get("allow") is not True]
@@ -137,9 +136,6 @@ class _Edits:
                 return False
         hooks = config.get("hooks") or {}
         if any(hook not in (hooks.get(stage) or ()) for stage, hook in self.hooks):
-            return False
-        mounts = config.get("mounts") or []
-        if any(mount not in mounts for mount in self.mounts):
             return False
         if self.env:
             process_env = (config.get("process") or {}).get("env") or ()
@@ -153,7 +149,16 @@ class _Edits:
         if self.rdt is not None and linux.get("intelRdt") != self.rdt:
             return False
         present = ((config.get("process") or {}).get("user") or {}).get("additionalGids") or ()
-        return all(value in present for value in self.gids)
+        if any(value not in present for value in self.gids):
+            return False
+        mounts = config.get("mounts") or []
+        if not self.mounts:
+            return True
+        if self.mounts[0] not in mounts:
+            return False
+        again = mounts.copy()
+        _add_mounts(again, self.mounts)
+        return again == mounts
 
     def apply(self, config: dict[str, Any]) -> None:
         if self.env:
@@ -356,21 +361,23 @@ def _oci_mount(mount: dict[str, Any]) -> dict[str, Any]:
 
 
 def _add_mounts(present: list[dict[str, Any]], mounts: list[dict[str, Any]]) -> None:
+    destinations = [existing.get("destination", "") for existing in present]
     for mount in mounts:
         destination = mount["destination"]
-        for i, existing in enumerate(present):
-            if existing.get("destination", "") == destination:
-                del present[i]
-                break
+        if destination in destinations:
+            i = destinations.index(destination)
+            del present[i], destinations[i]
         present.append(mount)
+        destinations.append(destination)
     # Parents before children: a mount must not be hidden by one made later on a parent directory.
-    present.sort(key=lambda entry: _clean(entry.get("destination") or "").count("/"))
+    present.sort(key=_depth)
 
 
-def _clean(path: str) -> str:
-    cleaned = posixpath.normpath(path)
+def _depth(mount: dict[str, Any]) -> int:
+    """The library's depth of a mount: the slashes in its destination after Go's path.Clean."""
+    cleaned = posixpath.normpath(mount.get("destination") or "")
     # normpath keeps a leading "//" (POSIX leaves it implementation-defined); Go's Clean does not.
-    return cleaned[1:] if cleaned.startswith("//") else cleaned
+    return cleaned.count("/") - cleaned.startswith("//")
 
 
 def _oci_hook(hook: dict[str, Any]) -> dict[str, Any]:

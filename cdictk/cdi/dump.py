@@ -11,6 +11,7 @@ import functools
 import json
 from typing import Any
 
+from cdictk.cdi.libyaml import safe_dumper
 from cdictk.cdi.model import FIELDS, Kind, Omit, Spec
 from cdictk.cdi.yamlscalar import is_ambiguous
 
@@ -62,6 +63,8 @@ def _dumper() -> Any:
     else: by YAML 1.1 as Go's reader applies it (``y``, ``0660``, ``1_000``: :func:`is_ambiguous`) or
     by PyYAML's own resolver."""
     import yaml  # noqa: PLC0415
+
+    safe_dumper()  # one line where PyYAML lacks libyaml, not an AttributeError
 
     class SpecDumper(yaml.CSafeDumper):
         def represent_str(self, data: str) -> yaml.ScalarNode:

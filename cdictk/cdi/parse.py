@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdictk import strictjson
+from cdictk.cdi.libyaml import safe_loader
 from cdictk.cdi.yamlscalar import go_text, resolve_plain
 from cdictk.errors import CdictkError
 
@@ -53,7 +54,7 @@ def parse_document(data: bytes, file: str, *, json_only: bool = False) -> Any:
 def parse_yaml(text: str, file: str) -> Any:
     import yaml  # noqa: PLC0415 (lazy: JSON-only callers never pay for PyYAML)
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    loader = safe_loader()(text)
     try:
         return _build_document(loader, file)
     except yaml.MarkedYAMLError as exc:
@@ -87,7 +88,7 @@ def more_documents(text: str) -> bool:
     import yaml  # noqa: PLC0415
     from yaml import events  # noqa: PLC0415
 
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)
+    loader = safe_loader()(text)
     try:
         try:
             while not loader.check_event(events.DocumentEndEvent, events.StreamEndEvent):

@@ -26,12 +26,16 @@ def _log(line: str) -> None:
     "--config",
     "config_file",
     metavar="FILE",
+    envvar="CONFIG_FILE",
+    show_envvar=True,
     help="Settings file (YAML, the shape of NVIDIA's device plugin config: version, flags, "
     "sharing.timeSlicing; plus cdi and health). Flags override it.",
 )
 @click.option(
     "--mig-strategy",
     type=click.Choice(["none", "single", "mixed"]),
+    envvar="MIG_STRATEGY",
+    show_envvar=True,
     help="none: whole GPUs as nvidia.com/gpu (GPUs in MIG mode left out); single: MIG devices as "
     "nvidia.com/gpu (one profile on the node); mixed: nvidia.com/gpu and nvidia.com/mig-<profile>. "
     "Default: none.",
@@ -39,12 +43,39 @@ def _log(line: str) -> None:
 @click.option(
     "--device-list-strategy",
     metavar="LIST",
-    help="What Allocate answers, comma-separated: cdi-cri (the CRI's CDI field, Kubernetes 1.28+ with "
-    "containerd 1.7.2+ or CRI-O 1.28+), cdi-annotations (cdi.k8s.io/ annotations: containerd 1.7 with CDI "
-    "on, or cdictk-runtime), volume-mounts (for cdictk-runtime with accept-volume-mounts or NVIDIA's "
-    "runtime). envvar is refused. Default: cdi-cri,cdi-annotations.",
+    envvar="DEVICE_LIST_STRATEGY",
+    show_envvar=True,
+    help="What Allocate answers, comma-separated: cdi-cri (the CRI's CDI field, Kubernetes 1.29+ or 1.28 "
+    "with the DevicePluginCDIDevices gate on, with containerd 1.7.2+ or CRI-O 1.28+), cdi-annotations "
+    "(cdi.k8s.io/ annotations: containerd 1.7 with CDI on, or cdictk-runtime), volume-mounts (for "
+    "cdictk-runtime with accept-volume-mounts or NVIDIA's runtime). envvar is refused. "
+    "Default: cdi-cri,cdi-annotations.",
+)
+@click.option(
+    "--device-id-strategy",
+    type=click.Choice(["uuid", "index"]),
+    envvar="DEVICE_ID_STRATEGY",
+    show_envvar=True,
+    help="uuid, the only one: index is refused (an index names another GPU after a MIG change). "
+    "Taken so that NVIDIA's DEVICE_ID_STRATEGY=index fails here rather than being ignored.",
+)
+@click.option(
+    "--pass-device-specs",
+    is_flag=True,
+    default=None,
+    envvar="PASS_DEVICE_SPECS",
+    show_envvar=True,
+    help="Refused (the CDI spec carries the device nodes); taken so that NVIDIA's "
+    "PASS_DEVICE_SPECS=true fails here rather than being ignored.",
 )
 @click.option("--cdi-kind", metavar="VENDOR/CLASS", help="The node spec's kind. Default: nvidia.com/gpu.")
+@click.option(
+    "--cdi-annotation-prefix",
+    metavar="PREFIX",
+    envvar="CDI_ANNOTATION_PREFIX",
+    show_envvar=True,
+    help="What the cdi-annotations strategy's keys start with. Default: cdi.k8s.io/.",
+)
 @click.option(
     "--spec-dir",
     "spec_dirs",
@@ -59,8 +90,22 @@ def _log(line: str) -> None:
     metavar="DIR",
     help="The kubelet's device plugin directory. Default: /var/lib/kubelet/device-plugins.",
 )
-@click.option("--driver-root", metavar="DIR", help="Root of the driver's files. Default: /.")
-@click.option("--dev-root", metavar="DIR", help="Root holding dev/nvidia*. Default: the driver root.")
+@click.option(
+    "--driver-root",
+    metavar="DIR",
+    # NVIDIA's plugin names the node's path NVIDIA_DRIVER_ROOT and the path it sees it at in its own
+    # container DRIVER_ROOT_CTR_PATH (CONTAINER_DRIVER_ROOT before); we look, so the latter comes first.
+    envvar=["DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT", "NVIDIA_DRIVER_ROOT"],
+    show_envvar=True,
+    help="Root of the driver's files, as this process sees them. Default: /.",
+)
+@click.option(
+    "--dev-root",
+    metavar="DIR",
+    envvar="NVIDIA_DEV_ROOT",
+    show_envvar=True,
+    help="Root holding dev/nvidia*. Default: the driver root.",
+)
 @click.option("--proc-root", metavar="DIR", help="Where procfs is. Default: /proc.")
 @click.option("--sys-root", metavar="DIR", help="Where sysfs is (NUMA nodes). Default: /sys.")
 @click.option(
@@ -80,7 +125,10 @@ def device_plugin_command(
     config_file: str | None,
     mig_strategy: str | None,
     device_list_strategy: str | None,
+    device_id_strategy: str | None,
+    pass_device_specs: bool | None,
     cdi_kind: str | None,
+    cdi_annotation_prefix: str | None,
     spec_dirs: tuple[str, ...],
     no_spec_check: bool,
     plugin_dir: str | None,
@@ -113,22 +161,33 @@ def device_plugin_command(
     except ImportError as exc:
         raise CdictkError(
             "", "device-plugin", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"
-        ) from None
+        ) from exc
     settings = loader.load(config_file) if config_file else loader.Settings()
-    flags: dict[str, Any] = {
-        "mig_strategy": mig_strategy,
-        "cdi_kind": cdi_kind,
-        "plugin_dir": plugin_dir,
-        "driver_root": driver_root,
-        "dev_root": dev_root,
-        "proc_root": proc_root,
-        "sys_root": sys_root,
-        "rescan_interval": rescan_interval,
-    }
+    named = _Namer(click.get_current_context())
+    flags: dict[str, Any] = {"mig_strategy": mig_strategy, "rescan_interval": rescan_interval}
+    for name, path in (
+        ("plugin_dir", plugin_dir),
+        ("driver_root", driver_root),
+        ("dev_root", dev_root),
+        ("proc_root", proc_root),
+        ("sys_root", sys_root),
+    ):
+        if path is not None:
+            flags[name] = loader.check_path(path, named(name))
+    if cdi_kind is not None:
+        flags["cdi_kind"] = loader.check_kind(cdi_kind, named("cdi_kind"))
+    if cdi_annotation_prefix is not None:
+        flags["cdi_annotation_prefix"] = loader.check_annotation_prefix(
+            cdi_annotation_prefix, named("cdi_annotation_prefix")
+        )
+    if device_id_strategy is not None:
+        loader.check_device_id_strategy(device_id_strategy, named("device_id_strategy"))
+    if pass_device_specs is not None:
+        loader.check_pass_device_specs(pass_device_specs, named("pass_device_specs"))
     if device_list_strategy is not None:
-        flags["list_strategies"] = loader.list_strategies(device_list_strategy)
+        flags["list_strategies"] = loader.list_strategies(device_list_strategy, named("device_list_strategy"))
     if spec_dirs:
-        flags["spec_dirs"] = spec_dirs
+        flags["spec_dirs"] = tuple(loader.check_path(path, "--spec-dir") for path in spec_dirs)
     if no_spec_check:
         flags["spec_dirs"] = ()
     if no_health_checks:
@@ -143,6 +202,22 @@ def device_plugin_command(
         signal.signal(number, lambda *_: stop.set())
     DevicePlugin(settings, _log).run(stop)
     return 0
+
+
+class _Namer:
+    """A parameter's flag for an error, with the environment variable it came from, if one did:
+    NVIDIA's plugin is set up by its variables, and the error should name the one to fix."""
+
+    def __init__(self, context: click.Context) -> None:
+        self.context = context
+
+    def __call__(self, name: str) -> str:
+        option = next(param for param in self.context.command.params if param.name == name)
+        flag = option.opts[0]
+        if self.context.get_parameter_source(name) is not click.core.ParameterSource.ENVIRONMENT:
+            return flag
+        envvars = [option.envvar] if isinstance(option.envvar, str) else list(option.envvar or ())
+        return next((f"{flag} (from {var})" for var in envvars if os.environ.get(var)), flag)
 
 
 def _seconds_or_never(text: str) -> float | None:

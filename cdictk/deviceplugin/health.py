@@ -6,10 +6,17 @@ The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps
   answers for it again; so is one the plugin's last discovery did not find (``absent``), which the
   plugin keeps offering rather than dropping it from the kubelet's list;
 - a fatal Xid (any but the application errors of :data:`settings.IGNORED_XIDS` and the settings'
-  own list) makes the GPU unhealthy, or only the MIG device whose GPU and compute instance it names,
+  own list) makes the GPU unhealthy, or only the MIG device whose GPU and compute instance it names
+  (an event that names a GPU instance without a compute instance is the whole GPU's),
   until ``xid_recovery`` seconds pass without another and NVML answers for the GPU; with
   ``xid_recovery`` None, until the plugin restarts (NVIDIA's plugin never recovers a device);
-- while the child is down or its event wait fails, every device is unhealthy: nothing vouches for them.
+- while the child is down or its event wait fails, every device is unhealthy: nothing vouches for
+  them. Only a working event wait (the child's ``watching``) clears that, not a probe: a GPU NVML
+  still finds while events cannot be had would otherwise flap at every probe, each flip a new list
+  for the kubelet;
+- an Xid on a GPU NVML cannot name counts for every GPU;
+- with health checks off (``enabled`` false), every device is healthy, whatever the (topology-only)
+  child or discovery says.
 
 :meth:`HealthMonitor.feed` takes the child's messages, so the rules are tested without a child.
 """
@@ -62,13 +69,17 @@ class HealthMonitor:
         self._child: subprocess.Popen[str] | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        # what the running child was started with: the library, the command, the GPUs it watches
+        self._started: tuple[str, Sequence[str] | None, tuple[str, ...]] | None = None
         self.probes = 0  # probes heard: the child is watching events once there is one
 
     # ---- the rules ----------------------------------------------------------------------------
 
     def watch(self, devices: Sequence[Watched], absent: Mapping[str, str] | None = None) -> None:
-        """The devices to report on (after discovery); forgets what is known of GPUs no longer there.
-        ``absent``: GPU UUID -> why, for GPUs among them that discovery did not find."""
+        """The devices to report on (after discovery); forgets what is known of GPUs no longer there,
+        and runs the NVML child again (once started) when the set of GPUs changed: it watches and
+        probes the GPUs it was started with. ``absent``: GPU UUID -> why, for GPUs among them that
+        discovery did not find."""
         with self._lock:
             self._devices = tuple(devices)
             gpus = {device.gpu_uuid for device in devices}
@@ -76,34 +87,54 @@ class HealthMonitor:
             self._lost = {uuid: why for uuid, why in self._lost.items() if uuid in gpus}
             self._xids = {key: seen for key, seen in self._xids.items() if key[0] in gpus}
         self._changed()
+        if self._started is not None and gpus != set(self._started[2]):
+            self.log(f"the GPUs changed; watching {len(gpus)} with NVML afresh")
+            self.start(self._started[0], self._started[1])
 
     def feed(self, message: dict[str, Any]) -> None:
         """One message of the NVML child."""
         with self._lock:
             if "probe" in message:
                 self.probes += 1
-                self._down = None
                 self._lost = {uuid: why for uuid, why in message["probe"].items() if why}
                 for uuid, why in message["probe"].items():
                     if not why:
                         self._absent.pop(uuid, None)
+            elif "watching" in message:
+                self._down = None
             elif "xid" in message:
-                xid = int(message["xid"])
-                if xid in self.settings.ignored_xids:
-                    self.log(f"Xid {xid} on {message['uuid']}: an application error, the GPU stays healthy")
-                else:
-                    key = (str(message["uuid"]), message.get("gi"), message.get("ci"))
-                    self._xids[key] = (self.clock(), xid)
-                    self.log(f"Xid {xid} on {key[0]}: marked unhealthy")
+                self._xid(message)
             elif "error" in message:
+                if message["error"] != self._down:
+                    self.log(str(message["error"]))
                 self._down = str(message["error"])
-                self.log(self._down)
             if "links" in message:
                 self._links = {frozenset((a, b)): int(score) for a, b, score in message["links"]}
         self._changed()
 
+    def _xid(self, message: dict[str, Any]) -> None:
+        xid, uuid = int(message["xid"]), message.get("uuid")
+        if xid in self.settings.ignored_xids:
+            self.log(f"Xid {xid} on {uuid or 'a GPU'}: an application error, the GPU stays healthy")
+            return
+        gi, ci = message.get("gi"), message.get("ci")
+        keys: list[tuple[str, int | None, int | None]]
+        if uuid is None:
+            # NVML could not name the GPU: each may be the one (NVIDIA's plugin marks them all too).
+            keys = [(gpu, None, None) for gpu in sorted({device.gpu_uuid for device in self._devices})]
+            self.log(
+                f"Xid {xid} on a GPU NVML cannot name ({message.get('why')}): every GPU marked unhealthy"
+            )
+        else:
+            # An event names a MIG device only with both instances; with either missing it is the
+            # GPU's, and so every MIG device's on it (as NVIDIA's plugin matches them).
+            keys = [(str(uuid), gi, ci) if gi is not None and ci is not None else (str(uuid), None, None)]
+            self.log(f"Xid {xid} on {uuid}: marked unhealthy")
+        for key in keys:
+            self._xids[key] = (self.clock(), xid)
+
     def tick(self) -> None:
-        """Re-evaluate (an Xid's recovery time may have come)."""
+        """Re-evaluate, as time passed (an Xid's recovery time may have come): the plugin's every look."""
         self._changed()
 
     def unhealthy(self) -> dict[str, str]:
@@ -117,6 +148,8 @@ class HealthMonitor:
             return dict(self._links)
 
     def _evaluate(self) -> dict[str, str]:
+        if not self.settings.enabled:
+            return {}  # health checks off: every device healthy, whatever NVML or discovery said
         now = self.clock()
         recovery = self.settings.xid_recovery
         found = {}
@@ -147,6 +180,7 @@ class HealthMonitor:
         self.stop()
         self._stopped = threading.Event()
         gpus = sorted({device.gpu_uuid for device in self._devices})
+        self._started = (library, command, tuple(gpus))
         base = list(command) if command else [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch"]
         argv = [*base, "--interval", str(self.settings.probe_interval)]
         if not self.settings.enabled:
@@ -169,6 +203,8 @@ class HealthMonitor:
             child = self._child = subprocess.Popen(
                 argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1
             )
+            if stopped.is_set():  # stop() came between the loop's test and the child's start
+                child.kill()
             for line in child.stdout or ():
                 try:
                     message = json.loads(line)

@@ -13,7 +13,7 @@ SCHEMA = Schema(PROTO.removesuffix(".proto") + ".binpb")
 CODEC = Codec(SCHEMA)
 
 VERSION = "v1beta1"
-DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"  # the kubelet's; plugins register from there
 KUBELET_SOCKET = "kubelet.sock"
 HEALTHY, UNHEALTHY = "Healthy", "Unhealthy"
 

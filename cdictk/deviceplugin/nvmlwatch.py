@@ -5,9 +5,12 @@ Run by :mod:`cdictk.deviceplugin.health` as ``python -m cdictk.deviceplugin.nvml
 
 - ``{"links": [[uuid_a, uuid_b, score], ...]}`` once: how well each pair of GPUs is connected
   (:func:`pair_score`);
-- ``{"xid": N, "uuid": GPU, "gi": G, "ci": C}`` for each Xid event (gi and ci null for the whole GPU);
+- ``{"xid": N, "uuid": GPU, "gi": G, "ci": C}`` for each Xid event (gi and ci null for the whole GPU;
+  uuid null, with ``why``, when NVML cannot name the GPU: every GPU is then in doubt);
 - ``{"probe": {uuid: "" or why it failed}}`` every interval: whether NVML still answers for each GPU;
-- ``{"error": "..."}`` when waiting for events fails (every device is then in doubt).
+- ``{"watching": true}`` after the first event wait that works, and the first after failures;
+- ``{"error": "..."}`` when waiting for events fails, once until it works again or fails otherwise
+  (every device is in doubt until the next ``watching``).
 
 Why a process: the plugin's discovery forks children that ask NVML afresh (a MIG change must be
 seen); a process that holds NVML initialised would hand them its stale state. And a driver stuck in
@@ -99,6 +102,7 @@ def watch(nvml: Any, uuids: list[str], interval: float) -> None:
         except nvml.NVMLError:
             continue  # a GPU lost now: the probe says so
     next_probe = 0.0
+    told: str | None = None  # what the plugin was last told of the event wait: "" it works, else why not
     while True:
         now = time.monotonic()
         if now >= next_probe:
@@ -107,20 +111,27 @@ def watch(nvml: Any, uuids: list[str], interval: float) -> None:
         try:
             data = nvml.nvmlEventSetWait_v2(events, max(1, int((next_probe - now) * 1000)))
         except nvml.NVMLError as exc:
-            if getattr(exc, "value", None) == nvml.NVML_ERROR_TIMEOUT:
+            if getattr(exc, "value", None) != nvml.NVML_ERROR_TIMEOUT:
+                # Said once, not at every try: the devices stay in doubt until a wait succeeds.
+                why = f"waiting for NVML events failed: {exc}"
+                if told != why:
+                    say({"error": why})
+                    told = why
+                time.sleep(interval)
                 continue
-            say({"error": f"waiting for NVML events failed: {exc}"})
-            time.sleep(interval)
-            continue
-        if data.eventType != nvml.nvmlEventTypeXidCriticalError:
-            continue
-        try:
-            uuid = nvml.nvmlDeviceGetUUID(data.device)
-        except nvml.NVMLError as exc:
-            say({"error": f"an Xid {data.eventData} on a GPU NVML cannot name: {exc}"})
+            data = None
+        if told != "":
+            say({"watching": True})
+            told = ""
+        if data is None or data.eventType != nvml.nvmlEventTypeXidCriticalError:
             continue
         gi = None if data.gpuInstanceId == NO_INSTANCE else data.gpuInstanceId
         ci = None if data.computeInstanceId == NO_INSTANCE else data.computeInstanceId
+        try:
+            uuid = nvml.nvmlDeviceGetUUID(data.device)
+        except nvml.NVMLError as exc:
+            say({"xid": data.eventData, "uuid": None, "gi": None, "ci": None, "why": str(exc)})
+            continue
         say(
             {
                 "xid": data.eventData,

@@ -1,13 +1,14 @@
 """The device plugin's life: discover, serve a resource each, register, then follow the node.
 
-Every second it looks at three things: whether ``kubelet.sock`` is a new file (the kubelet
-restarted: every server is started again and registered), whether one of our sockets is gone (the
+Every second it looks at four things: whether an Xid's recovery time came (the lists go out again),
+whether ``kubelet.sock`` is a new file (the kubelet restarted: every server is started again and
+registered), whether one of our sockets is gone (the
 same, for that one), and every ``rescan_interval`` the node's fingerprint (driver, GPUs, MIG instances,
 device nodes: what ``cdictk cdi generate --watch`` watches). When that changed, the node is discovered
 again: a resource whose devices changed sends its new list, a new one (a MIG profile created under
 ``mixed``) is served and registered, one gone is stopped (the kubelet marks its devices unhealthy, then
 drops it). A GPU that discovery no longer finds (lost) stays in its list, unhealthy, with its MIG
-devices. A registration that fails is tried again at the next look.
+devices. A discovery that fails is tried again at each rescan, a registration at each look.
 """
 
 from __future__ import annotations
@@ -48,13 +49,18 @@ class DevicePlugin:
         self._kubelet: tuple[int, int, int] | None = None
         self._fingerprint: tuple[object, ...] = ()
         self._offered: list[Resource] = []
+        self._failure: str | None = None  # why the last rediscovery failed; None once one works
+        self._register_failures: dict[str, str] = {}  # resource -> why its last registration failed
 
     def discover(self) -> list[Resource]:
         """The node's resources now (discovery run again)."""
-        self._fingerprint = node_fingerprint(self.node.roots)
+        # Taken before discovery (a change meanwhile is seen at the next look), kept only once
+        # discovery succeeded: a failed one is tried again at the next rescan.
+        fingerprint = node_fingerprint(self.node.roots)
         self.node.refresh()
         gpus = self.node.facts().gpus
         resources = build(gpus, self.settings, numa_reader(self.node.roots.sys), self.log)
+        self._fingerprint = fingerprint
         resources, missing = keep_missing(self._offered, resources, {gpu.uuid for gpu in gpus})
         for uuid in sorted(missing):
             self.log(f"GPU {uuid} was not found (lost?): still offered, unhealthy until NVML answers for it")
@@ -75,6 +81,7 @@ class DevicePlugin:
             self.log("no libnvidia-ml.so.1 under the driver root: no health checks, no topology")
         try:
             self._reconcile(resources)
+            self._register_all()
             scanned = time.monotonic()
             while not stop.wait(min(LOOK_INTERVAL, self.settings.rescan_interval)):
                 rescan = time.monotonic() - scanned >= self.settings.rescan_interval
@@ -89,7 +96,18 @@ class DevicePlugin:
                 self.specs.close()
 
     def look(self, *, rescan: bool = True) -> None:
-        """One round: the kubelet, our sockets, the node."""
+        """One round (each second; ``rescan``: every ``rescan_interval``), in this order: health
+        re-evaluated, registrations the kubelet lost forgotten, the node discovered again if it
+        changed, then whatever is not registered registered."""
+        self.health.tick()  # an Xid's recovery time may have come: the list goes out now, not at a probe
+        self._forget_lost_registrations()
+        if rescan:
+            self._rediscover_if_changed()
+        self._register_all()
+
+    def _forget_lost_registrations(self) -> None:
+        """A new kubelet.sock (the kubelet restarted) loses every registration; a socket of ours
+        deleted, its own."""
         identity = kubelet_identity(self.settings.plugin_dir)
         if identity != self._kubelet:
             if identity is not None:
@@ -100,16 +118,27 @@ class DevicePlugin:
             if name in self._registered and server.socket_gone():
                 self.log(f"{server.path} was removed; serving and registering {name} again")
                 self._registered.discard(name)
-        if rescan and node_fingerprint(self.node.roots) != self._fingerprint:
-            self.log("the node changed (driver, GPUs or MIG); discovering it again")
-            try:
-                self._reconcile(self.discover(), restart=False)
-                return
-            except CdictkError as exc:
-                self.log(f"discovery failed, keeping the devices offered: {exc}")
-        self._register_all()
 
-    def _reconcile(self, resources: list[Resource], *, restart: bool = True) -> None:
+    def _rediscover_if_changed(self) -> None:
+        """Discovery again when the node's fingerprint changed; one that fails keeps what is offered
+        and is tried again at the next rescan, its reason said once until it changes."""
+        if node_fingerprint(self.node.roots) == self._fingerprint:
+            return
+        if self._failure is None:
+            self.log("the node changed (driver, GPUs or MIG); discovering it again")
+        try:
+            resources = self.discover()
+        except CdictkError as exc:
+            if str(exc) != self._failure:
+                self.log(f"discovery failed, keeping the devices offered; trying again at each rescan: {exc}")
+            self._failure = str(exc)
+            return
+        self._failure = None
+        self._reconcile(resources)
+
+    def _reconcile(self, resources: list[Resource]) -> None:
+        """A server per resource: new ones made, changed ones updated, those with no devices left
+        stopped. Registering is the caller's next step."""
         wanted = {resource.name: resource for resource in resources}
         for name in list(self.servers):
             if name not in wanted:
@@ -129,9 +158,6 @@ class DevicePlugin:
                 )
             elif server.resource != resource:
                 server.update(resource)
-        if restart:
-            self._registered.clear()
-        self._register_all()
 
     def _register_all(self) -> None:
         if self._kubelet is None:
@@ -144,8 +170,12 @@ class DevicePlugin:
                 server.start()
                 register(self.settings.plugin_dir, name, server.resource.socket)
             except (RegistrationError, CdictkError) as exc:
-                self.log(str(exc))
+                # Tried again at every look (each second): said once until the reason changes.
+                if self._register_failures.get(name) != str(exc):
+                    self.log(f"{exc} (trying again every {LOOK_INTERVAL:g} s)")
+                self._register_failures[name] = str(exc)
                 continue
+            self._register_failures.pop(name, None)
             self._registered.add(name)
             self.log(f"registered {name} ({len(server.resource.devices)} devices) on {server.path}")
 

@@ -16,6 +16,9 @@ from typing import Any
 
 import yaml
 
+from cdictk.api import InvalidNameError
+from cdictk.api import check_kind as cdi_kind
+from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
 from cdictk.errors import CdictkError
 
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -65,12 +68,11 @@ class Settings:
     cdi_kind: str = "nvidia.com/gpu"  # the node spec's kind: names are <kind>=<GPU or MIG UUID>
     cdi_annotation_prefix: str = "cdi.k8s.io/"
     spec_dirs: tuple[str, ...] = ("/etc/cdi", "/var/run/cdi")  # where Allocate checks the names exist
-    resource_prefix: str = "nvidia.com"
     replicas: tuple[Replicas, ...] = ()
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
     health: Health = field(default_factory=Health)
-    plugin_dir: str = "/var/lib/kubelet/device-plugins"
+    plugin_dir: str = DEVICE_PLUGIN_DIR
     driver_root: str = "/"
     dev_root: str | None = None
     proc_root: str = "/proc"
@@ -89,13 +91,13 @@ def load(path: str) -> Settings:
         with open(path, encoding="utf-8") as handle:
             data = yaml.safe_load(handle)
     except OSError as exc:
-        raise SettingsError(path, "", exc.strerror or str(exc)) from None
+        raise SettingsError(path, "", exc.strerror or str(exc)) from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}: " if mark is not None else ""
         raise SettingsError(
             path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})"
-        ) from None
+        ) from exc
     return from_data(data if data is not None else {}, path)
 
 
@@ -123,28 +125,18 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
     )
     if "deviceListStrategy" in plugin:
         values["list_strategies"] = list_strategies(plugin["deviceListStrategy"], source)
-    if plugin.get("deviceIDStrategy", "uuid") != "uuid":
-        raise SettingsError(
-            source,
-            "flags.plugin.deviceIDStrategy",
-            "only uuid: an index names another GPU after a MIG change or a GPU falls off the bus",
-        )
-    if plugin.get("passDeviceSpecs", False) is not False:
-        raise SettingsError(
-            source, "flags.plugin.passDeviceSpecs", "not supported: the CDI spec carries the device nodes"
-        )
+    if "deviceIDStrategy" in plugin:
+        check_device_id_strategy(plugin["deviceIDStrategy"], "flags.plugin.deviceIDStrategy", source)
+    if "passDeviceSpecs" in plugin:
+        check_pass_device_specs(plugin["passDeviceSpecs"], "flags.plugin.passDeviceSpecs", source)
     if "cdiAnnotationPrefix" in plugin:
-        prefix = reader.string(plugin["cdiAnnotationPrefix"], "flags.plugin.cdiAnnotationPrefix")
-        if not prefix.endswith("/"):
-            raise SettingsError(source, "flags.plugin.cdiAnnotationPrefix", "must end in /")
-        values["cdi_annotation_prefix"] = prefix
+        values["cdi_annotation_prefix"] = check_annotation_prefix(
+            plugin["cdiAnnotationPrefix"], "flags.plugin.cdiAnnotationPrefix", source
+        )
     cdi = reader.mapping(top.get("cdi", {}), "cdi")
     reader.only(cdi, "cdi", ("kind", "specDirs"))
     if "kind" in cdi:
-        kind = reader.string(cdi["kind"], "cdi.kind")
-        if not _RESOURCE.fullmatch(kind):
-            raise SettingsError(source, "cdi.kind", f"{kind!r} is not a CDI kind (vendor/class)")
-        values["cdi_kind"] = kind
+        values["cdi_kind"] = check_kind(cdi["kind"], "cdi.kind", source)
     if "specDirs" in cdi:
         values["spec_dirs"] = tuple(
             reader.path(d, "cdi.specDirs") for d in reader.sequence(cdi["specDirs"], "cdi.specDirs")
@@ -201,7 +193,67 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
             health["probeIntervalSeconds"], "health.probeIntervalSeconds", minimum=0.05
         )
     values["health"] = Health(**health_values)
-    return Settings(**values)
+    settings = Settings(**values)
+    _one_resource_per_name(settings, source)
+    return settings
+
+
+def _one_resource_per_name(settings: Settings, source: str) -> None:
+    """Refuse two rules whose shared resources take one name, or one that takes another rule's
+    resource's name: two resources would be served under one name."""
+    named = {rule.name for rule in settings.replicas}
+    taken: dict[str, str] = {}
+    for number, rule in enumerate(settings.replicas):
+        name = settings.shared_name(rule)
+        where = f"sharing.timeSlicing.resources[{number}]"
+        if name in taken:
+            raise SettingsError(source, where, f"{rule.name}'s replicas named {name}, as {taken[name]}'s are")
+        if name != rule.name and name in named:
+            raise SettingsError(source, where, f"{rule.name}'s replicas named {name}, a resource of its own")
+        taken[name] = rule.name
+
+
+def check_kind(value: object, key: str, source: str = "") -> str:
+    """``value`` if it is a CDI kind (``vendor/class``), else a SettingsError naming ``key``: the one
+    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``, by the spec loader's rules."""
+    if not isinstance(value, str):
+        raise SettingsError(source, key, f"{value!r} is not a string")
+    try:
+        return cdi_kind(value)
+    except InvalidNameError as exc:
+        raise SettingsError(source, key, exc.problem.reason) from exc
+
+
+def check_annotation_prefix(value: object, key: str, source: str = "") -> str:
+    """``value`` if it can start a CDI annotation key (it ends in ``/``), else a SettingsError."""
+    if not isinstance(value, str) or not value.endswith("/") or len(value) < 2:
+        raise SettingsError(source, key, f"must be a prefix ending in /, not {value!r}")
+    return value
+
+
+def check_device_id_strategy(value: object, key: str, source: str = "") -> None:
+    """NVIDIA's ``deviceIDStrategy`` (DEVICE_ID_STRATEGY): ``uuid``, the only one served, or a
+    SettingsError; refused by name so that a copied ``index`` never silently means uuid here."""
+    if value != "uuid":
+        raise SettingsError(
+            source, key, "only uuid: an index names another GPU after a MIG change or a GPU falls off the bus"
+        )
+
+
+def check_pass_device_specs(value: object, key: str, source: str = "") -> None:
+    """NVIDIA's ``passDeviceSpecs`` (PASS_DEVICE_SPECS): false, or a SettingsError."""
+    if value is not False:
+        raise SettingsError(source, key, "not supported: the CDI spec carries the device nodes")
+
+
+def check_path(value: object, key: str, source: str = "") -> str:
+    """``value`` if it is an absolute path, else a SettingsError naming ``key``: the one check of the
+    settings file's paths and of the path flags (a daemon's working directory is no place to start)."""
+    if not isinstance(value, str) or not value:
+        raise SettingsError(source, key, "must be a non-empty string")
+    if not value.startswith("/"):
+        raise SettingsError(source, key, f"must be an absolute path, not {value!r}")
+    return value
 
 
 def list_strategies(value: object, source: str = "--device-list-strategy") -> tuple[str, ...]:
@@ -267,10 +319,7 @@ class _Reader:
         return value
 
     def path(self, value: object, key: str) -> str:
-        text = self.string(value, key)
-        if not text.startswith("/"):
-            raise self.fail(key, f"must be an absolute path, not {text!r}")
-        return text
+        return check_path(value, key, self.source)
 
     def boolean(self, value: object, key: str) -> bool:
         if not isinstance(value, bool):

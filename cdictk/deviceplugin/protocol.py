@@ -19,7 +19,7 @@ import os
 import sys
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
@@ -177,11 +177,6 @@ def _optional_of(hint: Any) -> Any:
         if len(others) == 1:
             return others[0]
     return hint
-
-
-def as_dict(value: object) -> Mapping[str, Any]:
-    """A dataclass message as plain data (for logs and tests)."""
-    return dataclasses.asdict(value)  # type: ignore[call-overload, no-any-return]
 
 
 def main(argv: list[str]) -> int:

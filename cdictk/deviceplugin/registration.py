@@ -42,7 +42,7 @@ def register(plugin_dir: str, resource_name: str, endpoint: str, timeout: float 
             details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
             if code == grpc.StatusCode.UNAVAILABLE:
                 details = f"no kubelet answers on {socket} ({details})"
-            raise RegistrationError(resource_name, details or str(code)) from None
+            raise RegistrationError(resource_name, details or str(code)) from exc
 
 
 def kubelet_identity(plugin_dir: str) -> tuple[int, int, int] | None:

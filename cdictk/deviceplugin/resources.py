@@ -6,7 +6,9 @@
 - ``single``: the MIG devices as ``nvidia.com/gpu``; every GPU must be in MIG mode with MIG devices of
   one profile, or none in MIG mode (then as ``none``).
 - ``mixed``: GPUs not in MIG mode as ``nvidia.com/gpu``, MIG devices as ``nvidia.com/mig-<profile>``
-  (``1g.10gb``, ``+`` written ``.``: ``mig-1g.10gb.me``).
+  (``1g.10gb``, ``+`` written ``.``: ``mig-1g.10gb.me``). Only MIG devices whose compute instance spans
+  their GPU instance: NVIDIA's plugin makes resources for those profiles alone (``1c.2g.20gb`` has
+  none, and there its plugin fails to start); here such a device is left out with a warning.
 
 Device IDs are GPU and MIG UUIDs, stable across restarts and MIG changes of other GPUs (the kubelet
 checkpoints allocations by ID). Replicas (time-slicing) offer each device N times as ``<uuid>::<n>``.
@@ -23,6 +25,7 @@ from cdictk.errors import CdictkError
 from cdictk.node.gpus import Gpu, MigDevice
 
 REPLICA_SEPARATOR = "::"
+RESOURCE_DOMAIN = "nvidia.com"  # NVIDIA's plugin's: what pods and schedulers ask for
 
 
 class ResourceError(CdictkError):
@@ -53,8 +56,11 @@ class Resource:
 
     @property
     def socket(self) -> str:
-        """The plugin's socket file in the kubelet's device plugin directory."""
-        return "cdictk-" + self.name.split("/", 1)[1] + ".sock"
+        """The plugin's socket file in the kubelet's device plugin directory: the whole resource name,
+        ``/`` written ``_`` (``cdictk-nvidia.com_gpu.sock``). A domain has no ``_``, so two resources
+        never share a socket, not even two of one name (``example.com/gpu`` beside ``nvidia.com/gpu``)."""
+        domain, name = self.name.split("/", 1)
+        return f"cdictk-{domain}_{name}.sock"
 
     def device(self, device_id: str) -> PluginDevice | None:
         for device in self.devices:
@@ -81,7 +87,7 @@ def build(
     gpus: Sequence[Gpu], settings: Settings, numa: Callable[[str], int | None], warn: Callable[[str], None]
 ) -> list[Resource]:
     """The resources to advertise, sorted by name; ResourceError when the strategy cannot be met."""
-    prefix = settings.resource_prefix
+    prefix = RESOURCE_DOMAIN
     whole = [_gpu_device(gpu, numa) for gpu in gpus if not gpu.mig_enabled]
     mig_gpus = [gpu for gpu in gpus if gpu.mig_enabled]
     found: dict[str, list[PluginDevice]] = {}
@@ -115,6 +121,13 @@ def build(
             if not gpu.migs:
                 warn(f"GPU {gpu.index} ({gpu.uuid}) is in MIG mode without MIG devices: nothing to offer")
             for mig in gpu.migs:
+                if not mig.whole_instance:
+                    warn(
+                        f"MIG device {gpu.index}:{mig.index} ({mig.uuid}, {mig.profile}) is left out: with "
+                        "--mig-strategy mixed only MIG devices whose compute instance is their whole GPU "
+                        "instance are offered"
+                    )
+                    continue
                 name = f"{prefix}/mig-{mig.profile.replace('+', '.')}"
                 found.setdefault(name, []).append(_mig_device(gpu, mig, numa))
     resources = [Resource(name, tuple(devices)) for name, devices in found.items() if devices]

@@ -41,6 +41,7 @@ from cdictk.deviceplugin.resources import Resource
 from cdictk.deviceplugin.topology import Links, preferred
 
 OPTIONS = DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
+SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
 
 
 class ResourceServer:
@@ -73,6 +74,13 @@ class ResourceServer:
 
     def start(self) -> None:
         """Listen on the socket (a stale one removed first): the kubelet dials it while we register."""
+        if len(os.fsencode(self.path)) > SOCKET_PATH_MAX:
+            raise CdictkError(
+                self.path,
+                "",
+                f"longer than a Unix socket path may be ({SOCKET_PATH_MAX} bytes): a shorter resource name "
+                "(sharing.timeSlicing.resources[].rename) or plugin directory",
+            )
         if os.path.lexists(self.path):
             os.unlink(self.path)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="device-plugin"))

@@ -18,19 +18,25 @@ inside): there the image's existing ``/etc/ld.so.cache`` decides, as the last th
 from __future__ import annotations
 
 import os
-import struct
 
-from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_ELF_LIBC6, FLAG_X8664_LIB64, glibc_minor, read_dso
+from cdictk import elfdso
+from cdictk.ldcachefile import OLD_HEADER, OLD_MAGIC, new_header_at
 from cdictk.rootfs import Rootfs, reopen_regular
 
 NEWEST = 42  # the newest release this module knows; an image without a glibc is treated as it
-OLD_MAGIC = b"ld.so-1.7.0"
-NEW_MAGIC = b"glibc-ld.so.cache1.1"
 ENDIAN_LITTLE = 2
-_OLD_ENTRY = 12
 # A 64-bit libc of a machine the hook runs on; a 32-bit or x32 one in the same image is not the one
 # whose ldconfig runs.
-_NATIVE_LIBC_FLAGS = (FLAG_X8664_LIB64 | FLAG_ELF_LIBC6, FLAG_AARCH64_LIB64 | FLAG_ELF_LIBC6)
+_NATIVE_LIBC_FLAGS = tuple(
+    arch | elfdso.FLAG_ELF_LIBC6
+    for arch in (
+        elfdso.FLAG_X8664_LIB64,
+        elfdso.FLAG_AARCH64_LIB64,
+        elfdso.FLAG_POWERPC_LIB64,
+        elfdso.FLAG_RISCV_FLOAT_ABI_DOUBLE,
+        elfdso.FLAG_RISCV_FLOAT_ABI_SOFT,
+    )
+)
 
 
 class Release:
@@ -83,15 +89,12 @@ def _layout(minor: int, debian: bool, old_cache: bytes | None) -> tuple[bool, in
     """(the old format with the new one inside, the new header's flags byte) of the cache to write."""
     if minor >= 33:
         return False, ENDIAN_LITTLE
-    if old_cache is not None and old_cache.startswith(NEW_MAGIC) and len(old_cache) > 28:
-        return False, old_cache[28]
-    if old_cache is not None and old_cache.startswith(OLD_MAGIC) and len(old_cache) >= 16:
-        (nlibs,) = struct.unpack_from("<I", old_cache, 12)
-        inner = 16 + nlibs * _OLD_ENTRY
-        inner += -inner % 8  # the new header's alignment on 64-bit machines
-        if old_cache.startswith(NEW_MAGIC, inner) and len(old_cache) > inner + 28:
-            return True, old_cache[inner + 28]
-        return True, 0
+    if old_cache is not None:
+        start = new_header_at(old_cache)
+        if start is not None and len(old_cache) > start + 28:
+            return start > 0, old_cache[start + 28]
+        if old_cache.startswith(OLD_MAGIC) and len(old_cache) >= OLD_HEADER:
+            return True, 0
     # No cache to go by: what the release writes unpatched, Debian's patches for a Debian image.
     if debian:
         return False, ENDIAN_LITTLE
@@ -113,9 +116,9 @@ def image_release(rootfs: Rootfs, libdirs: tuple[str, ...]) -> int | None:
             os.close(probe)
         try:
             size = os.fstat(fd).st_size
-            dso = read_dso(fd, size)
+            dso = elfdso.read_dso(fd, size)
             if dso is not None and dso.flags in _NATIVE_LIBC_FLAGS:
-                return glibc_minor(fd, size)
+                return elfdso.glibc_minor(fd, size)
         except (OSError, ValueError):
             continue
         finally:

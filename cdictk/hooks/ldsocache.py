@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import struct
 
-MAGIC = b"glibc-ld.so.cache1.1"
-OLD_MAGIC = b"ld.so-1.7.0"
+from cdictk.ldcachefile import NEW_MAGIC as MAGIC
+from cdictk.ldcachefile import OLD_MAGIC
+
 _HEADER = struct.Struct("<20sIIB3xI12x")  # magic+version, nlibs, len_strings, flags, extension offset
 _ENTRY = struct.Struct("<iIIIQ")  # flags, key, value, osversion, hwcap
 _OLD_HEADER = struct.Struct("<11sxI")  # magic, nlibs

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from cdictk.node.procfs import ProcGpu
 
 _PROFILE = re.compile(r"(?:\d+c\.)?\d+g\.\d+gb(?:\+\w+)*")
+_SHARED = re.compile(r"(\d+)c\.(\d+)g\.")  # a compute instance's slices, then its GPU instance's
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,12 @@ class MigDevice:
     ci: int  # compute-instance id
     uuid: str
     profile: str  # e.g. 1g.10gb, or 1c.2g.20gb when the compute instance is smaller
+
+    @property
+    def whole_instance(self) -> bool:
+        """Whether its compute instance spans its GPU instance (``2g.20gb``, not ``1c.2g.20gb``)."""
+        counts = _SHARED.match(self.profile)
+        return counts is None or counts[1] == counts[2]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,3 +62,13 @@ def gpus_from_procfs(proc_gpus: list[ProcGpu]) -> list[Gpu]:
         Gpu(index, gpu.minor, gpu.uuid, gpu.bus_id, gpu.model)
         for index, gpu in enumerate(sorted(proc_gpus, key=lambda gpu: gpu.bus_id))
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class NvmlAnswer:
+    """What :func:`cdictk.node.nvml.query_nvml` found. Here rather than beside it: that module is
+    imported before NVML's child is forked, and importing dataclasses there would delay the fork."""
+
+    version: str
+    gpus: list[Gpu]
+    left_out: list[str]  # one line per GPU NVML could not describe: "GPU 3: GPU is lost"

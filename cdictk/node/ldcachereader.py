@@ -26,9 +26,12 @@ import struct
 import sys
 from dataclasses import dataclass
 
-_OLD_MAGIC = b"ld.so-1.7.0"
-_NEW_MAGIC = b"glibc-ld.so.cache1.1"
-_OLD_HEADER, _OLD_ENTRY = 16, 12
+from cdictk.ldcachefile import NEW_MAGIC as _NEW_MAGIC
+from cdictk.ldcachefile import OLD_ENTRY as _OLD_ENTRY
+from cdictk.ldcachefile import OLD_HEADER as _OLD_HEADER
+from cdictk.ldcachefile import OLD_MAGIC as _OLD_MAGIC
+from cdictk.ldcachefile import new_header_at
+
 _NEW_HEADER, _NEW_ENTRY = 48, 24
 _ENDIAN_UNSET, _ENDIAN_LITTLE, _ENDIAN_BIG = 0, 2, 3
 _MAX_STRING = 4096  # PATH_MAX: no longer name or path can be opened anyway
@@ -92,14 +95,11 @@ def parse_ld_cache(data: bytes) -> list[CacheEntry]:
         raise LdCacheError("not an ld.so.cache (bad magic)")
     if len(data) < _OLD_HEADER:
         raise LdCacheError("truncated header")
-    # The old header has no byte order mark: try the host's order first, then the other, and take the one
-    # that leads to an embedded new-format cache; failing both, it is an old-only cache in host order.
-    for order in (_NATIVE, ">" if _NATIVE == "<" else "<"):
-        (nlibs,) = struct.unpack_from(order + "I", data, 12)
-        end = _OLD_HEADER + nlibs * _OLD_ENTRY
-        for new_start in ((end + 7) & ~7, (end + 3) & ~3):  # alignof(cache_file_new): 8, or 4 on i386
-            if data.startswith(_NEW_MAGIC, new_start):
-                return _parse_new(data, new_start)
+    # A new-format cache embedded in the old one is read instead, as ld.so does; without one, it is an
+    # old-only cache in the host's order.
+    new_start = new_header_at(data)
+    if new_start is not None:
+        return _parse_new(data, new_start)
     (nlibs,) = struct.unpack_from(_NATIVE + "I", data, 12)
     strings = _OLD_HEADER + nlibs * _OLD_ENTRY
     if strings > len(data):

@@ -29,21 +29,9 @@ from typing import TYPE_CHECKING, Any
 from cdictk.node.nvmllib import NvmlError
 
 if TYPE_CHECKING:  # imported after NVML's child is forked (NvmlQuery): the child need not wait for it
-    from cdictk.node.gpus import Gpu, MigDevice
+    from cdictk.node.gpus import Gpu, MigDevice, NvmlAnswer
 
 NVML_DEADLINE = 10.0  # seconds for the whole query: a healthy driver answers in a fraction of one
-
-
-class NvmlAnswer:
-    """What :func:`query_nvml` found. (A plain class: this module is imported before NVML's child is
-    forked, and the dataclasses module's import would delay the fork.)"""
-
-    __slots__ = ("gpus", "left_out", "version")
-
-    def __init__(self, version: str, gpus: list[Gpu], left_out: list[str]) -> None:
-        self.version = version
-        self.gpus = gpus
-        self.left_out = left_out  # one line per GPU NVML could not describe: "GPU 3: GPU is lost"
 
 
 def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
@@ -144,6 +132,8 @@ class NvmlQuery:
                 raise NvmlError(
                     str(answer["error"]), library=self.library, absent=answer.get("absent") is True
                 )
+            from cdictk.node.gpus import NvmlAnswer  # noqa: PLC0415 - after the fork, as _gpu_of's
+
             gpus = [_gpu_of(gpu) for gpu in answer["gpus"]]
             return NvmlAnswer(str(answer["version"]), gpus, [str(line) for line in answer["left_out"]])
         except (ValueError, EOFError, TypeError, KeyError, AttributeError) as exc:

@@ -71,7 +71,7 @@ class NvmlLibrary:
         try:
             self.lib = ctypes.CDLL(library)
         except OSError as exc:
-            raise NvmlError(f"cannot load {library}: {exc}") from None
+            raise NvmlError(f"cannot load {library}: {exc}") from exc
 
     def function(self, name: str, *argtypes: type) -> _NamedFuncPointer | None:
         try:

@@ -6,8 +6,10 @@ cdictk's outcome is taken the way a consumer sees it: each spec file loaded on i
 against the reference's outcome aspect by aspect: which files load, which devices resolve and from
 which file, what the injection gives. A difference must match a row of the compatibility table, by
 the row's id; a recogniser below decides, from the case's input and cdictk's own findings, whether the
-row applies, and for the apply rules, whether cdictk with the rule switched off gives the reference's
-config exactly.
+row applies. An injected config that differs is ``requested-twice`` when cdictk, applying each device
+as often as it is requested, gives the reference's config exactly, and ``reapply`` when cdictk left the
+config as it was and the reference's config only repeats what that config holds, with the same effect:
+checked on the two configs alone, never with cdictk's engine, whose own rule it is.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import copy
 import gzip
 import json
+import posixpath
 import re
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -25,12 +28,12 @@ from typing import Any
 import yaml
 
 from cdictk.api import SpecCache
-from cdictk.cdi.apply import EditsSource, append_edits
+from cdictk.cdi.apply import EditsSource, apply_edits
 from cdictk.cdi.cache import load_specs
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.parse import parse_document
-from cdictk.cdi.version import KNOWN_VERSIONS, reference_minimum_version
+from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, reference_minimum_version
 from cdictk.errors import CdictkError
 from tests import REPO
 
@@ -51,6 +54,18 @@ def declared_rows() -> set[str]:
     """The ids of the rows of docs/compatibility.md's table of differences from the reference library."""
     text = COMPATIBILITY.read_text().partition("\n# Where cdictk differs from the CDI reference library\n")[2]
     return set(re.findall(r"^\| `([a-z0-9-]+)` \|", text.partition("\n## ")[0], flags=re.MULTILINE))
+
+
+def documented_counts() -> Counter[str]:
+    """The cases per row (and ``agree``) that docs/compatibility.md gives for the corpus."""
+    text = COMPATIBILITY.read_text()
+    start = text.index("The replay test recognises")
+    paragraph = text[start : text.index("cases agree)", start)]
+    counts = Counter(
+        {row: int(n.replace(",", "")) for row, n in re.findall(r"`([a-z-]+)` ([\d,]+)", paragraph)}
+    )
+    counts[AGREE] = int(paragraph.rpartition("(")[2].replace(",", ""))
+    return counts
 
 
 @dataclass
@@ -133,7 +148,8 @@ def classify(case: dict[str, Any], ours: Outcome, root: Path) -> Verdict:
         ref_loads, we_load = name in ref["loaded"], name in ours.loaded
         if ref_loads == we_load:
             continue
-        file_row = _file_row(root / name, ours.problems.get(name, []), ref_loads)
+        # cdictk never loads what the reference refuses: no row explains that.
+        file_row = _file_row(root / name, ours.problems.get(name, [])) if ref_loads else None
         if file_row is None:
             word = {True: "loads", False: "refuses"}
             verdict.unexplained.append(
@@ -167,10 +183,14 @@ def classify(case: dict[str, Any], ours: Outcome, root: Path) -> Verdict:
         return verdict
     if ours.result == ref["config_out"]:
         return verdict
-    for rows, emulate in EMULATIONS:
-        if emulate(case, root) == ref["config_out"]:
-            verdict.rows |= set(rows)
-            return verdict
+    if ours.result == case["config"] and reapplied(case["config"], ref["config_out"]):
+        verdict.rows.add("reapply")
+        if _repeats(case):
+            verdict.rows.add("requested-twice")
+        return verdict
+    if _repeats(case) and _applied_repeatedly(case, root) == ref["config_out"]:
+        verdict.rows.add("requested-twice")
+        return verdict
     verdict.unexplained.append("inject: " + _difference(ours.result, ref["config_out"]))
     return verdict
 
@@ -251,23 +271,19 @@ PANIC_ROWS: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
-def _file_row(path: Path, problems: list[str], ref_loads: bool) -> str | None:
-    """The row that explains why cdictk and the reference disagree on loading the file at ``path``."""
-    if not ref_loads:
-        return None  # cdictk never loads what the reference refuses
+def _file_row(path: Path, problems: list[str]) -> str | None:
+    """The row that explains why the reference loads the file at ``path`` and cdictk refuses it."""
     text = " ".join(problems)
-    for row, marker in FILE_MARKERS:
-        if marker in text:
-            return row
-    if "cdiVersion" in text:
-        try:
-            spec = decode_spec(parse_document(path.read_bytes(), str(path)), str(path))
-        except CdictkError:
-            return None
-        declared = spec.cdi_version.removeprefix("v")
-        needed = reference_minimum_version(spec)
-        if declared in KNOWN_VERSIONS and KNOWN_VERSIONS.index(declared) >= KNOWN_VERSIONS.index(needed):
-            return "last-device-version"
+    row = next((row for row, marker in FILE_MARKERS if marker in text), None)
+    if row is not None or "cdiVersion" not in text:
+        return row
+    try:
+        spec = decode_spec(parse_document(path.read_bytes(), str(path)), str(path))
+    except CdictkError:
+        return None
+    declared = spec.cdi_version.removeprefix("v")
+    if declared in KNOWN_VERSIONS and not is_newer(reference_minimum_version(spec), declared):
+        return "last-device-version"
     return None
 
 
@@ -295,13 +311,15 @@ def _priority(name: str) -> int:
     return int(name.partition("/")[0][1:])
 
 
-def _sources(case: dict[str, Any], root: Path, *, repeats: bool) -> list[EditsSource]:
-    """The edit blocks in the reference's order; with ``repeats``, a device asked for twice twice."""
+# The rows an injected config that differs can match.
+INJECT_ROWS = ("reapply", "requested-twice")
+
+
+def _applied_repeatedly(case: dict[str, Any], root: Path) -> dict[str, Any] | None:
+    """cdictk's config with each requested device's edits applied as often as it is requested (the
+    spec's own once each), in the reference's order."""
     dirs = [str(root / f"d{i}") for i in range(len(case["dirs"]))]
     cache = load_specs(dirs, trusted_only=False)
-    sources = cache.sources(case["devices"])
-    if sources is None or not repeats:
-        return sources or []
     sources, seen = [], set()
     for name in case["devices"]:
         number, index, edits = cache.devices[name]
@@ -310,31 +328,104 @@ def _sources(case: dict[str, Any], root: Path, *, repeats: bool) -> list[EditsSo
             seen.add(number)
             sources.append(EditsSource(common, path, "containerEdits"))
         sources.append(EditsSource(edits, path, f"devices[{index}].containerEdits"))
-    return sources
-
-
-def _appended(case: dict[str, Any], root: Path, *, repeats: bool) -> dict[str, Any] | None:
     config = copy.deepcopy(case["config"])
     try:
-        append_edits(config, _sources(case, root, repeats=repeats), "config.json")
+        apply_edits(config, sources, "config.json")
     except CdictkError:
         return None
     return config  # type: ignore[no-any-return]
 
 
-EMULATIONS: list[tuple[tuple[str, ...], Callable[[dict[str, Any], Path], dict[str, Any] | None]]] = [
-    # cdictk leaves a config that holds every edit already as it is; the reference adds them again.
-    (("reapply",), lambda case, root: _appended(case, root, repeats=False)),
-    # cdictk applies a device asked for twice once; the reference twice.
-    (
-        ("requested-twice",),
-        lambda case, root: _appended(case, root, repeats=True) if _repeats(case) else None,
-    ),
-]
-
-
 def _repeats(case: dict[str, Any]) -> bool:
     return len(set(case["devices"])) < len(case["devices"])
+
+
+# --- reapply: the reference's config against the input, without cdictk's engine ---------------------
+
+
+def reapplied(config: dict[str, Any], theirs: dict[str, Any]) -> bool:
+    """Whether the reference's config ``theirs`` only repeats what ``config`` holds: each list the
+    library appends to (hooks per stage, cgroup rules, env) ``config``'s own followed by entries it holds
+    already, to the same effect (an allow rule after the last deny; each variable's last value); the
+    same device nodes (the library moves a replaced one to the end, which runc does not mind) and the
+    same mounts, none hidden by another that was not hiding it; nothing else changed."""
+    rest_mine, rest_theirs = copy.deepcopy(config), copy.deepcopy(theirs)
+    lists = {key: (_pop(rest_mine, *key), _pop(rest_theirs, *key)) for key in _LISTS}
+    stages = set(rest_mine.get("hooks") or {}) | set(rest_theirs.get("hooks") or {})
+    hooks = {stage: (_pop(rest_mine, "hooks", stage), _pop(rest_theirs, "hooks", stage)) for stage in stages}
+    for rest in (rest_mine, rest_theirs):
+        if rest.get("hooks") == {}:
+            del rest["hooks"]
+    if rest_mine != rest_theirs:
+        return False
+    if not all(_repeated(mine, theirs) for mine, theirs in hooks.values()):
+        return False
+    env, env_theirs = lists[_ENV]
+    if not _repeated(env, env_theirs) or _last_values(env) != _last_values(env_theirs):
+        return False
+    rules, rules_theirs = lists[_RULES]
+    denied = [i for i, rule in enumerate(rules) if rule.get("allow") is not True]
+    allowed = rules[denied[-1] + 1 :] if denied else rules
+    if not _repeated(rules, rules_theirs, allowed):
+        return False
+    nodes, nodes_theirs = lists[_NODES]
+    if _counts(nodes) != _counts(nodes_theirs):
+        return False
+    mounts, mounts_theirs = lists[_MOUNTS]
+    return _counts(mounts) == _counts(mounts_theirs) and _covers(mounts) == _covers(mounts_theirs)
+
+
+_ENV = ("process", "env")
+_RULES = ("linux", "resources", "devices")
+_NODES = ("linux", "devices")
+_MOUNTS = ("mounts",)
+_LISTS = (_ENV, _RULES, _NODES, _MOUNTS)
+
+
+def _pop(config: dict[str, Any], *keys: str) -> list[Any]:
+    """The list at ``keys`` taken out of ``config`` ([] if none), and parents it leaves empty removed."""
+    parents = [config]
+    for key in keys[:-1]:
+        child = parents[-1].get(key)
+        if not isinstance(child, dict):
+            return []
+        parents.append(child)
+    value = parents[-1].pop(keys[-1], None)
+    for parent, key in zip(reversed(parents[:-1]), reversed(keys[:-1]), strict=True):
+        if parent[key] == {}:
+            del parent[key]
+    return value if isinstance(value, list) else []
+
+
+def _repeated(mine: list[Any], theirs: list[Any], effective: list[Any] | None = None) -> bool:
+    """``theirs`` is ``mine`` and then entries of ``effective`` (``mine`` unless given)."""
+    return theirs[: len(mine)] == mine and all(
+        entry in (mine if effective is None else effective) for entry in theirs[len(mine) :]
+    )
+
+
+def _last_values(env: list[str]) -> dict[str, str]:
+    return {entry.partition("=")[0]: entry for entry in env}
+
+
+def _counts(entries: list[Any]) -> Counter[str]:
+    return Counter(json.dumps(entry, sort_keys=True) for entry in entries)
+
+
+def _covers(mounts: list[Any]) -> dict[str, list[str]]:
+    """For each destination, the mounts on it or on a directory above it, in the order made: what
+    decides what the container sees there. Two mounts neither of which is above the other may swap."""
+    made = [(_clean(mount.get("destination") or ""), json.dumps(mount, sort_keys=True)) for mount in mounts]
+    return {place: [entry for destination, entry in made if _under(place, destination)] for place, _ in made}
+
+
+def _clean(path: str) -> str:
+    cleaned = posixpath.normpath(path)
+    return cleaned[1:] if cleaned.startswith("//") else cleaned
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory.rstrip("/") + "/")
 
 
 def _difference(mine: Any, theirs: Any, path: str = "") -> str:

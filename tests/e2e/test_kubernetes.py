@@ -234,7 +234,8 @@ def nvidia_gpus(pod: Pod) -> list[str]:
 
 
 def test_cdi_devices_field_with_containerd_2(cdi_on: Cluster) -> None:
-    """Kubernetes 1.31+: the kubelet passes the plugin's cdi_devices in the CRI's CDI_devices only."""
+    """The kubelet's CDI field (Kubernetes 1.29+): the plugin's cdi_devices in the CRI's CDI_devices
+    only, as kubelets pass them since they stopped also writing annotations for them."""
     cluster = cdi_on
     devices, answer = cluster.kubelet.allocate(GPU, 1)
     only_field = type(answer)(cdi_devices=answer.cdi_devices)

@@ -400,6 +400,13 @@ def test_qualified_names_both_ways() -> None:
         api.qualified_name("nvidia.com", "gpu", "-x")
     with pytest.raises(ValueError, match="not a qualified CDI device name"):
         api.parse_qualified_name("/dev/nvidia0")
+    assert api.check_kind("nvidia.com/gpu") == "nvidia.com/gpu"
+    with pytest.raises(InvalidNameError, match='invalid kind "gpu": want vendor/class'):
+        api.check_kind("gpu")
+    with pytest.raises(
+        InvalidNameError, match=re.escape('invalid vendor "1x.com": must start with a letter')
+    ):
+        api.check_kind("1x.com/gpu")
 
 
 def test_transient_spec_name_is_the_librarys() -> None:

@@ -197,7 +197,7 @@ def test_an_abi_note_after_another_note_is_read_as_ldconfig_reads_it(
         assert _readelf_abi_tag(out) == expected
 
 
-def tiny_library(order: str, soname: bytes, machine: int = 62) -> bytes:
+def tiny_library(order: str, soname: bytes, machine: int = 62, e_flags: int = 0) -> bytes:
     """An ELF64 shared object of the byte order ``order`` ("<" or ">"): one PT_LOAD mapping the whole
     file at address 0, a PT_DYNAMIC of DT_STRTAB, DT_SONAME and DT_NULL, and the string table."""
     ehsize, phentsize = 64, 56
@@ -208,7 +208,7 @@ def tiny_library(order: str, soname: bytes, machine: int = 62) -> bytes:
     size = strtab_at + len(strtab)
     ident = b"\x7fELF" + bytes([2, 1 if order == "<" else 2, 1]) + bytes(9)
     header = ident + struct.pack(
-        f"{order}HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, 0, ehsize, phentsize, 2, 64, 0, 0
+        f"{order}HHIQQQIHHHHHH", 3, machine, 1, 0, ehsize, 0, e_flags, ehsize, phentsize, 2, 64, 0, 0
     )
     load = struct.pack(f"{order}IIQQQQQQ", 1, 5, 0, 0, 0, size, size, 0x1000)
     dynamic = struct.pack(
@@ -227,3 +227,23 @@ def test_fields_are_read_little_endian_and_big_endian_files_refused(tmp_path: Pa
     # EI_DATA says big-endian: not a library of any platform NVIDIA's driver runs on.
     assert read_soname(str(big)) is None
     assert _read(big) is None
+
+
+@pytest.mark.parametrize(
+    ("machine", "e_flags", "flags"),
+    [
+        (21, 0, 0x0503),  # ppc64le: FLAG_POWERPC_LIB64 | FLAG_ELF_LIBC6
+        (243, 0x0005, 0x1003),  # riscv64 lp64d (double float ABI, RVC): FLAG_RISCV_FLOAT_ABI_DOUBLE
+        (243, 0x0000, 0x0F03),  # riscv64 lp64 (soft float): FLAG_RISCV_FLOAT_ABI_SOFT
+        (243, 0x0002, None),  # single-float ABI: ldconfig skips it
+        (243, 0x0014, None),  # double float and TSO: a flag glibc does not support
+        (2, 0, None),  # SPARC: a machine of no NVIDIA driver
+    ],
+)
+def test_the_flags_ldconfig_stores_per_machine(
+    tmp_path: Path, machine: int, e_flags: int, flags: int | None
+) -> None:
+    # glibc's sysdeps/generic/ldconfig.h values, set by sysdeps/unix/sysv/linux/{powerpc,riscv}/readelflib.c.
+    path = tmp_path / "lib.so"
+    path.write_bytes(tiny_library("<", b"libtiny.so.1", machine, e_flags))
+    assert _read(path) == (None if flags is None else (flags, b"libtiny.so.1"))

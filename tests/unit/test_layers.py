@@ -43,6 +43,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.hostpaths",
             "cdictk.trustscan",
             "cdictk.elfdso",
+            "cdictk.ldcachefile",
         ),
         (),
     ),

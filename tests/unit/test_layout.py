@@ -62,6 +62,10 @@ COVERED_BY = {
 }
 
 
+# The code that ships: the package, and the real-node check that the bundle carries.
+SHIPPED = (REPO / "cdictk", REPO / "realnode")
+
+
 def own_test_file(module: Path) -> Path:
     """Where the test file of ``module`` (a path under cdictk/) sits."""
     return UNIT / module.parent / f"test_{module.name}"
@@ -77,6 +81,9 @@ def test_every_module_has_a_test_file_or_a_covering_test() -> None:
             and str(module) not in COVERED_BY
         ):
             lacking.append(str(module))
+    for path in sorted((REPO / "realnode").glob("*.py")):
+        if path.name != "__init__.py" and not (UNIT / "realnode" / f"test_{path.name}").exists():
+            lacking.append(str(path.relative_to(REPO)))
     assert lacking == [], (
         f"write tests/unit/<path>/test_<module>.py, or name its covering test in COVERED_BY: {lacking}"
     )
@@ -115,9 +122,10 @@ def test_no_two_modules_share_a_name() -> None:
     # Entry points aside, a module's name alone says which one it is, in a traceback or a grep.
     entry_points = {"__init__.py", "__main__.py", "main.py"}
     seen: dict[str, list[str]] = {}
-    for path in sorted((REPO / "cdictk").rglob("*.py")):
-        if path.name not in entry_points:
-            seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
-    for folder in sorted(p for p in (REPO / "cdictk").rglob("*") if p.is_dir() and p.name != "__pycache__"):
-        seen.setdefault(folder.name + "/", []).append(str(folder.relative_to(REPO)))
+    for tree in SHIPPED:
+        for path in sorted(tree.rglob("*.py")):
+            if path.name not in entry_points:
+                seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))
+        for folder in sorted(p for p in tree.rglob("*") if p.is_dir() and p.name != "__pycache__"):
+            seen.setdefault(folder.name + "/", []).append(str(folder.relative_to(REPO)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}

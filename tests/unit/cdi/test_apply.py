@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.cdi.apply import EditsSource, append_edits, apply_edits
+from cdictk.cdi.apply import EditsSource, apply_edits
 from cdictk.cdi.cache import SpecCache
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdictk.errors import CdictkError
@@ -300,21 +300,18 @@ def test_a_config_holding_some_of_the_edits_gets_them_again() -> None:
     assert config["hooks"]["createContainer"] == [{"path": "/bin/h"}] * 2
 
 
-def test_the_library_adds_everything_again_where_cdictk_leaves_the_config_alone() -> None:
+def test_a_config_holding_every_edit_is_left_as_it_is() -> None:
+    # The library would add the hook, the env entry and the allow rule again: the corpus's `reapply`
+    # cases hold that side (tests/unit/cdi/test_reference_corpus.py).
     edits = ContainerEdits(
         env=["A=1"],
         device_nodes=[DeviceNode(path="/dev/x", host_path="/dev/null")],
         hooks=[Hook("createContainer", "/bin/h")],
     )
     once = apply(base(), edits)
-    sources = edits_for(one(edits))
     twice = copy.deepcopy(once)
-    assert apply_edits(twice, sources, "config.json") is False
+    assert apply_edits(twice, edits_for(one(edits)), "config.json") is False
     assert twice == once
-    append_edits(twice, sources, "config.json")
-    assert twice["hooks"]["createContainer"] == [{"path": "/bin/h"}] * 2
-    assert twice["process"]["env"][-2:] == ["A=1", "A=1"]
-    assert len(twice["linux"]["resources"]["devices"]) == 3
 
 
 def test_a_deny_after_the_allow_rule_means_not_applied_yet() -> None:
@@ -331,6 +328,68 @@ def test_a_variable_whose_last_value_differs_means_not_applied_yet() -> None:
     once = apply(base(), ContainerEdits(env=["A=1"]))
     once["process"]["env"].append("A=2")
     assert apply(copy.deepcopy(once), ContainerEdits(env=["A=1"]))["process"]["env"][-1] == "A=1"
+
+
+def test_a_path_listed_twice_means_not_applied_yet() -> None:
+    # runc makes the first entry of a path: a decoy before the spec's node would win; the library keeps
+    # one entry, the spec's.
+    edits = ContainerEdits(device_nodes=[DeviceNode(path="/dev/x", host_path="/dev/null")])
+    once = apply(base(), edits)
+    node = once["linux"]["devices"][0]
+    once["linux"]["devices"].insert(0, {**node, "minor": 5})
+    twice = apply(copy.deepcopy(once), edits)
+    assert twice["linux"]["devices"] == [node]
+    assert twice["linux"]["resources"]["devices"][-1]["minor"] == 3
+    assert len(twice["linux"]["resources"]["devices"]) == 3
+
+
+def test_a_mount_on_a_parent_after_the_spec_s_mount_means_not_applied_yet() -> None:
+    edits = ContainerEdits(
+        mounts=[Mount("/host/lib/x.so", "/usr/lib/x.so", ["ro", "bind"])],
+        hooks=[Hook("createContainer", "/bin/h")],
+    )
+    once = apply(base(), edits)
+    once["mounts"].append({"destination": "/usr/lib", "type": "tmpfs", "source": "tmpfs"})
+    twice = apply(copy.deepcopy(once), edits)
+    # The library sorts every mount by depth again: the spec's file is no longer hidden.
+    assert [m["destination"] for m in twice["mounts"]][-2:] == ["/usr/lib", "/usr/lib/x.so"]
+    assert twice["hooks"]["createContainer"] == [{"path": "/bin/h"}] * 2
+
+
+def test_a_root_mount_after_the_spec_s_mount_of_the_same_depth_means_not_applied_yet() -> None:
+    # "/" and "/dev" have one slash each: the library keeps them in order and moves the spec's to the end.
+    edits = ContainerEdits(
+        mounts=[Mount("/host/d", "/d", ["bind"])], hooks=[Hook("createContainer", "/bin/h")]
+    )
+    once = apply(base(), edits)
+    once["mounts"].append({"destination": "/", "source": "/host/root", "options": ["bind"]})
+    twice = apply(copy.deepcopy(once), edits)
+    assert [m["destination"] for m in twice["mounts"]][-2:] == ["/", "/d"]
+
+
+def test_a_destination_listed_twice_means_not_applied_yet() -> None:
+    edits = ContainerEdits(
+        mounts=[Mount("/host/d", "/a/d", ["bind"])], hooks=[Hook("createContainer", "/bin/h")]
+    )
+    once = apply(base(), edits)
+    at = len(once["mounts"]) - 1
+    once["mounts"].insert(at, {"destination": "/a/d", "type": "tmpfs", "source": "tmpfs"})
+    twice = apply(copy.deepcopy(once), edits)
+    # The library replaces the first mount of the destination: the tmpfs goes.
+    assert [m for m in twice["mounts"] if m["destination"] == "/a/d"] == [once["mounts"][-1]] * 2
+
+
+def test_mounts_applied_before_are_left_in_place() -> None:
+    edits = ContainerEdits(
+        mounts=[
+            Mount("/h/1", "/opt/a/1", ["bind"]),
+            Mount("/h/2", "/b", ["bind"]),
+            Mount("/h/3", "/opt/c", []),
+        ],
+        hooks=[Hook("createContainer", "/bin/h")],
+    )
+    once = apply(base(), edits)
+    assert apply(copy.deepcopy(once), edits) == once
 
 
 def test_mounts_replace_same_destination_then_sort_by_depth() -> None:

@@ -17,17 +17,20 @@ from typing import Any
 import pytest
 import yaml
 
+from cdictk.cdi import apply
 from cdictk.cli.main import main
 from tests.cdiref.cases import VERSIONS, make_fixtures
 from tests.cdiref.replay import (
     AGREE,
-    EMULATIONS,
     FILE_MARKERS,
+    INJECT_ROWS,
     PANIC_ROWS,
     Outcome,
     classify,
     declared_rows,
+    documented_counts,
     load_corpus,
+    reapplied,
     run_cdictk,
     spec_files,
 )
@@ -68,12 +71,13 @@ def test_every_case_agrees_or_differs_as_a_declared_row(fixtures: Path) -> None:
     print(f"\n{len(CASES)} cases: " + ", ".join(f"{row} {n}" for row, n in counts.most_common()))
     assert failures == []
     assert len(CASES) >= 2000
+    assert counts == documented_counts()
 
 
 def test_every_row_the_replay_knows_is_in_the_table() -> None:
     known = {*PANIC_ROWS, "last-device-version", "same-dir-override"}
     known |= {row for row, _ in FILE_MARKERS}
-    known |= {row for rows, _ in EMULATIONS for row in rows}
+    known |= set(INJECT_ROWS)
     assert known - declared_rows() == set()
 
 
@@ -147,3 +151,69 @@ def test_the_cli_injects_what_the_api_injects(fixtures: Path, capsys: pytest.Cap
             assert json.loads(out) == case["ref"]["config_out"]
         checked += 1
     assert checked >= 50
+
+
+def test_a_reapply_rule_that_overlooks_missing_edits_is_caught(
+    fixtures: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # cdictk's rule cut to "every hook is there": configs that lack nodes, env or mounts are left alone.
+    def lenient(self: Any, config: dict[str, Any]) -> bool:
+        hooks = config.get("hooks") or {}
+        return all(hook in (hooks.get(stage) or ()) for stage, hook in self.hooks)
+
+    monkeypatch.setattr(apply._Edits, "present", lenient)
+    caught = [
+        case["id"] for case, root, ours in replay(fixtures, every=2) if classify(case, ours, root).unexplained
+    ]
+    assert len(caught) >= 50
+
+
+HOOK = {"path": "/bin/h"}
+ALLOW = {"allow": True, "type": "c", "major": 1, "minor": 3, "access": "rwm"}
+DENY = {"allow": False, "access": "rwm"}
+NODE = {"path": "/dev/x", "type": "c", "major": 1, "minor": 3}
+
+
+def _config(**parts: Any) -> dict[str, Any]:
+    config: dict[str, Any] = {"ociVersion": "1.2.0", "process": {"env": parts.get("env", ["A=1"])}}
+    config["hooks"] = {"createContainer": parts.get("hooks", [HOOK])}
+    config["linux"] = {
+        "devices": parts.get("nodes", [NODE]),
+        "resources": {"devices": parts.get("rules", [ALLOW])},
+    }
+    config["mounts"] = parts.get("mounts", [{"destination": "/proc"}, {"destination": "/a/b"}])
+    return config
+
+
+@pytest.mark.parametrize(
+    ("mine", "theirs", "expected"),
+    [
+        (_config(), _config(hooks=[HOOK, HOOK], rules=[ALLOW, ALLOW], env=["A=1", "A=1"]), True),
+        (_config(), _config(hooks=[HOOK, {"path": "/bin/other"}]), False),  # a hook the config lacks
+        (_config(env=["A=1", "A=2"]), _config(env=["A=1", "A=2", "A=1"]), False),  # A's value changes
+        (_config(env=["A"]), _config(env=["A=1"]), False),  # the library replaces a bare name
+        (_config(rules=[ALLOW, DENY]), _config(rules=[ALLOW, DENY, ALLOW]), False),  # now allowed
+        (_config(nodes=[NODE, {"path": "/dev/y"}]), _config(nodes=[{"path": "/dev/y"}, NODE]), True),
+        (_config(nodes=[{**NODE, "minor": 5}, NODE]), _config(nodes=[NODE]), False),  # a decoy dropped
+        (
+            _config(mounts=[{"destination": "/a/b"}, {"destination": "/proc"}]),
+            _config(mounts=[{"destination": "/proc"}, {"destination": "/a/b"}]),
+            True,  # neither hides the other
+        ),
+        (
+            _config(mounts=[{"destination": "/a/b"}, {"destination": "/a"}]),
+            _config(mounts=[{"destination": "/a"}, {"destination": "/a/b"}]),
+            False,  # /a hid /a/b
+        ),
+        (
+            _config(mounts=[{"destination": "/d"}, {"destination": "/", "source": "/r"}]),
+            _config(mounts=[{"destination": "/", "source": "/r"}, {"destination": "/d"}]),
+            False,
+        ),
+        (_config(), {**_config(), "hostname": "x"}, False),  # anything else changed
+    ],
+)
+def test_reapply_is_recognised_from_the_configs_alone(
+    mine: dict[str, Any], theirs: dict[str, Any], expected: bool
+) -> None:
+    assert reapplied(mine, theirs) is expected

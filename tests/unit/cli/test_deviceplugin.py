@@ -5,6 +5,7 @@ warnings, and ends with status 0 on SIGTERM."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import signal
 import subprocess
@@ -14,7 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+from cdictk.cli.deviceplugin import device_plugin_command
+from cdictk.deviceplugin import plugin as plugin_module
+from cdictk.deviceplugin.pluginsettings import Settings
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.fakenode.nvml import FakeMig
@@ -31,6 +36,10 @@ CDICTK = [sys.executable, "-m", "cdictk", "device-plugin"]
         (["--xid-recovery", "soon"], "--xid-recovery: must be a number of seconds or never, not 'soon'"),
         (["--rescan-interval", "0"], "--rescan-interval: must be above 0"),
         (["--config", "/nonexistent/config.yaml"], "/nonexistent/config.yaml"),
+        (["--cdi-kind", "bogus"], '--cdi-kind: invalid kind "bogus": want vendor/class'),
+        (["--spec-dir", "/etc/cdi", "--spec-dir", "cdi"], "--spec-dir: must be an absolute path, not 'cdi'"),
+        (["--plugin-dir", "plugins"], "--plugin-dir: must be an absolute path, not 'plugins'"),
+        (["--driver-root", "run/nvidia/driver"], "--driver-root: must be an absolute path"),
     ],
 )
 def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> None:
@@ -38,6 +47,83 @@ def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> N
     assert result.returncode == 1, result
     assert said in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_without_the_kubernetes_extra_it_says_what_to_install() -> None:
+    # grpc made unimportable, as on a node without `cdictk[kubernetes]`
+    code = (
+        "import sys; sys.modules['grpc'] = None\n"
+        "from cdictk.cli.main import main\n"
+        "sys.exit(main(['device-plugin']))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith("grpc is missing: pip install 'cdictk[kubernetes]'"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "said"),
+    [
+        ({"DEVICE_LIST_STRATEGY": "envvar"}, "--device-list-strategy (from DEVICE_LIST_STRATEGY): "),
+        ({"DEVICE_ID_STRATEGY": "index"}, "--device-id-strategy (from DEVICE_ID_STRATEGY): only uuid"),
+        ({"PASS_DEVICE_SPECS": "true"}, "--pass-device-specs (from PASS_DEVICE_SPECS): not supported"),
+        ({"CDI_ANNOTATION_PREFIX": "cdi"}, "--cdi-annotation-prefix (from CDI_ANNOTATION_PREFIX): must be"),
+        (
+            {"NVIDIA_DRIVER_ROOT": "run/nvidia"},
+            "--driver-root (from NVIDIA_DRIVER_ROOT): must be an absolute",
+        ),
+        ({"NVIDIA_DEV_ROOT": "dev"}, "--dev-root (from NVIDIA_DEV_ROOT): must be an absolute path"),
+        ({"CONFIG_FILE": "/nonexistent/config.yaml"}, "/nonexistent/config.yaml: No such file"),
+    ],
+)
+def test_nvidias_variables_are_read_and_a_bad_one_is_named(env: dict[str, str], said: str) -> None:
+    """A DaemonSet written for NVIDIA's plugin sets these; the error names the variable to fix."""
+    result = subprocess.run(
+        CDICTK, capture_output=True, text=True, timeout=60, check=False, env={**os.environ, **env}
+    )
+    assert result.returncode == 1, result
+    assert said in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_nvidias_variables_set_what_their_flags_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[Settings] = []
+
+    class Recorded:
+        def __init__(self, settings: Settings, log: object) -> None:
+            ran.append(settings)
+
+        def run(self, stop: object) -> None:
+            pass
+
+    monkeypatch.setattr(plugin_module, "DevicePlugin", Recorded)
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # pytest's own handlers stay
+    env = {
+        "MIG_STRATEGY": "mixed",
+        "DEVICE_LIST_STRATEGY": "cdi-cri,volume-mounts",
+        "DEVICE_ID_STRATEGY": "uuid",
+        "PASS_DEVICE_SPECS": "false",
+        "CDI_ANNOTATION_PREFIX": "example.com/",
+        "NVIDIA_DRIVER_ROOT": "/run/nvidia/driver",
+        "NVIDIA_DEV_ROOT": "/",
+    }
+    result = CliRunner().invoke(device_plugin_command, [], env=env, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert ran[0].mig_strategy == "mixed"
+    assert ran[0].list_strategies == ("cdi-cri", "volume-mounts")
+    assert ran[0].cdi_annotation_prefix == "example.com/"
+    assert (ran[0].driver_root, ran[0].dev_root) == ("/run/nvidia/driver", "/")
+    # Where NVIDIA's plugin sees the driver in its container comes first: that is where we look.
+    result = CliRunner().invoke(
+        device_plugin_command, [], env={**env, "DRIVER_ROOT_CTR_PATH": "/driver-root"}, catch_exceptions=False
+    )
+    assert ran[1].driver_root == "/driver-root"
+    # A flag wins over its variable.
+    result = CliRunner().invoke(device_plugin_command, ["--mig-strategy", "single"], env=env)
+    assert ran[2].mig_strategy == "single"
 
 
 def test_help_explains_the_strategies() -> None:

@@ -286,6 +286,19 @@ def test_the_device_plugin_command_line_is_one_the_command_takes() -> None:
         assert "$(" not in arg, f"{arg}: a variable no ConfigMap key defines"
 
 
+def test_the_device_plugins_environment_sets_none_of_its_options() -> None:
+    """The plugin reads NVIDIA's variables (MIG_STRATEGY, NVIDIA_DRIVER_ROOT...); the ConfigMap the
+    containers share must not set one behind the settings file's back."""
+    from cdictk.cli.deviceplugin import device_plugin_command
+
+    read: set[str] = set()
+    for param in device_plugin_command.params:
+        envvar = getattr(param, "envvar", None)
+        read |= {envvar} if isinstance(envvar, str) else set(envvar or ())
+    assert {"MIG_STRATEGY", "NVIDIA_DRIVER_ROOT"} <= read
+    assert not read & set(environment(plugin())), read & set(environment(plugin()))
+
+
 def test_the_device_plugin_serves_the_kubelets_directory() -> None:
     from cdictk.deviceplugin.pluginsettings import Settings
 

@@ -95,6 +95,13 @@ def test_an_xid_naming_a_mig_instance_makes_that_mig_device_alone_unhealthy() ->
     assert m.feed(xid=94, uuid=GPU_M, gi=1, ci=5) == {MIG_2: "Xid 94"}
 
 
+@pytest.mark.parametrize(("gi", "ci"), [(2, None), (None, 0)])
+def test_an_xid_naming_one_instance_but_not_both_is_the_whole_gpus(gi: int | None, ci: int | None) -> None:
+    """NVIDIA's plugin matches a MIG device only when the event names both instances."""
+    m = Monitor()
+    assert m.feed(xid=94, uuid=GPU_M, gi=gi, ci=ci) == {MIG_1: "Xid 94", MIG_2: "Xid 94"}
+
+
 @pytest.mark.parametrize("xid", IGNORED_XIDS)
 def test_application_xids_are_ignored(xid: int) -> None:
     m = Monitor()
@@ -144,13 +151,44 @@ def test_never_recovering_is_nvidias_behaviour() -> None:
     assert m.monitor.unhealthy() == {GPU_A: "Xid 79"}
 
 
-def test_while_the_child_is_down_every_device_is_unhealthy() -> None:
+def test_while_the_event_wait_fails_every_device_stays_unhealthy_until_it_works() -> None:
     m = Monitor()
     why = "waiting for NVML events failed: Unknown Error"
-    assert m.feed(error=why) == {device.uuid: why for device in DEVICES}
-    assert any(why in line for line in m.lines)
-    # the next probe vouches for them again
-    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == {}
+    everything = {device.uuid: why for device in DEVICES}
+    assert m.feed(error=why) == everything
+    # probes that find every GPU do not vouch for them (events still cannot be had): no flapping,
+    # and the kubelet is sent one list, not one per probe
+    for _ in range(3):
+        assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == everything
+        assert m.feed(error=why) == everything
+    assert m.changes == 1
+    assert [line for line in m.lines if why in line] == [why]
+    # a wait that works does
+    assert m.feed(watching=True) == {}
+    assert m.changes == 2
+
+
+def test_an_xid_on_a_gpu_nvml_cannot_name_makes_every_gpu_unhealthy() -> None:
+    m = Monitor(xid_recovery=10.0)
+    assert m.feed(xid=79, uuid=None, gi=None, ci=None, why="Unknown Error") == {
+        device.uuid: "Xid 79" for device in DEVICES
+    }
+    assert any("a GPU NVML cannot name (Unknown Error)" in line for line in m.lines)
+    m.clock.now += 10.0
+    m.monitor.tick()
+    assert m.monitor.unhealthy() == {}
+    assert m.feed(xid=13, uuid=None, gi=None, ci=None, why="Unknown Error") == {}
+
+
+def test_with_health_checks_off_every_device_is_healthy() -> None:
+    m = Monitor(enabled=False)
+    # the topology-only child failing to load NVML, a GPU discovery no longer finds, a lost GPU, an Xid
+    assert m.feed(error="NVML at /lib/libnvidia-ml.so.1: cannot load") == {}
+    m.monitor.watch(DEVICES, absent={GPU_A: "not found by the last discovery"})
+    assert m.monitor.unhealthy() == {}
+    assert m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""}) == {}
+    assert m.feed(xid=79, uuid=GPU_B, gi=None, ci=None) == {}
+    assert m.changes == 0
 
 
 def test_links_are_kept_by_pair() -> None:
@@ -202,6 +240,7 @@ print("not json", flush=True)
 print(json.dumps({"probe": {"GPU-x": "GPU is lost" if count == 1 else ""}}), flush=True)
 if count == 1:
     sys.exit(3)
+print(json.dumps({"watching": True}), flush=True)
 time.sleep(60)
 """
 
@@ -216,7 +255,8 @@ def wait_until(what: str, predicate: object, timeout: float = 20.0) -> None:
 
 def child_monitor(tmp_path: Path, lines: list[str], **health: object) -> tuple[HealthMonitor, Path]:
     """A monitor running the stand-in child, which logs its arguments to the returned file: the first
-    run reports GPU-x lost and exits 3, the second reports it answering and stays."""
+    run reports GPU-x lost and exits 3, the second reports it answering, its event wait working, and
+    stays."""
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     runs = tmp_path / "runs"
@@ -236,7 +276,7 @@ def test_the_child_is_run_with_the_watched_gpus_and_restarted_when_it_dies(tmp_p
     monitor, runs = child_monitor(tmp_path, lines)
     try:
         wait_until("the second child", lambda: len(argvs(runs)) == 2 and monitor.probes >= 2)
-        wait_until("GPU-x healthy in the second child's probe", lambda: monitor.unhealthy() == {})
+        wait_until("every device healthy once the second child watches", lambda: monitor.unhealthy() == {})
         assert argvs(runs) == [["--interval", "0.05", "/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y"]] * 2
         assert lines == ["the NVML watcher exited with status 3; restarting it"]
         assert monitor.links() == {frozenset(("a", "b")): 100}
@@ -260,3 +300,34 @@ def test_without_health_checks_the_child_only_reports_topology_and_is_not_restar
         assert monitor.links() == {frozenset(("a", "b")): 100}
     finally:
         monitor.stop()
+
+
+STAYS = """
+import json, sys, time
+with open(sys.argv[1], "a") as runs:
+    runs.write(json.dumps(sys.argv[2:]) + "\\n")
+print(json.dumps({"watching": True}), flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_child_is_run_again_when_the_set_of_gpus_changes(tmp_path: Path) -> None:
+    script = tmp_path / "child.py"
+    script.write_text(STAYS)
+    runs = tmp_path / "runs"
+    lines: list[str] = []
+    monitor = HealthMonitor(Health(probe_interval=0.05), log=lines.append)
+    monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
+    monitor.start("/lib/libnvidia-ml.so.1", [sys.executable, str(script), str(runs)])
+    try:
+        wait_until("the first child", lambda: len(argvs(runs)) == 1)
+        # new MIG devices on the same GPUs: the child watches GPUs, nothing to do
+        monitor.watch([Watched("MIG-1", "GPU-x", 1, 0), Watched("GPU-y", "GPU-y")])
+        # a GPU found by a rediscovery (a driver reload, a GPU back on the bus)
+        monitor.watch([Watched("MIG-1", "GPU-x", 1, 0), Watched("GPU-y", "GPU-y"), Watched("GPU-z", "GPU-z")])
+        wait_until("the second child", lambda: len(argvs(runs)) == 2)
+        assert argvs(runs)[1][-4:] == ["/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y", "GPU-z"]
+        assert lines == ["the GPUs changed; watching 3 with NVML afresh"]
+    finally:
+        monitor.stop()
+    assert len(argvs(runs)) == 2

@@ -54,7 +54,10 @@ def test_field_numbers_are_the_published_ones(name: str) -> None:
 
 def test_a_registration_and_a_device_list_survive_the_wire() -> None:
     request = messages.RegisterRequest(
-        messages.VERSION, "cdictk-gpu.sock", "nvidia.com/gpu", messages.DevicePluginOptions(False, True)
+        messages.VERSION,
+        "cdictk-nvidia.com_gpu.sock",
+        "nvidia.com/gpu",
+        messages.DevicePluginOptions(False, True),
     )
     assert CODEC.decode(messages.RegisterRequest, CODEC.encode(request)) == request
     devices = messages.ListAndWatchResponse(

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from cdictk.deviceplugin import nvmlwatch
-from cdictk.deviceplugin.nvmlwatch import NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
+from cdictk.deviceplugin.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
 from tests.conftest import NodeFactory
 
 
@@ -89,6 +89,92 @@ def test_probe_says_why_a_gpu_is_not_found() -> None:
     nvml = FakeNvml({}, {})
     nvml.lost.add("GPU-1")
     assert probe(nvml, ["GPU-0", "GPU-1"]) == {"GPU-0": "", "GPU-1": "GPU is lost"}
+
+
+class Stop(Exception):
+    pass
+
+
+class Event:
+    def __init__(self, device: Handle, xid: int, gi: int = NO_INSTANCE, ci: int = NO_INSTANCE) -> None:
+        self.device, self.eventType, self.eventData = device, 8, xid
+        self.gpuInstanceId, self.computeInstanceId = gi, ci
+
+
+class WaitingNvml(FakeNvml):
+    """FakeNvml with an event set whose waits answer from a script: an Event, "timeout", or another
+    failure's text; then Stop, which ends watch()."""
+
+    NVML_ERROR_TIMEOUT = 10
+    nvmlEventTypeXidCriticalError = 8
+
+    def __init__(self, script: list[object]) -> None:
+        super().__init__({}, {})
+        self.script = script
+
+    def nvmlEventSetCreate(self) -> object:
+        return object()
+
+    def nvmlDeviceGetSupportedEventTypes(self, handle: Handle) -> int:
+        return 0xFF
+
+    def nvmlDeviceRegisterEvents(self, handle: Handle, types: int, events: object) -> None:
+        pass
+
+    def nvmlDeviceGetUUID(self, handle: Handle) -> str:
+        if handle.uuid == "GPU-3":
+            raise NVMLError("Unknown Error")
+        return handle.uuid
+
+    def nvmlEventSetWait_v2(self, events: object, timeout_ms: int) -> Event:
+        if not self.script:
+            raise Stop
+        step = self.script.pop(0)
+        if isinstance(step, Event):
+            return step
+        error = NVMLError("Timeout" if step == "timeout" else step)
+        error.value = self.NVML_ERROR_TIMEOUT if step == "timeout" else 999  # type: ignore[attr-defined]
+        raise error
+
+
+def watched(script: list[object], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+    with pytest.raises(Stop):
+        nvmlwatch.watch(WaitingNvml(script), ["GPU-0", "GPU-1"], 0.001)
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def test_a_failing_event_wait_is_said_once_and_its_recovery_once(capsys: pytest.CaptureFixture[str]) -> None:
+    heard = [
+        m
+        for m in watched(["timeout", "lost", "lost", "lost", "timeout", "timeout"], capsys)
+        if "probe" not in m
+    ]
+    assert heard == [
+        {"watching": True},
+        {"error": "waiting for NVML events failed: lost"},
+        {"watching": True},
+    ]
+    heard = [m for m in watched(["lost", "Unknown Error", "timeout"], capsys) if "probe" not in m]
+    assert heard == [
+        {"error": "waiting for NVML events failed: lost"},
+        {"error": "waiting for NVML events failed: Unknown Error"},
+        {"watching": True},
+    ]
+
+
+def test_xid_events_name_their_gpu_and_instances(capsys: pytest.CaptureFixture[str]) -> None:
+    nvml = FakeNvml({}, {})
+    gpu0, gpu3 = nvml.handles["GPU-0"], nvml.handles["GPU-3"]
+    heard = [
+        m
+        for m in watched([Event(gpu0, 79), Event(gpu0, 94, gi=2, ci=0), Event(gpu3, 48)], capsys)
+        if "xid" in m
+    ]
+    assert heard == [
+        {"xid": 79, "uuid": "GPU-0", "gi": None, "ci": None},
+        {"xid": 94, "uuid": "GPU-0", "gi": 2, "ci": 0},
+        {"xid": 48, "uuid": None, "gi": None, "ci": None, "why": "Unknown Error"},
+    ]
 
 
 def test_usage_without_a_library(capsys: pytest.CaptureFixture[str]) -> None:

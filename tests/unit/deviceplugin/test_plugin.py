@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from cdictk.deviceplugin.messages import HEALTHY, UNHEALTHY
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.pluginsettings import Replicas, Settings
+from cdictk.deviceplugin.pluginsettings import Health, Replicas, Settings
 from cdictk.deviceplugin.resources import ResourceError
 from tests.conftest import NodeFactory
 from tests.fakenode.nvml import FakeMig
@@ -31,7 +33,11 @@ def test_registers_the_whole_gpus_by_uuid_with_numa_nodes(run_plugin: PluginFact
     kubelet = running.kubelet
     kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
     request = kubelet.registrations[0]
-    assert (request.version, request.resource_name, request.endpoint) == ("v1beta1", GPU, "cdictk-gpu.sock")
+    assert (request.version, request.resource_name, request.endpoint) == (
+        "v1beta1",
+        GPU,
+        "cdictk-nvidia.com_gpu.sock",
+    )
     devices = kubelet.devices(GPU)
     assert [d.ID for d in devices] == WHOLE
     assert {d.health for d in devices} == {HEALTHY}
@@ -171,6 +177,89 @@ def test_single_refuses_a_node_with_whole_gpus(make_node: NodeFactory) -> None:
     settings = Settings(mig_strategy="single", driver_root=node.root, proc_root=node.proc, sys_root=node.sys)
     with pytest.raises(ResourceError, match="single needs every GPU in MIG mode or none: GPUs 1, 2, 3"):
         DevicePlugin(settings).discover()
+
+
+def test_a_failed_rediscovery_is_tried_again_at_each_rescan_and_said_once(
+    make_node: NodeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = make_node("eight")
+    settings = Settings(
+        mig_strategy="single",  # GPU 0 in MIG mode beside whole GPUs: discovery fails
+        plugin_dir=str(tmp_path),
+        driver_root=node.root,
+        proc_root=node.proc,
+        sys_root=node.sys,
+    )
+    lines: list[str] = []
+    plugin = DevicePlugin(settings, lines.append)
+    tries: list[int] = []
+    discover = plugin.discover
+
+    def counted() -> object:
+        tries.append(1)
+        return discover()
+
+    monkeypatch.setattr(plugin, "discover", counted)
+    for _ in range(3):
+        plugin.look()
+    assert len(tries) == 3
+    assert len([line for line in lines if "discovery failed" in line]) == 1
+    assert len([line for line in lines if "the node changed" in line]) == 1
+
+
+def test_a_registration_that_keeps_failing_is_tried_at_each_look_and_said_once(
+    make_node: NodeFactory,
+) -> None:
+    node = make_node("eight")
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dp-", dir="/tmp")  # no kubelet.sock: nobody answers
+    settings = Settings(plugin_dir=plugin_dir, driver_root=node.root, proc_root=node.proc, sys_root=node.sys)
+    lines: list[str] = []
+    plugin = DevicePlugin(settings, lines.append)
+    try:
+        plugin._reconcile(plugin.discover())
+        plugin._register_all()
+        for _ in range(3):
+            plugin.look()
+        failures = [line for line in lines if "no kubelet answers" in line]
+        assert len(failures) == 1 and failures[0].endswith("(trying again every 1 s)")
+        assert not plugin._registered
+    finally:
+        for server in plugin.servers.values():
+            server.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+
+
+def test_a_look_sends_the_list_when_an_xids_recovery_time_comes_without_waiting_for_a_probe(
+    make_node: NodeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = make_node("eight")
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dp-", dir="/tmp")
+    settings = Settings(
+        plugin_dir=plugin_dir,
+        driver_root=node.root,
+        proc_root=node.proc,
+        sys_root=node.sys,
+        health=Health(xid_recovery=10.0),
+    )
+    plugin = DevicePlugin(settings, lambda line: None)
+    now = [1000.0]
+    monkeypatch.setattr(plugin.health, "clock", lambda: now[0])
+    try:
+        plugin._reconcile(plugin.discover())
+        plugin._register_all()
+        sent: list[int] = []
+        monkeypatch.setattr(plugin.servers[GPU], "update", lambda resource=None: sent.append(1))
+        plugin.health.feed({"xid": 79, "uuid": WHOLE[0], "gi": None, "ci": None})
+        assert len(sent) == 1
+        plugin.look(rescan=False)
+        assert len(sent) == 1  # nothing changed
+        now[0] += 10.0
+        plugin.look(rescan=False)  # no probe came: the look alone sees the recovery
+        assert len(sent) == 2 and plugin.health.unhealthy() == {}
+    finally:
+        for server in plugin.servers.values():
+            server.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 def test_replicas_offer_each_gpu_n_times(run_plugin: PluginFactory) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from cdictk.deviceplugin.pluginsettings import Replicas, SettingsError, from_data, list_strategies, load
 
@@ -30,12 +31,47 @@ def test_nvidia_shaped_file(tmp_path: Path) -> None:
         ({"flags": {"migStrategy": "some"}}, "flags.migStrategy: must be one of none, single, mixed"),
         ({"flags": {"plugin": {"deviceListStrategy": "envvar"}}}, "envvar is refused"),
         ({"flags": {"plugin": {"deviceIDStrategy": "index"}}}, "only uuid"),
+        ({"flags": {"plugin": {"passDeviceSpecs": True}}}, "passDeviceSpecs: not supported"),
+        (
+            {"flags": {"plugin": {"cdiAnnotationPrefix": "cdi"}}},
+            "cdiAnnotationPrefix: must be a prefix ending in /",
+        ),
         ({"flags": {"gfd": {}}}, "flags.gfd: unknown key"),
         (
             {"sharing": {"timeSlicing": {"resources": [{"name": "nvidia.com/gpu", "replicas": 1}]}}},
             "from 2 to 1024",
         ),
         ({"sharing": {"mps": {}}}, "time-slicing only"),
+        ({"cdi": {"kind": "bogus"}}, 'cdi.kind: invalid kind "bogus": want vendor/class'),
+        ({"cdi": {"kind": "nvidia.com/g pu"}}, "cdi.kind: invalid class"),
+        ({"cdi": {"kind": 3}}, "cdi.kind: 3 is not a string"),
+        ({"cdi": {"specDirs": ["etc/cdi"]}}, "cdi.specDirs: must be an absolute path, not 'etc/cdi'"),
+        (
+            {
+                "sharing": {
+                    "timeSlicing": {
+                        "resources": [
+                            {"name": "nvidia.com/gpu", "replicas": 2, "rename": "example.com/gpu"},
+                            {"name": "nvidia.com/mig-1g.10gb", "replicas": 2, "rename": "example.com/gpu"},
+                        ]
+                    }
+                }
+            },
+            "resources[1]: nvidia.com/mig-1g.10gb's replicas named example.com/gpu, as nvidia.com/gpu's are",
+        ),
+        (
+            {
+                "sharing": {
+                    "timeSlicing": {
+                        "resources": [
+                            {"name": "nvidia.com/gpu", "replicas": 2, "rename": "nvidia.com/mig-1g.10gb"},
+                            {"name": "nvidia.com/mig-1g.10gb", "replicas": 2},
+                        ]
+                    }
+                }
+            },
+            "resources[0]: nvidia.com/gpu's replicas named nvidia.com/mig-1g.10gb, a resource of its own",
+        ),
         ({"version": "v2"}, "must be v1"),
     ],
 )
@@ -50,3 +86,14 @@ def test_list_strategies_from_a_flag() -> None:
     assert list_strategies("cdi-cri, volume-mounts,cdi-cri") == ("cdi-cri", "volume-mounts")
     with pytest.raises(SettingsError, match="unknown strategy 'x'"):
         list_strategies("x")
+
+
+def test_a_file_that_cannot_be_read_or_parsed_is_one_line_with_its_cause_chained(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="No such file or directory") as missing:
+        load(str(tmp_path / "none.yaml"))
+    assert isinstance(missing.value.__cause__, FileNotFoundError)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("flags: [\n")
+    with pytest.raises(SettingsError, match=r"line \d+: not valid YAML") as unparsed:
+        load(str(bad))
+    assert isinstance(unparsed.value.__cause__, yaml.YAMLError)

@@ -9,6 +9,7 @@ import socket
 import tempfile
 from collections.abc import Iterator
 
+import grpc
 import pytest
 
 from cdictk.deviceplugin.messages import VERSION
@@ -37,7 +38,11 @@ def test_register_names_the_resource_its_socket_and_the_version(plugin_dir: str)
     try:
         register(plugin_dir, GPU, resource.socket)
         [request] = kubelet.registrations
-        assert (request.version, request.endpoint, request.resource_name) == (VERSION, "cdictk-gpu.sock", GPU)
+        assert (request.version, request.endpoint, request.resource_name) == (
+            VERSION,
+            "cdictk-nvidia.com_gpu.sock",
+            GPU,
+        )
         assert request.options is not None and request.options.get_preferred_allocation_available
         kubelet.wait_for("the device list", lambda k: [d.ID for d in k.devices(GPU)] == ["GPU-1"])
     finally:
@@ -60,8 +65,9 @@ def test_a_refusal_is_one_line_with_the_kubelets_reason(plugin_dir: str) -> None
 
 def test_no_kubelet_is_said_so(plugin_dir: str) -> None:
     with pytest.raises(RegistrationError) as refused:
-        register(plugin_dir, GPU, "cdictk-gpu.sock", timeout=2)
+        register(plugin_dir, GPU, "cdictk-nvidia.com_gpu.sock", timeout=2)
     assert f"no kubelet answers on {plugin_dir}/kubelet.sock" in str(refused.value)
+    assert isinstance(refused.value.__cause__, grpc.RpcError)
 
 
 def test_kubelet_identity_changes_with_a_new_socket(plugin_dir: str) -> None:

@@ -44,7 +44,7 @@ def test_none_offers_whole_gpus_and_warns_of_those_in_mig_mode() -> None:
     found = build([gpu(0, migs=("1g.10gb",)), gpu(1), gpu(2)], Settings(), numa, warned.append)
     assert [(r.name, [d.id for d in r.devices]) for r in found] == [("nvidia.com/gpu", ["GPU-1", "GPU-2"])]
     assert [d.numa for d in found[0].devices] == [0, 1]
-    assert found[0].socket == "cdictk-gpu.sock"
+    assert found[0].socket == "cdictk-nvidia.com_gpu.sock"
     assert len(warned) == 1 and "GPU 0 (GPU-0) is in MIG mode and left out" in warned[0]
 
 
@@ -68,6 +68,33 @@ def test_single_offers_mig_devices_as_gpus() -> None:
 def test_single_refuses_what_it_cannot_offer_as_one_resource(gpus: list[Gpu], said: str) -> None:
     with pytest.raises(ResourceError, match=re.escape(said)):
         resources(gpus, mig_strategy="single")
+
+
+def test_mixed_leaves_out_mig_devices_whose_compute_instance_is_smaller_than_their_gpu_instance() -> None:
+    warned: list[str] = []
+    gpus = [gpu(0, migs=("1c.2g.20gb", "1c.2g.20gb", "2g.20gb")), gpu(1)]
+    found = build(gpus, Settings(mig_strategy="mixed"), numa, warned.append)
+    assert {r.name: [d.id for d in r.devices] for r in found} == {
+        "nvidia.com/gpu": ["GPU-1"],
+        "nvidia.com/mig-2g.20gb": ["MIG-0-2"],
+    }
+    assert len(warned) == 2 and "MIG device 0:0 (MIG-0-0, 1c.2g.20gb) is left out" in warned[0]
+
+
+def test_every_resource_has_a_socket_of_its_own() -> None:
+    """A MIG profile's replicas renamed example.com/gpu beside nvidia.com/gpu: two resources named
+    gpu, which must not share (and unlink each other's) socket."""
+    gpus = [gpu(0, migs=("1g.10gb",)), gpu(1)]
+    settings = Settings(
+        mig_strategy="mixed", replicas=(Replicas("nvidia.com/mig-1g.10gb", 2, "example.com/gpu"),)
+    )
+    found = build(gpus, settings, numa, lambda line: None)
+    assert {r.name: r.socket for r in found} == {
+        "example.com/gpu": "cdictk-example.com_gpu.sock",
+        "nvidia.com/gpu": "cdictk-nvidia.com_gpu.sock",
+    }
+    # the domain has no _, so the name after the first _ is the resource's own
+    assert Resource("a.b/c", ()).socket != Resource("a/b.c", ()).socket
 
 
 def test_mixed_offers_a_resource_per_profile() -> None:

@@ -17,6 +17,7 @@ from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import register
 from cdictk.deviceplugin.resources import PluginDevice, Resource
 from cdictk.deviceplugin.server import ResourceServer
+from cdictk.errors import CdictkError
 from tests.e2e.kubelet.kubelet import Kubelet
 
 GPU = "nvidia.com/gpu"
@@ -109,3 +110,12 @@ def test_stop_ends_the_stream_and_removes_the_socket(served: Served) -> None:
     served.kubelet.wait_for("the stream's end", lambda k: k.endpoints[GPU].stream_ended)
     assert set(served.health().values()) == {UNHEALTHY}  # what the kubelet makes of it
     assert served.server.socket_gone() and not os.path.lexists(served.server.path)
+
+
+def test_a_socket_path_too_long_for_unix_is_one_line_naming_it() -> None:
+    long_name = "example.com/" + "g" * 90
+    server = ResourceServer(Resource(long_name, DEVICES), Settings(plugin_dir="/tmp"))
+    with pytest.raises(CdictkError) as raised:
+        server.start()
+    assert str(raised.value).startswith(f"{server.path}: longer than a Unix socket path may be (107 bytes)")
+    assert not os.path.lexists(server.path)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
 
 from cdictk.hooks import ldrelease
 from cdictk.hooks.ldrelease import Release
+from cdictk.ldcachefile import OLD_MAGIC
 from cdictk.rootfs import Rootfs
 from tests import REPO
 
@@ -66,7 +68,7 @@ def test_before_2_33_the_images_own_cache_decides_the_format(
 def test_a_cache_that_is_neither_format_is_no_guide() -> None:
     assert (Release(31, old_cache=b"garbage").compat, Release(31, old_cache=b"").endian) == (True, 0)
     # An old-format header whose count points past the file: the old format, unmarked.
-    assert (Release(31, old_cache=ldrelease.OLD_MAGIC + b"\0\xff\xff\xff\x7f").compat) is True
+    assert (Release(31, old_cache=OLD_MAGIC + b"\0\xff\xff\xff\x7f").compat) is True
 
 
 def _host_minor() -> int:
@@ -115,3 +117,11 @@ def test_release_for_takes_the_newest_without_a_glibc(tmp_path: Path) -> None:
     with Rootfs(str(tmp_path)) as rootfs:
         release = ldrelease.release_for(rootfs, DEBIAN_DIRS, debian=False, old_cache=None)
     assert release.minor == ldrelease.NEWEST and not release.abi_tag
+
+
+def test_a_compat_cache_aligned_as_on_i386_is_read_for_its_marks() -> None:
+    # The release rules find the new header where the node's reader does: after 3 old entries, at 4.
+    old = OLD_MAGIC + b"\0" + struct.pack("<I", 3) + bytes(36)
+    new = b"glibc-ld.so.cache1.1" + bytes(8) + b"\x02" + bytes(19)
+    release = Release(31, old_cache=old + new)
+    assert (release.compat, release.endian) == (True, 2)

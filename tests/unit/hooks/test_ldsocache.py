@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from cdictk.hooks.ldrelease import Release
-from cdictk.hooks.ldsocache import MAGIC, OLD_MAGIC, CacheEntry, build_cache, libkey, read_generator
+from cdictk.hooks.ldsocache import CacheEntry, build_cache, libkey, read_generator
+from cdictk.ldcachefile import NEW_MAGIC as MAGIC
+from cdictk.ldcachefile import OLD_MAGIC
 from cdictk.node.ldcachereader import parse_ld_cache
 from tests import REPO
 

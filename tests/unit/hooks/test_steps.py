@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from cdictk.errors import HookError
 from cdictk.hooks import steps
 from cdictk.hooks.steps import BATCHED, BY_NAME, STEPS, Options, Prepared
 from cdictk.rootfs import Rootfs
+from tests import REPO
 
 
 def test_every_row_names_a_module_with_a_prepare_function() -> None:
@@ -87,3 +89,26 @@ def test_the_batch_checks_every_step_before_it_runs_any(
         prepared.run(rootfs)
     prepared.close()
     assert ran == ["links", "compat", "ldcache"]  # the table's order
+
+
+def _documented() -> dict[str, set[str]]:
+    """Hook name -> the options its row's first cell names."""
+    text = (REPO / "docs" / "hooks.md").read_text()
+    table = text.partition("| hook | what it does in the container |")[2].partition("\n\n")[0]
+    rows = {}
+    for cell in re.findall(r"^\| `([^`]+)` \|", table, flags=re.MULTILINE):
+        name, _, rest = cell.partition(" ")
+        rows[name] = set(re.findall(r"--([a-z-]+)", rest))
+    return rows
+
+
+def test_docs_hooks_md_has_every_hook_with_the_options_it_takes() -> None:
+    taken = {
+        step.name: {name for name in (*step.values, *step.lists, *step.flags) if name not in step.batch_only}
+        for step in STEPS
+    }
+    # The batched hook takes its steps' batch-only options too.
+    taken["batch"] = {name for step in STEPS if step.name != "batch" for name in step.batch_only} | taken[
+        "batch"
+    ]
+    assert _documented() == taken

@@ -3,7 +3,10 @@ query begun before it is asked, and answers of the wrong shape."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -21,6 +24,17 @@ V = "580.95.05"
 
 def roots_of(node: FakeNode) -> Roots:
     return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
+
+
+def test_the_answer_is_frozen_data_made_after_the_fork(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    answer = query_nvml(f"{node.lib_dir}/libnvidia-ml.so.1")
+    assert dataclasses.is_dataclass(answer)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        answer.version = "1"  # type: ignore[misc]
+    # The query's module is imported before its child is forked: dataclasses would delay the fork.
+    code = "import sys, cdictk.node.nvml; sys.exit('dataclasses' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False, timeout=60).returncode == 0
 
 
 def test_nvml_through_pynvml(make_node: NodeFactory) -> None:

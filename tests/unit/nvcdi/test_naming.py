@@ -37,3 +37,12 @@ def test_names() -> None:
 def test_natural_order() -> None:
     names = ["gpu10", "gpu2", "0:10", "0:2", "1", "10", "GPU-a"]
     assert sorted(names, key=natural_key) == ["0:2", "0:10", "1", "10", "GPU-a", "gpu2", "gpu10"]
+
+
+def test_a_mig_device_spans_its_gpu_instance_unless_its_profile_counts_fewer_compute_slices() -> None:
+    def mig(profile: str) -> MigDevice:
+        return MigDevice(0, 0, 1, 0, "MIG-x", profile)
+
+    assert mig("2g.20gb").whole_instance and mig("1g.10gb+me").whole_instance
+    assert mig("2c.2g.20gb").whole_instance
+    assert not mig("1c.2g.20gb").whole_instance and not mig("3c.7g.80gb").whole_instance

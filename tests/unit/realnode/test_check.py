@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 
 from realnode import check
+from realnode.checkstate import State
 from realnode.nodefacts import Roots
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
 
 
 def test_the_defaults_are_the_issues_figures() -> None:
@@ -62,9 +63,7 @@ def test_the_steps_get_the_roots_and_the_report_and_summary_follow(
     (tmp_path / "bundle" / "manifest.json").write_text("{}")
     seen: dict[str, Any] = {}
 
-    def steps(
-        recorder: Recorder, args: argparse.Namespace, bundle: str, roots: Roots, state: check.State
-    ) -> None:
+    def steps(recorder: Recorder, args: argparse.Namespace, bundle: str, roots: Roots, state: State) -> None:
         seen.update(roots=roots, bundle=bundle, work=state.work)
         assert os.path.isdir(state.work) and state.work.startswith(str(tmp_path / "work"))
         with recorder.step("a step") as row:
@@ -96,9 +95,7 @@ def test_a_failed_step_is_exit_1_and_keep_keeps_the_work_dir(
     (tmp_path / "bundle" / "manifest.json").write_text("{}")
     works = []
 
-    def steps(
-        recorder: Recorder, args: argparse.Namespace, bundle: str, roots: Roots, state: check.State
-    ) -> None:
+    def steps(recorder: Recorder, args: argparse.Namespace, bundle: str, roots: Roots, state: State) -> None:
         works.append(state.work)
         with recorder.step("broken"):
             raise RuntimeError("no GPU")
@@ -121,13 +118,3 @@ def test_the_work_dir_goes_where_programs_may_run() -> None:
     assert check.work_parent("/srv/scratch") == "/srv/scratch"
     chosen = check.work_parent(None)
     assert not os.statvfs(chosen).f_flag & os.ST_NOEXEC
-
-
-def test_the_nvidia_smi_a_spec_mounts_is_found_in_its_common_or_device_edits() -> None:
-    smi = {"hostPath": "/usr/local/nvidia/bin/nvidia-smi", "containerPath": "/usr/bin/nvidia-smi"}
-    lib = {"hostPath": "/usr/lib/libcuda.so.1", "containerPath": "/usr/lib/libcuda.so.1"}
-    assert check.spec_smi({"containerEdits": {"mounts": [lib, smi]}}) == "/usr/local/nvidia/bin/nvidia-smi"
-    assert (
-        check.spec_smi({"devices": [{"name": "0", "containerEdits": {"mounts": [smi]}}]}) == smi["hostPath"]
-    )
-    assert check.spec_smi({"containerEdits": {"mounts": [lib]}}) is None

@@ -11,7 +11,7 @@ import pytest
 
 from realnode.containers import CONTAINER_PATH, Containers, oci_config, settings_text, verdict
 from realnode.nodefacts import Roots
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
 
 GOOD = """probe: cuInit ok, 8 CUDA device(s), libcuda from /usr/lib/x86_64-linux-gnu/libcuda.so.1
 probe-exit=0

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from realnode.imagefs import PROGRAM_DIR, build, dependencies, interpreter, linked_copy, parse_list
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
 
 PROGRAM = """
 #include <math.h>

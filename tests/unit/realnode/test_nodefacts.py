@@ -19,7 +19,7 @@ from realnode.nodefacts import (
     gvisor,
     smi_facts,
 )
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
 
 WRAPPER = '#!/bin/sh\nexec /usr/local/nvidia/bin/nvidia-smi "$@"\n'
 

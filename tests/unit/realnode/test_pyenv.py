@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from realnode import pyenv
-from realnode.steps import Recorder, StepFailed
+from realnode.recorder import Recorder, StepFailed
 
 # A node's Python as far as install() asks it: its version, `-m venv` (which makes a venv whose python
 # and cdictk log their arguments), nothing else. VENV=fail: the venv module is missing.

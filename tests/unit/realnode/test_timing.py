@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from realnode import timing
-from realnode.steps import Recorder, Result, Row, StepFailed
+from realnode.recorder import Recorder, Result, Row, StepFailed
 from realnode.timing import added, burst, describe, interleaved, ratio
 
 NONE, OURS, THEIRS = "no GPU", "cdictk's spec + hook", "NVIDIA's spec + hooks"

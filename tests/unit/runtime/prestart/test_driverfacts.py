@@ -147,8 +147,9 @@ def test_nvml_is_shut_down_after_each_read_even_a_failed_one(lib: str) -> None:
 
 
 def test_a_library_that_cannot_be_loaded(tmp_path: Path) -> None:
-    with pytest.raises(NvmlError, match=r"^cannot load .*/missing.so: .*missing.so"):
+    with pytest.raises(NvmlError, match=r"^cannot load .*/missing.so: .*missing.so") as raised:
         driver_facts(str(tmp_path / "missing.so"), [], ["cuda"])
+    assert isinstance(raised.value.__cause__, OSError)  # the loader's own error, chained
 
 
 def _build(tmp_path: Path, source: str) -> str:

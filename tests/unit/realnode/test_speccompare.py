@@ -1,4 +1,4 @@
-"""realnode/specs.py: NVIDIA's spec and cdictk's compared item by item."""
+"""realnode/speccompare.py: NVIDIA's spec and cdictk's compared item by item."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from realnode.pyenv import Venv
-from realnode.specs import compare, first_gpu, hook_steps, parse_options, step_table, summary
-from realnode.steps import Recorder
+from realnode.recorder import Recorder
+from realnode.speccompare import compare, first_gpu, hook_steps, parse_options, step_table, summary
 
 STEP_OF = {
     "link": "create-symlinks",

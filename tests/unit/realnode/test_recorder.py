@@ -1,4 +1,4 @@
-"""realnode/steps.py: how the check runs a command and waits for it, its rows, and its report."""
+"""realnode/recorder.py: how the check runs a command and waits for it, its rows, and its report."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from realnode.steps import FAIL, PASS, SKIP, TAIL, Recorder, Result, StepSkipped, wait_exact
+from realnode.recorder import FAIL, PASS, SKIP, TAIL, Recorder, Result, StepSkipped, wait_exact
 
 
 def test_the_exit_status_comes_back() -> None:
@@ -158,7 +158,7 @@ def test_a_command_never_waits_past_the_budget_but_gets_five_seconds(
         given.append(timeout)
         return real(process, timeout)
 
-    monkeypatch.setattr("realnode.steps.wait_exact", wait)
+    monkeypatch.setattr("realnode.recorder.wait_exact", wait)
     recorder.run(["true"], 90)
     recorder.deadline = time.monotonic() + 30
     recorder.run(["true"], 90)

@@ -1,35 +1,27 @@
-"""The node's specs: cdictk's (generate, validate, info) and NVIDIA's beside it, compared item by item.
+"""NVIDIA's spec and cdictk's compared item by item (both as JSON data, as realnode.specsteps loads them).
 
-Both are written as YAML (what an operator gets) into the check's private spec dirs, never /etc/cdi or
-/var/run/cdi; the venv's Python (which has PyYAML) turns them into JSON for the comparison. The
-comparison reduces each spec to sets per category (devices; per device and for the common edits: device
-nodes, mounts, links, ld cache folders, env, hook steps, extra groups) and lists what only one side
-has. cdictk's one batched hook is taken apart into NVIDIA's steps by the option table of the installed
-cdictk (``cdictk.hooks.steps.BATCHED``), so that a link is a link whichever hook makes it. A mount only
-one side has is paired, where it can be, with the other side's mount of the same file (its host path
-resolved on the node: a link in /usr/share to the driver's tree is that file) or at the same container
-path, so that "NVIDIA mounts nvidia-smi at /usr/local/nvidia/bin, cdictk at /usr/bin" reads as one
-difference, not as two unrelated ones.
+The comparison reduces each spec to sets per category (devices; per device and for the common edits:
+device nodes, mounts, links, ld cache folders, env, hook steps, extra groups) and lists what only one
+side has. cdictk's one batched hook is taken apart into NVIDIA's steps by the option table of the
+installed cdictk (``cdictk.hooks.steps.BATCHED``), so that a link is a link whichever hook makes it. A
+mount only one side has is paired, where it can be, with the other side's mount of the same file (its
+host path resolved on the node: a link in /usr/share to the driver's tree is that file) or at the same
+container path, so that "NVIDIA mounts nvidia-smi at /usr/local/nvidia/bin, cdictk at /usr/bin" reads
+as one difference, not as two unrelated ones.
 """
 
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from realnode.nodefacts import Roots
 from realnode.pyenv import Venv
-from realnode.steps import Recorder, Row, StepFailed
+from realnode.recorder import Recorder, StepFailed
 
 CATEGORIES = ("nodes", "mounts", "links", "ldcache", "env", "hooks", "gids")
 LINK_OPTIONS = ("link", "device-link")
-# What nvidia-ctk reads from the host whatever its roots (it has no --proc-root or --sys-root).
-HOST_READS = ("/proc/driver", "/sys/bus/pci/devices", "/sys/module/firmware_class/parameters")
-TO_JSON = "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), open(sys.argv[2], 'w'))"
 STEP_TABLE = (
     "import json; from cdictk.hooks.steps import BATCHED; "
     "print(json.dumps({o: s.name for s in BATCHED for o in (*s.values, *s.lists, *s.flags)}))"
@@ -39,163 +31,6 @@ Sets = dict[str, set[str]]
 Resolve = Callable[[str], str]
 # How a mount only one side has may pair with one of the other side's, in the order tried.
 PAIRINGS = ("same_path_other_source", "same_file_elsewhere")
-
-
-def cdictk_roots(roots: Roots) -> list[str]:
-    if not roots.fake:
-        return []
-    return [
-        "--driver-root",
-        roots.driver,
-        "--dev-root",
-        roots.dev,
-        "--proc-root",
-        roots.proc,
-        "--sys-root",
-        roots.sys,
-    ]
-
-
-def generate(recorder: Recorder, row: Row, venv: Venv, roots: Roots, output: str) -> None:
-    command = [
-        venv.script("cdictk"),
-        "cdi",
-        "generate",
-        "--mode",
-        "auto",
-        *cdictk_roots(roots),
-        "--output",
-        output,
-    ]
-    result = recorder.run(command, 90)
-    row.data["command"] = " ".join(command)
-    row.data["stderr"] = result.stderr.strip()[-2000:]
-    if not result.ok or not os.path.exists(output):
-        recorder.fail(row, result)
-    row.detail = (result.stderr.strip().splitlines() or ["written"])[-1]
-
-
-def validate(recorder: Recorder, row: Row, venv: Venv, spec: str) -> None:
-    result = recorder.run([venv.script("cdictk"), "cdi", "validate", spec], 60)
-    if not result.ok:
-        recorder.fail(row, result)
-    row.detail = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "valid"
-
-
-def info(recorder: Recorder, row: Row, venv: Venv, roots: Roots, spec_dir: str) -> None:
-    """``cdictk info`` on the node with the check's spec dir: its checks in the report; a failed check
-    (exit 1) fails the row."""
-    info_roots = cdictk_roots(roots)
-    command = [venv.script("cdictk"), "info", "--json", *info_roots, "--spec-dir", spec_dir]
-    result = recorder.run(command, 90)
-    try:
-        row.data["info"] = json.loads(result.stdout)
-    except ValueError:
-        recorder.fail(row, result, f"no JSON from cdictk info: {result.why()}")
-    findings = row.data["info"].get("findings", []) if isinstance(row.data["info"], dict) else []
-    bad = [f"{f.get('check')}: {f.get('detail')}" for f in findings if f.get("status") not in ("ok", "warn")]
-    warned = [str(f.get("check")) for f in findings if f.get("status") == "warn"]
-    row.detail = "; ".join(bad) if bad else f"{len(findings)} checks, none failed"
-    row.detail += f" (warnings: {', '.join(warned)})" if warned else ""
-    if not result.ok:
-        recorder.fail(row, result, row.detail)
-
-
-def host_view(roots: Roots) -> list[str]:
-    """A command prefix that shows nvidia-ctk the fake node's procfs and sysfs files (the dry run):
-    a private mount namespace with the node's copies bound over the host's. Nothing on a real node."""
-    if not roots.fake:
-        return []
-    sources = {
-        "/proc/driver": os.path.join(roots.proc, "driver"),
-        "/sys/bus/pci/devices": os.path.join(roots.sys, "bus/pci/devices"),
-        "/sys/module/firmware_class/parameters": os.path.join(roots.sys, "module/firmware_class/parameters"),
-    }
-    bound = [path for path in HOST_READS if os.path.isdir(sources[path]) and os.path.isdir(path)]
-    script = "set -e; " + "".join(f'mount --bind "$1" {path}; shift; ' for path in bound) + 'exec "$@"'
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        raise StepFailed("the dry run needs unshare (util-linux) to show nvidia-ctk the fake node")
-    return [
-        unshare,
-        "--mount",
-        "--propagation",
-        "private",
-        "sh",
-        "-c",
-        script,
-        "sh",
-        *[sources[p] for p in bound],
-    ]
-
-
-# Where a cloud may keep the driver outside the ld cache (GKE-like); an operator points nvidia-ctk at it.
-DRIVER_TREES = ("/usr/local/nvidia",)
-
-
-def nvidia_roots(roots: Roots) -> list[list[str]]:
-    """The roots nvidia-ctk is tried with, in turn: the node's, then a driver tree of its own when the
-    node has one (nvidia-ctk finds the driver's libraries only through the ld cache and its search
-    paths under the driver root)."""
-    first = ["--driver-root", roots.driver, "--dev-root", roots.dev] if roots.fake else []
-    trees = [roots.under(roots.driver, tree) for tree in DRIVER_TREES]
-    found = [tree for tree in trees if glob.glob(os.path.join(tree, "lib*", "libcuda.so.*"))]
-    return [first, *[["--driver-root", tree, "--dev-root", roots.dev] for tree in found]]
-
-
-def generate_nvidia(
-    recorder: Recorder, row: Row, tools: Mapping[str, str], roots: Roots, output: str
-) -> None:
-    """nvidia-ctk's spec, from the first roots whose spec mounts libcuda (the last one's else)."""
-    hook = ["--nvidia-cdi-hook-path", tools["nvidia-cdi-hook"]]
-    attempts = []
-    # nvidia-ctk takes the first nvidia-smi (and the other programs) it finds on PATH: the node's PATH
-    # decides where NVIDIA's spec mounts them from.
-    row.data["PATH"] = os.environ.get("PATH", "")
-    for dirs in nvidia_roots(roots):
-        if os.path.exists(output):
-            os.unlink(output)
-        command = [
-            *host_view(roots),
-            tools["nvidia-ctk"],
-            "cdi",
-            "generate",
-            *hook,
-            *dirs,
-            "--output",
-            output,
-        ]
-        result = recorder.run(command, 90)
-        written = result.ok and os.path.exists(output)
-        with_cuda = written and "libcuda.so" in open(output, encoding="utf-8").read()  # noqa: SIM115
-        warnings = sum("level=warning" in line for line in result.stderr.splitlines())
-        attempts.append(
-            {
-                "command": " ".join(command),
-                "result": "written" if written else result.why(),
-                "libcuda": with_cuda,
-                "stderr": result.stderr.strip()[-3000:],
-            }
-        )
-        row.data["attempts"] = attempts
-        roots_said = " ".join(dirs) or "default roots"
-        if with_cuda:
-            row.detail = f"written with {roots_said} ({warnings} warnings)"
-            return
-    if not written:
-        recorder.fail(row, result)
-    row.detail = f"written with {roots_said}, but it mounts no libcuda ({warnings} warnings)"
-
-
-def load(recorder: Recorder, venv: Venv, spec: str, target: str) -> dict[str, Any]:
-    """A YAML spec as JSON data (also written to ``target``, outside every spec dir), read by the
-    venv's PyYAML."""
-    result = recorder.run([venv.python, "-c", TO_JSON, spec, target], 30)
-    if not result.ok:
-        raise StepFailed(f"reading {spec}: {result.why()}")
-    with open(target, encoding="utf-8") as handle:
-        loaded: dict[str, Any] = json.load(handle)
-    return loaded
 
 
 def step_table(recorder: Recorder, venv: Venv) -> dict[str, str]:

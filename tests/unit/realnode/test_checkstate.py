@@ -1,0 +1,16 @@
+from __future__ import annotations
+
+from realnode.checkstate import KIND, State
+
+
+def test_each_check_starts_from_nothing_found() -> None:
+    first, second = State(work="/tmp/a"), State(work="/tmp/b")
+    first.spec_dirs["cdictk"] = "/tmp/a/cdi"
+    first.facts["driver"] = "580.159.04"
+    assert second.spec_dirs == {} and second.facts == {}
+    assert (second.carried, second.venv, second.containers, second.runs) == (None, None, None, False)
+    assert second.device == "0"
+
+
+def test_the_kind_is_the_one_both_generators_write() -> None:
+    assert KIND == "nvidia.com/gpu"
