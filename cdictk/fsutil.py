@@ -40,7 +40,9 @@ def atomic_write(
     file we read (the shim's ``config.json``).
 
     The new file keeps the mode and owner of the file it replaces (with ``keep_mode=False`` it gets
-    ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A symlink at
+    ``mode`` and belongs to the writer); a new file gets ``mode`` (default 0o644). A file of another
+    user in a directory others may write (sticky, ``/tmp``) is not kept from: anyone could have
+    planted it, so the new file gets ``mode`` and belongs to the writer. A symlink at
     ``path`` is refused rather than replaced by a regular file or followed. The status comes from the
     descriptor, not from ``path``, which someone may have replaced or removed by the time it returns.
 
@@ -70,6 +72,8 @@ def atomic_write(
         raise CdictkError(path, "", "is a symlink; refusing to replace it")
     if old is not None and not stat.S_ISREG(old.st_mode):
         raise CdictkError(path, "", "not a regular file")
+    if old is not None and keep_mode and not engine_directory and _planted(directory, old):
+        keep_mode = False
     final_mode = 0o644 if mode is None else mode
     if old is not None and keep_mode:
         final_mode = stat.S_IMODE(old.st_mode)
@@ -107,6 +111,19 @@ def atomic_write(
         raise
     _fsync_directory(directory)
     return status
+
+
+def _planted(directory: str, old: os.stat_result) -> bool:
+    """Whether ``old`` belongs to someone else in a directory others may write (a sticky one, the
+    only kind :func:`check_directory` lets through): anyone could have made it there, so its owner
+    and mode are not the node's choice, and keeping them would hand root's file to whoever planted
+    it (a 0666 file of theirs, written by root, stays theirs to change)."""
+    if old.st_uid in (0, os.geteuid()):
+        return False
+    try:
+        return bool(os.stat(directory).st_mode & 0o022)
+    except OSError:
+        return True  # it was checked a moment ago: if it cannot be looked at now, trust nothing in it
 
 
 def _rename_no_replace(tmp: str, path: str) -> None:
@@ -229,17 +246,25 @@ def _unlink(path: str) -> None:
 
 def check_directory(directory: str) -> None:
     """Refuse, with one line, a directory to write into that someone other than root (or the user
-    running us) could change: along its name and where its links lead, every entry must be ours and
-    writable by nobody else (:func:`cdictk.trust.path_problem`); the directory itself may be a sticky
-    one (``/tmp``), where nobody else may rename or remove what we put there. A link on the way is
-    followed only once it passed the same check, so a user's ``/tmp/pub/specs -> /etc`` is refused,
-    never written through. What passes can only be changed by root afterwards: writing by path is
-    then writing where it was checked."""
+    running us) could change: on the way the kernel walks it, every entry must be ours and writable
+    by nobody else (:func:`cdictk.trust.path_problem`: a link is judged, then where it leads, name by
+    name; ``..`` goes up from where the links led, as the write will); the directory itself may be a
+    sticky one (``/tmp``), where nobody else may rename or remove what we put there. A link on the
+    way is followed only once it passed the same check, so a user's ``/tmp/pub/specs -> /etc`` is
+    refused, never written through. What passes can only be changed by root afterwards: writing by
+    path is then writing where it was checked. A directory that is missing, or is not one, is
+    refused too."""
     from cdictk.trust import path_problem  # noqa: PLC0415 - not on the shim's path
 
-    if not os.path.isdir(directory):
-        return  # nothing can be written there: the write says why
-    problem = path_problem(os.path.abspath(directory), leaf_sticky_ok=True)
+    # A missing directory is said so here, not left to the write: in /tmp a user could make it
+    # between this check and the write, which would then go into their directory unchecked.
+    try:
+        st = os.stat(directory)
+    except OSError as exc:
+        raise CdictkError(directory, "", f"not written: {exc.strerror}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise CdictkError(directory, "", "not written: not a directory")
+    problem = path_problem(directory, leaf_sticky_ok=True)
     if problem is not None:
         raise CdictkError(directory, "", f"not written: {problem}: someone other than root could change it")
 

@@ -4,26 +4,31 @@ Whether a path is root's alone: nobody but root (or the user running us) could c
 
 cdictk runs as root and reads files that decide what runs as root: CDI specs (their hooks end up in
 ``config.json``), the Python it is launched with and its import path, its parse cache. Such a file is
-only as safe as every name on the way to it, so the check walks from the file up to ``/``:
+only as safe as every name on the way to it, so the check walks the path the way the kernel resolves
+it (:class:`Walk`): from ``/``, one name at a time; a symlink is judged, then where it leads is walked
+the same way, name by name (so are the directories between one link and the next); ``..`` goes up
+from where the walk is once the links before it are followed, not by the text of the path.
 
 - every entry must belong to root or to the reading user (``owners``);
 - the file itself (or the directory, when it is what we read or write into) must not be writable by
   group or others;
-- a directory above it may be writable by others only with the sticky bit (``/tmp``): there the
+- a directory on the way may be writable by others only with the sticky bit (``/tmp``): there the
   kernel lets nobody but an entry's owner rename or remove it, so root's entries stay root's;
-- a symlink owned by root is followed by checking where it leads too (its own mode means nothing,
-  and only its owner could have made it point elsewhere).
+- a symlink owned by root is followed (its own mode means nothing, and only its owner could have
+  made it point elsewhere).
 
-The walk is done along the path as written and along its resolved form. Nothing here opens a file:
-a path that passes cannot be changed by anyone but root afterwards, so opening it later reads what
-was checked. Standard library only (``os``, ``stat``, ``sys``), and no cdictk import: a launcher runs
-this module's code, copied beside it as ``cdictk_trust.py``, before it trusts anything of cdictk
-(:mod:`cdictk.runtime.startcheck`); so it holds what a start needs and nothing else, and the checks
-made off the start path (a whole package tree, the repairs) are in :mod:`cdictk.trustscan`.
+Nothing here opens a file: a path that passes cannot be changed by anyone but root afterwards, so
+opening it later reads what was checked. Standard library only (``errno``, ``os``, ``stat``, ``sys``),
+and no cdictk import: a launcher runs this module's code, copied beside it as ``cdictk_trust.py``,
+before it trusts anything of cdictk (:mod:`cdictk.runtime.startcheck`); so it holds what a start
+needs and nothing else, and the checks made off the start path (a whole package tree, the repairs)
+are in :mod:`cdictk.trustscan`. :mod:`cdictk.hostpaths` walks a spec's host paths with :class:`Walk`
+and a rule of its own.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import sys
@@ -35,15 +40,140 @@ if TYPE_CHECKING:
     from types import ModuleType
     from typing import Any
 
-    # A directory checked already -> (its problem as a parent, whether a symlink is on its way to /).
-    Seen = dict[str, tuple[str | None, bool]]
+    # A directory (as written) that passed as a directory on the way -> where the walk resolved it.
+    Seen = dict[str, str]
 
 WRITABLE = 0o022  # group or others
+MAX_LINKS = 40  # the kernel's own limit on symlinks followed in one lookup
+
+
+class Walk:
+    """Walks a path as the kernel resolves it, and asks :meth:`judge` about each entry on the way.
+
+    From ``/``, one name at a time: each entry is looked at with ``lstat`` and judged; a symlink's
+    target is walked next, name by name, from ``/`` or from the link's directory; ``..`` leaves the
+    directory the walk is in, where the links before it led. The first answer that is not None ends
+    the walk. A name that cannot be looked at (missing, or under a file) is :meth:`missing`'s to
+    judge. A subclass says what passes; a walk reused for many paths looks at each entry once
+    (``lstat`` answers are kept) and starts a path in a directory that passed already from where it
+    resolved (``seen``: may be shared between walks of one rule).
+    """
+
+    __slots__ = ("_dirs", "_entries")
+
+    def __init__(self, seen: Seen | None = None) -> None:
+        self._dirs: Seen = {} if seen is None else seen
+        self._entries: dict[str, os.stat_result | OSError] = {}
+
+    def judge(self, path: str, st: os.stat_result, leaf: bool) -> str | None:
+        """Why the entry at ``path`` (resolved: no link on its way) does not pass, or None.
+        ``leaf``: the walk's last entry, which the path names (a link there is followed after)."""
+        raise NotImplementedError
+
+    def missing(self, path: str, error: OSError, parent: str) -> str | None:
+        """What a name that cannot be looked at means (``error``: from ``lstat``; ``parent``: where
+        the walk is, which passed: "" for ``/``)."""
+        return f"{path}: {error.strerror}"
+
+    def walk(self, path: str, *, follow: bool = True) -> str | None:
+        """The first problem on the way to absolute ``path``, or None. ``follow=False``: a symlink at
+        ``path`` is judged, not followed."""
+        parent, _, name = path.rpartition("/")
+        # Only a path without ".", ".." and "//" names what its text says: its directory can be remembered.
+        plain = name not in ("", ".", "..") and "/./" not in path and "/../" not in path and "//" not in path
+        if plain and parent in self._dirs:  # the files of one directory: its walk is done once
+            pending, where = [name], self._dirs[parent]
+        else:
+            pending = [part for part in reversed(path.split("/")) if part not in ("", ".")]
+            top = self._lstat("/")
+            problem = f"/: {top.strerror}" if isinstance(top, OSError) else self.judge("/", top, not pending)
+            if problem is not None:
+                return problem
+            where = ""  # the entries resolved so far, as a path ("" is /)
+        links = 0
+        while pending:
+            part = pending.pop()
+            if not pending and plain:
+                # The bottom of the stack is the path's own last name (links push above it): what is
+                # resolved now is its directory, which passed.
+                self._dirs[parent] = where
+            if part == "..":
+                if not stat.S_ISDIR(self._mode(where)):  # the kernel's ENOTDIR: nothing above a file
+                    return self.missing(f"{where}/..", _not_a_directory(), where)
+                where = where.rpartition("/")[0]
+                continue
+            current = f"{where}/{part}"
+            st = self._lstat(current)
+            if isinstance(st, OSError):
+                return self.missing(current, st, where)
+            leaf = not pending
+            problem = self.judge(current, st, leaf)
+            if problem is not None:
+                return problem
+            if stat.S_ISLNK(st.st_mode):
+                if leaf and not follow:
+                    return None
+                links += 1
+                if links > MAX_LINKS:
+                    return f"{path}: too many levels of symbolic links"
+                try:
+                    target = os.readlink(current)
+                except OSError as exc:
+                    return f"{current}: {exc.strerror}"
+                if target.startswith("/"):
+                    where = ""
+                pending += [part for part in reversed(target.split("/")) if part not in ("", ".")]
+                continue
+            where = current
+        if plain and follow and stat.S_ISDIR(self._mode(where)):
+            self._dirs[path] = where  # a directory that passed: as a directory on the way it would too
+        return None
+
+    def _mode(self, path: str) -> int:
+        """The mode of an entry the walk passed ("" is /); 0 if it cannot be looked at now."""
+        st = self._lstat(path or "/")
+        return 0 if isinstance(st, OSError) else st.st_mode
+
+    def _lstat(self, path: str) -> os.stat_result | OSError:
+        found = self._entries.get(path)
+        if found is None:
+            try:
+                found = os.lstat(path)
+            except OSError as exc:
+                found = exc
+            self._entries[path] = found
+        return found
+
+
+def _not_a_directory() -> OSError:
+    return NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+
+
+class TrustWalk(Walk):
+    """The rule above: ``owners`` own every entry; ``leaf_sticky_ok``: the path is a directory we only
+    look names up in (the parent of something to be made), so a sticky world-writable one passes."""
+
+    __slots__ = ("leaf_sticky_ok", "owners")
+
+    def __init__(
+        self, owners: frozenset[int], *, leaf_sticky_ok: bool = False, seen: Seen | None = None
+    ) -> None:
+        super().__init__(seen)
+        self.owners = owners
+        self.leaf_sticky_ok = leaf_sticky_ok
+
+    def judge(self, path: str, st: os.stat_result, leaf: bool) -> str | None:
+        return stat_problem(path, st, self.owners, sticky_ok=self.leaf_sticky_ok or not leaf)
 
 
 def owners_of_trust() -> frozenset[int]:
     """Root, and the user running us (a rootless setup trusts its own files)."""
     return frozenset({0, os.geteuid()})
+
+
+def absolute(path: str) -> str:
+    """``path`` from ``/``: a relative one from the working directory, its ``..`` left for the walk."""
+    return path if path.startswith("/") else f"{os.getcwd()}/{path}"
 
 
 def path_problem(
@@ -60,44 +190,7 @@ def path_problem(
     spec dirs' files share their parents): pass the same empty dict to each.
     """
     owners = owners if owners is not None else owners_of_trust()
-    absolute = os.path.abspath(path)
-    problem, linked = _chain_problem(absolute, owners, leaf_sticky_ok, seen)
-    if problem is not None or not linked:  # no symlink on the way: where it leads is what was checked
-        return problem
-    real = os.path.realpath(absolute)
-    if real == absolute:
-        return None
-    return _chain_problem(real, owners, leaf_sticky_ok, seen)[0]
-
-
-def _chain_problem(
-    path: str, owners: frozenset[int], leaf_sticky_ok: bool, seen: Seen | None
-) -> tuple[str | None, bool]:
-    """The problem of ``path`` or of a directory above it, and whether a symlink is on the way."""
-    found: list[tuple[str, str | None, bool]] = []  # (entry, its own problem, is a link), leaf first
-    above: tuple[str | None, bool] = (None, False)  # what holds above the last entry looked at
-    leaf = True
-    while True:
-        if not leaf and seen is not None and path in seen:
-            above = seen[path]
-            break
-        try:
-            st = os.lstat(path)
-        except OSError as exc:
-            found.append((path, f"{path}: {exc.strerror}", False))
-            break
-        problem = stat_problem(path, st, owners, sticky_ok=leaf_sticky_ok or not leaf)
-        found.append((path, problem, stat.S_ISLNK(st.st_mode)))
-        if problem is not None or path == "/":
-            break
-        path, leaf = os.path.dirname(path), False
-    problem, linked = above
-    for index in range(len(found) - 1, -1, -1):  # from the top down: each holds for all below it
-        entry, own, link = found[index]
-        problem, linked = own or problem, link or linked
-        if index and seen is not None:  # the leaf is judged as a leaf: never remembered as a parent
-            seen[entry] = (problem, linked)
-    return problem, linked
+    return TrustWalk(owners, leaf_sticky_ok=leaf_sticky_ok, seen=seen).walk(absolute(path))
 
 
 def stat_problem(path: str, st: os.stat_result, owners: frozenset[int], *, sticky_ok: bool) -> str | None:
@@ -111,11 +204,11 @@ def stat_problem(path: str, st: os.stat_result, owners: frozenset[int], *, stick
 
 
 def paths_problem(paths: list[str], *, owners: frozenset[int] | None = None) -> str | None:
-    """The first of ``paths`` that is not root's alone (:func:`path_problem`), or None; one memo of
-    directories for all, since the paths of one Python share most of their parents."""
-    seen: Seen = {}
+    """The first of ``paths`` that is not root's alone (:func:`path_problem`), or None; one walk for
+    all, since the paths of one Python share most of their parents."""
+    check = TrustWalk(owners if owners is not None else owners_of_trust())
     for path in paths:
-        problem = path_problem(path, owners=owners, seen=seen)
+        problem = check.walk(absolute(path))
         if problem is not None:
             return problem
     return None

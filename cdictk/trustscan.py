@@ -12,7 +12,7 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from cdictk.trust import WRITABLE, owners_of_trust, path_problem, paths_problem, stat_problem
+from cdictk.trust import WRITABLE, Walk, absolute, owners_of_trust, path_problem, paths_problem, stat_problem
 
 if TYPE_CHECKING:  # a type alias that trust.py defines only for type checkers
     from cdictk.trust import Seen
@@ -34,36 +34,37 @@ def first_problem(paths: list[str], trees: list[str], *, owners: frozenset[int] 
 
 def repairs(path: str, *, owners: frozenset[int] | None = None) -> list[list[str]]:
     """The commands that would make ``path`` root's alone: ``chown`` or ``chmod`` of every entry at
-    fault, along the path as written and where it leads (a missing entry has no repair)."""
-    owners = owners if owners is not None else owners_of_trust()
-    absolute = os.path.abspath(path)
-    found: list[list[str]] = []
-    for chain in dict.fromkeys((absolute, os.path.realpath(absolute))):
-        current, leaf = chain, True
-        while True:
-            for command in _entry_repairs(current, owners, sticky_ok=not leaf):
-                if command not in found:
-                    found.append(command)
-            if current == "/":
-                break
-            current, leaf = os.path.dirname(current), False
-    return found
+    fault on the way the kernel walks it (:class:`cdictk.trust.Walk`), from ``/`` down; a missing
+    entry ends the way and has no repair."""
+    walk = _Repairs(owners if owners is not None else owners_of_trust())
+    walk.walk(absolute(path))
+    return walk.found
 
 
-def _entry_repairs(path: str, owners: frozenset[int], *, sticky_ok: bool) -> list[list[str]]:
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return []
-    commands = []
-    if st.st_uid not in owners:
-        commands.append(
-            ["chown", "-h", "root:", path] if stat.S_ISLNK(st.st_mode) else ["chown", "root:", path]
-        )
-    # Its mode alone (its owner is judged above): the same stat, with its owner taken as trusted.
-    if stat_problem(path, st, frozenset({st.st_uid}), sticky_ok=sticky_ok) is not None:
-        commands.append(["chmod", "go-w", path])
-    return commands
+class _Repairs(Walk):
+    """A walk that passes every entry, noting the repairs of those at fault."""
+
+    __slots__ = ("found", "owners")
+
+    def __init__(self, owners: frozenset[int]) -> None:
+        super().__init__()
+        self.owners = owners
+        self.found: list[list[str]] = []
+
+    def judge(self, path: str, st: os.stat_result, leaf: bool) -> str | None:
+        commands = []
+        if st.st_uid not in self.owners:
+            commands.append(
+                ["chown", "-h", "root:", path] if stat.S_ISLNK(st.st_mode) else ["chown", "root:", path]
+            )
+        # Its mode alone (its owner is judged above): the same stat, with its owner taken as trusted.
+        if stat_problem(path, st, frozenset({st.st_uid}), sticky_ok=not leaf) is not None:
+            commands.append(["chmod", "go-w", path])
+        self.found += [command for command in commands if command not in self.found]
+        return None
+
+    def missing(self, path: str, error: OSError, parent: str) -> str | None:
+        return None
 
 
 def tree_problem(root: str, *, owners: frozenset[int] | None = None, seen: Seen | None = None) -> str | None:

@@ -6,11 +6,13 @@ Where a container starts: the host paths of the edits about to be applied are ch
 spec may be applied months later, and may come from another producer. So before
 :func:`cdictk.cdi.apply.apply_edits` touches a config (the runtime shim, podman's precreate hook, the
 legacy prestart hook, ``cdictk cdi inject``, :meth:`cdictk.cdi.cache.SpecCache.inject`), every mount
-source and device node of the edit blocks is checked with the container-start rule: the same owners,
-and every symlink on the way root's own. One that fails stops the container with one line naming the
-spec, the field and the owner, and nothing has been applied. ``cdictk cdi validate`` and ``cdictk info``
-report the same findings for every spec (:func:`spec_problems`), since a CDI-native engine applies
-specs without asking us.
+source, device node and hook program of the edit blocks is checked with the container-start rule:
+the same owners, and every symlink on the way root's own. A hook is a host program the runtime runs
+as root: whoever could change it, or a directory on its way, runs their code as root on every
+container start, so it is held to the same rule as a mount. One that fails stops the container with
+one line naming the spec, the field and the owner, and nothing has been applied. ``cdictk cdi
+validate`` and ``cdictk info`` report the same findings for every spec (:func:`spec_problems`), since
+a CDI-native engine applies specs without asking us.
 
 Standard library only: the shim runs it on every container start.
 """
@@ -30,16 +32,19 @@ if TYPE_CHECKING:
 
 
 def check_host_paths(sources: Sequence[EditsSource], *, check: HostPathCheck | None = None) -> None:
-    """Raise CdictkError for the first mount source or device node of ``sources`` that is not root's
+    """Raise CdictkError for the first mount source, device node or hook of ``sources`` that is not root's
     alone; ``sources`` are the edit blocks in the spec's JSON shape, as apply_edits takes them."""
     check = check or HostPathCheck(root_links=True)
     for source in sources:
         for field, path in _host_paths(source.edits):
             problem = check.problem(path)
             if problem is not None:
-                raise CdictkError(
-                    source.file, f"{source.field}.{field}", f"{problem}: refusing to give it to a container"
+                refusal = (
+                    "refusing to run it as root"
+                    if field.startswith("hooks")
+                    else "refusing to give it to a container"
                 )
+                raise CdictkError(source.file, f"{source.field}.{field}", f"{problem}: {refusal}")
 
 
 def spec_problems(spec: Spec, file: str, *, check: HostPathCheck | None = None) -> list[Problem]:
@@ -56,14 +61,16 @@ def spec_problems(spec: Spec, file: str, *, check: HostPathCheck | None = None) 
         for field, path in _host_paths(to_data(edits)):
             problem = check.problem(path)
             if problem is not None:
-                reason = f"{problem}: cdictk refuses it at container start; other runtimes mount it as root"
+                done = "run it" if field.startswith("hooks") else "mount it"
+                reason = f"{problem}: cdictk refuses it at container start; other runtimes {done} as root"
                 problems.append(Problem(file, f"{where}.{field}", reason))
     return problems
 
 
 def _host_paths(edits: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    """(field, host path) of each device node and mount; a relative path is not judged: a mount's is
-    no host path (tmpfs, proc), a node's is the runtime's working directory's, as the library has it."""
+    """(field, host path) of each device node, mount and hook; a relative path is not judged: a
+    mount's is no host path (tmpfs, proc), a node's is the runtime's working directory's, as the
+    library has it, and a hook's is refused by the spec's validation."""
     for index, node in enumerate(edits.get("deviceNodes", ())):
         path = node.get("hostPath") or node.get("path") or ""
         if path.startswith("/"):
@@ -71,3 +78,6 @@ def _host_paths(edits: dict[str, Any]) -> Iterator[tuple[str, str]]:
     for index, mount in enumerate(edits.get("mounts", ())):
         if mount.get("hostPath", "").startswith("/"):
             yield f"mounts[{index}]", mount["hostPath"]
+    for index, hook in enumerate(edits.get("hooks", ())):
+        if hook.get("path", "").startswith("/"):
+            yield f"hooks[{index}]", hook["path"]

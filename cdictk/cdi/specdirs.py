@@ -86,19 +86,25 @@ def untrusted(problem: Problem) -> bool:
 
 
 class _Mounts:
-    """The FUSE mounts of this process's mount table, read when first asked."""
+    """The FUSE mounts of this process's mount table, read when first asked.
+
+    Fails closed: a spec whose file system cannot be told (the file cannot be looked at, the mount
+    table cannot be read or parsed) is a problem, not a pass."""
 
     def __init__(self) -> None:
-        self._fuse: dict[int, tuple[str, str]] | None = None  # device -> (fstype, the daemon's uid)
+        # device -> (fstype, the daemon's uid); or why the table could not be read
+        self._fuse: dict[int, tuple[str, str]] | str | None = None
 
     def problem(self, path: str) -> str | None:
-        """Why ``path`` (followed) is on a FUSE file system whose daemon is not root's, or None."""
+        """Why ``path`` (followed) is on a FUSE file system whose daemon is not root's, or may be."""
         try:
             device = os.stat(path).st_dev
-        except OSError:
-            return None  # what cannot be read is reported where it is read
+        except OSError as exc:
+            return f"{path}: {exc.strerror}: cannot tell which file system it is on"
         if self._fuse is None:
             self._fuse = _fuse_mounts()
+        if isinstance(self._fuse, str):
+            return f"{path}: cannot tell whether a FUSE daemon serves it: {self._fuse}"
         found = self._fuse.get(device)
         if found is None or found[1] == "0":
             return None
@@ -109,17 +115,20 @@ class _Mounts:
         )
 
 
-def _fuse_mounts() -> dict[int, tuple[str, str]]:
+def _fuse_mounts() -> dict[int, tuple[str, str]] | str:
+    """The FUSE mounts by device, or why the mount table could not be read."""
     from cdictk import mountinfo  # noqa: PLC0415 - only where the spec files are parsed
 
     try:
         fd = os.open("/proc/self/mountinfo", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return {}
+    except OSError as exc:
+        return f"/proc/self/mountinfo: {exc.strerror}"
     try:
         mounts = mountinfo.read(fd)
-    except (OSError, ValueError):
-        return {}
+    except OSError as exc:
+        return f"/proc/self/mountinfo: {exc.strerror}"
+    except ValueError as exc:
+        return str(exc)
     finally:
         os.close(fd)
     fuse: dict[int, tuple[str, str]] = {}

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import stat
+import sys
 
 from cdictk.errors import HookError
 
@@ -29,6 +30,7 @@ _PT_INTERP = 3
 _MAX_PROGRAM_HEADERS = 512
 # ELF e_machine of the programs this machine runs natively, by `uname -m`.
 _INIT_USER_NS = 0xEFFFFFFD  # the inode of the host's user namespace (PROC_USER_INIT_INO), fixed by the kernel
+_NS_GET_OWNER_UID = 0xB704  # _IO(NSIO, 0x4), Linux 4.11: the uid that made a user namespace
 _ELF_MACHINES = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}
 
 
@@ -71,23 +73,52 @@ def _check_host_file(fd: int, path: str, what: str) -> int:
 
 
 def _beyond_the_users_reach(fd: int) -> bool:
-    """For a hook in a user namespace that is not the host's (rootless podman; crun and runc under it):
-    whether the file (not root's as the namespace sees it) is out of reach of the user who started
-    the container.
+    """For a hook in a user namespace an unprivileged user made (rootless podman; crun and runc under
+    it): whether the file (not root's as the namespace sees it) is out of reach of that user.
 
     There the hook runs as that user, and the host's root owns nothing the namespace can name: its
     files show as the overflow uid (65534), as do other users'. An id the namespace maps (the user, as
     uid 0, and the subordinate ids its containers' processes run as) lets the hook write a file it
     owns; an unmapped one does not. So the kernel is asked: a file the hook could write, the user's
-    containers could have written too. A hook of the host's user namespace (real root) is never asked:
-    there only root's own files pass. Unknown namespace: the host's.
+    containers could have written too. Everywhere else only root's own files pass: in the host's user
+    namespace, and in one root made (a rootful engine's ``--userns``), where an unprivileged user's
+    file looks the same as root's (unmapped) though the container is root's, not theirs. A namespace
+    it cannot tell is taken for root's.
     """
     try:
         if os.stat("/proc/self/ns/user").st_ino == _INIT_USER_NS:
             return False
     except OSError:
         return False
+    if _namespace_owner() in (None, 0):
+        return False
     return not os.access(f"/proc/self/fd/{fd}", os.W_OK, effective_ids=True)
+
+
+def _namespace_owner() -> int | None:
+    """The uid, in the parent user namespace, of whoever made ours; None when it cannot be told.
+
+    ``NS_GET_OWNER_UID`` gives the owner as our namespace names it: the overflow uid when it maps no
+    id to the owner (root's namespaces map no id to root), which is also an id a namespace may map, so
+    that answer is no answer. A mapped owner is looked up in ``uid_map`` (inside, outside, count: the
+    outside ids are the parent namespace's)."""
+    try:
+        ns = os.open("/proc/self/ns/user", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            inside = int.from_bytes(fcntl.ioctl(ns, _NS_GET_OWNER_UID, bytes(4)), sys.byteorder)
+        finally:
+            os.close(ns)
+        with open("/proc/sys/kernel/overflowuid", "rb") as overflow:
+            if inside == int(overflow.read()):
+                return None
+        with open("/proc/self/uid_map", "rb") as uid_map:
+            for line in uid_map.read().splitlines():
+                first, outside, count = (int(field) for field in line.split())
+                if first <= inside < first + count:
+                    return outside + inside - first
+    except (OSError, ValueError):
+        pass
+    return None
 
 
 def _sealed_copy(src: int, size: int, what: str) -> int:

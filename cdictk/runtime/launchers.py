@@ -29,6 +29,7 @@ then.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 from typing import NamedTuple
@@ -245,11 +246,18 @@ def _same_content(one: str, other: str) -> bool:
 
 
 def _ours(path: str) -> bool:
+    """Whether ``path`` is a launcher cdictk wrote; read before the directory is checked, so a FIFO
+    or a link there is not ours, and is never waited on or followed."""
     try:
-        with open(path, "rb") as file:
-            return _MARK.encode() in file.read(4096)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return False
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode) and _MARK.encode() in os.read(fd, 4096)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _install(
@@ -287,21 +295,17 @@ def _install(
 
 
 def _make_directory(directory: str) -> None:
-    """Make ``directory`` and the missing ones above it, 0755 whatever the umask (os.makedirs gives
-    the parents it makes 0777 under a umask of 000); nothing is made under a directory not root's."""
-    missing = []
-    existing = directory
-    while not os.path.lexists(existing):
-        missing.append(existing)
-        existing = os.path.dirname(existing)
-    _require_trusted(trust.path_problem(existing, leaf_sticky_ok=bool(missing)))
-    if missing:
-        from cdictk.fsutil import make_dirs  # noqa: PLC0415
+    """Make ``directory`` as every writer makes its own (:func:`cdictk.fsutil.writable_directory`:
+    0755 whatever the umask, nothing made under a directory not root's), and refuse it even when it
+    is sticky: the launchers import their checker from it, and in a sticky directory anyone may plant
+    a ``cdictk_trust/`` package or ``.so`` that Python would find first."""
+    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.fsutil import writable_directory  # noqa: PLC0415
 
-        try:
-            make_dirs(directory)
-        except OSError as exc:
-            raise LauncherError(f"{exc.filename or directory}: {exc.strerror}") from None
+    try:
+        writable_directory(directory)
+    except CdictkError as exc:
+        raise LauncherError(str(exc)) from None
     _require_trusted(trust.path_problem(directory))
 
 

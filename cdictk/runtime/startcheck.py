@@ -87,12 +87,20 @@ def check_lines(tag: str, directory: str, paths: list[str], owners: frozenset[in
     where the checker is, the launcher's own directory.
     """
     # The checker and its bytecode too: read by then, but a loosening since stops cdictk all the same.
-    checked = [*paths, f"{directory}/{CHECKER}", f"{directory}/__pycache__"]
+    # The .pyc itself, not only its directory: Python runs its bytecode whenever the source hash in it
+    # matches, so whoever could write it could make any code pass for the checker.
+    module = CHECKER.removesuffix(".py")
+    checked = [
+        *paths,
+        f"{directory}/{CHECKER}",
+        f"{directory}/__pycache__",
+        f"{directory}/__pycache__/{module}.{tag}.pyc",
+    ]
     return _LINES.format(
         checker=CHECKER,
         tag=tag,
         directory=directory,
-        module=CHECKER.removesuffix(".py"),
+        module=module,
         owners=sorted(owners),
         paths="".join(f"    {path!r},\n" for path in checked),
         why=_WHY,

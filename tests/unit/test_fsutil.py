@@ -54,8 +54,18 @@ def test_directory_target_is_refused(tmp_path: Path) -> None:
 
 
 def test_missing_directory(tmp_path: Path) -> None:
-    with pytest.raises(CdictkError, match="cannot create a temporary file"):
+    """Said by the check, not left to the write: before, check_directory passed a missing directory
+    and a user who made it (in /tmp) before the write got root's file in their directory."""
+    with pytest.raises(CdictkError, match=r"/none: not written: No such file or directory$"):
+        check_directory(str(tmp_path / "none"))
+    with pytest.raises(CdictkError, match=r"/none: not written: No such file or directory$"):
         atomic_write(str(tmp_path / "none" / "f"), b"x")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(CdictkError, match=r"/file: not written: not a directory$"):
+        check_directory(str(tmp_path / "file"))
+    (tmp_path / "dangling").symlink_to(tmp_path / "none")
+    with pytest.raises(CdictkError, match=r"/dangling: not written: No such file or directory$"):
+        writable_directory(str(tmp_path / "dangling"))
 
 
 def test_failed_rename_leaves_the_old_file_and_no_temp_file(
@@ -332,6 +342,43 @@ def test_a_users_link_to_a_roots_directory_is_never_written_through(base: Path) 
 
 
 @needs_root
+def test_a_users_directory_between_two_roots_links_is_never_written_through(base: Path) -> None:
+    """``out -> userdir/hop -> target``: both links root's, the directory between them a user's, who
+    may swap ``hop`` for a link of theirs at will. Before: the links' own path and where they end up
+    were checked, never ``userdir``, and root wrote into ``target``."""
+    (base / "target").mkdir()
+    (base / "userdir").mkdir()
+    os.symlink(base / "target", base / "userdir" / "hop")
+    os.chown(base / "userdir", OTHER, OTHER)
+    os.symlink(base / "userdir" / "hop", base / "out")
+    with pytest.raises(CdictkError, match=rf"{base}/userdir: owned by uid {OTHER}"):
+        check_directory(str(base / "out"))
+    with pytest.raises(CdictkError, match=rf"{base}/userdir: owned by uid {OTHER}"):
+        atomic_write(str(base / "out" / "spec.yaml"), b"x")
+    assert os.listdir(base / "target") == []
+
+
+@needs_root
+def test_dot_dot_after_a_link_is_where_the_link_led_not_where_the_text_says(base: Path) -> None:
+    """``x/ul/../victim``: the kernel goes up from where ``ul`` leads, a user's directory. Before: the
+    text was folded to ``x/victim`` (root's), checked, and root wrote into the user's ``victim``."""
+    (base / "x" / "victim").mkdir(parents=True)
+    (base / "home" / "a").mkdir(parents=True)
+    (base / "home" / "victim").mkdir()
+    for theirs in ("home", "home/a", "home/victim"):
+        os.chown(base / theirs, OTHER, OTHER)
+    os.symlink(base / "home" / "a", base / "x" / "ul")
+    os.lchown(base / "x" / "ul", OTHER, OTHER)
+    path = f"{base}/x/ul/../victim/spec.yaml"
+    with pytest.raises(CdictkError, match=rf"{base}/x/ul: owned by uid {OTHER}"):
+        atomic_write(path, b"x")
+    os.lchown(base / "x" / "ul", 0, 0)  # root's own link: the walk goes on into the user's directory
+    with pytest.raises(CdictkError, match=rf"{base}/home: owned by uid {OTHER}"):
+        atomic_write(path, b"x")
+    assert os.listdir(base / "home" / "victim") == [] and os.listdir(base / "x" / "victim") == []
+
+
+@needs_root
 def test_group_writable_refused_sticky_only_as_the_directory_written_into(base: Path) -> None:
     (base / "shared").mkdir()
     os.chmod(base / "shared", 0o775)
@@ -342,6 +389,28 @@ def test_group_writable_refused_sticky_only_as_the_directory_written_into(base: 
     atomic_write(str(base / "shared" / "f"), b"x")
     (base / "shared" / "sub").mkdir(mode=0o755)
     check_directory(str(base / "shared" / "sub"))  # root's, in a sticky one: only root may swap it
+
+
+@needs_root
+def test_a_file_a_user_planted_in_a_sticky_directory_keeps_neither_owner_nor_mode(base: Path) -> None:
+    """A user makes ``/tmp/x/config.toml`` (0666, theirs) before root edits it: keeping its owner and
+    mode gave root's file back to the user. Before: owned by the user, mode 0666, after the write."""
+    (base / "tmp").mkdir()
+    os.chmod(base / "tmp", 0o1777)
+    planted = base / "tmp" / "config.toml"
+    planted.write_text("theirs")
+    os.chown(planted, OTHER, OTHER)
+    os.chmod(planted, 0o4777)
+    atomic_write(str(planted), b"root's")
+    st = planted.stat()
+    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o644)
+    os.chmod(planted, 0o600)  # root's own file there keeps its mode
+    atomic_write(str(planted), b"again")
+    assert stat.S_IMODE(planted.stat().st_mode) == 0o600
+    os.chown(planted, OTHER, OTHER)  # in a directory only root can write, another owner is root's choice
+    os.chmod(base / "tmp", 0o755)
+    atomic_write(str(planted), b"kept")
+    assert (planted.stat().st_uid, stat.S_IMODE(planted.stat().st_mode)) == (OTHER, 0o600)
 
 
 @needs_root

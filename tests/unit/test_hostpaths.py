@@ -26,11 +26,29 @@ def check(path: Path | str, *, root_links: bool = False) -> str | None:
     return HostPathCheck(uid_min=1000, root_links=root_links).problem(str(path))
 
 
-def test_roots_files_pass_and_missing_ones_are_not_judged(base: Path) -> None:
+def test_roots_files_pass_and_missing_ones_only_where_no_one_else_could_make_them(base: Path) -> None:
     (base / "lib").mkdir()
     (base / "lib/libcuda.so.1").write_text("x")
     assert check(base / "lib/libcuda.so.1") is None
     assert check(base / "lib/gone") is None
+    assert check(base / "lib/gone/deeper") is None
+    assert check(base / "lib/libcuda.so.1/x") is None  # under a file: nothing can be made there
+
+
+def test_a_missing_name_in_a_sticky_directory_is_a_problem(base: Path) -> None:
+    """After a reboot empties /tmp a spec still names /tmp/nvidia-mps: a user who makes it first (a
+    link to /etc) picks what the runtime mounts. Before: missing, so not judged, so passed."""
+    (base / "tmp").mkdir()
+    os.chmod(base / "tmp", 0o1777)
+    why = (
+        f"{base}/tmp/nvidia-mps: missing in a directory others can write ({base}/tmp, mode 1777): "
+        "whoever makes it first picks what it is"
+    )
+    assert check(base / "tmp/nvidia-mps") == why
+    assert check(base / "tmp/nvidia-mps", root_links=True) == why
+    assert check(base / "tmp/nvidia-mps/control") == why
+    (base / "tmp/nvidia-mps").mkdir()  # root's again: its own missing names only root could make
+    assert check(base / "tmp/nvidia-mps/control") is None
 
 
 def test_a_users_entry_anywhere_on_the_way_is_named_with_its_owner(base: Path) -> None:
@@ -48,6 +66,27 @@ def test_a_system_accounts_directory_passes(base: Path) -> None:
         server.bind(str(base / "run/nvidia-persistenced/socket"))
     os.chown(base / "run/nvidia-persistenced/socket", SYSTEM, SYSTEM)
     assert check(base / "run/nvidia-persistenced/socket") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "uid_min"),
+    [
+        ("  UID_MIN 2000\n", 2000),  # indented: shadow skips the blanks; before, the line was skipped
+        ("\tUID_MIN\t2000  \n", 2000),
+        ('UID_MIN "2000"\n', 2000),
+        ("UID_MIN 0x7d0\n", 2000),  # strtoul, base 0
+        ("UID_MIN 03720\n", 2000),  # octal: before, 3720, trusting uids 2000-3719
+        ("UID_MIN 2000\nUID_MIN 3000\n", 3000),  # the last wins
+        ("UID_MIN 2000\nUID_MIN 12abc\n", DEFAULT_UID_MIN),  # the last, not a number: shadow's default
+        ("UID_MIN \u0663\u0660\u0660\u0660\n", DEFAULT_UID_MIN),  # digits to Python, not to strtoul
+        ("# UID_MIN 500\nUID_MINIMUM 500\nSYS_UID_MIN 500\n", DEFAULT_UID_MIN),
+        ("UID_MIN\n", DEFAULT_UID_MIN),
+    ],
+)
+def test_uid_min_is_read_as_shadow_utils_reads_it(base: Path, text: str, uid_min: int) -> None:
+    defs = base / "login.defs"
+    defs.write_text(text)
+    assert login_uid_min(str(defs)) == uid_min
 
 
 def test_the_login_range_comes_from_login_defs(base: Path) -> None:

@@ -65,8 +65,9 @@ def test_a_root_symlink_is_judged_by_where_it_leads(root_dir: Path) -> None:
     os.chown(target, OTHER, OTHER)
     link = root_dir / "evil.yaml"
     link.symlink_to(target)
-    assert path_problem(str(link), owners=ROOT_ONLY) == f"{target}: owned by uid {OTHER}, not root"
+    assert path_problem(str(link), owners=ROOT_ONLY) == f"{home}: owned by uid {OTHER}, not root"
     os.chown(home, 0, 0)
+    assert path_problem(str(link), owners=ROOT_ONLY) == f"{target}: owned by uid {OTHER}, not root"
     os.chown(target, 0, 0)
     target.chmod(0o644)
     assert path_problem(str(link), owners=ROOT_ONLY) is None
@@ -88,12 +89,17 @@ def test_the_reading_user_is_trusted_too(root_dir: Path) -> None:
     assert path_problem(str(path), owners=frozenset({0, OTHER})) is None
 
 
-def test_seen_directories_are_remembered(root_dir: Path) -> None:
+def test_seen_directories_are_remembered(root_dir: Path, tmp_path: Path) -> None:
     seen: Seen = {}
     assert path_problem(str(plain_file(root_dir)), owners=ROOT_ONLY, seen=seen) is None
-    assert seen[str(root_dir)] == (None, False) and seen["/"] == (None, False)
-    seen[str(root_dir)] = ("planted", False)  # a remembered answer is used, not asked again
-    assert path_problem(str(root_dir / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == "planted"
+    assert seen == {str(root_dir): str(root_dir)}
+    other = tmp_path / "other"
+    other.mkdir()
+    plain_file(other, 0o666)
+    seen[str(root_dir)] = str(other)  # a remembered answer is used, not asked again
+    assert path_problem(str(root_dir / "nvidia.yaml"), owners=ROOT_ONLY, seen=seen) == (
+        f"{other}/nvidia.yaml: writable by group or others (mode 0666)"
+    )
 
 
 def test_a_problem_above_is_remembered_for_the_directories_below(root_dir: Path) -> None:
@@ -129,3 +135,43 @@ def test_the_first_of_several_paths_with_a_problem(root_dir: Path) -> None:
     assert paths_problem([str(good), str(bad)], owners=ROOT_ONLY) == (
         f"{bad}: writable by group or others (mode 0666)"
     )
+
+
+def test_the_directories_between_two_links_are_checked(root_dir: Path) -> None:
+    """``out -> userdir/hop -> target``: the way the kernel walks crosses ``userdir``, a user's."""
+    (root_dir / "target").mkdir()
+    (root_dir / "userdir").mkdir()
+    (root_dir / "userdir" / "hop").symlink_to(root_dir / "target")
+    os.chown(root_dir / "userdir", OTHER, OTHER)
+    (root_dir / "out").symlink_to(root_dir / "userdir" / "hop")
+    assert path_problem(str(root_dir / "out"), owners=ROOT_ONLY) == (
+        f"{root_dir / 'userdir'}: owned by uid {OTHER}, not root"
+    )
+
+
+def test_dot_dot_goes_up_from_where_a_link_led(root_dir: Path) -> None:
+    (root_dir / "x" / "victim").mkdir(parents=True)
+    (root_dir / "elsewhere" / "a").mkdir(parents=True)
+    (root_dir / "elsewhere" / "victim").mkdir()
+    (root_dir / "x" / "ul").symlink_to(root_dir / "elsewhere" / "a")
+    path = f"{root_dir}/x/ul/../victim"
+    assert path_problem(path, owners=ROOT_ONLY) is None
+    os.chown(root_dir / "elsewhere" / "victim", OTHER, OTHER)  # not x/victim, which the text names
+    assert (
+        path_problem(path, owners=ROOT_ONLY) == f"{root_dir}/elsewhere/victim: owned by uid {OTHER}, not root"
+    )
+    assert path_problem(f"{root_dir}/x/victim/../../x", owners=ROOT_ONLY) is None
+    plain_file(root_dir / "x")
+    assert path_problem(f"{root_dir}/x/nvidia.yaml/../victim", owners=ROOT_ONLY) == (
+        f"{root_dir}/x/nvidia.yaml/..: Not a directory"
+    )
+
+
+def test_a_relative_path_is_walked_from_the_working_directory(
+    root_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (root_dir / "d").mkdir()
+    monkeypatch.chdir(root_dir / "d")
+    assert path_problem("../d", owners=ROOT_ONLY) is None
+    os.chown(root_dir / "d", OTHER, OTHER)
+    assert path_problem(".", owners=ROOT_ONLY) == f"{root_dir}/d: owned by uid {OTHER}, not root"

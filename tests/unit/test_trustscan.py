@@ -18,14 +18,19 @@ def test_repairs_name_every_entry_at_fault(root_dir: Path) -> None:
     path = plain_file(inner, 0o666)
     os.chown(path, OTHER, OTHER)
     assert repairs(str(path), owners=ROOT_ONLY) == [
+        ["chmod", "go-w", str(inner)],
         ["chown", "root:", str(path)],
         ["chmod", "go-w", str(path)],
-        ["chmod", "go-w", str(inner)],
     ]
     link = root_dir / "link.yaml"
     link.symlink_to(path)
     os.lchown(link, OTHER, OTHER)
-    assert repairs(str(link), owners=ROOT_ONLY)[0] == ["chown", "-h", "root:", str(link)]
+    assert repairs(str(link), owners=ROOT_ONLY) == [
+        ["chown", "-h", "root:", str(link)],
+        ["chmod", "go-w", str(inner)],
+        ["chown", "root:", str(path)],
+        ["chmod", "go-w", str(path)],
+    ]
     os.chown(path, 0, 0)
     path.chmod(0o644)
     inner.chmod(0o755)
@@ -94,6 +99,7 @@ def test_a_tree_is_checked_up_to_the_root_too(package: Path, root_dir: Path) -> 
     assert (
         tree_problem(str(package), owners=ROOT_ONLY) == f"{root_dir}: writable by group or others (mode 0777)"
     )
+    root_dir.chmod(0o755)
     assert (
         tree_problem(str(root_dir / "gone"), owners=ROOT_ONLY)
         == f"{root_dir / 'gone'}: No such file or directory"

@@ -12,6 +12,7 @@ turns the debug lines on for stderr too, as ``--debug`` does.
 from __future__ import annotations
 
 import os
+import stat
 import sys
 import time
 
@@ -39,11 +40,17 @@ class Log:
                 check_directory(
                     os.path.dirname(path)
                 )  # as every writer: never a directory others could change
-                self.fd = os.open(
+                fd = os.open(
                     path,
                     os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
                     0o600,
                 )
+                problem = _planted(os.fstat(fd))
+                if problem is None:
+                    self.fd = fd
+                else:
+                    os.close(fd)
+                    print(f"{prog}: warning: {LOG_FILE}={path}: {problem}; not written", file=sys.stderr)
             except OSError as exc:
                 print(f"{prog}: warning: {LOG_FILE}={path}: {exc.strerror}", file=sys.stderr)
             except CdictkError as exc:
@@ -73,3 +80,19 @@ class Log:
                 os.write(self.fd, f"{stamp} {self.prog}{tag}: {line}\n".encode(errors="replace"))
             except OSError:
                 pass  # a full disk must not stop containers
+
+
+def _planted(st: os.stat_result) -> str | None:
+    """Why the opened log file is not one root may append to: in a sticky directory (``/tmp``, which
+    the directory check lets through) anyone may have made the name first, as a FIFO, a file of
+    theirs (which would then hold every container's lines), or a hard link to a file of root's
+    (which root would append to). The check is on the descriptor: what was opened is what is judged."""
+    if not stat.S_ISREG(st.st_mode):
+        return "not a regular file"
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}, not root"
+    if st.st_nlink != 1:
+        return f"has {st.st_nlink} hard links"
+    if st.st_mode & 0o022:
+        return f"writable by group or others (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None

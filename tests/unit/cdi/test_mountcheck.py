@@ -72,6 +72,21 @@ def test_a_link_swapped_in_since_the_spec_was_written_is_not_followed(host: Path
         check_host_paths([EditsSource(block, "s", "containerEdits")])
 
 
+def test_a_source_missing_from_a_sticky_directory_stops_the_container(host: Path) -> None:
+    """A reboot emptied /tmp: whoever makes the MPS directory first (a link to /etc) would pick what
+    runc mounts. Before: missing, so passed, and runc followed what a user made meanwhile."""
+    (host / "tmp/nvidia-mps").rmdir()
+    block = edits(mounts=[mount(host / "lib/libcuda.so.1"), mount(host / "tmp/nvidia-mps")])
+    with pytest.raises(CdictkError) as caught:
+        check_host_paths([EditsSource(block, "/etc/cdi/nvidia.yaml", "containerEdits")])
+    assert str(caught.value) == (
+        f"/etc/cdi/nvidia.yaml: containerEdits.mounts[1]: {host}/tmp/nvidia-mps: missing in a directory "
+        f"others can write ({host}/tmp, mode 1777): whoever makes it first picks what it is: refusing to "
+        "give it to a container"
+    )
+    check_host_paths([EditsSource(edits(mounts=[mount(host / "lib/gone")]), "s", "c")])  # root's alone
+
+
 def test_relative_sources_are_not_host_paths(host: Path) -> None:
     check_host_paths([EditsSource(edits(mounts=[{"hostPath": "tmpfs", "containerPath": "/t"}]), "s", "c")])
 
@@ -90,3 +105,42 @@ def test_validate_and_info_get_every_finding_of_a_spec(host: Path) -> None:
     problems = spec_problems(spec, "x.yaml")
     assert [(p.file, p.field) for p in problems] == [("x.yaml", "containerEdits.mounts[0]")]
     assert "other runtimes mount it as root" in problems[0].reason
+
+
+def test_a_hook_program_a_user_could_change_stops_the_container(host: Path) -> None:
+    """The runtime runs a spec's hook as root: a hook a user could swap is their code as root on every
+    start. Before: mounts and nodes were checked again, the hooks never."""
+    (host / "bin").mkdir()
+    hook = host / "bin/cdictk-hook"
+    hook.write_text("#!/bin/sh\n")
+    os.chmod(hook, 0o755)
+    block = edits(hooks=[{"hookName": "createContainer", "path": str(hook)}])
+    check_host_paths([EditsSource(block, "s", "containerEdits")])
+    os.chmod(host / "bin", 0o777)
+    with pytest.raises(CdictkError) as caught:
+        check_host_paths([EditsSource(block, "/etc/cdi/nvidia.yaml", "containerEdits")])
+    assert str(caught.value) == (
+        f"/etc/cdi/nvidia.yaml: containerEdits.hooks[0]: {host}/bin: writable by group or others "
+        "(mode 0777): refusing to run it as root"
+    )
+    os.chmod(host / "bin", 0o755)
+    os.chown(hook, OTHER, OTHER)
+    spec = decode_spec(
+        {
+            "cdiVersion": "0.5.0",
+            "kind": "example.com/x",
+            "devices": [
+                {
+                    "name": "a",
+                    "containerEdits": {"hooks": [{"hookName": "createContainer", "path": str(hook)}]},
+                }
+            ],
+        },
+        "x.yaml",
+    )
+    problems = spec_problems(spec, "x.yaml")
+    assert [(p.file, p.field) for p in problems] == [("x.yaml", "devices[0].containerEdits.hooks[0]")]
+    assert (
+        f"owned by uid {OTHER}" in problems[0].reason
+        and "other runtimes run it as root" in problems[0].reason
+    )

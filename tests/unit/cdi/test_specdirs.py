@@ -79,7 +79,7 @@ def test_a_link_to_a_file_of_another_user_is_skipped(spec_dir: Path, tmp_path: P
     (spec_dir / "link.yaml").symlink_to(target)
     problems: list[Problem] = []
     assert spec_paths(str(spec_dir), problems) == [str(spec_dir / "good.yaml")]
-    assert problems[0].file == str(spec_dir / "link.yaml") and str(target) in problems[0].reason
+    assert problems[0].file == str(spec_dir / "link.yaml") and f"{home}: owned by uid" in problems[0].reason
 
 
 def test_a_directory_others_can_write_is_skipped_whole(spec_dir: Path) -> None:
@@ -140,6 +140,34 @@ def test_a_spec_dir_on_another_users_fuse_mount_is_skipped(
     assert load_registry([str(spec_dir)]).device_names() == []
     fuse_over(monkeypatch, spec_dir, "0")  # root's own daemon
     assert spec_paths(str(spec_dir), []) == [str(spec_dir / "good.yaml")]
+
+
+def test_a_mount_table_that_cannot_be_read_skips_the_specs(
+    spec_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fails closed: whether a FUSE daemon serves the spec cannot be told, so it is not read. Before:
+    an unreadable or unparsable mount table was taken for one without FUSE mounts, and every spec
+    passed (a user's FUSE mount plus a line the parser refuses was enough)."""
+    from cdictk import mountinfo
+    from cdictk.cdi import specdirs
+
+    def unparsable(fd: int) -> list[mountinfo.Mount]:
+        raise ValueError("mountinfo: unexpected line 'x'")
+
+    monkeypatch.setattr(mountinfo, "read", unparsable)
+    problems: list[Problem] = []
+    assert spec_paths(str(spec_dir), problems) == []
+    assert [(p.file, p.reason) for p in problems] == [
+        (
+            str(spec_dir),
+            f"not trusted, skipped: {spec_dir}: cannot tell whether a FUSE daemon serves it: "
+            "mountinfo: unexpected line 'x'",
+        )
+    ]
+    monkeypatch.undo()
+    assert specdirs._Mounts().problem(str(spec_dir / "gone.yaml")) == (
+        f"{spec_dir}/gone.yaml: No such file or directory: cannot tell which file system it is on"
+    )
 
 
 def test_the_stored_index_is_keyed_on_the_devices(

@@ -13,6 +13,7 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ import pytest
 from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, sandbox
 from cdictk.rootfs import Rootfs
+from tests.owners import OTHER
 from tests.unit.hooks.sandbox_programs import Programs, mountinfo, programs, run_isolated
 
 
@@ -98,6 +100,7 @@ PROCFS_SCRIPT = r"""
 import os, subprocess, sys
 from cdictk.hooks import hostbinary, sandbox
 from cdictk.rootfs import Rootfs
+from tests.owners import OTHER
 root, probe, volume = sys.argv[1:4]
 def mount(*args):
     subprocess.run(["mount", *args], check=True)
@@ -221,18 +224,23 @@ def _remove_message_queue(queue: int) -> None:
 
 # The host program in a user namespace of a rootless engine (issue 25, item 6)
 
-_NS_FIRST = 200000  # the namespace's uid 0 (the user who started the container), then its subordinate ids
+_NS_FIRST = 200000  # the subordinate ids of the namespace's uids 1-999
+_ROOTLESS_MAP = f"0 {OTHER} 1\n1 {_NS_FIRST + 1} 999\n"  # as rootless podman maps the user and its ids
 
 
-def _load_in_a_user_namespace(paths: list[Path]) -> list[str]:
-    """load_host_binary of each path, from a process whose user namespace maps uids 0-999 to 200000-
-    200999 (as rootless podman maps the user and its subordinate ids); "ok" or the error, each."""
+def _load_in_a_user_namespace(paths: list[Path], *, maker: int, uid_map: str) -> list[str]:
+    """load_host_binary of each path, as uid 0 of a user namespace that uid ``maker`` made and whose
+    uids are mapped by ``uid_map``; "ok" or the error, each."""
     results_read, results_write = os.pipe()
     ready_read, ready_write = os.pipe()
     mapped_read, mapped_write = os.pipe()
     pid = os.fork()
     if pid == 0:  # pragma: no cover - runs in the child
         try:
+            if maker != 0:
+                os.setgroups([])
+                os.setresgid(maker, maker, maker)
+                os.setresuid(maker, maker, maker)
             if ctypes.CDLL(None, use_errno=True).unshare(0x10000000) != 0:  # CLONE_NEWUSER
                 os._exit(90)
             os.write(ready_write, b"x")
@@ -251,9 +259,9 @@ def _load_in_a_user_namespace(paths: list[Path]) -> list[str]:
             os._exit(0)
     os.close(results_write)
     os.read(ready_read, 1)
-    Path(f"/proc/{pid}/uid_map").write_text(f"0 {_NS_FIRST} 1000\n")
+    Path(f"/proc/{pid}/uid_map").write_text(uid_map)
     Path(f"/proc/{pid}/setgroups").write_text("deny")
-    Path(f"/proc/{pid}/gid_map").write_text(f"0 {_NS_FIRST} 1000\n")
+    Path(f"/proc/{pid}/gid_map").write_text(uid_map)
     os.write(mapped_write, b"x")
     os.waitpid(pid, 0)
     with os.fdopen(results_read, "rb") as results:
@@ -263,25 +271,54 @@ def _load_in_a_user_namespace(paths: list[Path]) -> list[str]:
     return text.split("\n")
 
 
-def test_a_rootless_hook_judges_the_program_by_what_its_user_could_change(built: Programs) -> None:
-    """Root's ldconfig shows as the overflow uid in the namespace: it runs. One that an id of the
-    namespace owns (a subordinate id: the user's containers' processes) does not. Real root's hook
-    still takes only root's."""
+@pytest.fixture
+def owned_copies(built: Programs) -> Iterator[dict[str, Path]]:
+    """The probe, copied as root's, the user's (``OTHER``, who makes the rootless namespace) and a
+    subordinate id's (its uid 5)."""
     base = Path(tempfile.mkdtemp(prefix="cdictk-userns-", dir="/tmp"))
     try:
         os.chmod(base, 0o755)
         copies = {}
-        for name, owner in (("roots", 0), ("users", _NS_FIRST), ("subordinate", _NS_FIRST + 5)):
+        for name, owner in (("roots", 0), ("users", OTHER), ("subordinate", _NS_FIRST + 5)):
             copies[name] = base / name
             shutil.copy(built.probe, copies[name])
             os.chown(copies[name], owner, owner)
             os.chmod(copies[name], 0o755)
-        roots, users, subordinate = _load_in_a_user_namespace(list(copies.values()))
-        assert (roots, users) == ("ok", "ok")
-        assert (
-            subordinate == f"ldconfig {copies['subordinate']} is owned by uid 5, not root; refusing to run it"
-        )
-        with pytest.raises(HookError, match=f"is owned by uid {_NS_FIRST}, not root"):
-            hostbinary.load_host_binary(str(copies["users"]), "ldconfig")  # as real root: root's only
+        yield copies
     finally:
         shutil.rmtree(base)
+
+
+def test_a_rootless_hook_judges_the_program_by_what_its_user_could_change(
+    owned_copies: dict[str, Path],
+) -> None:
+    """Root's ldconfig shows as the overflow uid in the namespace: it runs. One that an id of the
+    namespace owns (a subordinate id: the user's containers' processes) does not. Real root's hook
+    still takes only root's."""
+    roots, users, subordinate = _load_in_a_user_namespace(
+        list(owned_copies.values()), maker=OTHER, uid_map=_ROOTLESS_MAP
+    )
+    assert (roots, users) == ("ok", "ok")
+    assert subordinate == (
+        f"ldconfig {owned_copies['subordinate']} is owned by uid 5, not root; refusing to run it"
+    )
+    with pytest.raises(HookError, match=f"is owned by uid {OTHER}, not root"):
+        hostbinary.load_host_binary(str(owned_copies["users"]), "ldconfig")  # as real root: root's only
+
+
+def test_a_hook_in_a_namespace_root_made_takes_only_roots_files(owned_copies: dict[str, Path]) -> None:
+    """A rootful engine's ``--userns``: the host's root made the namespace and maps no id to it, so
+    root's file and an unmapped user's look alike (the overflow uid), and neither is the container's
+    user's to vouch for. Before: both ran, as under a rootless engine; a file of the user ``OTHER``
+    ran as the ldconfig of root's container."""
+    roots, users, subordinate = _load_in_a_user_namespace(
+        list(owned_copies.values()), maker=0, uid_map=f"0 {_NS_FIRST} 1000\n"
+    )
+    for name, answer in (("roots", roots), ("users", users)):
+        assert answer == f"ldconfig {owned_copies[name]} is owned by uid 65534, not root; refusing to run it"
+    assert "is owned by uid 5, not root" in subordinate
+    # A namespace that maps the overflow uid: the owner's 65534 is no answer either.
+    roots, users, _ = _load_in_a_user_namespace(
+        list(owned_copies.values()), maker=0, uid_map=f"0 {_NS_FIRST} 65536\n"
+    )
+    assert "is owned by uid 65534" in roots and "is owned by uid 65534" in users

@@ -41,6 +41,7 @@ def test_a_launcher_runs_this_python_isolated_without_site() -> None:
         "/opt/a",
         "/usr/libexec/cdictk/cdictk_trust.py",
         "/usr/libexec/cdictk/__pycache__",
+        f"/usr/libexec/cdictk/__pycache__/cdictk_trust.{TAG}.pyc",
     ]
     assert "PATHS = [\n" + "".join(f"    {p!r},\n" for p in paths) + "]\n" in text
 
@@ -263,6 +264,29 @@ def test_the_legacy_hook_keeps_a_foreign_file_unless_forced(tmp_path: Path) -> N
     assert (foreign.read_text(), backup.read_text()) == (later, FOREIGN)  # neither is lost
 
 
+def test_a_fifo_at_the_hooks_name_is_foreign_not_waited_on(tmp_path: Path) -> None:
+    """Whether the file there is ours is read before anything else: a FIFO made there blocked the
+    install in open() for good."""
+    import signal
+
+    os.mkfifo(tmp_path / "nvidia-container-runtime-hook")
+
+    class Stuck(Exception):
+        pass
+
+    def stuck(signum: int, frame: object) -> None:
+        raise Stuck("install-legacy-hook waited on a FIFO")
+
+    previous = signal.signal(signal.SIGALRM, stuck)
+    signal.alarm(10)
+    try:
+        with pytest.raises(LauncherError, match="exists and is not cdictk's"):
+            launchers.install_legacy_hook(str(tmp_path))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_a_foreign_symlink_is_kept_too(tmp_path: Path) -> None:
     target = tmp_path / "nvidia-container-toolkit"
     target.write_text(FOREIGN)
@@ -287,7 +311,7 @@ def test_a_directory_others_could_write_to_is_refused(tmp_path: Path, mode: int,
         match=r"(writable by group or others \(mode \d+\)|not root): someone other than root could change",
     ):
         launchers.install_legacy_hook(str(directory))
-    with pytest.raises(LauncherError, match="could change what engines run as root"):
+    with pytest.raises(LauncherError, match="someone other than root could change"):
         launchers.install_launchers(str(directory))
     assert os.listdir(directory) == []
 

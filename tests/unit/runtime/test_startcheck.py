@@ -132,3 +132,18 @@ def test_the_paths_are_checked_before_anything_is_imported(tree: Path, tmp_path:
         f"{launcher}: error: {tree.parent}: writable by group or others (mode 0775): "
         "someone other than root could change what runs as root; cdictk not started\n"
     )
+
+
+def test_a_loosened_checker_bytecode_stops_the_start(tree: Path, tmp_path: Path) -> None:
+    """The checker's checked-hash .pyc: Python runs it whenever the source hash in it matches, so
+    whoever could write it could make their code pass for the checker. Before: its directory was
+    checked, the file never, and a 0666 .pyc started cdictk."""
+    launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
+    pyc = tmp_path / "__pycache__" / f"cdictk_trust.{sys.implementation.cache_tag}.pyc"
+    pyc.chmod(0o666)
+    result = start(launcher)
+    assert (result.returncode, result.stdout) == (1, "")
+    assert result.stderr == (
+        f"{launcher}: error: {pyc}: writable by group or others (mode 0666): "
+        "someone other than root could change what runs as root; cdictk not started\n"
+    )

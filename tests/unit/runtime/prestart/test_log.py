@@ -90,3 +90,48 @@ def test_a_log_file_in_a_directory_others_could_change_is_not_written(
     assert os.listdir(shared) == []
     err = capsys.readouterr().err
     assert err.startswith(f"p: warning: CDICTK_HOOK_LOG={shared}/hook.log: ") and "owned by uid 12345" in err
+
+
+def test_a_log_file_a_user_planted_in_a_sticky_directory_is_not_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``/tmp`` passes the directory check, so anyone may make the name first: a file of theirs (every
+    container's lines for them to read), a hard link to a file of root's, a FIFO. Before: the hook
+    appended to whatever regular file or FIFO was there."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: a file of another owner")
+    os.chmod(tmp_path, 0o755)
+    sticky = tmp_path / "tmp"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    path = sticky / "hook.log"
+    monkeypatch.setenv("CDICTK_HOOK_LOG", str(path))
+    roots = tmp_path / "roots-file"
+    roots.write_text("")
+    os.chmod(roots, 0o600)
+    os.mkfifo(sticky / "fifo")
+    reader = os.open(sticky / "fifo", os.O_RDONLY | os.O_NONBLOCK)  # a reader: the open would succeed
+
+    def theirs() -> None:
+        path.write_text("")
+        os.chown(path, 12345, 12345)
+
+    try:
+        for plant, why in (
+            (theirs, "owned by uid 12345, not root"),
+            (lambda: os.link(roots, path), "has 2 hard links"),
+            (lambda: os.rename(sticky / "fifo", path), "not a regular file"),
+        ):
+            plant()
+            Log("p").error("secret")
+            assert (
+                capsys.readouterr().err
+                == f"p: warning: CDICTK_HOOK_LOG={path}: {why}; not written\np: secret\n"
+            )
+            os.unlink(path)
+        assert roots.read_text() == ""
+    finally:
+        os.close(reader)
+    Log("p").error("root's own")  # made by root: written
+    capsys.readouterr()
+    assert path.read_text().endswith("p: root's own\n")
