@@ -91,22 +91,33 @@ class HostPathCheck(Walk):
     """The rule above for many paths; the entries they share are looked at once.
 
     ``root_links``: a symlink on the way must be root's (uid 0), not only a system account's: the
-    check made where a container starts. ``uid_min``: the login range's first uid (default: from
-    ``login_defs``). Answers are memoised: use one for one spec or one container start.
+    check made where a container starts. ``programs``: every entry must be root's (or ours), for the
+    hook programs a runtime runs as root: a system account that owned one (a daemon's user, taken over)
+    would run its code as root on every container start, where owning a mounted socket gives it no
+    more than it has. ``uid_min``: the login range's first uid (default: from ``login_defs``). Answers
+    are memoised: use one for one spec or one container start.
     """
 
     __slots__ = ("_euid", "_root_links", "_uid_min")
 
     def __init__(
-        self, *, root_links: bool = False, uid_min: int | None = None, login_defs: str = LOGIN_DEFS
+        self,
+        *,
+        root_links: bool = False,
+        programs: bool = False,
+        uid_min: int | None = None,
+        login_defs: str = LOGIN_DEFS,
     ) -> None:
         super().__init__()
         self._root_links = root_links
-        self._uid_min = login_uid_min(login_defs) if uid_min is None else uid_min
+        if programs:
+            self._uid_min = 1
+        else:
+            self._uid_min = login_uid_min(login_defs) if uid_min is None else uid_min
         self._euid = os.geteuid()
 
     def trusts(self, uid: int) -> bool:
-        """Whether ``uid`` is root, a system account or the user running us."""
+        """Whether ``uid`` is root, a system account (not for ``programs``) or the user running us."""
         return uid < self._uid_min or uid == self._euid
 
     def problem(self, path: str, *, follow: bool = True) -> str | None:
@@ -120,6 +131,8 @@ class HostPathCheck(Walk):
 
     def judge(self, path: str, st: os.stat_result, leaf: bool) -> str | None:
         if not self.trusts(st.st_uid):
+            if self._uid_min == 1:
+                return f"{path}: owned by uid {st.st_uid}, not root"
             return f"{path}: owned by uid {st.st_uid}, not root or a system account (below {self._uid_min})"
         mode = st.st_mode
         if stat.S_ISLNK(mode):

@@ -9,8 +9,9 @@ legacy prestart hook, ``cdictk cdi inject``, :meth:`cdictk.cdi.cache.SpecCache.i
 source, device node and hook program of the edit blocks is checked with the container-start rule:
 the same owners, and every symlink on the way root's own. A hook is a host program the runtime runs
 as root: whoever could change it, or a directory on its way, runs their code as root on every
-container start, so it is held to the same rule as a mount. One that fails stops the container with
-one line naming the spec, the field and the owner, and nothing has been applied. ``cdictk cdi
+container start, so it is held to a stricter rule than a mount: root's only, no system account.
+One that fails stops the container with one line naming the spec, the field and the owner, and
+nothing has been applied. ``cdictk cdi
 validate`` and ``cdictk info`` report the same findings for every spec (:func:`spec_problems`), since
 a CDI-native engine applies specs without asking us.
 
@@ -35,9 +36,10 @@ def check_host_paths(sources: Sequence[EditsSource], *, check: HostPathCheck | N
     """Raise CdictkError for the first mount source, device node or hook of ``sources`` that is not root's
     alone; ``sources`` are the edit blocks in the spec's JSON shape, as apply_edits takes them."""
     check = check or HostPathCheck(root_links=True)
+    programs = HostPathCheck(root_links=True, programs=True)
     for source in sources:
         for field, path in _host_paths(source.edits):
-            problem = check.problem(path)
+            problem = (programs if field.startswith("hooks") else check).problem(path)
             if problem is not None:
                 refusal = (
                     "refusing to run it as root"
@@ -52,6 +54,7 @@ def spec_problems(spec: Spec, file: str, *, check: HostPathCheck | None = None) 
     from cdictk.cdi.dump import to_data  # noqa: PLC0415 - validate and info only
 
     check = check or HostPathCheck(root_links=True)
+    programs = HostPathCheck(root_links=True, programs=True)
     blocks = [("containerEdits", spec.container_edits)]
     blocks += [
         (f"devices[{i}].containerEdits", device.container_edits) for i, device in enumerate(spec.devices)
@@ -59,7 +62,7 @@ def spec_problems(spec: Spec, file: str, *, check: HostPathCheck | None = None) 
     problems = []
     for where, edits in blocks:
         for field, path in _host_paths(to_data(edits)):
-            problem = check.problem(path)
+            problem = (programs if field.startswith("hooks") else check).problem(path)
             if problem is not None:
                 done = "run it" if field.startswith("hooks") else "mount it"
                 reason = f"{problem}: cdictk refuses it at container start; other runtimes {done} as root"

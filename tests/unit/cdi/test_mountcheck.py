@@ -144,3 +144,28 @@ def test_a_hook_program_a_user_could_change_stops_the_container(host: Path) -> N
         f"owned by uid {OTHER}" in problems[0].reason
         and "other runtimes run it as root" in problems[0].reason
     )
+
+
+def test_a_system_account_may_own_a_mount_but_not_a_hook_program(host: Path) -> None:
+    """A daemon's user (nvidia-persistenced) owns its socket, which is mounted; a program of its
+    would run as root on every start, so hooks are root's only. Before: the mount rule for both."""
+    system = 120
+    (host / "bin").mkdir()
+    hook = host / "bin/cdictk-hook"
+    hook.write_text("#!/bin/sh\n")
+    os.chmod(hook, 0o755)
+    os.chown(hook, system, system)
+    os.chown(host / "lib/libcuda.so.1", system, system)
+    check_host_paths([EditsSource(edits(mounts=[mount(host / "lib/libcuda.so.1")]), "s", "containerEdits")])
+    block = edits(hooks=[{"hookName": "createContainer", "path": str(hook)}])
+    with pytest.raises(CdictkError) as caught:
+        check_host_paths([EditsSource(block, "/etc/cdi/nvidia.yaml", "containerEdits")])
+    assert str(caught.value) == (
+        f"/etc/cdi/nvidia.yaml: containerEdits.hooks[0]: {hook}: owned by uid {system}, not root: "
+        "refusing to run it as root"
+    )
+    spec = decode_spec(
+        {"cdiVersion": "0.5.0", "kind": "example.com/x", "devices": [{"name": "a", "containerEdits": block}]},
+        "x.yaml",
+    )
+    assert [p.field for p in spec_problems(spec, "x.yaml")] == ["devices[0].containerEdits.hooks[0]"]
