@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.validate import validate_file
 from tests.e2e.conftest import overlay
 from tests.readme import PROJECT, README, quick_start_commands
@@ -214,7 +215,11 @@ def test_the_readme_first_command_runs_on_a_pristine_debian(machine: Machine) ->
     spec = machine.root / "spec.yaml"
     spec.write_text(printed_spec(fresh.stdout))
     report = validate_file(str(spec))
-    assert report.spec is not None and not report.problems and not report.warnings, report
+    assert report.spec is not None and not report.warnings, report
+    # Its host paths are the demo node's, in the machine's /tmp that went with it: the demo's own
+    # validate judged them there (its "valid" line below); here, everything else.
+    elsewhere = {problem.field for problem in spec_problems(report.spec, str(spec))}
+    assert [problem for problem in report.problems if problem.field not in elsewhere] == []
     assert {"1", "7", "0:0", "all"} <= {device.name for device in report.spec.devices}
     assert re.search(r"^\S+/nvidia\.yaml: valid \(cdiVersion ", fresh.stdout, re.MULTILINE)
 
