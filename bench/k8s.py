@@ -165,10 +165,10 @@ def setup(scratch: Path) -> Iterator[Bench]:
     # plugins' discovery forks NVML's child beside the other's threads, and the handlers only log.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from cdictk.deviceplugin.messages import ContainerAllocateResponse  # noqa: PLC0415
-    from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415
-    from cdictk.deviceplugin.pluginsettings import Health, Settings  # noqa: PLC0415
+    from cdictk.deviceplugin.pluginsettings import Health  # noqa: PLC0415
     from tests.e2e.kubelet import cri  # noqa: PLC0415
     from tests.e2e.kubelet.kubelet import Kubelet  # noqa: PLC0415
+    from tests.e2e.kubelet.nodeplugin import serve  # noqa: PLC0415
 
     node = build_node(str(scratch / "node"), "eight", str(scratch / "stubs"))
     spec_dir = scratch / "cdi"
@@ -220,17 +220,7 @@ def setup(scratch: Path) -> Iterator[Bench]:
                 kubelet = Kubelet(plugin_dir)
                 kubelet.start()
                 kubelets.append(kubelet)
-                settings = Settings(
-                    plugin_dir=plugin_dir,
-                    driver_root=node.root,
-                    proc_root=node.proc,
-                    sys_root=node.sys,
-                    spec_dirs=(str(spec_dir),),
-                    list_strategies=strategies,
-                    health=Health(enabled=False),
-                )
-                plugin = DevicePlugin(settings, lambda line: None)
-                threading.Thread(target=plugin.run, args=(stop,), daemon=True).start()
+                serve(kubelet, node, spec_dir, stop, list_strategies=strategies, health=Health(enabled=False))
                 kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
             names, mounts = kubelets
             clients = {True: cri.CriClient(str(on.socket)), False: cri.CriClient(str(off.socket))}

@@ -24,11 +24,11 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.pluginsettings import Health, Settings
+from cdictk.deviceplugin.pluginsettings import Health
 from cdictk.runtime.launchers import install_launchers
 from tests.conftest import node_with_spec
 from tests.e2e.conftest import build_busybox_rootfs, require_root
@@ -36,6 +36,7 @@ from tests.e2e.daemons import Containerd, containerd_daemon, sid_containerd_dir
 from tests.e2e.kubelet import cri
 from tests.e2e.kubelet.images import PAUSE_IMAGE, docker_archive, pause_archive
 from tests.e2e.kubelet.kubelet import Kubelet, Pod, run_pod
+from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.node import FakeNode
 
 DEBIAN = "localhost/cdictk-e2e-debian:1"
@@ -70,21 +71,11 @@ class Cluster:
 
 
 def _start_plugin(
-    node: FakeNode, spec_dir: Path, plugin_dir: str, stop: threading.Event, **changes: object
+    node: FakeNode, spec_dir: Path, plugin_dir: str, stop: threading.Event, **changes: Any
 ) -> Kubelet:
     kubelet = Kubelet(plugin_dir)
     kubelet.start()
-    settings = Settings(
-        plugin_dir=plugin_dir,
-        driver_root=node.root,
-        proc_root=node.proc,
-        sys_root=node.sys,
-        spec_dirs=(str(spec_dir),),
-        mig_strategy="mixed",
-        health=Health(enabled=False),
-        **changes,  # type: ignore[arg-type]
-    )
-    threading.Thread(target=DevicePlugin(settings, lambda line: None).run, args=(stop,), daemon=True).start()
+    serve(kubelet, node, spec_dir, stop, mig_strategy="mixed", health=Health(enabled=False), **changes)
     kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
     return kubelet
 
