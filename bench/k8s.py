@@ -327,7 +327,7 @@ def _pod(
     node there when one was allocated, no GPU node otherwise. The pod is then stopped and removed,
     untimed."""
     from tests.e2e.kubelet import cri  # noqa: PLC0415 - gRPC (see setup)
-    from tests.e2e.kubelet.kubelet import container_config, sandbox_config  # noqa: PLC0415
+    from tests.e2e.kubelet.kubelet import container_config, remove_pod, sandbox_config  # noqa: PLC0415
 
     sandbox = sandbox_config()
     marks = [time.perf_counter()]
@@ -358,11 +358,7 @@ def _pod(
             if allocate is None and found:
                 raise BenchError(f"{handler or 'runc'}: a pod without a GPU has {sorted(found)}")
     finally:
-        if container_id:
-            client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
-            client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
-        client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
-        client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)
+        remove_pod(client, sandbox_id, container_id)
     phases = {phase: (marks[n + 1] - marks[n]) * 1000 for n, phase in enumerate(PHASES)}
     if allocate is None:
         del phases["Allocate"]

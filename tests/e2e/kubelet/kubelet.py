@@ -331,8 +331,14 @@ def run_pod(
         assert status is not None and status.state == cri.CONTAINER_RUNNING, status
         yield Pod(sandbox_id, container_id, client)
     finally:
-        if container_id:
-            client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
-            client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
-        client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
-        client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)
+        remove_pod(client, sandbox_id, container_id)
+
+
+def remove_pod(client: cri.CriClient, sandbox_id: str, container_id: str = "") -> None:
+    """What the kubelet does when a pod is deleted: its container (if one was made) stopped and
+    removed, then its sandbox."""
+    if container_id:
+        client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
+        client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
+    client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
+    client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)
