@@ -50,7 +50,7 @@ from cdictk.runtime.launchers import install_launchers
 from cdictk.runtime.shimfront import written_front
 from tests.e2e.conftest import DEBIAN_ROOTFS
 from tests.e2e.daemons import SID_CONTAINERD_DIR, Containerd, containerd_daemon
-from tests.e2e.kubelet.images import PAUSE_IMAGE, docker_archive, pause_archive
+from tests.e2e.kubelet.images import docker_archive, pause_archive
 from tests.fakenode.node import build_node
 
 if TYPE_CHECKING:
@@ -286,20 +286,11 @@ def _shim_front(directory: Path, config: Path) -> str:
 def _containerd_config(work: Path, launcher: str, spec_dir: Path, cdi: bool) -> str:
     """A containerd 2.x config as the e2e test's, configured by ``cdictk runtime configure``; with CDI
     on (and no handler), or off with the ``cdictk`` handler."""
+    from tests.e2e.kubelet.kubelet import containerd_config  # noqa: PLC0415 - gRPC (see setup)
+
     base = work / "config.toml"
     base.parent.mkdir(parents=True)
-    base.write_text(
-        "version = 3\n"
-        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
-        f"  sandbox = '{PAUSE_IMAGE}'\n"
-        "[plugins.'io.containerd.cri.v1.runtime']\n"
-        "  restrict_oom_score_adj = true\n"
-        f"  enable_cdi = {'true' if cdi else 'false'}\n"  # containerd 2.x's default is on
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
-        "  runtime_type = 'io.containerd.runc.v2'\n"
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
-        f"  Root = '{work / 'runc'}'\n"
-    )
+    base.write_text(containerd_config(work / "runc", enable_cdi=cdi))
     configure = [
         sys.executable, "-m", "cdictk", "runtime", "configure", "--runtime", "containerd",
         "--config", str(base), "--drop-in-config", str(work / "conf.d" / "99-cdictk.toml"),

@@ -34,8 +34,8 @@ from tests.conftest import node_with_spec
 from tests.e2e.conftest import build_busybox_rootfs, require_root
 from tests.e2e.daemons import Containerd, containerd_daemon, sid_containerd_dir
 from tests.e2e.kubelet import cri
-from tests.e2e.kubelet.images import PAUSE_IMAGE, docker_archive, pause_archive
-from tests.e2e.kubelet.kubelet import Kubelet, Pod, run_pod
+from tests.e2e.kubelet.images import docker_archive, pause_archive
+from tests.e2e.kubelet.kubelet import Kubelet, Pod, containerd_config, run_pod
 from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.node import FakeNode
 
@@ -108,18 +108,7 @@ def cluster(
     runc_root = work / "runc"
     base = work / "etc" / "config.toml"
     base.parent.mkdir()
-    base.write_text(
-        "version = 3\n"
-        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
-        f"  sandbox = '{PAUSE_IMAGE}'\n"
-        "[plugins.'io.containerd.cri.v1.runtime']\n"
-        # Root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj of -998 is refused.
-        "  restrict_oom_score_adj = true\n"
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
-        "  runtime_type = 'io.containerd.runc.v2'\n"
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
-        f"  Root = '{runc_root}'\n"
-    )
+    base.write_text(containerd_config(runc_root))
     drop_in = work / "etc" / "conf.d" / "99-cdictk.toml"
     configured = subprocess.run(
         [

@@ -47,6 +47,7 @@ from cdictk.deviceplugin.messages import (
     RegisterRequest,
 )
 from tests.e2e.kubelet import cri
+from tests.e2e.kubelet.images import PAUSE_IMAGE
 
 T = TypeVar("T")
 
@@ -229,6 +230,26 @@ def _is_socket(path: str) -> bool:
 
 
 # ---- the CRI side -------------------------------------------------------------------------------
+
+
+def containerd_config(runc_root: str | os.PathLike[str], *, enable_cdi: bool | None = None) -> str:
+    """A containerd 2.x config for these pods, before ``cdictk runtime configure``: the local pause
+    image as the sandbox, runc with its state under ``runc_root``; ``enable_cdi`` written when given
+    (containerd 2.x's default is on)."""
+    cdi = "" if enable_cdi is None else f"  enable_cdi = {'true' if enable_cdi else 'false'}\n"
+    return (
+        "version = 3\n"
+        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
+        f"  sandbox = '{PAUSE_IMAGE}'\n"
+        "[plugins.'io.containerd.cri.v1.runtime']\n"
+        # Root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj of -998 is refused.
+        "  restrict_oom_score_adj = true\n"
+        f"{cdi}"
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
+        "  runtime_type = 'io.containerd.runc.v2'\n"
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
+        f"  Root = '{os.fspath(runc_root)}'\n"
+    )
 
 
 @dataclass(frozen=True)
