@@ -25,49 +25,49 @@ from cdictk.hostpaths import HostPathCheck
 
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Sequence
+    from collections.abc import Iterable, Iterator, Sequence
     from typing import Any
 
     from cdictk.cdi.apply import EditsSource
     from cdictk.cdi.model import Spec
 
 
-def check_host_paths(sources: Sequence[EditsSource], *, check: HostPathCheck | None = None) -> None:
+def check_host_paths(sources: Sequence[EditsSource]) -> None:
     """Raise CdictkError for the first mount source, device node or hook of ``sources`` that is not root's
     alone; ``sources`` are the edit blocks in the spec's JSON shape, as apply_edits takes them."""
-    check = check or HostPathCheck(root_links=True)
-    programs = HostPathCheck(root_links=True, programs=True)
-    for source in sources:
-        for field, path in _host_paths(source.edits):
-            problem = (programs if field.startswith("hooks") else check).problem(path)
-            if problem is not None:
-                refusal = (
-                    "refusing to run it as root"
-                    if field.startswith("hooks")
-                    else "refusing to give it to a container"
-                )
-                raise CdictkError(source.file, f"{source.field}.{field}", f"{problem}: {refusal}")
+    for source, field, hook, problem in _problems((source, source.edits) for source in sources):
+        refusal = "refusing to run it as root" if hook else "refusing to give it to a container"
+        raise CdictkError(source.file, f"{source.field}.{field}", f"{problem}: {refusal}")
 
 
-def spec_problems(spec: Spec, file: str, *, check: HostPathCheck | None = None) -> list[Problem]:
+def spec_problems(spec: Spec, file: str) -> list[Problem]:
     """The same check over every edit block of ``spec`` (model objects), each finding a Problem."""
     from cdictk.cdi.dump import to_data  # noqa: PLC0415 - validate and info only
 
-    check = check or HostPathCheck(root_links=True)
-    programs = HostPathCheck(root_links=True, programs=True)
     blocks = [("containerEdits", spec.container_edits)]
     blocks += [
         (f"devices[{i}].containerEdits", device.container_edits) for i, device in enumerate(spec.devices)
     ]
     problems = []
-    for where, edits in blocks:
-        for field, path in _host_paths(to_data(edits)):
-            problem = (programs if field.startswith("hooks") else check).problem(path)
-            if problem is not None:
-                done = "run it" if field.startswith("hooks") else "mount it"
-                reason = f"{problem}: cdictk refuses it at container start; other runtimes {done} as root"
-                problems.append(Problem(file, f"{where}.{field}", reason))
+    for where, field, hook, problem in _problems((where, to_data(edits)) for where, edits in blocks):
+        done = "run it" if hook else "mount it"
+        reason = f"{problem}: cdictk refuses it at container start; other runtimes {done} as root"
+        problems.append(Problem(file, f"{where}.{field}", reason))
     return problems
+
+
+def _problems(blocks: Iterable[tuple[Any, dict[str, Any]]]) -> Iterator[tuple[Any, str, bool, str]]:
+    """(the block's key, field, whether it is a hook, problem) of each host path of the (key, edits)
+    ``blocks`` that does not pass: mounts and device nodes by the container-start rule, hook programs
+    by the stricter one; one check of each for all the blocks, so shared entries are looked at once."""
+    mounts = HostPathCheck(root_links=True)
+    programs = HostPathCheck(root_links=True, programs=True)
+    for key, edits in blocks:
+        for field, path in _host_paths(edits):
+            hook = field.startswith("hooks")
+            problem = (programs if hook else mounts).problem(path)
+            if problem is not None:
+                yield key, field, hook, problem
 
 
 def _host_paths(edits: dict[str, Any]) -> Iterator[tuple[str, str]]:

@@ -38,8 +38,10 @@ def apply_requests(
     warn: Callable[[str], None],
     *,
     env_granted: bool = False,
-) -> bool:
-    """Apply the devices ``config`` asks for, in place; False (and ``config`` untouched) when none.
+) -> bool | None:
+    """Apply the devices ``config`` asks for, in place: True when ``config`` changed; None when it asks
+    for none, False when it holds them already (podman's precreate hook or a CDI-aware engine applied
+    them before the shim), ``config`` untouched either way.
 
     A request the policy ignores goes to ``warn``, one line each. ``env_granted``: the engine itself
     asked for ``NVIDIA_VISIBLE_DEVICES`` (dockerd adds the legacy prestart hook, and sets the variable
@@ -65,9 +67,8 @@ def apply_requests(
     for note in requests.notes:
         warn(note)
     if not requests.devices and not requests.driver_only:
-        return False
-    _inject(config, requests, settings, where, cache, warn=warn)
-    return True
+        return None
+    return _inject(config, requests, settings, where, cache, warn=warn)
 
 
 def _inject(
@@ -78,7 +79,7 @@ def _inject(
     cache: ParseCache,
     *,
     warn: Callable[[str], None],
-) -> None:
+) -> bool:
     from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
     from cdictk.cdi.cache import load_specs  # noqa: PLC0415
     from cdictk.cdi.mountcheck import check_host_paths  # noqa: PLC0415
@@ -104,7 +105,7 @@ def _inject(
         # NVIDIA_DRIVER_CAPABILITIES picks the driver files; the edits are this container's copies.
         trim_edits([source.edits for source in sources], requests.capabilities)
         check_host_paths(sources)  # what is mounted is root's alone now, not only when it was written
-        apply_edits(config, sources, where)
+        return apply_edits(config, sources, where)
     except CdictkError as exc:  # names the device and the spec file already
         raise InjectError(str(exc)) from None
 

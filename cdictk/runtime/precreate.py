@@ -6,9 +6,9 @@ podman runs a hook of the ``precreate`` stage (hooks.d, see ``hooks/oci-hooks.d/
 the container, with the container's OCI config on stdin, and creates the container from the config
 the hook prints. This one applies the same requests as ``cdictk-runtime`` (``NVIDIA_VISIBLE_DEVICES``,
 ``NVIDIA_DRIVER_CAPABILITIES``; annotations only with ``accept-copied-annotations``, since podman copies
-an image's own into the config), with the same settings file. A config that
-asks for nothing is printed back byte for byte. A request that cannot be met is one line on stderr
-and exit status 1: podman then refuses to create the container.
+an image's own into the config), with the same settings file. A config that asks for nothing, or
+holds what it asks for already, is printed back byte for byte. A request that cannot be met is one
+line on stderr and exit status 1: podman then refuses to create the container.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ usage: cdictk-precreate < config.json > config.json
 
 podman's precreate OCI hook (hooks/oci-hooks.d/cdictk-precreate.json): reads a container's OCI config
 on stdin, applies the GPUs it asks for (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES) from the
-CDI spec dirs and prints the config; one that asks for nothing is printed back byte for byte. A request
-that cannot be met is one line on stderr, exit status 1. cdi.k8s.io/* annotations ask for nothing here
-(podman copies the image's own into the config) unless requests.accept-copied-annotations is true:
-ask with podman run --device nvidia.com/gpu=0 instead.
+CDI spec dirs and prints the config; one that asks for nothing, or has its GPUs already, is printed back
+byte for byte. A request that cannot be met is one line on stderr, exit status 1. cdi.k8s.io/*
+annotations ask for nothing here (podman copies the image's own into the config) unless
+requests.accept-copied-annotations is true: ask with podman run --device nvidia.com/gpu=0 instead.
 Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG), as for cdictk-runtime."""
 
 

@@ -119,7 +119,8 @@ def bundle_dir(args: Sequence[str]) -> str:
 
 
 def prepare_bundle(bundle: str, settings: Settings, cache: ParseCache) -> None:
-    """Apply the devices ``config.json`` asks for; nothing is written when it asks for none."""
+    """Apply the devices ``config.json`` asks for; nothing is written when it asks for none, or holds
+    them already (podman's precreate hook, or a CDI-aware engine, applied them first)."""
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.ociconfig import read_config, write_config  # noqa: PLC0415
     from cdictk.runtime.inject import InjectError, apply_requests  # noqa: PLC0415

@@ -24,8 +24,6 @@ import sys
 
 from cdictk import syscalls
 
-_SYS_BPF = {"x86_64": 321, "aarch64": 280}
-
 BPF_PROG_LOAD = 5
 BPF_PROG_ATTACH = 8
 BPF_PROG_GET_FD_BY_ID = 13

@@ -136,7 +136,8 @@ def prepare(state_bytes: bytes, log: Log) -> None:
     settings = load_settings(cache=cache)
 
     # dockerd adds this hook only for `docker run --gpus`, with the variable it sets: the engine's request.
-    if not apply_requests(edited, settings, path, cache, log.warn, env_granted=True):
+    # False (all there already) goes on: the image's requirements are checked all the same.
+    if apply_requests(edited, settings, path, cache, log.warn, env_granted=True) is None:
         log.debug("the container asks for no GPU: left alone")
         return
     _refuse_mig_management(config)

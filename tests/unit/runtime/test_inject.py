@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,19 @@ def test_a_device_and_the_spec_edits(tmp_path: Path) -> None:
         config, warnings = apply(tmp_path, "NVIDIA_VISIBLE_DEVICES=0", cache=cache)
         assert nodes(config) == ["/dev/zero", "/dev/null"] and warnings == []
         assert "DRIVER=1" in config["process"]["env"]
+
+
+def test_what_applying_did_is_said(tmp_path: Path) -> None:
+    """True: applied; False: the config held it all already (the precreate hook, then the shim), and
+    is left as it was; None: nothing asked for."""
+    node = settings(tmp_path)
+    config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
+    assert apply_requests(config, node, "config.json", ParseCache(None), print) is True
+    applied = json.loads(json.dumps(config))
+    assert apply_requests(config, node, "config.json", ParseCache(None), print) is False
+    assert config == applied
+    asks_nothing: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}
+    assert apply_requests(asks_nothing, node, "config.json", ParseCache(None), print) is None
 
 
 def test_none_gives_the_driver_without_a_device(tmp_path: Path) -> None:

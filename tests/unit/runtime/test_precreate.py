@@ -48,6 +48,14 @@ def test_a_request_comes_back_applied(tmp_path: Path) -> None:
     assert json.loads(result.stdout)["linux"]["devices"][0]["path"] == "/dev/null"
 
 
+def test_a_config_applied_already_comes_back_byte_for_byte(tmp_path: Path) -> None:
+    applied = hook(tmp_path, json.dumps({"annotations": {"cdi.k8s.io/x": "vendor.com/gpu=0"}}).encode())
+    assert applied.returncode == 0 and json.loads(applied.stdout)["linux"]["devices"], applied.stderr
+    config = json.dumps(json.loads(applied.stdout), indent=3).encode()
+    result = hook(tmp_path, config)
+    assert (result.returncode, result.stdout, result.stderr) == (0, config, b"")
+
+
 @pytest.mark.parametrize(
     "config",
     [

@@ -73,6 +73,24 @@ def test_a_container_without_requests_is_left_alone(tmp_path: Path) -> None:
     assert os.stat(bundle / "config.json").st_mtime_ns == mtime
 
 
+def test_a_config_that_holds_its_devices_already_is_not_written_again(tmp_path: Path) -> None:
+    """podman's precreate hook (or a CDI-aware engine) applied them: the shim leaves config.json as it is."""
+    (tmp_path / "cdi").mkdir()
+    (tmp_path / "cdi" / "a.yaml").write_text(
+        "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n"
+        '- name: "0"\n  containerEdits: {deviceNodes: [{path: /dev/null}]}\n'
+    )
+    bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}})
+    prepare_bundle(str(bundle), settings(tmp_path / "cdi"), ParseCache(None))
+    assert json.loads((bundle / "config.json").read_bytes())["linux"]["devices"][0]["path"] == "/dev/null"
+    before = (bundle / "config.json").read_bytes()
+    written = os.stat(bundle / "config.json")
+    prepare_bundle(str(bundle), settings(tmp_path / "cdi"), ParseCache(None))
+    assert (bundle / "config.json").read_bytes() == before
+    again = os.stat(bundle / "config.json")
+    assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
+
+
 @pytest.mark.parametrize(
     ("config", "message"),
     [
