@@ -50,7 +50,7 @@ from cdictk.runtime.launchers import install_launchers
 from cdictk.runtime.shimfront import written_front
 from tests.e2e.conftest import DEBIAN_ROOTFS
 from tests.e2e.daemons import SID_CONTAINERD_DIR, Containerd, containerd_daemon
-from tests.e2e.kubelet.images import PAUSE_IMAGE, docker_archive, pause_archive
+from tests.e2e.kubelet.images import docker_archive, pause_archive
 from tests.fakenode.node import build_node
 
 if TYPE_CHECKING:
@@ -165,10 +165,10 @@ def setup(scratch: Path) -> Iterator[Bench]:
     # plugins' discovery forks NVML's child beside the other's threads, and the handlers only log.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     from cdictk.deviceplugin.messages import ContainerAllocateResponse  # noqa: PLC0415
-    from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415
-    from cdictk.deviceplugin.pluginsettings import Health, Settings  # noqa: PLC0415
+    from cdictk.deviceplugin.pluginsettings import Health  # noqa: PLC0415
     from tests.e2e.kubelet import cri  # noqa: PLC0415
     from tests.e2e.kubelet.kubelet import Kubelet  # noqa: PLC0415
+    from tests.e2e.kubelet.nodeplugin import serve  # noqa: PLC0415
 
     node = build_node(str(scratch / "node"), "eight", str(scratch / "stubs"))
     spec_dir = scratch / "cdi"
@@ -220,17 +220,7 @@ def setup(scratch: Path) -> Iterator[Bench]:
                 kubelet = Kubelet(plugin_dir)
                 kubelet.start()
                 kubelets.append(kubelet)
-                settings = Settings(
-                    plugin_dir=plugin_dir,
-                    driver_root=node.root,
-                    proc_root=node.proc,
-                    sys_root=node.sys,
-                    spec_dirs=(str(spec_dir),),
-                    list_strategies=strategies,
-                    health=Health(enabled=False),
-                )
-                plugin = DevicePlugin(settings, lambda line: None)
-                threading.Thread(target=plugin.run, args=(stop,), daemon=True).start()
+                serve(kubelet, node, spec_dir, stop, list_strategies=strategies, health=Health(enabled=False))
                 kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
             names, mounts = kubelets
             clients = {True: cri.CriClient(str(on.socket)), False: cri.CriClient(str(off.socket))}
@@ -296,20 +286,11 @@ def _shim_front(directory: Path, config: Path) -> str:
 def _containerd_config(work: Path, launcher: str, spec_dir: Path, cdi: bool) -> str:
     """A containerd 2.x config as the e2e test's, configured by ``cdictk runtime configure``; with CDI
     on (and no handler), or off with the ``cdictk`` handler."""
+    from tests.e2e.kubelet.kubelet import containerd_config  # noqa: PLC0415 - gRPC (see setup)
+
     base = work / "config.toml"
     base.parent.mkdir(parents=True)
-    base.write_text(
-        "version = 3\n"
-        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
-        f"  sandbox = '{PAUSE_IMAGE}'\n"
-        "[plugins.'io.containerd.cri.v1.runtime']\n"
-        "  restrict_oom_score_adj = true\n"
-        f"  enable_cdi = {'true' if cdi else 'false'}\n"  # containerd 2.x's default is on
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
-        "  runtime_type = 'io.containerd.runc.v2'\n"
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
-        f"  Root = '{work / 'runc'}'\n"
-    )
+    base.write_text(containerd_config(work / "runc", enable_cdi=cdi))
     configure = [
         sys.executable, "-m", "cdictk", "runtime", "configure", "--runtime", "containerd",
         "--config", str(base), "--drop-in-config", str(work / "conf.d" / "99-cdictk.toml"),
@@ -337,7 +318,7 @@ def _pod(
     node there when one was allocated, no GPU node otherwise. The pod is then stopped and removed,
     untimed."""
     from tests.e2e.kubelet import cri  # noqa: PLC0415 - gRPC (see setup)
-    from tests.e2e.kubelet.kubelet import container_config, sandbox_config  # noqa: PLC0415
+    from tests.e2e.kubelet.kubelet import container_config, remove_pod, sandbox_config  # noqa: PLC0415
 
     sandbox = sandbox_config()
     marks = [time.perf_counter()]
@@ -368,11 +349,7 @@ def _pod(
             if allocate is None and found:
                 raise BenchError(f"{handler or 'runc'}: a pod without a GPU has {sorted(found)}")
     finally:
-        if container_id:
-            client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
-            client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
-        client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
-        client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)
+        remove_pod(client, sandbox_id, container_id)
     phases = {phase: (marks[n + 1] - marks[n]) * 1000 for n, phase in enumerate(PHASES)}
     if allocate is None:
         del phases["Allocate"]

@@ -24,18 +24,19 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.pluginsettings import Health, Settings
+from cdictk.deviceplugin.pluginsettings import Health
 from cdictk.runtime.launchers import install_launchers
 from tests.conftest import node_with_spec
 from tests.e2e.conftest import build_busybox_rootfs, require_root
 from tests.e2e.daemons import Containerd, containerd_daemon, sid_containerd_dir
 from tests.e2e.kubelet import cri
-from tests.e2e.kubelet.images import PAUSE_IMAGE, docker_archive, pause_archive
-from tests.e2e.kubelet.kubelet import Kubelet, Pod, run_pod
+from tests.e2e.kubelet.images import docker_archive, pause_archive
+from tests.e2e.kubelet.kubelet import Kubelet, Pod, containerd_config, run_pod
+from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.node import FakeNode
 
 DEBIAN = "localhost/cdictk-e2e-debian:1"
@@ -70,21 +71,11 @@ class Cluster:
 
 
 def _start_plugin(
-    node: FakeNode, spec_dir: Path, plugin_dir: str, stop: threading.Event, **changes: object
+    node: FakeNode, spec_dir: Path, plugin_dir: str, stop: threading.Event, **changes: Any
 ) -> Kubelet:
     kubelet = Kubelet(plugin_dir)
     kubelet.start()
-    settings = Settings(
-        plugin_dir=plugin_dir,
-        driver_root=node.root,
-        proc_root=node.proc,
-        sys_root=node.sys,
-        spec_dirs=(str(spec_dir),),
-        mig_strategy="mixed",
-        health=Health(enabled=False),
-        **changes,  # type: ignore[arg-type]
-    )
-    threading.Thread(target=DevicePlugin(settings, lambda line: None).run, args=(stop,), daemon=True).start()
+    serve(kubelet, node, spec_dir, stop, mig_strategy="mixed", health=Health(enabled=False), **changes)
     kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
     return kubelet
 
@@ -117,18 +108,7 @@ def cluster(
     runc_root = work / "runc"
     base = work / "etc" / "config.toml"
     base.parent.mkdir()
-    base.write_text(
-        "version = 3\n"
-        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
-        f"  sandbox = '{PAUSE_IMAGE}'\n"
-        "[plugins.'io.containerd.cri.v1.runtime']\n"
-        # Root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj of -998 is refused.
-        "  restrict_oom_score_adj = true\n"
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
-        "  runtime_type = 'io.containerd.runc.v2'\n"
-        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
-        f"  Root = '{runc_root}'\n"
-    )
+    base.write_text(containerd_config(runc_root))
     drop_in = work / "etc" / "conf.d" / "99-cdictk.toml"
     configured = subprocess.run(
         [

@@ -47,6 +47,7 @@ from cdictk.deviceplugin.messages import (
     RegisterRequest,
 )
 from tests.e2e.kubelet import cri
+from tests.e2e.kubelet.images import PAUSE_IMAGE
 
 T = TypeVar("T")
 
@@ -231,6 +232,26 @@ def _is_socket(path: str) -> bool:
 # ---- the CRI side -------------------------------------------------------------------------------
 
 
+def containerd_config(runc_root: str | os.PathLike[str], *, enable_cdi: bool | None = None) -> str:
+    """A containerd 2.x config for these pods, before ``cdictk runtime configure``: the local pause
+    image as the sandbox, runc with its state under ``runc_root``; ``enable_cdi`` written when given
+    (containerd 2.x's default is on)."""
+    cdi = "" if enable_cdi is None else f"  enable_cdi = {'true' if enable_cdi else 'false'}\n"
+    return (
+        "version = 3\n"
+        "[plugins.'io.containerd.cri.v1.images'.pinned_images]\n"
+        f"  sandbox = '{PAUSE_IMAGE}'\n"
+        "[plugins.'io.containerd.cri.v1.runtime']\n"
+        # Root here lacks CAP_SYS_RESOURCE: the pause container's oom_score_adj of -998 is refused.
+        "  restrict_oom_score_adj = true\n"
+        f"{cdi}"
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n"
+        "  runtime_type = 'io.containerd.runc.v2'\n"
+        "[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]\n"
+        f"  Root = '{os.fspath(runc_root)}'\n"
+    )
+
+
 @dataclass(frozen=True)
 class Pod:
     sandbox_id: str
@@ -331,8 +352,14 @@ def run_pod(
         assert status is not None and status.state == cri.CONTAINER_RUNNING, status
         yield Pod(sandbox_id, container_id, client)
     finally:
-        if container_id:
-            client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
-            client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
-        client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
-        client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)
+        remove_pod(client, sandbox_id, container_id)
+
+
+def remove_pod(client: cri.CriClient, sandbox_id: str, container_id: str = "") -> None:
+    """What the kubelet does when a pod is deleted: its container (if one was made) stopped and
+    removed, then its sandbox."""
+    if container_id:
+        client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
+        client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
+    client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
+    client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)

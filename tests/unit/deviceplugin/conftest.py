@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import tempfile
 import threading
@@ -13,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.pluginsettings import Health, Settings
+from cdictk.deviceplugin.pluginsettings import Health
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
+from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.node import FakeNode
 
 GPU = "nvidia.com/gpu"
@@ -55,22 +55,10 @@ def run_plugin(make_node: NodeFactory, tmp_path: Path) -> Iterator[PluginFactory
         generate_spec(node, spec_dir)
         kubelet = Kubelet(plugin_dir)
         kubelet.start()
-        health = Health(probe_interval=0.1, xid_recovery=1.0)
-        settings = Settings(
-            plugin_dir=plugin_dir,
-            driver_root=node.root,
-            proc_root=node.proc,
-            sys_root=node.sys,
-            spec_dirs=(str(spec_dir),),
-            rescan_interval=0.2,
-            health=health,
-        )
-        settings = dataclasses.replace(settings, **changes)  # type: ignore[arg-type]
         lines: list[str] = []
-        plugin = DevicePlugin(settings, lines.append)
+        changes = {"rescan_interval": 0.2, "health": Health(probe_interval=0.1, xid_recovery=1.0), **changes}
         stop = threading.Event()
-        thread = threading.Thread(target=plugin.run, args=(stop,), daemon=True)
-        thread.start()
+        plugin, thread = serve(kubelet, node, spec_dir, stop, log=lines.append, **changes)
         started.append((stop, thread, kubelet))
         return Running(node, kubelet, plugin, spec_dir, lines)
 
