@@ -40,7 +40,7 @@ from typing import Any
 
 import cdictk as cdictk_package
 from cdictk.hooks.steps import BATCHED
-from realnode.speccompare import parse_options
+from realnode.speccompare import CATEGORIES, reduce_edits
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 
 NVIDIA_HOOK = "/usr/bin/nvidia-cdi-hook"
@@ -48,9 +48,6 @@ NVIDIA_HOOK = "/usr/bin/nvidia-cdi-hook"
 # of each is bound over the host's for it.
 HOST_READS = ("/proc/driver", "/sys/bus/pci/devices", "/sys/module/firmware_class/parameters")
 COMMON_ARGS = ["--mode", "nvml", "--device-name-strategy", "index", "--device-name-strategy", "uuid"]
-# The categories compared, in the order printed; a device has all but "ldcache".
-CATEGORIES = ("nodes", "mounts", "links", "ldcache", "env", "hooks", "gids")
-LINK_OPTIONS = ("link", "device-link")
 # cdictk's batched hook's options, by the NVIDIA hook step each belongs to.
 STEP_OF_OPTION = {
     option: step.name for step in BATCHED for option in (*step.values, *step.lists, *step.flags)
@@ -67,60 +64,13 @@ class Spec:
     devices: dict[str, Sets] = field(default_factory=dict)
 
 
-def hook_steps(hook: Mapping[str, Any]) -> dict[str, list[tuple[str, str | None]]]:
-    """A hook's steps, each with its options: NVIDIA's ``nvidia-cdi-hook STEP ...`` (or
-    ``nvidia-ctk hook STEP ...``) is one step; cdictk's ``... batch ...`` is split into the steps its
-    options belong to."""
-    args = list(hook.get("args") or [])[1:]
-    if args[:1] == ["hook"]:
-        args = args[1:]
-    if "batch" in args:
-        steps: dict[str, list[tuple[str, str | None]]] = {}
-        for name, value in parse_options(args[args.index("batch") + 1 :]):
-            steps.setdefault(STEP_OF_OPTION.get(name, f"batch --{name}"), []).append((name, value))
-        return steps
-    if not args:
-        return {os.path.basename(str(hook.get("path", "?"))): []}
-    return {args[0]: parse_options(args[1:])}
-
-
 def normalise_edits(edits: Mapping[str, Any], root: str) -> Sets:
-    """One containerEdits as sets of text, one per category; ``root`` (the node's) shows as <root>."""
-
-    def host(path: str) -> str:
-        return "<root>" + path[len(root) :] if path == root or path.startswith(root + "/") else path
-
-    sets: Sets = {category: set() for category in CATEGORIES}
-    for node in edits.get("deviceNodes") or []:
-        text = f"{node['path']} {node.get('type', 'c')} {node.get('major', 0)}:{node.get('minor', 0)}"
-        if "fileMode" in node:
-            text += f" mode={node['fileMode']:#o}"
-        for key in ("uid", "gid"):
-            if key in node:
-                text += f" {key}={node[key]}"
-        if node.get("permissions", "rwm") != "rwm":
-            text += f" permissions={node['permissions']}"
-        sets["nodes"].add(f"{text} <- {host(node.get('hostPath', node['path']))}")
-    for mount in edits.get("mounts") or []:
-        mount_options = ",".join(sorted(mount.get("options") or []))
-        sets["mounts"].add(f"{mount['containerPath']} <- {host(mount['hostPath'])} ({mount_options})")
-    sets["env"].update(edits.get("env") or [])
-    sets["gids"].update(str(gid) for gid in edits.get("additionalGids") or [])
-    for hook in edits.get("hooks") or []:
-        sets["env"].update(f"{variable} (hook env)" for variable in hook.get("env") or [])
-        for step, options in hook_steps(hook).items():
-            rest = []
-            for name, value in options:
-                if name in LINK_OPTIONS and value is not None:
-                    target, _, link = value.partition("::")
-                    sets["links"].add(f"{host(link)} -> {target}")  # <root>: a host path in the container
-                elif name == "folder" and value is not None:
-                    sets["ldcache"].add(value)
-                elif name == step and value is None:  # the batched hook's flag that names its step
-                    continue
-                else:
-                    rest.append(f"--{name}" + ("" if value is None else f"={value}") if name else str(value))
-            sets["hooks"].add(" ".join([hook.get("hookName", "?"), step, *rest]))
+    """One containerEdits as sets of text, one per category, as the real-node check reduces them
+    (``root``, the node's, shows as <root>), and the hooks' own env too."""
+    sets = reduce_edits(edits, root, STEP_OF_OPTION)
+    sets["env"].update(
+        f"{variable} (hook env)" for hook in edits.get("hooks") or [] for variable in hook.get("env") or []
+    )
     return sets
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.node.roots import Roots
 from tests.fakenode.node import FakeNode, Preset, build_node
 from tests.fakenode.platforms import PlatformNode, build_platform
 from tests.fakenode.tools import MissingTool, node_tools
@@ -87,6 +88,11 @@ def make_node(tmp_path: Path, stub_cache: str) -> NodeFactory:
         return build_node(str(tmp_path / f"node{count}"), preset, stub_cache)
 
     return make
+
+
+def roots_of(node: FakeNode) -> Roots:
+    """The roots discovery reads a fake node through: its tree as driver and dev root, its procfs, sysfs."""
+    return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
 
 
 def node_with_spec(

@@ -13,14 +13,14 @@ from cdictk.errors import CdictkError
 from cdictk.node.discoverers import COMMON, Context, Found, discover_common
 from cdictk.node.libraries import candidate_dirs
 from cdictk.node.roots import Roots
-from tests.conftest import NodeFactory, PlatformFactory
+from tests.conftest import NodeFactory, PlatformFactory, roots_of
 from tests.fakenode.node import FakeNode
 
 V = "580.95.05"
 
 
 def context_of(node: FakeNode, version: str = V, modules: set[str] | None = None) -> Context:
-    roots = Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
+    roots = roots_of(node)
     return Context(roots, version, modules, candidate_dirs(roots, []))
 
 

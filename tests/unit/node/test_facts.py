@@ -15,15 +15,10 @@ from cdictk.node.libraries import candidate_dirs, find_driver_libraries, is_driv
 from cdictk.node.modes import Mode
 from cdictk.node.nvml import NvmlQuery, query_nvml
 from cdictk.node.nvmllib import NvmlError
-from cdictk.node.roots import Roots
-from tests.conftest import NodeFactory
-from tests.fakenode.node import CAPS_MAJOR, LIB_DIR, UVM_MAJOR, FakeNode, mig_cap_minor
+from tests.conftest import NodeFactory, roots_of
+from tests.fakenode.node import CAPS_MAJOR, LIB_DIR, UVM_MAJOR, mig_cap_minor
 
 V = "580.95.05"
-
-
-def roots_of(node: FakeNode) -> Roots:
-    return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
 
 
 def test_device_nodes(make_node: NodeFactory) -> None:

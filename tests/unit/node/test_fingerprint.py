@@ -9,51 +9,47 @@ from pathlib import Path
 
 from cdictk.node.fingerprint import node_fingerprint
 from cdictk.node.roots import Roots
-from tests.conftest import NodeFactory
-from tests.fakenode.node import FakeNode, _mig
-
-
-def roots(node: FakeNode) -> Roots:
-    return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
+from tests.conftest import NodeFactory, roots_of
+from tests.fakenode.node import _mig
 
 
 def test_stable_while_nothing_changes(make_node: NodeFactory) -> None:
     node = make_node("eight")
-    first = node_fingerprint(roots(node))
+    first = node_fingerprint(roots_of(node))
     modules = Path(node.proc, "modules")
     modules.write_text(modules.read_text().replace("nvidia_uvm 1531904 0", "nvidia_uvm 1531904 7"))
     os.utime(Path(node.proc, "driver/nvidia/version"))  # touched, not changed
-    assert node_fingerprint(roots(node)) == first  # a module's use count is no change
+    assert node_fingerprint(roots_of(node)) == first  # a module's use count is no change
 
 
 def test_a_mig_reconfiguration_changes_it(make_node: NodeFactory) -> None:
     node = make_node("eight")
-    first = node_fingerprint(roots(node))
+    first = node_fingerprint(roots_of(node))
     node.reconfigure_mig(node.preset.migs[:1])  # two compute instances destroyed
-    second = node_fingerprint(roots(node))
+    second = node_fingerprint(roots_of(node))
     assert second != first
     node.reconfigure_mig((*node.preset.migs, _mig(1, 9, "1g.10gb", 1, 9856)))
-    assert node_fingerprint(roots(node)) not in (first, second)
+    assert node_fingerprint(roots_of(node)) not in (first, second)
 
 
 def test_driver_gpu_and_node_changes_change_it(make_node: NodeFactory) -> None:
     node = make_node("single")
-    fingerprints = [node_fingerprint(roots(node))]
+    fingerprints = [node_fingerprint(roots_of(node))]
     Path(node.root, "dev/nvidia-uvm-tools").unlink()
-    fingerprints.append(node_fingerprint(roots(node)))
+    fingerprints.append(node_fingerprint(roots_of(node)))
     modules = Path(node.proc, "modules")
     modules.write_text(
         "\n".join(line for line in modules.read_text().splitlines() if "nvidia_drm" not in line)
     )
-    fingerprints.append(node_fingerprint(roots(node)))
+    fingerprints.append(node_fingerprint(roots_of(node)))
     version = Path(node.proc, "driver/nvidia/version")
     version.write_text(version.read_text().replace(node.version, "590.1.2"))
-    fingerprints.append(node_fingerprint(roots(node)))
+    fingerprints.append(node_fingerprint(roots_of(node)))
     (gpu,) = Path(node.proc, "driver/nvidia/gpus").iterdir()
     gpu.rename(gpu.with_name("0000:99:00.0"))
-    fingerprints.append(node_fingerprint(roots(node)))
+    fingerprints.append(node_fingerprint(roots_of(node)))
     os.utime(Path(node.root, "etc/ld.so.cache"), ns=(1, 1))
-    fingerprints.append(node_fingerprint(roots(node)))
+    fingerprints.append(node_fingerprint(roots_of(node)))
     assert len(set(fingerprints)) == len(fingerprints)
 
 

@@ -15,15 +15,9 @@ from cdictk.node.facts import find_nvml_library
 from cdictk.node.libraries import candidate_dirs
 from cdictk.node.nvml import NvmlQuery, query_nvml
 from cdictk.node.nvmllib import NvmlError
-from cdictk.node.roots import Roots
-from tests.conftest import NodeFactory
-from tests.fakenode.node import FakeNode
+from tests.conftest import NodeFactory, roots_of
 
 V = "580.95.05"
-
-
-def roots_of(node: FakeNode) -> Roots:
-    return Roots(driver=node.root, dev=node.root, proc=node.proc, sys=node.sys)
 
 
 def test_the_answer_is_frozen_data_made_after_the_fork(make_node: NodeFactory) -> None:

@@ -21,7 +21,7 @@ from cdictk.node.modes import Mode
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import NodeSpec, node_spec
 from cdictk.nvcdi.options import SpecOptions
-from tests.conftest import require_node_tools
+from tests.conftest import require_node_tools, roots_of
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 from tests.fakenode.platforms import PLATFORMS, build_platform
 from tests.owners import OTHER
@@ -151,10 +151,6 @@ def node(tmp_path: Path, stub_cache: str) -> FakeNode:
     made = build_node(str(tmp_path / "node"), "eight", stub_cache)
     os.chmod(made.root + "/tmp", 0o1777)
     return made
-
-
-def roots_of(node: FakeNode) -> Roots:
-    return Roots.from_options(node.root, None, node.proc, node.sys)
 
 
 def mounts_of(made: NodeSpec) -> dict[str, list[str]]:
