@@ -32,8 +32,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.fakespec import node_with_spec
 from tests.e2e.conftest import DEBIAN_ROOTFS, FETCH_ROOTFS, ROOTFS_CACHE, oci_config, overlay
-from tests.fakenode.node import build_node
 
 START_AIM_MS = 25.0
 IMPORT_AIM_MS = 10.0
@@ -140,15 +140,8 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="cdictk-bench-hooks-") as scratch_name:
         scratch = Path(scratch_name)
-        node = build_node(str(scratch / "node"), "single", str(scratch / "stubs"))
-        spec_dir = scratch / "cdi"
-        spec_dir.mkdir()
+        node, spec_dir = node_with_spec(scratch, "single")
         cdictk = [sys.executable, "-m", "cdictk"]
-        subprocess.run(
-            [*cdictk, "cdi", "generate", *node.cli_args(), "--output", str(spec_dir / "nvidia.yaml")],
-            check=True,
-            stderr=subprocess.DEVNULL,
-        )
         with contextlib.ExitStack() as mounts:
             rootfs = mounts.enter_context(overlay(DEBIAN_ROOTFS, scratch / "overlay"))
             with_hooks = injected(cdictk, spec_dir, scratch / "config.json", rootfs)

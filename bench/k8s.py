@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from bench.fakespec import BenchError, checked, node_with_spec
 from cdictk.runtime.launchers import install_launchers
 from cdictk.runtime.shimfront import written_front
 from tests.e2e.conftest import DEBIAN_ROOTFS
 from tests.e2e.daemons import SID_CONTAINERD_DIR, Containerd, containerd_daemon
 from tests.e2e.kubelet.images import docker_archive, pause_archive
-from tests.fakenode.node import build_node
 
 if TYPE_CHECKING:
     from cdictk.deviceplugin.messages import ContainerAllocateResponse
@@ -70,10 +70,6 @@ ANNOTATIONS = "GPU: cdi.k8s.io annotations (containerd's CDI)"
 CLASS_ANNOTATIONS = "GPU: RuntimeClass cdictk, annotations (CDI off)"
 CLASS_MOUNTS = "GPU: RuntimeClass cdictk, volume-mounts (CDI off)"
 PHASES = ("Allocate", "RunPodSandbox", "CreateContainer", "StartContainer")
-
-
-class BenchError(Exception):
-    """What the bench needs is missing or failed: one line, exit status 1."""
 
 
 @dataclass
@@ -170,18 +166,7 @@ def setup(scratch: Path) -> Iterator[Bench]:
     from tests.e2e.kubelet.kubelet import Kubelet  # noqa: PLC0415
     from tests.e2e.kubelet.nodeplugin import serve  # noqa: PLC0415
 
-    node = build_node(str(scratch / "node"), "eight", str(scratch / "stubs"))
-    spec_dir = scratch / "cdi"
-    spec_dir.mkdir()
-    generate = [sys.executable, "-m", "cdictk", "cdi", "generate", *node.cli_args()]
-    _check(
-        subprocess.run(
-            [*generate, "--output", str(spec_dir / "nvidia.yaml")],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-    )
+    node, spec_dir = node_with_spec(scratch, "eight")
     gpu = node.preset.gpus[1].uuid  # a whole GPU (GPU 0 is in MIG mode)
     node_name = f"nvidia{node.preset.gpus[1].minor}"
     pause = pause_archive(scratch / "images")
@@ -296,7 +281,7 @@ def _containerd_config(work: Path, launcher: str, spec_dir: Path, cdi: bool) -> 
         "--config", str(base), "--drop-in-config", str(work / "conf.d" / "99-cdictk.toml"),
         "--runtime-path", launcher, "--runtime-name", HANDLER, "--cdi-spec-dir", str(spec_dir),
     ]  # fmt: skip
-    _check(
+    checked(
         subprocess.run(
             [*configure, "--enable-cdi"] if cdi else configure, capture_output=True, text=True, check=False
         )
@@ -381,11 +366,6 @@ def _ctr_run(containerd: Containerd) -> tuple[float, dict[str, float]]:
             [*ctr, "container", "delete", name], capture_output=True, env=containerd.env, check=False
         )
     return took, {}
-
-
-def _check(result: subprocess.CompletedProcess[str]) -> None:
-    if result.returncode != 0:
-        raise BenchError(f"{' '.join(map(str, result.args[:6]))} ...: {result.stderr.strip()}")
 
 
 if __name__ == "__main__":

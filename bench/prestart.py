@@ -37,10 +37,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from bench.shim import BenchError, build_rootfs, row
+from bench.fakespec import BenchError, checked, node_with_spec
+from bench.shim import build_rootfs, row
 from cdictk.runtime.launchers import install_launchers
 from tests.e2e.conftest import oci_config
-from tests.fakenode.node import build_node
 
 AIM_RATIO = 1.2
 RUNC = "runc"
@@ -73,19 +73,8 @@ def measure(rounds: int, scratch: Path) -> int:
     runc = shutil.which(RUNC)
     if runc is None:
         raise BenchError("runc is not installed")
-    node = build_node(str(scratch / "node"), "single", str(scratch / "stubs"))
-    spec_dir = scratch / "cdi"
-    spec_dir.mkdir()
-    generate = [sys.executable, "-m", "cdictk", "cdi", "generate", *node.cli_args()]
-    _check(
-        subprocess.run(
-            [*generate, "--output", str(spec_dir / "nvidia.yaml")],
-            capture_output=True,
-            text=True,
-            check=False,
-            cwd="/",  # the installed cdictk writes the spec: its hook entry point is the prestart hook's own
-        )
-    )
+    # From /: the installed cdictk writes the spec, so its hook entry point is the prestart hook's own.
+    _, spec_dir = node_with_spec(scratch, "single", cwd="/")
     launchers = Path(install_launchers(str(scratch / "launchers"))[0]).parent
     settings = scratch / "config.toml"
     settings.write_text(  # the shim's rounds ask through NVIDIA_VISIBLE_DEVICES: accept it there
@@ -127,7 +116,7 @@ def measure(rounds: int, scratch: Path) -> int:
         if name == INJECTED:
             inject = [sys.executable, "-m", "cdictk", "cdi", "inject", "--spec-dir", str(spec_dir)]
             inject += ["-d", "nvidia.com/gpu=0", str(bundle / "config.json")]
-            _check(subprocess.run(inject, capture_output=True, text=True, env=env, check=False))
+            checked(subprocess.run(inject, capture_output=True, text=True, env=env, check=False))
         container = f"cdictk-bench-{uuid.uuid4().hex[:12]}"
         command = [*program, "--root", str(state), "run", "--bundle", str(bundle), container]
         log = round_dir / "log"
@@ -170,11 +159,6 @@ def measure(rounds: int, scratch: Path) -> int:
         f"prestart {prestart - floor:+.1f} ms"
     )
     return 0
-
-
-def _check(result: subprocess.CompletedProcess[str]) -> None:
-    if result.returncode != 0:
-        raise BenchError(f"{' '.join(map(str, result.args[:6]))} ...: {result.stderr.strip()}")
 
 
 if __name__ == "__main__":

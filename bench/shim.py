@@ -66,8 +66,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bench.fakespec import BenchError, node_with_spec
 from tests.e2e.conftest import build_busybox_rootfs, busybox_problem, oci_config
-from tests.fakenode.node import build_node
 
 AIM_MS = 30.0
 IMPORT_FLOOR_MS = 1.0  # imports shown in the breakdown take at least this long
@@ -98,10 +98,6 @@ ALONE_MEMORY_COLD = "shim create, =0, cache empty, spec made anew, before true"
 FLOOR = "python -c pass (the shim's interpreter)"
 BARE = "python -I -S -c pass (no site, no .pth files)"
 VIA_WRAPPER = "shim create, =0, through PATH's wrapper"
-
-
-class BenchError(Exception):
-    """A command the bench needs failed: one line, exit status 1."""
 
 
 def build_rootfs(root: Path) -> None:
@@ -369,15 +365,8 @@ def measure(rounds: int, runtime: str, scratch: Path, nvidia: str | None = None)
     if installed.returncode != 0:
         raise BenchError(f"cdictk runtime install-launchers: {installed.stderr.strip()}")
     shim = [str(scratch / "launchers" / SCRIPT)]
-    node = build_node(str(scratch / "node"), "single", str(scratch / "stubs"))
-    spec_dir = scratch / "cdi"
+    node, spec_dir = node_with_spec(scratch, "single", "--disable-hook", "all")
     spec = spec_dir / "nvidia.yaml"
-    cdictk = [sys.executable, "-m", "cdictk", "cdi", "generate", *node.cli_args()]
-    generated = subprocess.run(
-        [*cdictk, "--disable-hook", "all", "--output", str(spec)], capture_output=True, text=True, check=False
-    )
-    if generated.returncode != 0:
-        raise BenchError(f"cdictk cdi generate: {generated.stderr.strip()}")
     rootfs = scratch / "rootfs"
     build_rootfs(rootfs)
 
