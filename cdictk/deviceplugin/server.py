@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -132,6 +133,11 @@ class ResourceServer:
         if serving is not None:
             serving.loop.call_soon_threadsafe(self._wake_streams)  # they see _stopped and end
             serving.close()
+            del serving
+            # grpcio's asyncio stack shuts itself down when its last object is freed, joining its
+            # poller thread: freed here, not by the collector of a child forked later (discovery's
+            # NVML query), where that thread does not exist and the join never ends.
+            gc.collect()
         if os.path.lexists(self.path):
             os.unlink(self.path)
 
