@@ -13,6 +13,7 @@ devices. A discovery that fails is tried again at each rescan, a registration at
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import Resource, build, keep_missing, numa_reader
-from cdictk.deviceplugin.server import ResourceServer
+from cdictk.deviceplugin.server import ResourceServer, check_socket_path
 from cdictk.errors import CdictkError
 from cdictk.node.facts import find_nvml_library
 from cdictk.node.fingerprint import node_fingerprint
@@ -72,8 +73,11 @@ class DevicePlugin:
         return resources
 
     def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set."""
+        """Serve until ``stop`` is set. A first discovery that fails, or a resource whose socket path
+        is too long, ends it at once (CdictkError): nothing could be served."""
         resources = self.discover()
+        for resource in resources:
+            check_socket_path(os.path.join(self.settings.plugin_dir, resource.socket))
         library = self._nvml_library()
         if library is not None:
             self.health.start(library)
