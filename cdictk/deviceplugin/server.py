@@ -5,9 +5,9 @@ The handlers are grpcio's generic ones over our dataclass codec (no generated st
 asyncio server, which runs an event loop in a thread of its own. ``ListAndWatch`` sends the whole list
 at once and again on every change (health, devices), and ends when the server stops; a stream is a
 coroutine waiting on that loop, so open streams tie up no thread: a peer holding many (a kubelet that
-reconnected without closing, a monitoring tool) never keeps the unary calls or the kubelet's own
-stream waiting. The unary calls run in a small pool of threads beside the loop, as they may wait
-(GetPreferredAllocation, for the GPUs' topology) or read files (Allocate, the spec check).
+reconnected without closing, a monitoring tool) never keeps the other calls or the kubelet's own
+stream waiting. The calls that answer from memory run on the loop too; GetPreferredAllocation, which
+may wait for the GPUs' topology, in a small pool of threads beside it.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ from cdictk.deviceplugin.topology import Links, preferred
 
 OPTIONS = DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
-UNARY_WORKERS = 4
+PREFERRED_WORKERS = 4  # GetPreferredAllocation calls at once
 STOP_GRACE = 1.0  # seconds that calls under way get when the server stops
 
 
@@ -104,7 +104,7 @@ class ResourceServer:
         loop = asyncio.new_event_loop()
         thread = threading.Thread(target=loop.run_forever, name="device-plugin", daemon=True)
         thread.start()
-        pool = futures.ThreadPoolExecutor(UNARY_WORKERS, thread_name_prefix="device-plugin")
+        pool = futures.ThreadPoolExecutor(PREFERRED_WORKERS, thread_name_prefix="device-plugin")
         serving = _Serving(loop, thread, pool)
         try:
             serving.server = asyncio.run_coroutine_threadsafe(self._serve(pool), loop).result()
@@ -174,7 +174,9 @@ class ResourceServer:
             for device in self.resource.devices
         ]
 
-    def get_options(self, request: Empty, context: grpc.ServicerContext) -> DevicePluginOptions:
+    async def get_options(
+        self, request: Empty, context: grpc.aio.ServicerContext[Empty, DevicePluginOptions]
+    ) -> DevicePluginOptions:
         return OPTIONS
 
     async def list_and_watch(
@@ -193,6 +195,7 @@ class ResourceServer:
     def preferred_allocation(
         self, request: PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> PreferredAllocationResponse:
+        """In the pool: it may wait for the topology, and score thousands of sets."""
         answers = []
         for container in request.container_requests:
             chosen = preferred(
@@ -205,25 +208,29 @@ class ResourceServer:
             answers.append(ContainerPreferredAllocationResponse(chosen))
         return PreferredAllocationResponse(answers)
 
-    def allocate(self, request: AllocateRequest, context: grpc.ServicerContext) -> AllocateResponse:
+    async def allocate(
+        self, request: AllocateRequest, context: grpc.aio.ServicerContext[AllocateRequest, AllocateResponse]
+    ) -> AllocateResponse:
+        """On the loop: it answers from memory (the spec cache's, which inotify keeps current), faster
+        than a hand-over to a thread and back."""
         answers = []
         for container in request.container_requests:
             try:
                 answers.append(allocate(self.resource, container.devices_ids, self.settings, self.unresolved))
             except CdictkError as exc:
                 self.log(f"Allocate {', '.join(container.devices_ids)}: {exc}")
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return AllocateResponse(answers)
 
-    def pre_start(
-        self, request: PreStartContainerRequest, context: grpc.ServicerContext
+    async def pre_start(
+        self,
+        request: PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[PreStartContainerRequest, PreStartContainerResponse],
     ) -> PreStartContainerResponse:
         return PreStartContainerResponse()
 
     def _handlers(self) -> grpc.GenericRpcHandler:
-        def unary(
-            function: Callable[[Any, grpc.ServicerContext], Any], kind: type
-        ) -> grpc.RpcMethodHandler[Any, Any]:
+        def unary(function: Callable[[Any, Any], Any], kind: type) -> grpc.RpcMethodHandler[Any, Any]:
             return grpc.unary_unary_rpc_method_handler(
                 function,
                 request_deserializer=CODEC.deserializer(kind),
@@ -248,7 +255,7 @@ class ResourceServer:
 
 @dataclass
 class _Serving:
-    """A started server: its loop, the loop's thread, the unary calls' pool."""
+    """A started server: its loop, the loop's thread, the pool of its calls that may wait."""
 
     loop: asyncio.AbstractEventLoop
     thread: threading.Thread
