@@ -7,8 +7,9 @@ eight-GPU node against the kubelet stand-in (tests/e2e/kubelet), each start a ne
 - the first ``GetPreferredAllocation`` asked the moment that list came ("2 devices including GPU 5"
   of the whole GPUs): how long it took, and in how many starts it was GPU 5's NVLink pair (4, 5);
 - ``Allocate`` of one GPU and ``GetPreferredAllocation`` of 2 of 7: median and 90th percentile of
-  ``--calls`` calls, back to back on the kubelet's connection, first with only the kubelet's stream
-  open, then with a peer holding 32 more (an answer that does not come within 5 s is said so).
+  ``--calls`` calls back to back on the kubelet's connection, spread over the starts, with only the
+  kubelet's stream open; then as many in the last start with a peer holding 32 more (an answer that
+  does not come within 5 s is said so).
 
 With ``--against DIR``, the plugin of another checkout (``git archive main | tar -x -C DIR``) is
 started too, start for start in turn with this one, and measured the same way: the figures before
@@ -60,7 +61,8 @@ class Figures:
     listed: list[float] = field(default_factory=list)
     first_preferred: list[float] = field(default_factory=list)
     nvlink_pairs: int = 0
-    calls: dict[str, list[float] | str] = field(default_factory=dict)  # a row: its times, or why none
+    calls: dict[str, list[float]] = field(default_factory=dict)  # a row's times
+    failed: dict[str, str] = field(default_factory=dict)  # a row: why it has no times
 
 
 def main() -> int:
@@ -86,8 +88,9 @@ def main() -> int:
             figures = {name: Figures() for name in trees}
             for start in range(args.starts):
                 for name, tree in trees.items():
-                    calls = args.calls if start == args.starts - 1 else 0
-                    measure(tree, node, spec_dir, figures[name], calls)
+                    calls = args.calls // args.starts + (start < args.calls % args.starts)
+                    last = args.calls if start == args.starts - 1 else 0
+                    measure(tree, node, spec_dir, figures[name], calls=calls, peer_calls=last)
     except BenchError as exc:
         print(f"bench.deviceplugin: {exc}", file=sys.stderr)
         return 1
@@ -96,9 +99,11 @@ def main() -> int:
     return 0
 
 
-def measure(tree: str, node: FakeNode, spec_dir: Path, figures: Figures, calls: int) -> None:
-    """One start of the plugin of the checkout ``tree``: its first answers, and with ``calls``, the
-    calls' figures."""
+def measure(
+    tree: str, node: FakeNode, spec_dir: Path, figures: Figures, *, calls: int, peer_calls: int
+) -> None:
+    """One start of the plugin of the checkout ``tree``: its first answers, ``calls`` calls of each
+    row, and with ``peer_calls``, that many while a peer holds its streams open."""
     from tests.e2e.kubelet.kubelet import Kubelet  # noqa: PLC0415 - gRPC (see main)
 
     whole = [gpu.uuid for gpu in node.preset.gpus if gpu.mig != "enabled"]
@@ -121,8 +126,7 @@ def measure(tree: str, node: FakeNode, spec_dir: Path, figures: Figures, calls: 
             picked = kubelet.preferred(GPU, whole, [gpu5], 2)
             figures.first_preferred.append(time.perf_counter() - asked)
             figures.nvlink_pairs += picked == [gpu5, gpu4]
-            if calls:
-                time_calls(kubelet, whole, calls, figures)
+            time_calls(kubelet, whole, calls, peer_calls, figures)
     finally:
         kubelet.stop()
         shutil.rmtree(plugin_dir, ignore_errors=True)
@@ -157,7 +161,7 @@ def wait(
         raise BenchError(f"no {what} within 30 s: {stderr.strip()}") from exc
 
 
-def time_calls(kubelet: Kubelet, whole: Sequence[str], calls: int, figures: Figures) -> None:
+def time_calls(kubelet: Kubelet, whole: Sequence[str], calls: int, peer_calls: int, figures: Figures) -> None:
     import grpc  # noqa: PLC0415 - see main
 
     from cdictk.deviceplugin.messages import (  # noqa: PLC0415
@@ -185,13 +189,15 @@ def time_calls(kubelet: Kubelet, whole: Sequence[str], calls: int, figures: Figu
         ),
     ]
     for label, method, request, answer in rows:
-        figures.calls[label] = timed(channel, method, request, answer, calls)
+        timed(channel, (method, request, answer), calls, figures, label)
+    if not peer_calls:
+        return
     peer = grpc.insecure_channel(f"unix://{kubelet.endpoints[GPU].socket}")
     try:
         streams, served = open_streams(peer, PEER_STREAMS)
         for label, method, request, answer in rows:
             key = f"{label}, {PEER_STREAMS} more streams ({served} served)"
-            figures.calls[key] = timed(channel, method, request, answer, calls)
+            timed(channel, (method, request, answer), peer_calls, figures, key)
         del streams  # open until here: a stream no longer referenced is cancelled
     finally:
         peer.close()
@@ -217,8 +223,14 @@ def open_streams(channel: grpc.Channel, count: int) -> tuple[list[Any], int]:
     return streams, sum(read.exception() is None for read in done)
 
 
-def timed(channel: grpc.Channel, method: str, request: object, answer: type, calls: int) -> list[float] | str:
+def timed(
+    channel: grpc.Channel, call: tuple[str, object, type], calls: int, figures: Figures, row: str
+) -> None:
+    """``calls`` calls (``call``: the method, its request and its answer's dataclass), each one's
+    time added to ``row``; at the first that fails, why, and no more."""
     import grpc  # noqa: PLC0415 - see main
+
+    method, request, answer = call
 
     from cdictk.deviceplugin.messages import CODEC, SCHEMA  # noqa: PLC0415
 
@@ -227,19 +239,16 @@ def timed(channel: grpc.Channel, method: str, request: object, answer: type, cal
         request_serializer=CODEC.serializer(),
         response_deserializer=CODEC.deserializer(answer),
     )
-    times = []
-    for _ in range(calls):
+    times = figures.calls.setdefault(row, [])
+    for _ in range(calls if row not in figures.failed else 0):
         began = time.perf_counter()
         try:
             unary(request, timeout=DEADLINE)
         except grpc.RpcError as exc:
-            return (
-                f"no answer within {DEADLINE:g} s"
-                if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-                else str(exc)
-            )
+            late = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            figures.failed[row] = f"no answer within {DEADLINE:g} s" if late else str(exc)
+            return
         times.append(time.perf_counter() - began)
-    return times
 
 
 def report(name: str, figures: Figures, starts: int, calls: int) -> None:
@@ -253,10 +262,10 @@ def report(name: str, figures: Figures, starts: int, calls: int) -> None:
     print(
         f"  first GetPreferredAllocation was GPU 5's NVLink pair in {figures.nvlink_pairs} of {starts} starts"
     )
-    print(f"  calls, {calls} back to back on the kubelet's connection (last start):")
+    print(f"  calls, {calls} of each back to back on the kubelet's connection:")
     for label, row in figures.calls.items():
-        if isinstance(row, str):
-            print(f"    {label:<62} {row}")
+        if label in figures.failed or not row:
+            print(f"    {label:<62} {figures.failed.get(label, 'none made')}")
             continue
         ordered = sorted(row)
         p90 = ordered[int(len(ordered) * 0.9)]
