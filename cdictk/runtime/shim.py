@@ -51,7 +51,7 @@ writes it: --log-format json or text), exit status 1; a warning goes to the --lo
 
 Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG; `cdictk config default` prints every key).
 Parse cache: /run/cdictk ($CDICTK_CACHE_DIR, empty: off). The low-level runtime's own help:
-`runc --help`. Register it with `cdictk runtime install-launchers` and `cdictk runtime configure`."""
+`runc --help`. Register it with `cdictk runtime configure` (which installs its fast launchers)."""
 CREATING = ("create", "run")
 
 
