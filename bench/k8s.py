@@ -141,11 +141,16 @@ def report(rows: list[Row], rounds: int) -> None:
         median = statistics.median(row.samples)
         ratio = over = ""
         if row.floor:
-            floor = statistics.median(by_name[row.floor].samples)
-            ratio, over = f"{median / floor:>11.2f}x", f"{median - floor:>+8.1f}"
+            floor = by_name[row.floor].samples
+            # Paired by round: the load of a shared machine drifts between rounds more than within one.
+            paired = statistics.median(mine - theirs for mine, theirs in zip(row.samples, floor, strict=True))
+            ratio, over = f"{median / statistics.median(floor):>11.2f}x", f"{paired:>+8.1f}"
         figures = f"{median:>8.1f} {min(row.samples):>8.1f} {median / ctr:>9.2f}x"
         print(f"  {row.name:<50} {figures} {ratio:>12} {over:>8}")
-    print("its floor: the same containerd and handler without a GPU; for a pod without one, runc there")
+    print(
+        "its floor: the same containerd and handler without a GPU (for a pod without one, runc there); "
+        "+ ms: the median of each round's difference to it"
+    )
     print("each phase's median, ms:")
     print(f"  {'path':<50}" + "".join(f" {phase:>15}" for phase in PHASES))
     for row in rows:
