@@ -50,9 +50,7 @@ class Engine(NamedTuple):
     title: str  # the engine in the command line's help
     label: str  # the check ``cdictk info`` prints
     config: str  # the main config: configure's default, and the first file info reads
-    drop_in: (
-        str | None
-    )  # the drop-in for the default config; None: the engine reads none (--drop-in-config refused)
+    drop_in: str | None  # the default config's drop-in; None: none read (--drop-in-config refused)
     drop_in_glob: str | None  # the glob of drop-ins info reads after the main config, in name order
     unit: str  # for --restart systemd
     socket: str  # where the daemon listens, for --restart signal
