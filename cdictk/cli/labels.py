@@ -12,7 +12,7 @@ import click
 
 from cdictk.errors import CdictkError
 from cdictk.labels.featurefile import DEFAULT_NAME, FEATURES_DIR
-from cdictk.labels.rules import MIG_STRATEGIES, Sharing
+from cdictk.labels.gfdrules import MIG_STRATEGIES, Sharing
 
 DEFAULT_OUTPUT = f"{FEATURES_DIR}/{DEFAULT_NAME}"
 WATCH_EXPIRY = 600.0  # seconds: labels outlive a watch killed without cleanup by at most this

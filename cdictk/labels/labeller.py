@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 
 from cdictk.errors import CdictkError
 from cdictk.labels import featurefile
+from cdictk.labels.gfdrules import DOMAIN, Labels, Sharing, node_labels
 from cdictk.labels.nodeview import read_node
-from cdictk.labels.rules import DOMAIN, Labels, Sharing, node_labels
 from cdictk.node.fingerprint import node_fingerprint
 from cdictk.node.roots import Roots
 from cdictk.nvcdi.specfile import Stamp, path_stamp
