@@ -7,7 +7,8 @@
   left out with a warning; the others are reported as NVML reports them. pynvml loads
   ``libnvidia-ml.so.1`` by name from the host's loader path; a driver root (a driver container, a fake
   node) needs that library instead, so the module's library handle is set to the one opened before
-  ``nvmlInit``.
+  ``nvmlInit``: the file :func:`cdictk.node.nvmllib.nvml_library` chose, opened only once it passed
+  :func:`cdictk.node.libchoice.load`'s check again.
 - :class:`cdictk.node.nvmllib.NvmlLibrary`: the few facts the prestart hook checks ``NVIDIA_REQUIRE_*``
   against, by ctypes, without pynvml.
 
@@ -18,7 +19,6 @@ is forked, and the child should not wait for what only the parent needs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import marshal
 import os
 import select
@@ -26,6 +26,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
+from cdictk.node.libchoice import LibraryError, load
 from cdictk.node.nvmllib import NvmlError
 
 if TYPE_CHECKING:  # imported after NVML's child is forked (NvmlQuery): the child need not wait for it
@@ -196,7 +197,9 @@ def _answer(pynvml: Any, library: str) -> dict[str, Any]:
     from dataclasses import asdict  # noqa: PLC0415
 
     try:
-        handle = ctypes.CDLL(library)
+        handle = load(library)
+    except LibraryError as exc:
+        return {"error": exc.problem.reason, "absent": True}
     except OSError as exc:
         return {"error": f"cannot load: {exc}", "absent": True}
     _reset(pynvml, handle)
