@@ -9,10 +9,12 @@ from dataclasses import dataclass, field
 
 from cdictk.errors import CdictkError
 from cdictk.node.drivercontainer import in_driver_container
-from cdictk.node.facts import NVML_LIBRARY, find_nvml_library, module_hint
+from cdictk.node.facts import module_hint
 from cdictk.node.gpus import Gpu
+from cdictk.node.libchoice import LibraryError
 from cdictk.node.libraries import candidate_dirs
 from cdictk.node.nvml import query_nvml
+from cdictk.node.nvmllib import NVML, nvml_library
 from cdictk.node.pcidevices import VgpuHost, pci_class, vgpu_scan
 from cdictk.node.procfs import read_loaded_modules
 from cdictk.node.roots import Roots, read_text
@@ -41,11 +43,12 @@ def read_node(roots: Roots) -> NodeView:
     warnings: list[str] = []
     candidates = candidate_dirs(roots, warnings)
     moved = in_driver_container(roots, candidates, warnings)
-    nvml_roots, candidates = moved if moved is not None else (roots, candidates)
-    library = find_nvml_library(nvml_roots, candidates)
+    driver_root = moved[0].driver if moved is not None else roots.driver
     modules = read_loaded_modules(roots)
-    if library is None:
-        raise NodeViewError(f"no {NVML_LIBRARY} under {roots.driver}" + module_hint(modules))
+    try:
+        library = nvml_library(driver_root)
+    except LibraryError as exc:  # none, or none root's alone
+        raise NodeViewError(f"{NVML}: {exc.problem.reason}{module_hint(modules)}") from exc
     answer = query_nvml(library)
     if not answer.gpus:
         lost = f"; NVML could not describe {'; '.join(answer.left_out)}" if answer.left_out else ""

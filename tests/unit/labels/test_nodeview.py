@@ -29,7 +29,7 @@ def test_the_eight_gpu_node(make_node: NodeFactory) -> None:
 def test_no_nvml_is_an_error(make_node: NodeFactory) -> None:
     node = make_node("single")
     os.unlink(os.path.join(node.lib_dir, "libnvidia-ml.so.1"))
-    with pytest.raises(NodeViewError, match=re.escape(f"no libnvidia-ml.so.1 under {node.root}")):
+    with pytest.raises(NodeViewError, match=re.escape(f"libnvidia-ml.so.1: not found under {node.root}")):
         read_node(roots_of(node))
 
 
