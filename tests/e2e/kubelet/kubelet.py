@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -256,6 +257,9 @@ def containerd_config(runc_root: str | os.PathLike[str], *, enable_cdi: bool | N
     )
 
 
+LOG_PATH = "main/0.log"  # the container's log in its pod's log directory, named as the kubelet names it
+
+
 @dataclass(frozen=True)
 class Pod:
     sandbox_id: str
@@ -317,11 +321,13 @@ def container_config(
     )
 
 
-def sandbox_config(cgroup_parent: str = "") -> cri.PodSandboxConfig:
-    """A new pod's sandbox as the kubelet asks for it: host network (no CNI), its own name and UID."""
+def sandbox_config(cgroup_parent: str = "", log_directory: str = "") -> cri.PodSandboxConfig:
+    """A new pod's sandbox as the kubelet asks for it: host network (no CNI), its own name and UID;
+    its containers' logs in ``log_directory`` ("": none kept)."""
     name = f"pod-{uuid.uuid4().hex[:8]}"
     return cri.PodSandboxConfig(
         cri.PodSandboxMetadata(name, str(uuid.uuid4()), "default"),
+        log_directory=log_directory,
         labels={"io.kubernetes.pod.name": name},
         linux=cri.LinuxPodSandboxConfig(
             cgroup_parent=cgroup_parent,
@@ -339,15 +345,22 @@ def run_pod(
     runtime_handler: str = "",
     cgroup_parent: str = "",
     env: dict[str, str] | None = None,
+    log_directory: str = "",
+    command: Sequence[str] = ("sleep", "3600"),
 ) -> Iterator[Pod]:
-    """A pod with one container that sleeps, started as the kubelet does; stopped and removed after."""
-    sandbox = sandbox_config(cgroup_parent)
+    """A pod with one container that runs ``command`` (sleeps), started as the kubelet does; stopped
+    and removed after.
+    With ``log_directory``, containerd writes the container's stdout and stderr to :data:`LOG_PATH`
+    there, as it does for the kubelet."""
+    sandbox = sandbox_config(cgroup_parent, log_directory)
     sandbox_id = client.runtime(
         cri.RunPodSandboxRequest(sandbox, runtime_handler), cri.RunPodSandboxResponse
     ).pod_sandbox_id
     container_id = ""
     try:
-        config = container_config("main", image, ["sleep", "3600"], answers, env)
+        config = container_config("main", image, command, answers, env)
+        if log_directory:
+            config = dataclasses.replace(config, log_path=LOG_PATH)
         container_id = client.runtime(
             cri.CreateContainerRequest(sandbox_id, config, sandbox), cri.CreateContainerResponse
         ).container_id
