@@ -2,7 +2,8 @@
 
 - :class:`Kubelet` serves ``v1beta1.Registration`` on ``kubelet.sock`` in a device plugin directory of
   the test's own. On ``Register`` it checks the version, dials the plugin's socket, asks its options and
-  starts ``ListAndWatch`` in a thread, as the kubelet does, keeping each resource's latest device list.
+  starts ``ListAndWatch`` in a thread, as the kubelet does, keeping each resource's latest device list;
+  or, with ``refusal`` set, answers every registration with that error.
   :meth:`Kubelet.allocate` does what admission does: pick healthy devices (asking
   ``GetPreferredAllocation`` when the plugin offers it and there are more candidates than needed),
   then ``Allocate`` with one container request. :meth:`Kubelet.restart` is a kubelet restart: every
@@ -71,6 +72,7 @@ class Kubelet:
         self.plugin_dir = plugin_dir
         self.endpoints: dict[str, Endpoint] = {}
         self.registrations: list[RegisterRequest] = []
+        self.refusal: tuple[grpc.StatusCode, str] | None = None  # what to answer every Register with
         self._changed = threading.Condition()
         self._server: grpc.Server | None = None
 
@@ -113,6 +115,8 @@ class Kubelet:
         self.start()
 
     def _register(self, request: RegisterRequest, context: grpc.ServicerContext) -> Empty:
+        if self.refusal is not None:
+            context.abort(*self.refusal)
         if request.version != VERSION:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version!r}")
         if "/" not in request.resource_name or request.resource_name.split("/")[0].endswith("kubernetes.io"):
