@@ -97,6 +97,34 @@ class Node:
         """``path`` on the node as the node sees it (its mounts too), through its PID 1's root."""
         return Path(f"/proc/{self.init_pid}/root") / path.lstrip("/")
 
+    def resolve(self, path: str) -> Path:
+        """``path`` on the node, its links followed as the node would follow them (an absolute link
+        from the node's root, not this one's: /proc/PID/root alone would follow /var/run -> /run here)."""
+        base = self.view("/")
+        pending = [part for part in path.split("/") if part]
+        found: list[str] = []
+        hops = 0
+        while pending:
+            part = pending.pop(0)
+            if part == ".":
+                continue
+            if part == "..":
+                if found:
+                    found.pop()
+                continue
+            candidate = base.joinpath(*found, part)
+            if not candidate.is_symlink():
+                found.append(part)
+                continue
+            hops += 1
+            if hops > 40:
+                raise NodeError(f"{path}: too many links on the node")
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                found = []
+            pending = [p for p in target.split("/") if p] + pending
+        return base.joinpath(*found)
+
     def ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """The node's containerd's ctr, run here on its socket, in the kubelet's namespace (k8s.io)."""
         return subprocess.run(
@@ -202,7 +230,7 @@ def _install_programs(root: Path, *, with_libraries: bool) -> None:
 def containerd_config() -> str:
     """The node's containerd config: 2.x's defaults (CDI on, its spec dirs /etc/cdi and /var/run/cdi),
     the locally built pause image as the sandbox, and the CNI plugins where they are."""
-    from tests.e2e.kubelet.images import PAUSE_IMAGE  # noqa: PLC0415 - the kubelet's package imports this module
+    from tests.e2e.kubelet.images import PAUSE_IMAGE
 
     return (
         "version = 3\n"
@@ -386,7 +414,9 @@ def _start(node: Node, init: Path) -> None:
     ready = node.init.stdout.readline()
     if ready != b"ready\n":
         node.init.wait(START_TIMEOUT)
-        raise NodeError(f"the node's init did not start ({node.init.returncode}): {_tail(node.work / 'init.log')}")
+        raise NodeError(
+            f"the node's init did not start ({node.init.returncode}): {_tail(node.work / 'init.log')}"
+        )
     children = _children(node.init.pid)
     if len(children) != 1:
         raise NodeError(f"unshare {node.init.pid} has children {children}, expected the node's init")
@@ -427,7 +457,9 @@ def _stop(node: Node) -> list[str]:
     """The node ended: its PID 1 stopped (the kernel kills the rest), its mounts undone, its cgroups
     removed. What is left, if anything, one line each."""
     left = []
-    namespace = _pid_namespace(node.init_pid) if node.init_pid and os.path.exists(f"/proc/{node.init_pid}") else ""
+    namespace = (
+        _pid_namespace(node.init_pid) if node.init_pid and os.path.exists(f"/proc/{node.init_pid}") else ""
+    )
     if node.init_pid:
         with contextlib.suppress(ProcessLookupError):
             os.kill(node.init_pid, signal.SIGTERM)
@@ -438,7 +470,7 @@ def _stop(node: Node) -> list[str]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-                left.append(f"{process.args[0]} {process.pid} did not end")
+                left.append(f"process {process.pid} ({process.args!r}) did not end")
     if namespace:
         deadline = time.monotonic() + START_TIMEOUT
         while _processes_in(namespace) and time.monotonic() < deadline:
@@ -453,13 +485,15 @@ def _stop(node: Node) -> list[str]:
 
 
 @contextlib.contextmanager
-def _root_of(kind: str, work: Path) -> Iterator[Path]:
+def _root_of(kind: str, work: Path, jammy: Path | None) -> Iterator[Path]:
     """The node's root, a mount point: an overlay of the cached jammy root, or busybox in a directory."""
     merged = work / "root"
     if kind == "jammy":
-        lower = minbase("jammy")
+        lower = jammy or minbase("jammy")
         if not (lower / "sbin" / "ldconfig").exists():
-            raise NodeError(f"{lower} is missing (tests/setup-host.sh builds it: tests/fetch-rootfs.sh CACHE jammy)")
+            raise NodeError(
+                f"{lower} is missing (tests/setup-host.sh builds it: tests/fetch-rootfs.sh CACHE jammy)"
+            )
         for directory in ("upper", "overlay-work"):
             (work / directory).mkdir()
         merged.mkdir()
@@ -475,16 +509,17 @@ def _root_of(kind: str, work: Path) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def start_node(kind: str, stub_cache: str, init: Path) -> Iterator[Node]:
+def start_node(kind: str, stub_cache: str, init: Path, jammy: Path | None = None) -> Iterator[Node]:
     """The fake GPU node of root ``kind`` (:data:`ROOTS`), running, with containerd answering on
-    :attr:`Node.socket`; ended on exit, and NodeError if anything of it is left."""
+    :attr:`Node.socket`; ended on exit, and NodeError if anything of it is left. ``jammy``: the cached
+    Ubuntu 22.04 root (default: tests/fetch-rootfs.sh's cache)."""
     work = Path(tempfile.mkdtemp(prefix=f"cdictk-node-{kind}-", dir="/tmp"))
     node: Node | None = None
     failure: list[str] = []
     try:
         started = time.monotonic()
         gpu = build_node(str(work / "gpu"), PRESET, stub_cache)
-        with _root_of(kind, work) as root:
+        with _root_of(kind, work, jammy) as root:
             found = has_python(root)
             assert not found, f"the {kind} node's root has a Python: {found}"
             node = Node(kind, root, work, gpu, f"/cdictk-node-{uuid.uuid4().hex[:8]}")

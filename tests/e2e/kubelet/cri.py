@@ -200,6 +200,7 @@ class LinuxContainerSecurityContext:
     privileged: bool = False
     namespace_options: NamespaceOption | None = None
     readonly_rootfs: bool = False
+    no_new_privs: bool = False
     masked_paths: list[str] = field(default_factory=list)
     readonly_paths: list[str] = field(default_factory=list)
 

@@ -1,0 +1,259 @@
+"""deploy/kubernetes/cdictk-daemonset.yaml run as the kubelet runs it, on GPU nodes whose root has no
+usable Python: Ubuntu 22.04 minbase and busybox alone (tests/e2e/noderoot.py), containerd 2.x and
+runc running inside each.
+
+The kubelet stand-in (tests/e2e/kubelet) reads the manifest itself and runs the DaemonSet's pod
+through the node's CRI with the image `make image` builds: the init container to completion, then the
+containers, with their env from the ConfigMaps, hostPath volumes, privileges and probes. The device
+plugin in the pod registers with the stand-in's kubelet.sock in the node's
+/var/lib/kubelet/device-plugins. Then a pod asking for ``nvidia.com/gpu: 1`` is admitted (Allocate),
+created with the answer, and gets exactly its GPU and the driver's libraries in its ld cache:
+containerd injects the spec the watcher wrote, runc runs its hook on the node. An update of the
+DaemonSet's image (version N to N+1) while GPU pods start loses none of them.
+
+The only settings the test makes are an operator's, in the ``cdictk`` ConfigMap
+(:data:`OPERATOR_SETTINGS`); where the test spends its time is printed at the end of the run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests import REPO
+from tests.e2e.conftest import fetch_minbase, require_root
+from tests.e2e.daemons import sid_containerd_dir
+from tests.e2e.kubelet import cri
+from tests.e2e.kubelet.images import pause_archive
+from tests.e2e.kubelet.kubelet import Kubelet
+from tests.e2e.kubelet.manifest import DaemonSet, Manifest, read_manifest
+from tests.e2e.kubelet.pods import NodeAccess, PodRunner, RunningPod
+from tests.e2e.kubelet.scheduling import NodeInfo, Taint, refusal
+from tests.e2e.noderoot import ROOTS, Node, compile_init, start_node
+from tests.fakenode.node import FakeNode
+
+MANIFEST = REPO / "deploy" / "kubernetes" / "cdictk-daemonset.yaml"
+GPU = "nvidia.com/gpu"
+# A GPU node as Node Feature Discovery labels it, tainted as GPU nodes often are.
+NODE = NodeInfo(
+    "fakenode",
+    labels={
+        "kubernetes.io/hostname": "fakenode",
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "feature.node.kubernetes.io/pci-10de.present": "true",
+    },
+    taints=(Taint(GPU, "present", "NoSchedule"),),
+)
+# What an operator sets in the cdictk ConfigMap for these nodes: they have no systemd that could restart
+# containerd (their containerd 2.x has CDI on already).
+OPERATOR_SETTINGS = {"cdictk": {"CONTAINERD": "configure"}}
+READY_TIMEOUT = 120.0
+REGISTER_TIMEOUT = 120.0
+GPU_POD = """
+apiVersion: v1
+kind: Pod
+metadata: {name: NAME, namespace: default}
+spec:
+  automountServiceAccountToken: false
+  terminationGracePeriodSeconds: 2
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+  containers:
+    - name: cuda
+      image: IMAGE
+      command: ["/bin/sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
+      resources:
+        limits: {nvidia.com/gpu: 1}
+"""
+TIMINGS: dict[str, dict[str, float]] = {}  # per node: where the time went (printed by conftest)
+
+
+@dataclass
+class Cluster:
+    node: Node
+    client: cri.CriClient
+    devices: Kubelet
+    runner: PodRunner
+    daemon_set: DaemonSet
+    daemon_pod: RunningPod
+    image: str
+    timings: dict[str, float] = field(default_factory=dict)
+
+    def timed(self, what: str, started: float) -> None:
+        self.timings[what] = self.timings.get(what, 0.0) + time.monotonic() - started
+
+    @property
+    def gpu(self) -> FakeNode:
+        return self.node.gpu
+
+
+def operator_manifest(text: str) -> Manifest:
+    """The manifest as applied, with an operator's settings in its ConfigMaps."""
+    manifest = read_manifest(text, MANIFEST.name)
+    config_maps = dict(manifest.config_maps)
+    for name, settings in OPERATOR_SETTINGS.items():
+        namespace = manifest.daemon_set().meta.namespace
+        found = config_maps[(namespace, name)]
+        unknown = set(settings) - set(found.data)
+        assert not unknown, f"the ConfigMap {name} offers no {unknown}: the manifest changed"
+        config_maps[(namespace, name)] = dataclasses.replace(found, data={**found.data, **settings})
+    return dataclasses.replace(manifest, config_maps=config_maps)
+
+
+def with_image(daemon_set: DaemonSet, image: str) -> DaemonSet:
+    """``kubectl set image``: every container of the DaemonSet on ``image``."""
+    pod = daemon_set.pod
+    return dataclasses.replace(
+        daemon_set,
+        pod=dataclasses.replace(
+            pod,
+            init_containers=tuple(dataclasses.replace(c, image=image) for c in pod.init_containers),
+            containers=tuple(dataclasses.replace(c, image=image) for c in pod.containers),
+        ),
+    )
+
+
+def daemon_set_image() -> Path:
+    """The DaemonSet's image as an OCI archive: `make image`'s."""
+    path = os.environ.get("CDICTK_E2E_DAEMONSET_IMAGE")
+    if not path:
+        pytest.skip("no DaemonSet image yet: set CDICTK_E2E_DAEMONSET_IMAGE to `make image`'s archive")
+    return Path(path)
+
+
+@pytest.fixture(scope="session")
+def node_init(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_root()
+    return compile_init(tmp_path_factory.mktemp("node-init") / "node-init")
+
+
+@pytest.fixture(scope="session")
+def pause_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    require_root()
+    return pause_archive(tmp_path_factory.mktemp("pause"))
+
+
+def registered(devices: Kubelet, after: int) -> bool:
+    return len(devices.registrations) > after and bool(devices.devices(GPU))
+
+
+@pytest.fixture(scope="module", params=ROOTS)
+def cluster(
+    request: pytest.FixtureRequest, stub_cache: str, node_init: Path, pause_image: Path
+) -> Iterator[Cluster]:
+    require_root()
+    sid_containerd_dir()
+    kind = str(request.param)
+    jammy = fetch_minbase("jammy")["jammy"] if kind == "jammy" else None
+    assert jammy is None or isinstance(jammy, Path), jammy
+    archive = daemon_set_image()
+    manifest = operator_manifest(MANIFEST.read_text())
+    daemon_set = manifest.daemon_set()
+    image = daemon_set.pod.containers[0].image
+    with start_node(kind, stub_cache, node_init, jammy) as node:
+        timings = TIMINGS.setdefault(kind, node.timings)
+        node.import_image(pause_image)
+        node.import_image(archive)
+        client = cri.CriClient(str(node.socket))
+        devices = Kubelet(str(node.root / "var/lib/kubelet/device-plugins"))
+        devices.start()
+        access = NodeAccess(NODE, node.root, node.resolve, node.cgroup, client)
+        runner = PodRunner(access, manifest, devices)
+        try:
+            started = time.monotonic()
+            pod = runner.start_daemon_set_pod(daemon_set)
+            timings["the DaemonSet's pod started (init container done)"] = time.monotonic() - started
+            devices.wait_for("the device plugin's registration", lambda k: registered(k, 0), REGISTER_TIMEOUT)
+            timings["... and its device plugin registered"] = time.monotonic() - started
+            cluster = Cluster(node, client, devices, runner, daemon_set, pod, image, timings)
+            yield cluster
+        finally:
+            runner.stop_all()
+            devices.stop()
+            client.close()
+
+
+def gpu_pod(cluster: Cluster, name: str) -> Manifest:
+    text = GPU_POD.replace("NAME", name).replace("IMAGE", cluster.image)
+    return read_manifest(text, "the GPU pod")
+
+
+@contextlib.contextmanager
+def running_gpu_pod(cluster: Cluster, name: str, wait_for_devices: float = 0.0) -> Iterator[RunningPod]:
+    manifest = gpu_pod(cluster, name)
+    ((_, spec),) = manifest.pods.items()
+    pod = cluster.runner.start(name, "default", spec.spec, wait_for_devices=wait_for_devices)
+    try:
+        yield pod
+    finally:
+        cluster.runner.stop(pod)
+
+
+def sh(cluster: Cluster, pod: RunningPod, command: str) -> str:
+    answer = cluster.runner.exec(pod, pod.spec.containers[0].name, ["/bin/sh", "-c", command])
+    assert answer.exit_code == 0, (
+        f"{command!r} exited {answer.exit_code}: {answer.stderr.decode(errors='replace')}"
+    )
+    return answer.stdout.decode(errors="replace")
+
+
+def check_gpu(cluster: Cluster, pod: RunningPod) -> None:
+    """Exactly the GPU the pod was given, the control nodes, and the driver's libraries in its ld cache."""
+    (uuid,) = pod.devices[GPU]
+    gpu = next(g for g in cluster.gpu.preset.gpus if g.uuid == uuid)
+    listing = sh(cluster, pod, "ls /dev").split()
+    gpus = sorted(name for name in listing if re.fullmatch(r"nvidia[0-9]+", name))
+    assert gpus == [f"nvidia{gpu.minor}"], f"{pod.name} was given {uuid} (nvidia{gpu.minor}), sees {gpus}"
+    assert "nvidiactl" in listing, listing
+    cache = sh(cluster, pod, "ldconfig -p")
+    for library in ("libcuda.so.1", "libnvidia-ml.so.1"):
+        assert re.search(rf"\s{re.escape(library)} .*=> /usr/lib/x86_64-linux-gnu/{library}\n", cache), (
+            f"{library} is not in {pod.name}'s ld cache:\n{cache}"
+        )
+
+
+# ---- the DaemonSet's pod --------------------------------------------------------------------------
+
+
+def test_the_daemon_set_lands_on_gpu_nodes_only() -> None:
+    """Its affinity and tolerations against a labelled GPU node, and a node without the label."""
+    pod = operator_manifest(MANIFEST.read_text()).daemon_set().pod
+    assert refusal(pod, NODE, daemon_set=True) is None
+    plain = dataclasses.replace(NODE, labels={"kubernetes.io/hostname": "cpu-node"})
+    assert refusal(pod, plain, daemon_set=True) is not None
+
+
+def test_the_daemon_set_pod_runs_on_a_node_without_python(cluster: Cluster) -> None:
+    """The init container exited 0 and said what it did; every container runs and none restarted;
+    the pod becomes ready; the spec is on the node; the device plugin offers both GPUs."""
+    pod = cluster.daemon_pod
+    for container in cluster.daemon_set.pod.init_containers:
+        log = cluster.runner.logs(pod, container.name)
+        assert f"init container {container.name} exited 0" in pod.events, (pod.events, log)
+    started = time.monotonic()
+    cluster.runner.wait_ready(pod, READY_TIMEOUT)
+    cluster.timed("the DaemonSet's pod ready (probes)", started)
+    assert pod.restarts() == dict.fromkeys(pod.containers, 0), pod.events
+    spec = cluster.node.resolve("/var/run/cdi/nvidia.yaml")
+    assert spec.is_file(), "the watcher wrote no spec on the node"
+    assert sorted(d.ID for d in cluster.devices.devices(GPU)) == sorted(
+        g.uuid for g in cluster.gpu.preset.gpus
+    )
+
+
+def test_a_gpu_pod_gets_exactly_its_gpu(cluster: Cluster) -> None:
+    """Two GPU pods at once, each with its own GPU and the driver in its ld cache."""
+    started = time.monotonic()
+    with running_gpu_pod(cluster, "cuda-a") as first, running_gpu_pod(cluster, "cuda-b") as second:
+        cluster.timed("two GPU pods started", started)
+        assert set(first.devices[GPU]).isdisjoint(second.devices[GPU])
+        check_gpu(cluster, first)
+        check_gpu(cluster, second)
