@@ -56,18 +56,24 @@ class Built:
 
 
 def source_epoch(repo: Path = REPO) -> int:
-    """``SOURCE_DATE_EPOCH``, else the committer time of the clone's HEAD."""
+    """``SOURCE_DATE_EPOCH``, else the committer time of the clone's HEAD, else (a copy without git,
+    such as a release's tarball) the newest time among the files the wheel is built from."""
     given = os.environ.get("SOURCE_DATE_EPOCH")
     if given is not None:
         if not given.isdigit():
             raise ImageError(f"SOURCE_DATE_EPOCH={given!r}: want seconds since 1970")
         return int(given)
-    done = subprocess.run(
-        ["git", "-C", str(repo), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0 or not done.stdout.strip().isdigit():
-        raise ImageError("no git history to take the image's time from: set SOURCE_DATE_EPOCH")
-    return int(done.stdout)
+    if (repo / ".git").exists():
+        done = subprocess.run(
+            ["git", "-C", str(repo), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=False
+        )
+        if done.returncode != 0 or not done.stdout.strip().isdigit():
+            raise ImageError(f"git log in {repo} gave no commit time: set SOURCE_DATE_EPOCH")
+        return int(done.stdout)
+    times = [int(os.lstat(repo / name).st_mtime) for name in _tracked(repo, WHEEL_SOURCES)]
+    if not times:
+        raise ImageError(f"{repo}: none of {', '.join(WHEEL_SOURCES)} is there")
+    return max(times)
 
 
 def project(repo: Path = REPO) -> dict[str, str]:
@@ -99,28 +105,33 @@ def machine() -> str:
 
 
 def _tracked(repo: Path, paths: Sequence[str]) -> list[str]:
-    """The files git knows or would add under ``paths`` (none of its ignored ones: caches, builds)."""
-    done = subprocess.run(
-        [
-            "git",
-            "-C",
-            str(repo),
-            "ls-files",
-            "-z",
-            "--cached",
-            "--others",
-            "--exclude-standard",
-            "--",
-            *paths,
-        ],
-        capture_output=True,
-        check=False,
-    )
+    """The files under ``paths`` that git knows or would add (none of its ignored ones: caches, builds);
+    in a copy without git, every file but bytecode and build metadata."""
+    if not (repo / ".git").exists():
+        return sorted(name for top in paths for name in _walk(repo, top))
+    command = ["git", "-C", str(repo), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]
+    done = subprocess.run([*command, "--", *paths], capture_output=True, check=False)
     if done.returncode != 0:
         raise ImageError(f"git ls-files in {repo} failed: {done.stderr.decode(errors='replace').strip()}")
-    return sorted(
-        {name for name in done.stdout.decode().split("\0") if name and os.path.lexists(repo / name)}
-    )
+    listed = {name for name in done.stdout.decode().split("\0") if name}
+    return sorted(name for name in listed if os.path.lexists(repo / name))
+
+
+def _walk(repo: Path, top: str) -> list[str]:
+    if not (repo / top).is_dir() or (repo / top).is_symlink():
+        return [top] if os.path.lexists(repo / top) else []
+    found = []
+    for directory, subdirectories, files in os.walk(repo / top):
+        # A link to a directory (cdictk/cdi/schemas) is copied as the link it is.
+        links = [name for name in subdirectories if os.path.islink(os.path.join(directory, name))]
+        skipped = {"__pycache__", *links}
+        subdirectories[:] = [d for d in subdirectories if d not in skipped and not d.endswith(".egg-info")]
+        found += [
+            os.path.relpath(os.path.join(directory, name), repo)
+            for name in [*files, *links]
+            if not name.endswith(".pyc")
+        ]
+    return found
 
 
 def build_wheel(repo: Path, destination: Path, epoch: int) -> Path:

@@ -7,6 +7,8 @@ The build as a whole (PyPI, the Debian root, chroot) runs in tests/e2e/test_imag
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -33,10 +35,14 @@ def test_the_epoch_is_source_date_epoch_else_the_last_commits(
         ["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=True
     )
     assert makeimage.source_epoch() == int(committed.stdout)
-    with pytest.raises(
-        ImageError, match="no git history to take the image's time from: set SOURCE_DATE_EPOCH"
-    ):
+    # A copy without git (a release's tarball): the newest of the files the wheel is built from.
+    with pytest.raises(ImageError, match=r"none of pyproject.toml, README.md, schemas, cdictk is there"):
         makeimage.source_epoch(tmp_path)
+    (tmp_path / "cdictk").mkdir()
+    for name, when in (("pyproject.toml", 1000), ("cdictk/new.py", 3000), ("cdictk/old.py", 2000)):
+        (tmp_path / name).write_text("")
+        os.utime(tmp_path / name, (when, when))
+    assert makeimage.source_epoch(tmp_path) == 3000
 
 
 def test_the_image_is_named_as_the_daemonset_runs_it(tmp_path: Path) -> None:
@@ -70,6 +76,19 @@ def test_tracked_files_are_gits_and_the_new_ones_it_would_add(tmp_path: Path) ->
         (tmp_path / name).write_text("")
     subprocess.run(["git", "-C", str(tmp_path), "add", "pkg/a.py"], check=True)
     assert makeimage._tracked(tmp_path, ["pkg"]) == ["pkg/a.py", "pkg/new.py"]
+    # The same tree without git: every file but bytecode and build metadata, links as links.
+    shutil.rmtree(tmp_path / ".git")
+    (tmp_path / "schemas").mkdir()
+    (tmp_path / "schemas" / "schema.json").write_text("{}")
+    (tmp_path / "pkg" / "data").symlink_to("../schemas")
+    (tmp_path / "pkg" / "x.egg-info").mkdir()
+    (tmp_path / "pkg" / "x.egg-info" / "PKG-INFO").write_text("")
+    assert makeimage._tracked(tmp_path, ["pkg", "other.py", "none"]) == [
+        "other.py",
+        "pkg/a.py",
+        "pkg/data",
+        "pkg/new.py",
+    ]
 
 
 def test_the_context_holds_what_image_root_sh_installs_and_only_the_locks_wheels(
