@@ -20,12 +20,13 @@ the kernel hangs this process, not the plugin, which sees the probes stop.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import json
 import sys
 import time
 from typing import Any
+
+from cdictk.node.libchoice import load as load_library
 
 NO_INSTANCE = 0xFFFFFFFF
 # nvmlGpuTopologyLevel_t -> score, as NVIDIA's allocator weighs them: a board, one PCIe switch,
@@ -35,9 +36,11 @@ NVLINK_SCORE = 100  # per NVLink between the two GPUs
 
 
 def load(library: str) -> Any:
+    """pynvml over the NVML at ``library`` (the plugin chose it with nvml_library): loaded only when it
+    passes the check of cdictk.node.libchoice again, here, where it would run as root."""
     import pynvml  # noqa: PLC0415 - this process's one job
 
-    pynvml.nvmlLib = ctypes.CDLL(library)
+    pynvml.nvmlLib = load_library(library)
     pynvml._nvmlGetFunctionPointer_cache.clear()
     pynvml.nvmlInit()
     return pynvml

@@ -24,9 +24,9 @@ from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity
 from cdictk.deviceplugin.resources import Resource, build, keep_missing, numa_reader
 from cdictk.deviceplugin.server import ResourceServer
 from cdictk.errors import CdictkError
-from cdictk.node.facts import find_nvml_library
 from cdictk.node.fingerprint import node_fingerprint
-from cdictk.node.libraries import candidate_dirs
+from cdictk.node.libchoice import LibraryError
+from cdictk.node.nvmllib import nvml_library
 
 LOOK_INTERVAL = 1.0
 
@@ -188,5 +188,11 @@ class DevicePlugin:
         return [name for name in names if name not in defined]
 
     def _nvml_library(self) -> str | None:
-        roots = self.node.roots
-        return find_nvml_library(roots, candidate_dirs(roots, []))
+        """The NVML its child loads; None where there is none. One that is not root's alone stops the
+        plugin (LibraryError): health and topology from it would run its code as root."""
+        try:
+            return nvml_library(self.node.roots.driver)
+        except LibraryError as exc:
+            if exc.refused:
+                raise
+            return None

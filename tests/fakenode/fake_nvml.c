@@ -239,6 +239,7 @@ struct fake_device {
     unsigned long long events; /* the event types registered for it (one set) */
     /* MIG only */
     unsigned int gi, ci, gi_slices, ci_slices, sms;
+    unsigned int copy_engines, decoders, encoders, jpegs, ofas; /* shared with its GPU instance's others */
     /* Derived at load from the above, the GPU's memory and the profile that
      * ends the name ("... MIG 1c.3g.40gb", "... MIG 1g.10gb+me"). */
     unsigned int gi_profile, ci_profile; /* NVML_*_INSTANCE_PROFILE_* */
@@ -677,7 +678,12 @@ static int fake_record_mig(struct fake_line *l, struct fake_state *st)
         fake_uint(l, "gislices", 1, 0, UINT_MAX, &d->gi_slices) != 0 ||
         fake_uint(l, "cislices", 1, 0, UINT_MAX, &d->ci_slices) != 0 ||
         fake_num(l, "memmb", 1, 0, ULLONG_MAX, &d->memory_mb) != 0 ||
-        fake_uint(l, "sms", 0, 14, UINT_MAX, &d->sms) != 0)
+        fake_uint(l, "sms", 0, 14, UINT_MAX, &d->sms) != 0 ||
+        fake_uint(l, "ce", 0, 0, UINT_MAX, &d->copy_engines) != 0 ||
+        fake_uint(l, "dec", 0, 0, UINT_MAX, &d->decoders) != 0 ||
+        fake_uint(l, "enc", 0, 0, UINT_MAX, &d->encoders) != 0 ||
+        fake_uint(l, "jpeg", 0, 0, UINT_MAX, &d->jpegs) != 0 ||
+        fake_uint(l, "ofa", 0, 0, UINT_MAX, &d->ofas) != 0)
         return -1;
     d->used = 1;
     return fake_check_all_seen(l);
@@ -838,6 +844,7 @@ static int fake_read_line(FILE *f, char *buf, size_t size)
  *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14] [lost=0] [memmb=81559] [numa=0] [pcisw=0]
  *   nvlink gpu=0 link=0 peer=1     (after both gpu records; one line per direction)
  *   mig gpu=0 index=0 gi=2 ci=0 uuid=MIG-... name="... MIG 3g.40gb" gislices=3 cislices=3 memmb=40192 [sms=14]
+ *       [ce=0] [dec=0] [enc=0] [jpeg=0] [ofa=0]   (its attributes' shared engine counts)
  * A MIG device's name ends in its profile, as NVML's do; the GPU and compute
  * instance queries derive their answers from it (see fake_mig_profiles).
  * Returns an NVML code: DRIVER_NOT_LOADED when there is no file (like a host
@@ -1473,6 +1480,11 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
         return NVML_ERROR_NOT_SUPPORTED;
     memset(attributes, 0, sizeof *attributes);
     attributes->multiprocessorCount = d->sms;
+    attributes->sharedCopyEngineCount = d->copy_engines;
+    attributes->sharedDecoderCount = d->decoders;
+    attributes->sharedEncoderCount = d->encoders;
+    attributes->sharedJpegCount = d->jpegs;
+    attributes->sharedOfaCount = d->ofas;
     attributes->gpuInstanceSliceCount = d->gi_slices;
     attributes->computeInstanceSliceCount = d->ci_slices;
     attributes->memorySizeMB = d->memory_mb;

@@ -1,11 +1,16 @@
 """The NVML child's questions, asked of a stand-in with pynvml's names (topology scores, probes), and
-the child itself on the fake eight-GPU node's NVML: the links it reports, then Xid events and probes."""
+the child itself on the fake eight-GPU node's NVML: the links it reports, then Xid events and probes;
+and which NVML it loads, in the plugin too: never a user's library, whose constructor would run as root."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +20,9 @@ import pytest
 from cdictk.deviceplugin import nvmlwatch
 from cdictk.deviceplugin.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
 from tests.conftest import NodeFactory
+from tests.e2e.kubelet.kubelet import Kubelet
+from tests.fakenode.planted import USER, plant, ran, relist, user_lib_dir
+from tests.unit.deviceplugin.conftest import GPU, generate_spec
 
 
 class NVMLError(Exception):
@@ -234,3 +242,81 @@ def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
     finally:
         watching.kill()
         watching.wait()
+
+
+def test_the_child_loads_no_library_that_is_not_roots_alone(make_node: NodeFactory, tmp_path: Path) -> None:
+    """Whatever path it is given: it judges the file again where it would run it."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    planted = plant(user_lib_dir(node.root), "libnvidia-ml.so.1", marker)
+    process = child(planted, [node.preset.gpus[0].uuid])
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 1 and ran(marker) == []
+    assert json.loads(out) == {
+        "error": f"NVML at {planted}: {os.path.dirname(planted)}: owned by uid {USER}, not root: not loaded "
+        "(cdictk would run its code as root)"
+    }
+
+
+PLUGIN = [sys.executable, "-m", "cdictk", "device-plugin"]
+
+
+def test_the_plugins_nvml_child_never_runs_a_users_library_put_in_a_listed_directory(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """ld.so.conf names a user's directory, and the user puts a libnvidia-ml.so.1 there after ldconfig
+    ran. The plugin's NVML child loads the driver's (the cache's entry): the GPU it loses reaches the
+    kubelet, and the planted constructor never runs. Before, the child loaded the user's file as root, at every
+    restart."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    plant(user_lib_dir(node.root), "libnvidia-ml.so.1", marker)
+    generate_spec(node, tmp_path / "cdi")
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dpnvml-", dir="/tmp")  # socket paths are short
+    kubelet = Kubelet(plugin_dir)
+    kubelet.start()
+    args = [
+        "--plugin-dir", plugin_dir, "--driver-root", node.root, "--proc-root", node.proc,
+        "--sys-root", node.sys, "--spec-dir", str(tmp_path / "cdi"),
+    ]  # fmt: skip
+    process = subprocess.Popen([*PLUGIN, *args], stderr=subprocess.PIPE, text=True)
+    uuid = node.preset.gpus[0].uuid
+    try:
+        kubelet.wait_for("the plugin", lambda k: k.health(GPU) == {uuid: "Healthy"})
+        node.nvml_event("lost gpu=0")
+        kubelet.wait_for(
+            "the lost GPU, through the driver's NVML", lambda k: k.health(GPU) == {uuid: "Unhealthy"}
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        kubelet.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+    assert ran(marker) == []
+    assert process.returncode == 0, stderr
+
+
+def test_the_plugin_stops_when_the_nvml_the_cache_names_is_a_users(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """ldconfig ran again since, the user's directory first: the cache names the user's file, which
+    the loader would take. The plugin says why in one line and exits 1, having loaded nothing."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    planted = plant(user_lib_dir(node.root, first=True), "libnvidia-ml.so.1", marker)
+    relist(node.root)
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dpnvml-", dir="/tmp")
+    try:
+        args = [
+            "--plugin-dir", plugin_dir, "--driver-root", node.root, "--proc-root", node.proc,
+            "--sys-root", node.sys, "--no-spec-check",
+        ]  # fmt: skip
+        result = subprocess.run([*PLUGIN, *args], capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+    assert ran(marker) == []
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"cdictk: error: libnvidia-ml.so.1: {os.path.dirname(planted)}: owned by uid {USER}, not "
+        "root: not loaded (cdictk would run its code as root)"
+    ]
