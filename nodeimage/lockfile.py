@@ -161,6 +161,23 @@ def wheel_hash(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
+def from_cache(pins: Sequence[Pin], cache: Path, machine: str) -> list[Path] | None:
+    """One wheel per pin from ``cache``, for ``machine`` and with a hash the pin allows; None when a
+    pin has none there (the cache may also hold wheels of an older lock, which are left out)."""
+    by_hash: dict[str, Path] = {}
+    for wheel in sorted(cache.glob("*.whl")):
+        platform_tag = wheel.name.removesuffix(".whl").split("-")[-1]
+        if platform_tag == "any" or any(tag.endswith(f"_{machine}") for tag in platform_tag.split(".")):
+            by_hash[wheel_hash(wheel)] = wheel
+    chosen = []
+    for pin in pins:
+        found = [by_hash[digest] for digest in pin.hashes if digest in by_hash]
+        if not found:
+            return None
+        chosen.append(found[0])
+    return chosen
+
+
 def download(lock_file: Path, destination: Path, machine: str) -> None:
     """The wheels ``lock_file`` pins for ``machine`` into ``destination`` (a cache: a wheel already
     there with the right hash is not fetched again), through this machine's pip settings: a mirror

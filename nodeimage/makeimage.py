@@ -186,12 +186,17 @@ def prepare_context(repo: Path, out: Path, arch: str, epoch: int) -> Path:
         shutil.rmtree(context)
     (context / "wheels").mkdir(parents=True)
     cache = out / "wheels"
-    lockfile.download(LOCK, cache, arch)
-    pinned = {digest for pin in lockfile.parse(LOCK.read_text(encoding="utf-8")) for digest in pin.hashes}
-    for wheel in sorted(cache.glob("*.whl")):
-        # Only the lock's (the cache may hold wheels of an older one): pip checked them as it fetched.
-        if lockfile.wheel_hash(wheel) in pinned:
-            os.link(wheel, context / "wheels" / wheel.name)
+    cache.mkdir(parents=True, exist_ok=True)
+    pins = lockfile.parse(LOCK.read_text(encoding="utf-8"))
+    # PyPI only when the cache lacks a pinned wheel: a build again runs offline.
+    wheels = lockfile.from_cache(pins, cache, arch)
+    if wheels is None:
+        lockfile.download(LOCK, cache, arch)
+        wheels = lockfile.from_cache(pins, cache, arch)
+    if wheels is None:
+        raise ImageError(f"pip download left a wheel {LOCK.name} pins for {arch} out of {cache}")
+    for wheel in wheels:
+        os.link(wheel, context / "wheels" / wheel.name)
     build_wheel(repo, context / "wheels", epoch)
     compile_launcher(context / "launcher")
     shutil.copyfile(LOCK, context / "requirements.lock")

@@ -160,3 +160,31 @@ def test_wheel_hash_is_the_files_sha256(tmp_path: Path) -> None:
     wheel = tmp_path / "x-1-py3-none-any.whl"
     wheel.write_bytes(b"wheel")
     assert lockfile.wheel_hash(wheel) == hashlib.sha256(b"wheel").hexdigest()
+
+
+def test_from_cache_takes_one_wheel_per_pin_for_the_machine_by_hash(tmp_path: Path) -> None:
+    wheels = {
+        "click-8-py3-none-any.whl": b"click",
+        "grpcio-1-cp311-cp311-manylinux2014_aarch64.manylinux_2_17_aarch64.whl": b"grpcio arm",
+        "grpcio-1-cp311-cp311-manylinux2014_x86_64.manylinux_2_17_x86_64.whl": b"grpcio x86",
+        "click-7-py3-none-any.whl": b"an older lock's",
+    }
+    for name, data in wheels.items():
+        (tmp_path / name).write_bytes(data)
+
+    def digest(data: bytes) -> str:
+        return hashlib.sha256(data).hexdigest()
+
+    pins = [
+        Pin("click", "8", (digest(b"click"),)),
+        Pin("grpcio", "1", (digest(b"grpcio arm"), digest(b"grpcio x86"))),
+    ]
+    found = lockfile.from_cache(pins, tmp_path, "x86_64")
+    assert found == [
+        tmp_path / "click-8-py3-none-any.whl",
+        tmp_path / next(n for n in wheels if "x86_64" in n),
+    ]
+    arm = lockfile.from_cache(pins, tmp_path, "aarch64")
+    assert arm is not None and "aarch64" in arm[1].name
+    (tmp_path / "click-8-py3-none-any.whl").unlink()
+    assert lockfile.from_cache(pins, tmp_path, "x86_64") is None

@@ -95,23 +95,24 @@ def test_the_context_holds_what_image_root_sh_installs_and_only_the_locks_wheels
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     pins = lockfile.parse(makeimage.LOCK.read_text())
+    fetched: list[str] = []
 
     def download(lock: Path, destination: Path, machine: str) -> None:
+        """pip as the cache's stand-in: each pinned wheel, named for what it holds (its hash)."""
         assert (lock, machine) == (makeimage.LOCK, "x86_64")
-        destination.mkdir(parents=True, exist_ok=True)
-        # The cache: the lock's wheels, standing in by name; and one of an older lock.
-        (destination / "stale-1.0-py3-none-any.whl").write_bytes(b"stale")
+        fetched.append(machine)
+        for pin in pins:
+            (destination / f"{pin.name}-{pin.version}-py3-none-any.whl").write_text(pin.hashes[0])
 
-    wheel_hashes = {"stale-1.0-py3-none-any.whl": "0" * 64}
     monkeypatch.setattr(lockfile, "download", download)
-    monkeypatch.setattr(lockfile, "wheel_hash", lambda path: wheel_hashes.get(path.name, pins[0].hashes[0]))
+    monkeypatch.setattr(lockfile, "wheel_hash", lambda path: path.read_text())
     monkeypatch.setattr(
         makeimage, "build_wheel", lambda repo, where, epoch: (where / "cdictk-0-py3-none-any.whl").touch()
     )
     monkeypatch.setattr(makeimage, "compile_launcher", lambda output: output.write_bytes(b"\x7fELF"))
     out = tmp_path / "out"
     (out / "wheels").mkdir(parents=True)
-    (out / "wheels" / "click-8-py3-none-any.whl").write_bytes(b"pinned")
+    (out / "wheels" / "stale-1.0-py3-none-any.whl").write_text("0" * 64)  # an older lock's
     context = makeimage.prepare_context(REPO, out, "x86_64", EPOCH)
     assert sorted(path.name for path in context.iterdir()) == [
         "cdictk-node-setup.sh",
@@ -120,12 +121,22 @@ def test_the_context_holds_what_image_root_sh_installs_and_only_the_locks_wheels
         "requirements.lock",
         "wheels",
     ]
-    assert sorted(path.name for path in (context / "wheels").iterdir()) == [
-        "cdictk-0-py3-none-any.whl",
-        "click-8-py3-none-any.whl",
-    ]
+    assert sorted(path.name for path in (context / "wheels").iterdir()) == sorted(
+        ["cdictk-0-py3-none-any.whl", *(f"{pin.name}-{pin.version}-py3-none-any.whl" for pin in pins)]
+    )
     assert (context / "image-root.sh").read_bytes() == imageroot.SCRIPT.read_bytes()
     assert (context / "requirements.lock").read_bytes() == makeimage.LOCK.read_bytes()
+    # Built again: every pinned wheel is in the cache, so nothing is fetched.
+    makeimage.prepare_context(REPO, out, "x86_64", EPOCH)
+    assert fetched == ["x86_64"]
+    # A download that leaves a pin out is an error, not an image without it.
+    for wheel in (out / "wheels").glob("click-*"):
+        wheel.unlink()
+    monkeypatch.setattr(lockfile, "download", lambda lock, destination, machine: None)
+    with pytest.raises(
+        ImageError, match=r"pip download left a wheel requirements\.lock pins for x86_64 out of"
+    ):
+        makeimage.prepare_context(REPO, out, "x86_64", EPOCH)
 
 
 def test_assembling_the_same_trees_twice_gives_the_same_image(tmp_path: Path) -> None:
