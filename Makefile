@@ -14,12 +14,13 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench examples realnode nodeimage
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate bench-k8s demo real-node-bundle image
+	bench-generate bench-k8s bench-deviceplugin demo real-node-bundle image
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
-	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | real-node-bundle [NVIDIA_TOOLS=DIR] | image"
+	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
+	@echo "     real-node-bundle [NVIDIA_TOOLS=DIR] | image"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -113,6 +114,14 @@ bench-api: $(VENV)/.cdictk-test-installed
 # node. Needs root and what tests/setup-host.sh fetches; ROUNDS=N for more or fewer rounds.
 bench-k8s: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.k8s --rounds $(ROUNDS)
+
+# The device plugin's first answer after a start (to Register, to the first ListAndWatch list), whether
+# the first GetPreferredAllocation after it has the topology, and its calls' latency with and without a
+# peer's 32 streams open, on the fake eight-GPU node against the kubelet stand-in; AGAINST=DIR measures
+# another checkout's plugin too, in turn (git archive main | tar -x -C DIR). Needs root.
+AGAINST ?=
+bench-deviceplugin: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.deviceplugin $(if $(AGAINST),--against $(AGAINST))
 
 # What to carry to a real GPU node (docs/development.md, "A real GPU node"): build/real-node-bundle, with
 # the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox and the CUDA probe; with

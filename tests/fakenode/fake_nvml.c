@@ -253,6 +253,7 @@ struct fake_state {
     int cuda;
     int init_error;
     int init_hang; /* nvmlInit never returns, as with a driver stuck in the kernel */
+    int no_events; /* nvmlEventSetCreate answers NOT_SUPPORTED, as an NVML without the event API */
     unsigned int gpu_count;
     struct fake_device gpus[FAKE_MAX_GPUS];
     struct fake_device migs[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
@@ -542,6 +543,16 @@ static int fake_record_init(struct fake_line *l, struct fake_state *st)
         return -1;
     st->init_error = (int)code;
     st->init_hang = (int)hang;
+    return fake_check_all_seen(l);
+}
+
+static int fake_record_events(struct fake_line *l, struct fake_state *st)
+{
+    unsigned long long supported;
+
+    if (fake_num(l, "supported", 1, 0, 1, &supported) != 0)
+        return -1;
+    st->no_events = !supported;
     return fake_check_all_seen(l);
 }
 
@@ -840,6 +851,7 @@ static int fake_read_line(FILE *f, char *buf, size_t size)
  * double quotes (no escapes):
  *   driver version=580.95.05 cuda=13000
  *   init error=9
+ *   events supported=0     (nvmlEventSetCreate answers NOT_SUPPORTED)
  *   gpu index=0 minor=0 uuid=GPU-... bus=00000000:18:00.0 name="..." [mig=disabled|enabled|unsupported]
  *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14] [lost=0] [memmb=81559] [numa=0] [pcisw=0]
  *   nvlink gpu=0 link=0 peer=1     (after both gpu records; one line per direction)
@@ -890,6 +902,8 @@ static nvmlReturn_t fake_read_config(const char *path, struct fake_state *st)
             rc = fake_record_driver(&line, st);
         else if (strcmp(line.kind, "init") == 0)
             rc = fake_record_init(&line, st);
+        else if (strcmp(line.kind, "events") == 0)
+            rc = fake_record_events(&line, st);
         else if (strcmp(line.kind, "gpu") == 0)
             rc = fake_record_gpu(&line, st);
         else if (strcmp(line.kind, "mig") == 0)
@@ -1840,6 +1854,8 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
         return NVML_ERROR_UNINITIALIZED;
     if (set == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (live.no_events)
+        return NVML_ERROR_NOT_SUPPORTED;
     for (unsigned int i = 0; i < FAKE_MAX_SETS; i++) {
         if (!event_sets[i].used) {
             memset(&event_sets[i], 0, sizeof event_sets[i]);

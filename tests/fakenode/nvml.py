@@ -76,12 +76,15 @@ class FakeNvmlConfig:
     migs: list[FakeMig]
     init_error: int = 0  # an NVML_ERROR_* code that nvmlInit returns instead of succeeding
     init_hang: bool = False  # nvmlInit never returns, as with a driver stuck in the kernel
+    events: bool = True  # False: nvmlEventSetCreate answers NOT_SUPPORTED (an NVML without events)
     nvlinks: list[tuple[int, int, int]] = field(default_factory=list)  # (gpu, link, peer gpu), per direction
 
     def render(self) -> str:
         lines = [f"driver version={_value(self.driver_version)} cuda={self.cuda_version}"]
         if self.init_error or self.init_hang:
             lines.append(f"init error={self.init_error} hang={int(self.init_hang)}")
+        if not self.events:
+            lines.append("events supported=0")
         for gpu in self.gpus:
             if gpu.mig not in MIG_MODES:
                 raise ValueError(f"FakeGpu {gpu.index}: mig must be one of {MIG_MODES}, not {gpu.mig!r}")

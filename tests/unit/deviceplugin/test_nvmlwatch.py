@@ -4,6 +4,7 @@ and which NVML it loads, in the plugin too: never a user's library, whose constr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -113,7 +114,9 @@ class WaitingNvml(FakeNvml):
     """FakeNvml with an event set whose waits answer from a script: an Event, "timeout", or another
     failure's text; then Stop, which ends watch()."""
 
+    NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_TIMEOUT = 10
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13
     nvmlEventTypeXidCriticalError = 8
 
     def __init__(self, script: list[object]) -> None:
@@ -170,6 +173,68 @@ def test_a_failing_event_wait_is_said_once_and_its_recovery_once(capsys: pytest.
     ]
 
 
+def nvml_error(text: str, value: int) -> NVMLError:
+    error = NVMLError(text)
+    error.value = value  # type: ignore[attr-defined]
+    return error
+
+
+class EventlessNvml(WaitingNvml):
+    """An NVML whose event set cannot be made (``create``) or waited on (``wait``): its error; ends
+    watch() with Stop at the fourth look-up of GPU-0."""
+
+    def __init__(self, fails: str, error: NVMLError) -> None:
+        super().__init__([])
+        self.fails, self.error, self.probes = fails, error, 0
+
+    def nvmlEventSetCreate(self) -> object:
+        if self.fails == "create":
+            raise self.error
+        return object()
+
+    def nvmlEventSetWait_v2(self, events: object, timeout_ms: int) -> Event:
+        raise self.error
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Handle:
+        if uuid == "GPU-0":
+            self.probes += 1
+            if self.probes > 3:
+                raise Stop
+        return super().nvmlDeviceGetHandleByUUID(uuid)
+
+
+@pytest.mark.parametrize(
+    ("fails", "error", "said"),
+    [
+        ("create", nvml_error("Not Supported", 3), "NVML has no events (Not Supported)"),
+        ("wait", nvml_error("Function Not Found", 13), "NVML cannot wait for events (Function Not Found)"),
+    ],
+)
+def test_an_nvml_without_events_is_said_once_then_probed(
+    fails: str, error: NVMLError, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nvml = EventlessNvml(fails, error)
+    nvml.lost.add("GPU-1")
+    with pytest.raises(Stop):
+        nvmlwatch.watch(nvml, ["GPU-0", "GPU-1"], 0.001)
+    heard = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    probed = {"probe": {"GPU-0": "", "GPU-1": "GPU is lost"}}
+    if fails == "create":
+        assert heard == [{"probing": said}, probed, probed, probed]
+    else:  # the first probe comes before the first wait (and registering looked GPU-0 up once)
+        assert heard == [probed, {"probing": said}, probed]
+
+
+def test_another_nvml_failure_is_one_error_line_and_status_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nvml = EventlessNvml("create", nvml_error("Unknown Error", 999))
+    monkeypatch.setattr(nvmlwatch, "load", lambda library: nvml)
+    assert nvmlwatch.main(["/lib/libnvidia-ml.so.1", "GPU-0"]) == 1
+    heard = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert heard[-1] == {"error": "NVML events: Unknown Error"}
+
+
 def test_xid_events_name_their_gpu_and_instances(capsys: pytest.CaptureFixture[str]) -> None:
     nvml = FakeNvml({}, {})
     gpu0, gpu3 = nvml.handles["GPU-0"], nvml.handles["GPU-3"]
@@ -213,6 +278,29 @@ def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 20.
         if wanted in heard[-1]:
             return heard
     raise AssertionError(f"no {wanted} within {timeout} s: {heard}")
+
+
+def test_the_child_on_a_fake_node_whose_nvml_has_no_events(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    node.write_nvml_config(dataclasses.replace(node.nvml_config(), events=False))
+    library = str(Path(node.lib_dir) / "libnvidia-ml.so.1")
+    uuids = [gpu.uuid for gpu in node.preset.gpus]
+    command = [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch", "--interval", "0.1", library, *uuids]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        heard = read_until(process, "probing")
+        assert [m for m in heard if "probe" not in m][1:] == [
+            {"probing": "NVML has no events (Not Supported)"}
+        ]
+        node.nvml_event("lost gpu=5")
+        deadline = time.monotonic() + 20
+        while read_until(process, "probe")[-1]["probe"][uuids[5]] == "":
+            assert time.monotonic() < deadline
+        assert process.poll() is None  # still probing
+    finally:
+        process.kill()
+        _, stderr = process.communicate()
+    assert stderr == ""
 
 
 def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
