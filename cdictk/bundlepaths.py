@@ -1,13 +1,17 @@
-"""The node runtime's layout (:mod:`cdictk.noderuntime`): the names in one version's tree, the prefix
+"""Start path: standard library only.
+
+The node runtime's layout (:mod:`cdictk.noderuntime`): the names in one version's tree, the prefix
 on the node, and which installed runtime this interpreter runs from.
 
 One version (relative paths): ``bin/NAME`` (hard links of one static launcher), ``libexec/python3`` (the
 interpreter), ``libexec/NAME.py`` (what each name runs), ``lib/`` (the loader, the C library and the
-other shared libraries), ``lib/pythonX.Y/`` (the standard library, ``site-packages``), ``MANIFEST``.
+other shared libraries), ``lib/pythonX.Y/`` (the standard library, ``site-packages``), ``MANIFEST``;
+``libexec/ldconfig``: the image's own (static), which the hooks fall back on for images their cache
+writer leaves to ldconfig, since a node may have none.
 On the node, under the prefix: ``versions/ID/``, ``current -> versions/ID``, ``bin/``.
 
 Here rather than in the package that builds and installs it: the hook generator asks where the node's
-stable hook path is when cdictk runs from an installed runtime.
+stable hook path is when cdictk runs from an installed runtime, and the hooks which ldconfig is theirs.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ MANIFEST = "MANIFEST"
 PYTHON = "python3"
 HOOK = "cdictk-hook"
 SHIM = "cdictk-runtime"
+LDCONFIG = "ldconfig"  # in libexec/
 SELFTEST = "selftest"  # libexec/selftest.py: what the install runs once before a version goes live
 # Launcher name -> the module whose ``main(argv)`` it runs with its arguments.
 ENTRIES = {
@@ -50,6 +55,13 @@ def running_bundle() -> str | None:
     ):
         return prefix
     return None
+
+
+def bundled_ldconfig() -> str | None:
+    """The runtime's own ``libexec/ldconfig`` when this interpreter runs from a runtime that has one."""
+    bundle = running_bundle()
+    path = None if bundle is None else os.path.join(bundle, LIBEXEC, LDCONFIG)
+    return path if path is not None and os.path.isfile(path) else None
 
 
 def installed_prefix(bundle: str) -> str | None:

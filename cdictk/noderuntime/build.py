@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cdictk.bundlepaths import BIN, ENTRIES, LIB, LIBEXEC, MANIFEST, PYTHON, SELFTEST
+from cdictk.bundlepaths import BIN, ENTRIES, LDCONFIG, LIB, LIBEXEC, MANIFEST, PYTHON, SELFTEST
 from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64, read_links
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.closure import Closure, ClosureError, closure
@@ -90,6 +90,7 @@ def build(output: str, launcher: str) -> Built:
         if LOADERS.get(arch or 0) != found.loader_name:
             raise BuildError(f"{interpreter}: its loader {found.loader_name} is not one the launcher runs")
         check_launcher(launcher, arch)
+        ldconfig = _ldconfig(arch)
     except (ClosureError, ContentsError, LauncherError) as exc:
         raise BuildError(str(exc)) from None
     parent = os.path.dirname(output)
@@ -98,7 +99,13 @@ def build(output: str, launcher: str) -> Built:
     try:
         os.chmod(work, _EXECUTABLE)
         _lay_out(
-            work, launcher=launcher, interpreter=interpreter, found=found, copies=copies, version=version
+            work,
+            launcher=launcher,
+            interpreter=interpreter,
+            ldconfig=ldconfig,
+            found=found,
+            copies=copies,
+            version=version,
         )
         _run(work, [f"{work}/{BIN}/{PYTHON}", "-B", "-S", "-c", COMPILE, work, f"{LIB}/{version}"], "compile")
         selftest = f"{work}/{LIBEXEC}/{SELFTEST}.py"
@@ -115,6 +122,20 @@ def build(output: str, launcher: str) -> Built:
             shutil.rmtree(work)
     size = sum(os.path.getsize(os.path.join(output, e.path)) for e in entries if e.kind == "f")
     return Built(output, manifest.runtime_id(text), size + len(text))
+
+
+def _ldconfig(arch: int | None) -> str:
+    """The image's ldconfig (Ubuntu's ``.real`` behind its wrapper script), which must be static."""
+    for path in ("/sbin/ldconfig.real", "/sbin/ldconfig"):
+        if os.path.isfile(path):
+            try:
+                check_launcher(path, arch)  # the same test: a static program of this machine
+            except LauncherError:
+                raise BuildError(
+                    f"{path}: not a static program of this machine, as glibc builds it"
+                ) from None
+            return os.path.realpath(path)
+    raise BuildError("/sbin/ldconfig: not found in the image (Debian's libc-bin has it)")
 
 
 def _contents(version: str) -> list[Copy]:
@@ -136,7 +157,14 @@ def _contents(version: str) -> list[Copy]:
 
 
 def _lay_out(
-    work: str, *, launcher: str, interpreter: str, found: Closure, copies: Iterable[Copy], version: str
+    work: str,
+    *,
+    launcher: str,
+    interpreter: str,
+    ldconfig: str,
+    found: Closure,
+    copies: Iterable[Copy],
+    version: str,
 ) -> None:
     for directory in (BIN, LIBEXEC, LIB):
         os.mkdir(os.path.join(work, directory), _EXECUTABLE)
@@ -145,6 +173,7 @@ def _lay_out(
     for name in sorted(ENTRIES):
         os.link(first, os.path.join(work, BIN, name))
     _copy(interpreter, os.path.join(work, LIBEXEC, PYTHON), _EXECUTABLE)
+    _copy(ldconfig, os.path.join(work, LIBEXEC, LDCONFIG), _EXECUTABLE)
     scripts = {**ENTRIES, SELFTEST: "cdictk.noderuntime.selftest"}
     for name, module in sorted(scripts.items()):
         text = ENTRY.format(name=name, module=module, version=version)
@@ -186,7 +215,7 @@ def _run(work: str, command: list[str], what: str) -> None:
 def _normalize(work: str) -> None:
     """Directories 755, files 755 where they run (bin/, the interpreter, the loader) else 644, every
     time the epoch: whatever compileall and this machine's umask made."""
-    runs = {os.path.join(work, LIBEXEC, PYTHON)}
+    runs = {os.path.join(work, LIBEXEC, PYTHON), os.path.join(work, LIBEXEC, LDCONFIG)}
     for directory, subdirectories, files in os.walk(work):
         for name in subdirectories:
             os.chmod(os.path.join(directory, name), _EXECUTABLE)

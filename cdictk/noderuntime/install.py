@@ -7,6 +7,7 @@ Under the prefix P (``/opt/cdictk``)::
     P/bin/cdictk, cdictk-precreate, nvidia-container-runtime-hook   -> ../current/bin/NAME
     P/bin/cdictk-runtime the shim's shell front where the node has /bin/sh, else -> ../current/bin/...
     P/.lock              held while an install or uninstall runs
+    P/.made              how many directories, P and those above it, the first install made
 
 An install copies the runtime into ``P/versions/.ID.tmp-*`` (each file fsync'ed), runs it once there
 (:func:`self_test`), renames it to ``P/versions/ID`` and only then swaps ``P/current``: a new version
@@ -55,6 +56,7 @@ from cdictk.trust import path_problem
 from cdictk.trustscan import tree_problem
 
 LOCK = ".lock"
+MADE = ".made"
 WRITTEN_BY = "`cdictk system install-runtime`"
 _TEMP = ".tmp-"
 _SELFTEST_TIMEOUT = 120
@@ -115,8 +117,11 @@ def install(bundle: str, target: Target, say: Callable[[str], None] = lambda lin
         raise InstallError(f"{bundle}: the runtime is not as its manifest says: {problem}")
     runtime_id = manifest.runtime_id(text)
     here = target.directory
+    made = _missing_levels(here)
     _make_directory(here)
     with _Lock(here):
+        if made and not os.path.lexists(os.path.join(here, MADE)):
+            _write_file(os.path.join(here, MADE), f"{made}\n".encode(), 0o644)
         versions = os.path.join(here, VERSIONS)
         _make_directory(versions)
         version = os.path.join(versions, runtime_id)
@@ -154,6 +159,7 @@ def uninstall(target: Target, say: Callable[[str], None] = lambda line: None) ->
         return False
     if not os.path.isdir(here) or os.path.islink(here):
         raise InstallError(f"{here}: not a directory")
+    made = _made_levels(here)
     with _Lock(here):
         bin_dir = os.path.join(here, BIN)
         if os.path.isdir(bin_dir) and not os.path.islink(bin_dir):
@@ -170,10 +176,33 @@ def uninstall(target: Target, say: Callable[[str], None] = lambda line: None) ->
         versions = os.path.join(here, VERSIONS)
         if os.path.isdir(versions) and not os.path.islink(versions):
             shutil.rmtree(versions)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(here, MADE))
         os.unlink(os.path.join(here, LOCK))
     _fsync_directory(here)
-    _remove_if_empty(here)
+    directory = here
+    for _ in range(max(made, 1)):  # the prefix, and what the first install made above it
+        _remove_if_empty(directory)
+        directory = os.path.dirname(directory)
     return True
+
+
+def _missing_levels(directory: str) -> int:
+    """How many of ``directory`` and the directories above it do not exist."""
+    levels = 0
+    while not os.path.lexists(directory) and directory != "/":
+        levels += 1
+        directory = os.path.dirname(directory)
+    return levels
+
+
+def _made_levels(here: str) -> int:
+    try:
+        with open(os.path.join(here, MADE), "rb") as handle:
+            text = handle.read(16).strip()
+    except OSError:
+        return 0
+    return int(text) if text.isdigit() and int(text) < 64 else 0
 
 
 def self_test(version: str) -> None:

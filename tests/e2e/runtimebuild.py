@@ -1,4 +1,5 @@
-"""The node runtime built as the image builds it, for the end-to-end tests and the bench.
+"""The node runtime built as the image builds it, and node roots to run it in, for the end-to-end
+tests and the bench.
 
 tests/fetch-rootfs.sh's ``bookworm-python`` root (Debian bookworm minbase with Debian's python3) in a
 fresh overlay; a venv in it with this clone's cdictk and its dependencies installed from wheels
@@ -6,16 +7,22 @@ fresh overlay; a venv in it with this clone's cdictk and its dependencies instal
 versions this clone's venv has); the launcher compiled here; then ``python3 -m cdictk.noderuntime
 build`` run by the venv's Python in a chroot of that root, in a private mount namespace with its own
 /proc. The runtime is copied out of the overlay, which goes when the build is done.
+
+A node root (:func:`node_run`) is a directory made the root of a private mount namespace by
+pivot_root, with the machine's /dev and /sys and a /proc of its own: what runs there sees only the
+node's files, as on a node whose root that is (a busybox-only one has no glibc and no Python).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
+import shlex
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
+from cdictk.noderuntime import manifest
 from cdictk.noderuntime.contents import distributions
 from cdictk.noderuntime.launcher import compile_launcher
 from realnode.bundle import PLATFORMS
@@ -101,5 +108,46 @@ def build_runtime(python_root: Path, work: Path, output: Path) -> Path:
     return output
 
 
-def version_of(name: str) -> str:
-    return importlib.metadata.version(name)
+def node_run(
+    root: Path,
+    argv: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    stdin: str | None = None,
+    binds: Sequence[tuple[str, str]] = (),
+    timeout: int = 300,
+) -> subprocess.CompletedProcess[str]:
+    """``argv`` run with ``root`` as the root of a private mount namespace, with exactly ``env`` (a
+    plain PATH by default) and ``stdin``; ``binds``: (a path here, a path in ``root``), each
+    bind-mounted there first (what a runtime mounts into a container before its hooks run)."""
+    plain = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+    variables = [f"{key}={value}" for key, value in (env if env is not None else plain).items()]
+    mounts = "".join(
+        f"mount --bind {shlex.quote(source)} {shlex.quote('.' + target)} && " for source, target in binds
+    )
+    here = shlex.quote(str(root))
+    setup = (
+        f"mount --rbind {here} {here} && cd {here} && mount --rbind /dev dev && mount --rbind /sys sys && "
+        f"{mounts}mkdir -p .old-root && pivot_root . .old-root && cd / && mount -t proc proc /proc && "
+        "umount -l /.old-root && rmdir /.old-root && "
+        f"exec /usr/bin/env -i {shlex.join(variables)} {shlex.join(argv)}"
+    )
+    return subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", setup],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def variant(runtime: Path, output: Path, mark: str) -> Path:
+    """A copy of ``runtime`` with one file more (``libexec/variant``, holding ``mark``) and its manifest
+    made again: another version, another ID, that runs as the first does."""
+    run(["cp", "-a", str(runtime), str(output)])
+    (output / "libexec" / "variant").write_text(mark + "\n")
+    (output / "libexec" / "variant").chmod(0o644)
+    (output / "MANIFEST").unlink()
+    (output / "MANIFEST").write_bytes(manifest.render(manifest.scan(str(output))))
+    return output
