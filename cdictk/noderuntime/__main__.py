@@ -51,8 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG} launcher: error: {exc}", file=sys.stderr)
             return 1
         return 0
-    from cdictk.noderuntime.build import BuildError  # noqa: PLC0415
-    from cdictk.noderuntime.build import build as build_runtime  # noqa: PLC0415
+    from cdictk.noderuntime.assemble import BuildError  # noqa: PLC0415
+    from cdictk.noderuntime.assemble import build as build_runtime  # noqa: PLC0415
 
     try:
         built = build_runtime(args.output, args.launcher)

@@ -69,8 +69,11 @@ EXTENSIONS_LEFT_OUT = re.compile(
 )
 # Not needed on the node: the requirements of these extras are never taken.
 _REQUIREMENT = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
-# What pip leaves in a dist-info directory that says where and how it was installed, not what.
-_INSTALL_RECORDS = frozenset({"RECORD", "INSTALLER", "REQUESTED", "direct_url.json"})
+# What pip (and setuptools, in an egg-info) leaves in the metadata that says where and how it was
+# installed, or lists its files, not what it is.
+_INSTALL_RECORDS = frozenset(
+    {"RECORD", "INSTALLER", "REQUESTED", "direct_url.json", "SOURCES.txt", "dependency_links.txt"}
+)
 # A distribution's own tests and benchmarks (jsonschema ships both) are not run on a node.
 _PACKAGE_LEFT_OUT = frozenset({"__pycache__", "tests", "benchmarks"})
 _PACKAGE_DATA = (".py", ".json", ".proto", ".binpb", ".typed", ".pyi")
@@ -159,40 +162,60 @@ def _wanted(name: str, marker: str) -> bool:
     return True
 
 
-def package_files(distribution: importlib.metadata.Distribution, target: str) -> list[Copy]:
-    """The files of ``distribution`` to ``target`` (``lib/python3.11/site-packages``): its modules and
-    data as installed, and its dist-info less pip's records; for an editable install, whose files are
-    elsewhere, the packages it is imported as (their modules and package data)."""
-    files = [path for path in distribution.files or [] if not str(path).startswith("..")]
-    copies = []
-    for path in files:
+def package_files(
+    distribution: importlib.metadata.Distribution, target: str, *, imported: bool = False
+) -> list[Copy]:
+    """The files of ``distribution`` to ``target`` (``lib/python3.11/site-packages``): its metadata
+    (less pip's records of where and how) and its modules and data as installed; with ``imported``,
+    or for an editable install (whose files list no module), the modules and package data of its
+    packages where Python imports them from (the cdictk that is building, whatever its metadata
+    lists: an editable checkout's ``SOURCES.txt`` may be stale)."""
+    metadata, modules = [], []
+    top_level = _top_level(distribution)
+    for path in distribution.files or []:
         relative = str(path)
         parts = relative.split("/")
         if _PACKAGE_LEFT_OUT.intersection(parts) or relative.endswith((".pyc", ".pyo", ".pth")):
             continue
-        if parts[0].endswith(".dist-info") and parts[-1] in _INSTALL_RECORDS:
-            continue
         source = str(distribution.locate_file(path))
-        if os.path.isfile(source):
-            copies.append(Copy(source, f"{target}/{relative}"))
-    if not any(copy.target.endswith(".py") for copy in copies):
-        copies += _editable(distribution, target)
-    if not copies:
-        raise ContentsError(f"{distribution.metadata['Name']}: no files installed")
-    return sorted(copies, key=lambda copy: copy.target)
+        if not os.path.isfile(source):
+            continue
+        if parts[0].endswith((".dist-info", ".egg-info")) and len(parts) == 2:
+            if parts[1] not in _INSTALL_RECORDS:
+                metadata.append(Copy(source, f"{target}/{relative}"))
+        elif parts[0].removesuffix(".py").split(".")[0] in top_level or parts[0].endswith(".libs"):
+            modules.append(Copy(source, f"{target}/{relative}"))
+    if imported or not any(copy.target.endswith((".py", ".so")) for copy in modules):
+        modules = _imported(distribution, target, top_level)
+    return sorted(metadata + modules, key=lambda copy: copy.target)
 
 
-def _editable(distribution: importlib.metadata.Distribution, target: str) -> list[Copy]:
-    """The packages of an editable install, found where Python imports them from."""
+def _top_level(distribution: importlib.metadata.Distribution) -> set[str]:
+    """The names ``distribution`` is imported as: its ``top_level.txt``, else what its files show (a
+    module at the top, or a package)."""
+    listed = distribution.read_text("top_level.txt")
+    if listed:
+        return set(listed.split())
+    names = set()
+    for path in distribution.files or []:
+        parts = str(path).split("/")
+        if len(parts) == 1 and parts[0].endswith((".py", ".so")):
+            names.add(parts[0].split(".")[0])
+        elif len(parts) == 2 and parts[1] == "__init__.py":
+            names.add(parts[0])
+    return names or {distribution.metadata["Name"].replace("-", "_")}
+
+
+def _imported(distribution: importlib.metadata.Distribution, target: str, top_level: set[str]) -> list[Copy]:
+    """The packages ``top_level`` names, found where Python imports them from."""
     import importlib.util  # noqa: PLC0415
 
-    name = distribution.metadata["Name"]
-    top_level = (distribution.read_text("top_level.txt") or name.replace("-", "_")).split()
     copies = []
-    for package in top_level:
+    for package in sorted(top_level):
         spec = importlib.util.find_spec(package)
         if spec is None or not spec.submodule_search_locations:
-            raise ContentsError(f"{name}: its package {package!r} cannot be found")
+            name = distribution.metadata["Name"]
+            raise ContentsError(f"{name}: its package {package!r} cannot be found where Python imports it")
         directory = next(iter(spec.submodule_search_locations))
         for relative in _walk_package(directory, ""):
             copies.append(Copy(os.path.join(directory, relative), f"{target}/{package}/{relative}"))

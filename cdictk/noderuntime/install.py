@@ -106,7 +106,7 @@ def check_target(target: Target) -> None:
 
 
 def install(bundle: str, target: Target, say: Callable[[str], None] = lambda line: None) -> Installed:
-    """Install the runtime at ``bundle`` (a built tree, :mod:`cdictk.noderuntime.build`) at ``target``."""
+    """Install the runtime at ``bundle`` (a built tree, :mod:`cdictk.noderuntime.assemble`) at ``target``."""
     check_target(target)
     try:
         text, entries = manifest.read(bundle)
@@ -242,7 +242,7 @@ def _intact(version: str, entries: list[manifest.Entry], say: Callable[[str], No
     problem = manifest.mismatch(version, entries)
     if problem is None and os.path.isfile(os.path.join(version, MANIFEST)):
         return True
-    say(f"{version}: {problem or 'no MANIFEST'}; installed again")
+    say(f"{problem or version + ': no MANIFEST'}; installed again")
     if os.path.isdir(version) and not os.path.islink(version):
         shutil.rmtree(version)
     else:

@@ -170,9 +170,10 @@ def read(tree: str) -> tuple[bytes, list[Entry]]:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise ManifestError(f"{path}: {exc.strerror}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise ManifestError(f"{path}: not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ManifestError(f"{path}: not a regular file")
         text = handle.read(_MAX_SIZE + 1)
     try:
         return text, parse(text)

@@ -39,7 +39,7 @@ GLIBC_EXTRA = ("libc.so.6", "libm.so.6", "libdl.so.2", "libpthread.so.0", "librt
 LOADERS = {FLAG_X8664_LIB64: "ld-linux-x86-64.so.2", FLAG_AARCH64_LIB64: "ld-linux-aarch64.so.1"}
 ENTRY = '''\
 """What `{name}` runs: the node runtime's launcher starts this Python on it (-I -S); see
-cdictk/noderuntime/build.py."""
+cdictk/noderuntime/assemble.py."""
 import sys
 
 sys.path.append(sys.prefix + "/lib/{version}/site-packages")
@@ -146,7 +146,9 @@ def _contents(version: str) -> list[Copy]:
         raise BuildError(f"{stdlib}, {dynload}: this Python's standard library is not where it says")
     copies = stdlib_files(stdlib, dynload, f"{LIB}/{version}")
     for distribution in distributions():
-        copies += package_files(distribution, f"{LIB}/{version}/site-packages")
+        # cdictk itself as it runs this build, whatever its metadata lists.
+        imported = distribution.metadata["Name"] == "cdictk"
+        copies += package_files(distribution, f"{LIB}/{version}/site-packages", imported=imported)
     targets: dict[str, str] = {}
     for copy in copies:
         manifest.check_path(copy.target)
