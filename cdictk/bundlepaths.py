@@ -72,9 +72,20 @@ def installed_prefix(bundle: str) -> str | None:
     return os.path.dirname(versions)
 
 
+def _prefix() -> str | None:
+    bundle = running_bundle()
+    return None if bundle is None else installed_prefix(bundle)
+
+
 def stable_hook() -> str | None:
     """``PREFIX/current/bin/cdictk-hook`` when this interpreter runs from a runtime installed under
     PREFIX: the hook path a spec made here should name, which outlives this version; else None."""
-    bundle = running_bundle()
-    prefix = None if bundle is None else installed_prefix(bundle)
+    prefix = _prefix()
     return None if prefix is None else os.path.join(prefix, CURRENT, BIN, HOOK)
+
+
+def stable_program(name: str) -> str | None:
+    """``PREFIX/bin/NAME`` (one of :data:`STABLE`) when this interpreter runs from a runtime installed
+    under PREFIX: what an engine should be configured with; else None."""
+    prefix = _prefix()
+    return None if prefix is None or name not in STABLE else os.path.join(prefix, BIN, name)

@@ -15,9 +15,14 @@ _DEFAULT = "RUNTIME_DEFAULT"
 
 
 def default_runtime_path() -> str:
-    """The launcher when it is installed (faster), else the console script."""
+    """The node runtime's stable front when this runs from one, else the launcher when it is installed
+    (faster), else the console script."""
+    from cdictk.bundlepaths import SHIM, stable_program  # noqa: PLC0415
     from cdictk.runtime.launchers import DEFAULT_DIR  # noqa: PLC0415
 
+    stable = stable_program(SHIM)
+    if stable is not None:
+        return stable
     launcher = os.path.join(DEFAULT_DIR, "cdictk-runtime")
     if os.access(launcher, os.X_OK):
         return launcher

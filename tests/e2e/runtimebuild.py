@@ -79,8 +79,9 @@ def wheels(directory: Path) -> Path:
     return directory
 
 
-def build_runtime(python_root: Path, work: Path, output: Path) -> Path:
-    """The runtime built in an overlay of ``python_root`` (under ``work``), copied to ``output``."""
+def build_runtime(python_root: Path, work: Path, outputs: Sequence[Path]) -> list[Path]:
+    """The runtime built in an overlay of ``python_root`` (under ``work``) once per output, in the same
+    image and venv, each into a directory of its own name, then copied there."""
     launcher = compile_launcher(str(work / "launcher"))
     wheel_dir = wheels(work / "wheels")
     with overlay(python_root, work / "overlay") as root:
@@ -90,22 +91,13 @@ def build_runtime(python_root: Path, work: Path, output: Path) -> Path:
         in_chroot(
             root, [f"{VENV}/bin/pip", "install", "-q", "--no-index", "--find-links", "/wheels", "cdictk"]
         )
-        in_chroot(
-            root,
-            [
-                f"{VENV}/bin/python3",
-                "-m",
-                "cdictk.noderuntime",
-                "build",
-                "--output",
-                "/runtime",
-                "--launcher",
-                "/launcher",
-            ],
-        )
-        # cp -a keeps the launcher's hard links (copytree would not).
-        run(["cp", "-a", str(root / "runtime"), str(output)])
-    return output
+        for output in outputs:
+            built = f"/{output.name}"
+            build = [f"{VENV}/bin/python3", "-m", "cdictk.noderuntime", "build", "--output", built]
+            in_chroot(root, [*build, "--launcher", "/launcher"])
+            # cp -a keeps the launcher's hard links (copytree would not).
+            run(["cp", "-a", str(root / output.name), str(output)])
+    return list(outputs)
 
 
 def node_run(

@@ -31,6 +31,8 @@ from typing import Any
 
 import pytest
 
+from cdictk.bundlepaths import ENTRIES
+from cdictk.noderuntime import manifest
 from cdictk.noderuntime.install import Target, install
 from tests.conftest import require_node_tools
 from tests.e2e.conftest import (
@@ -56,8 +58,9 @@ STATE = json.dumps({"ociVersion": "1.0.2", "id": "c1", "status": "creating", "pi
 
 
 @pytest.fixture(scope="session")
-def node_runtime(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The runtime, built once (about a minute: wheels, a venv in the image, the build and its test)."""
+def node_runtimes(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The runtime, built twice from the same image and venv into directories of other names (about
+    a minute: wheels, a venv in the image, the builds and their self-tests)."""
     require_root()
     require_tool("gcc")
     require_tool("unshare")
@@ -65,7 +68,28 @@ def node_runtime(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not isinstance(found, Path):
         pytest.skip(found)
     work = tmp_path_factory.mktemp("node-runtime")
-    return build_runtime(found, work / "build", work / "runtime")
+    return build_runtime(found, work / "build", [work / "runtime", work / "runtime-again"])
+
+
+@pytest.fixture
+def node_runtime(node_runtimes: list[Path]) -> Path:
+    return node_runtimes[0]
+
+
+def test_the_same_inputs_build_the_same_runtime(node_runtimes: list[Path]) -> None:
+    """Byte for byte: every file's content and mode (the manifest lists them) and so the ID; the
+    bytecode unchecked-hash (no mtime in it, nothing to stat on a start); under the size aimed at."""
+    first, again = node_runtimes
+    assert (first / "MANIFEST").read_bytes() == (again / "MANIFEST").read_bytes()
+    assert manifest.mismatch(str(again), manifest.read(str(first))[1]) is None
+    entries = manifest.read(str(first))[1]
+    pycs = [entry.path for entry in entries if entry.path.endswith(".pyc")]
+    assert len(pycs) > 500
+    assert all((first / path).read_bytes()[4:8] == b"\x01\x00\x00\x00" for path in pycs)
+    launchers = sorted([*ENTRIES, "python3"])  # one file: the first name, and hard links of it
+    assert [e.path for e in entries if e.kind == "h"] == [f"bin/{name}" for name in launchers[1:]]
+    size = sum((first / e.path).stat().st_size for e in entries if e.kind == "f")
+    assert size < 40 << 20, f"{size / (1 << 20):.1f} MiB"
 
 
 @dataclass(frozen=True)

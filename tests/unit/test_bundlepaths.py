@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.bundlepaths import bundled_ldconfig, installed_prefix, running_bundle, stable_hook
+from cdictk.bundlepaths import (
+    bundled_ldconfig,
+    installed_prefix,
+    running_bundle,
+    stable_hook,
+    stable_program,
+)
 
 
 def version_tree(root: Path, *, ldconfig: bool = True) -> Path:
@@ -24,6 +30,7 @@ def test_outside_a_runtime_nothing_is_found(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     assert running_bundle() is None
     assert stable_hook() is None
+    assert stable_program("cdictk-runtime") is None
     assert bundled_ldconfig() is None
 
 
@@ -35,6 +42,8 @@ def test_an_installed_version_names_the_stable_hook_of_its_prefix(
     assert running_bundle() == str(version)
     assert installed_prefix(str(version)) == str(tmp_path / "opt" / "cdictk")
     assert stable_hook() == str(tmp_path / "opt" / "cdictk" / "current" / "bin" / "cdictk-hook")
+    assert stable_program("cdictk-runtime") == str(tmp_path / "opt" / "cdictk" / "bin" / "cdictk-runtime")
+    assert stable_program("python3") is None  # not one of the prefix's stable paths
     assert bundled_ldconfig() == str(version / "libexec" / "ldconfig")
 
 

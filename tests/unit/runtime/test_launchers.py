@@ -170,6 +170,14 @@ def test_configure_registers_the_launcher_once_installed(
     assert default_runtime_path() == str(tmp_path / "cdictk-runtime")
 
 
+def test_configure_run_from_the_node_runtime_registers_its_stable_front(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not the version's own launcher, which a later version removes: PREFIX/bin/cdictk-runtime."""
+    monkeypatch.setattr("cdictk.bundlepaths.stable_program", lambda name: f"/opt/cdictk/bin/{name}")
+    assert default_runtime_path() == "/opt/cdictk/bin/cdictk-runtime"
+
+
 def test_the_shipped_podman_hook_names_the_launcher() -> None:
     shipped = REPO / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
     hook = json.loads(shipped.read_text())
