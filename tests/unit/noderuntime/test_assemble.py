@@ -3,6 +3,7 @@ tests/e2e/test_node_runtime.py), and its command line."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import subprocess
 import sys
@@ -11,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from cdictk.bundlepaths import ENTRIES
-from cdictk.noderuntime import assemble
+from cdictk.noderuntime import assemble, manifest
 from cdictk.noderuntime.assemble import COMPILE, ENTRY, BuildError, build
+from cdictk.noderuntime.closure import Closure
 
 
 def test_each_entry_script_runs_its_modules_main_with_the_runtimes_packages(tmp_path: Path) -> None:
@@ -104,3 +106,93 @@ def test_the_command_line(tmp_path: Path) -> None:
     done = noderuntime("build")
     assert done.returncode == 2 and "--output" in done.stderr
     assert "Build cdictk's node runtime" in noderuntime("--help").stdout
+
+
+@pytest.fixture
+def stubbed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[list[str]]:
+    """build() with this Python's files but neither its libraries' closure nor a run of the new tree
+    (this venv's interpreter is no image's: its libpython has an absolute run path): a loader, a C
+    library and an ldconfig of stand-in bytes; the commands it would run, recorded."""
+    stand_ins = tmp_path / "stand-ins"
+    stand_ins.mkdir()
+    for name in ("ld-linux-x86-64.so.2", "libc.so.6", "ldconfig", "launcher"):
+        (stand_ins / name).write_bytes(name.encode())
+    ran: list[list[str]] = []
+    found = Closure(
+        str(stand_ins / "ld-linux-x86-64.so.2"),
+        "ld-linux-x86-64.so.2",
+        {"libc.so.6": str(stand_ins / "libc.so.6")},
+    )
+    monkeypatch.setattr(assemble, "closure", lambda *args, **kwargs: found)
+    monkeypatch.setattr(assemble, "check_launcher", lambda path, arch: None)
+    monkeypatch.setattr(assemble, "_ldconfig", lambda arch: str(stand_ins / "ldconfig"))
+    monkeypatch.setattr(assemble, "_run", lambda work, command, what: ran.append(command))
+    monkeypatch.setattr(assemble, "distributions", lambda: [importlib.metadata.distribution("cdictk")])
+    return ran
+
+
+def test_a_build_lays_out_the_tree_and_its_manifest(stubbed: list[list[str]], tmp_path: Path) -> None:
+    output = tmp_path / "runtime"
+    built = build(str(output), str(tmp_path / "stand-ins" / "launcher"))
+    assert built.path == str(output) and built.size > 1 << 20
+    text, entries = manifest.read(str(output))
+    assert manifest.runtime_id(text) == built.runtime_id
+    assert manifest.mismatch(str(output), entries) is None
+    version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    kinds = {entry.path: (entry.kind, entry.mode) for entry in entries}
+    assert kinds["bin/cdictk"] == ("f", 0o755)
+    assert {kinds[f"bin/{name}"] for name in ("cdictk-hook", "cdictk-runtime", "python3")} == {("h", 0o755)}
+    assert (
+        kinds["libexec/python3"]
+        == kinds["libexec/ldconfig"]
+        == kinds["lib/ld-linux-x86-64.so.2"]
+        == ("f", 0o755)
+    )
+    assert kinds["lib/libc.so.6"] == kinds[f"lib/{version}/os.py"] == ("f", 0o644)
+    assert kinds[f"lib/{version}/site-packages/cdictk/hooks/entry.py"] == ("f", 0o644)
+    assert (
+        f"lib/{version}/tkinter/__init__.py" not in kinds and f"lib/{version}/unittest/case.py" not in kinds
+    )
+    assert (output / "libexec" / "cdictk-hook.py").read_text() == ENTRY.format(
+        name="cdictk-hook", module="cdictk.hooks.entry", version=version
+    )
+    assert "cdictk.noderuntime.selftest" in (output / "libexec" / "selftest.py").read_text()
+    assert [command[1:3] for command in stubbed] == [["-B", "-S"], ["-B", "-I"]]  # compiled, then tested
+    assert sorted(os.listdir(tmp_path)) == ["runtime", "stand-ins"]  # no work directory left
+
+
+def test_a_build_whose_self_test_fails_leaves_nothing(
+    stubbed: list[list[str]], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def fail(work: str, command: list[str], what: str) -> None:
+        raise BuildError(f"{what} in the new runtime failed (status 1): cannot import _ctypes")
+
+    monkeypatch.setattr(assemble, "_run", fail)
+    with pytest.raises(BuildError, match="cannot import _ctypes"):
+        build(str(tmp_path / "runtime"), str(tmp_path / "stand-ins" / "launcher"))
+    assert sorted(os.listdir(tmp_path)) == ["stand-ins"]
+
+
+def test_the_command_in_process(
+    stubbed: list[list[str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from cdictk.noderuntime.__main__ import main
+
+    assert (
+        main(
+            [
+                "build",
+                "--output",
+                str(tmp_path / "runtime"),
+                "--launcher",
+                str(tmp_path / "stand-ins/launcher"),
+            ]
+        )
+        == 0
+    )
+    path, runtime_id, size = capsys.readouterr().out.split()
+    assert path == str(tmp_path / "runtime") and len(runtime_id) == 16 and int(size) > 0
+    assert main(["build", "--output", str(tmp_path / "runtime"), "--launcher", "x"]) == 1
+    assert "exists already" in capsys.readouterr().err
+    assert main(["launcher", "--output", str(tmp_path / "launcher"), "--cc", "no-such-cc"]) == 1
+    assert "no-such-cc: not found" in capsys.readouterr().err
