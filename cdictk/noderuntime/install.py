@@ -49,7 +49,7 @@ from cdictk.bundlepaths import (
     VERSIONS,
 )
 from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, writable_directory
+from cdictk.fsutil import writable_directory
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.closure import in_root
 from cdictk.trust import path_problem
@@ -138,14 +138,15 @@ def install(bundle: str, target: Target, say: Callable[[str], None] = lambda lin
             _fsync_directory(versions)
         else:
             self_test(version)
+        problem = tree_problem(version)
+        if problem is not None:
+            raise InstallError(f"{problem}: someone other than root could change what runs as root")
         before = _current_id(here)
         _swap_current(here, runtime_id)
         _write_bin(target)
         if before != runtime_id:
             _remove_others(versions, keep={runtime_id, before}, say=say)
-        problem = tree_problem(here)
-        if problem is not None:
-            raise InstallError(f"{problem}: someone other than root could change what runs as root")
+        _sweep(here, versions, os.path.join(here, BIN))
     path = os.path.join(target.prefix, VERSIONS, runtime_id)
     return Installed(runtime_id, path, copied, before if before != runtime_id else None)
 
@@ -334,9 +335,7 @@ def _write_bin(target: Target) -> None:
         if name == SHIM and _has_shell(target.host_root):
             _write_front(target, path)
             continue
-        if os.path.lexists(path) and not os.path.islink(path):
-            os.unlink(path)  # the front of an earlier install, on a node that has lost its /bin/sh
-        _replace_link(path, link)
+        _replace_link(path, link)  # over the front of an earlier install too, in one rename
 
 
 def _has_shell(host_root: str) -> bool:
@@ -353,12 +352,18 @@ def _write_front(target: Target, path: str) -> None:
     front = os.path.join(target.prefix, BIN, SHIM)
     launcher = os.path.join(target.prefix, CURRENT, BIN, SHIM)
     text, _ = written_front(front, launcher, written_by=WRITTEN_BY, root=target.host_root)
-    if os.path.islink(path):
-        os.unlink(path)  # the link of an earlier install, on a node without /bin/sh then
+    # Written every time, even unchanged: the front takes its shortcuts only while the settings file
+    # is not newer than the front itself (cdictk/runtime/shimfront.py).
+    # Over the link of an earlier install too (a node without /bin/sh then), in one rename: an
+    # engine never finds the path missing.
+    temp = f"{path}{_TEMP}{secrets.token_hex(4)}"
+    _write_file(temp, text.encode(), 0o755)
     try:
-        atomic_write(path, text.encode(), mode=0o755, keep_mode=False)
-    except CdictkError as exc:
-        raise InstallError(str(exc)) from None
+        os.rename(temp, path)
+    except OSError:
+        os.unlink(temp)
+        raise
+    _fsync_directory(os.path.dirname(path))
 
 
 def _ours(path: str, name: str) -> bool:
@@ -385,6 +390,19 @@ def _remove_others(versions: str, keep: set[str | None], say: Callable[[str], No
             os.unlink(path)
         if not name.startswith("."):
             say(f"{path}: removed (an older version)")
+
+
+def _sweep(*directories: str) -> None:
+    """What installs killed halfway left: their temporary copies, links and fronts."""
+    for directory in directories:
+        for name in os.listdir(directory):
+            if _TEMP not in name:
+                continue
+            path = os.path.join(directory, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
 
 
 def _make_directory(directory: str) -> None:

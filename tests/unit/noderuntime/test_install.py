@@ -117,6 +117,18 @@ def test_a_version_that_does_not_run_never_becomes_current(tmp_path: Path, prefi
     assert versions(prefix) == [good.runtime_id]  # nor is it left half-installed
 
 
+def test_what_an_interrupted_install_left_is_swept(tmp_path: Path, prefix: Path) -> None:
+    runtime = fake_runtime(tmp_path / "runtime")
+    target = Target(str(prefix), "", str(host_root(tmp_path / "host")))
+    install(str(runtime), target)
+    (prefix / "versions" / ".0123456789abcdef.tmp-1a2b3c4d" / "lib").mkdir(parents=True)
+    (prefix / "current.tmp-1a2b3c4d").symlink_to("versions/0123456789abcdef")
+    (prefix / "bin" / "cdictk-runtime.tmp-1a2b3c4d").write_text("#!/bin/sh\n")
+    install(str(runtime), target)  # the same version: nothing else changes
+    left = sorted(str(path.relative_to(prefix)) for path in prefix.rglob("*") if ".tmp-" in str(path))
+    assert left == []
+
+
 def test_a_damaged_version_is_installed_again(tmp_path: Path, prefix: Path) -> None:
     runtime = fake_runtime(tmp_path / "runtime")
     target = Target(str(prefix), "", str(host_root(tmp_path / "host")))
