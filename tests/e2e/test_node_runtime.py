@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import shlex
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -150,7 +151,7 @@ def install_from_outside(node: Node, runtime: Path) -> str:
     does: it sees the node's prefix and root at other paths."""
     done = subprocess.run(
         [
-            "cdictk", "system", "install-runtime", "--bundle", str(runtime), "--prefix", PREFIX,
+            sys.executable, "-m", "cdictk", "system", "install-runtime", "--bundle", str(runtime), "--prefix", PREFIX,
             "--target", str(node.path(PREFIX)), "--host-root", str(node.root),
         ],
         capture_output=True, text=True, timeout=300, check=False,
