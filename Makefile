@@ -14,13 +14,13 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench examples realnode
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate bench-k8s bench-node-runtime demo real-node-bundle node-launcher
+	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
-	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR]"
-	@echo "     node-launcher"
+	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
+	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -114,6 +114,14 @@ bench-api: $(VENV)/.cdictk-test-installed
 # node. Needs root and what tests/setup-host.sh fetches; ROUNDS=N for more or fewer rounds.
 bench-k8s: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.k8s --rounds $(ROUNDS)
+
+# The device plugin's first answer after a start (to Register, to the first ListAndWatch list), whether
+# the first GetPreferredAllocation after it has the topology, and its calls' latency with and without a
+# peer's 32 streams open, on the fake eight-GPU node against the kubelet stand-in; AGAINST=DIR measures
+# another checkout's plugin too, in turn (git archive main | tar -x -C DIR). Needs root.
+AGAINST ?=
+bench-deviceplugin: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.deviceplugin $(if $(AGAINST),--against $(AGAINST))
 
 # The node runtime (docs/node-runtime.md): its size on a node, and the hook's start through it beside
 # the same hook under /usr/bin/python3 (aims: 40 MiB, within 10%). Builds the runtime in a chroot of

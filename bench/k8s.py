@@ -11,8 +11,11 @@ round in another order, round 0 a warm-up left out), each row once a round:
 
 - ``ctr run --detach`` of the image running ``sleep`` on the CDI-on containerd: no pod, no GPU;
 - a pod without a GPU through the CRI (RunPodSandbox with its pause container, CreateContainer,
-  StartContainer), on each containerd (on the CDI-off one through the RuntimeClass): the floor of
-  every GPU path beside it;
+  StartContainer), on each containerd (on the CDI-off one with runc, through the RuntimeClass, and
+  through a second handler that runs pip's console script ``cdictk-runtime``, what ``runtime
+  configure`` registered before it installed the front: Python on every runtime command, its
+  settings named by a one-line ``sh`` wrapper): the floor of every GPU path beside it, and what the
+  handler costs a pod that asks for no GPU over runc on the same containerd;
 - a pod with one GPU: ``Allocate`` (our plugin's answer, over gRPC), then the same calls with the
   answer's ``CDI_devices`` alone, or its ``cdi.k8s.io/`` annotation alone (containerd's CDI applies the
   spec), or through the RuntimeClass with the annotation, or with the volume-mount strategy's env and
@@ -23,7 +26,7 @@ calls only: each gRPC call returns when containerd has done the work (StartConta
 and ``ctr`` runs under ``subprocess.run`` without a timeout (a blocking wait for its exit, which comes
 once the task runs); no polling, whose sleeps would round the figures up. Stop and removal are not
 timed. Needs root. Prints median and best in ms, each phase's median, and ratios.
-Usage: python -m bench.k8s [--rounds N]   (repository root, in the venv)
+Usage: python -m bench.k8s [--rounds N] [--only TEXT]   (repository root, in the venv)
 """
 
 from __future__ import annotations
@@ -64,7 +67,10 @@ HANDLER = "cdictk"
 DEBIAN = "localhost/cdictk-bench-debian:1"
 CTR_RUN = "ctr run --detach (no pod, no GPU)"
 POD = "pod, no GPU"
+POD_OFF = "pod, no GPU, runc (CDI off)"
 POD_CLASS = "pod, no GPU, RuntimeClass cdictk (CDI off)"
+POD_SCRIPT = "pod, no GPU, cdictk as console script (CDI off)"
+SCRIPT_HANDLER = "cdictk-script"
 FIELD = "GPU: CDI_devices field (containerd's CDI)"
 ANNOTATIONS = "GPU: cdi.k8s.io annotations (containerd's CDI)"
 CLASS_ANNOTATIONS = "GPU: RuntimeClass cdictk, annotations (CDI off)"
@@ -85,24 +91,35 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS)
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="time only the rows whose name holds TEXT (repeatable), with their floors and ctr run",
+    )
     args = parser.parse_args()
     if os.geteuid() != 0:
         print("bench.k8s: needs root (containerd, mknod'd nodes, runc)", file=sys.stderr)
         return 1
     try:
-        return measure(args.rounds)
+        return measure(args.rounds, args.only)
     except BenchError as exc:
         print(f"bench.k8s: {exc}", file=sys.stderr)
         return 1
 
 
-def measure(rounds: int) -> int:
+def measure(rounds: int, only: list[str]) -> int:
     if not (SID_CONTAINERD_DIR / "containerd").exists():
         raise BenchError(f"{SID_CONTAINERD_DIR}/containerd is missing (tests/setup-host.sh fetches it)")
     if not (DEBIAN_ROOTFS / "sbin" / "ldconfig").exists():
         raise BenchError(f"{DEBIAN_ROOTFS} is missing (tests/setup-host.sh builds it)")
     with tempfile.TemporaryDirectory(prefix="cdictk-bench-k8s-") as scratch, setup(Path(scratch)) as bench:
         rows = bench.rows()
+        if only:
+            chosen = {row.name for row in rows if any(text in row.name for text in only)}
+            chosen |= {row.floor for row in rows if row.name in chosen} | {CTR_RUN}
+            rows = [row for row in rows if row.name in chosen]
         for round_number in range(rounds + 1):
             order = rows[round_number % len(rows) :] + rows[: round_number % len(rows)]
             for row in order:
@@ -119,11 +136,21 @@ def report(rows: list[Row], rounds: int) -> None:
     by_name = {row.name: row for row in rows}
     ctr = statistics.median(by_name[CTR_RUN].samples)
     print(f"Allocate to a running container, {rounds} rounds round-robin, ms: median (best)")
-    print(f"  {'path':<50} {'median':>8} {'best':>8} {'/ ctr run':>10} {'/ its pod':>10}")
+    print(f"  {'path':<50} {'median':>8} {'best':>8} {'/ ctr run':>10} {'/ its floor':>12} {'+ ms':>8}")
     for row in rows:
         median = statistics.median(row.samples)
-        floor = f"{median / statistics.median(by_name[row.floor].samples):>9.2f}x" if row.floor else ""
-        print(f"  {row.name:<50} {median:>8.1f} {min(row.samples):>8.1f} {median / ctr:>9.2f}x {floor:>10}")
+        ratio = over = ""
+        if row.floor:
+            floor = by_name[row.floor].samples
+            # Paired by round: the load of a shared machine drifts between rounds more than within one.
+            paired = statistics.median(mine - theirs for mine, theirs in zip(row.samples, floor, strict=True))
+            ratio, over = f"{median / statistics.median(floor):>11.2f}x", f"{paired:>+8.1f}"
+        figures = f"{median:>8.1f} {min(row.samples):>8.1f} {median / ctr:>9.2f}x"
+        print(f"  {row.name:<50} {figures} {ratio:>12} {over:>8}")
+    print(
+        "its floor: the same containerd and handler without a GPU (for a pod without one, runc there); "
+        "+ ms: the median of each round's difference to it"
+    )
     print("each phase's median, ms:")
     print(f"  {'path':<50}" + "".join(f" {phase:>15}" for phase in PHASES))
     for row in rows:
@@ -147,8 +174,8 @@ class Bench:
     pod: dict[str, Start]  # called with whether to look inside the container (the warm-up round)
 
     def rows(self) -> list[Row]:
-        floors = {POD: "", POD_CLASS: "", FIELD: POD, ANNOTATIONS: POD, CLASS_ANNOTATIONS: POD_CLASS}
-        floors[CLASS_MOUNTS] = POD_CLASS
+        floors = {POD: "", POD_OFF: "", POD_CLASS: POD_OFF, POD_SCRIPT: POD_OFF, FIELD: POD, ANNOTATIONS: POD}
+        floors |= {CLASS_ANNOTATIONS: POD_CLASS, CLASS_MOUNTS: POD_CLASS}
         return [Row(CTR_RUN, ""), *(Row(name, floors[name]) for name in self.pod)]
 
     def start(self, name: str, *, verify: bool) -> tuple[float, dict[str, float]]:
@@ -178,9 +205,12 @@ def setup(scratch: Path) -> Iterator[Bench]:
         "[requests]\naccept-volume-mounts = true\n"
     )
     launcher = _shim_front(scratch / "launchers", shim_config)
+    script = _console_script(scratch / "launchers", shim_config)
     configs = {
-        on: _containerd_config(scratch / ("cdi-on" if on else "cdi-off"), launcher, spec_dir, on)
-        for on in (True, False)
+        True: _containerd_config(scratch / "cdi-on", {HANDLER: launcher}, spec_dir, True),
+        False: _containerd_config(
+            scratch / "cdi-off", {HANDLER: launcher, SCRIPT_HANDLER: script}, spec_dir, False
+        ),
     }
     stop = threading.Event()
     plugin_dirs = [tempfile.mkdtemp(prefix="cdictk-bench-dp-", dir="/tmp") for _ in range(2)]
@@ -192,7 +222,8 @@ def setup(scratch: Path) -> Iterator[Bench]:
         ):
             for daemon, cdi in ((on, True), (off, False)):
                 runtime = daemon.dump_config()["plugins"]["io.containerd.cri.v1.runtime"]
-                if runtime["enable_cdi"] is not cdi or HANDLER not in runtime["containerd"]["runtimes"]:
+                handlers = {HANDLER} if cdi else {HANDLER, SCRIPT_HANDLER}
+                if runtime["enable_cdi"] is not cdi or not handlers <= set(runtime["containerd"]["runtimes"]):
                     raise BenchError(
                         f"containerd's config is not as meant: enable_cdi {runtime['enable_cdi']}"
                     )
@@ -229,7 +260,9 @@ def setup(scratch: Path) -> Iterator[Bench]:
                 POD: pod(True, None, "", ""),
                 FIELD: pod(True, names, "field", ""),
                 ANNOTATIONS: pod(True, names, "annotations", ""),
+                POD_OFF: pod(False, None, "", ""),
                 POD_CLASS: pod(False, None, "", HANDLER),
+                POD_SCRIPT: pod(False, None, "", SCRIPT_HANDLER),
                 CLASS_ANNOTATIONS: pod(False, names, "annotations", HANDLER),
                 CLASS_MOUNTS: pod(False, mounts, "all", HANDLER),
             }
@@ -268,24 +301,44 @@ def _shim_front(directory: Path, config: Path) -> str:
     return str(front)
 
 
-def _containerd_config(work: Path, launcher: str, spec_dir: Path, cdi: bool) -> str:
-    """A containerd 2.x config as the e2e test's, configured by ``cdictk runtime configure``; with CDI
-    on (and no handler), or off with the ``cdictk`` handler."""
+def _console_script(directory: Path, config: Path) -> str:
+    """pip's ``cdictk-runtime`` (Python with ``site`` on every command), in a wrapper that names
+    ``config`` to it."""
+    from cdictk.cli.runtime import console_script  # noqa: PLC0415
+
+    script = console_script()
+    if not os.access(script, os.X_OK):
+        raise BenchError(f"{script} is missing: run the bench from the venv (make bench-k8s)")
+    wrapper = directory / "cdictk-runtime-script.sh"
+    wrapper.write_text(
+        f'#!/bin/sh\nCDICTK_CONFIG={shlex.quote(str(config))} exec {shlex.quote(script)} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def _containerd_config(work: Path, handlers: dict[str, str], spec_dir: Path, cdi: bool) -> str:
+    """A containerd 2.x config as the e2e test's, configured by ``cdictk runtime configure``, once for
+    each handler (name: the program); with CDI on or off."""
     from tests.e2e.kubelet.kubelet import containerd_config  # noqa: PLC0415 - gRPC (see setup)
 
     base = work / "config.toml"
     base.parent.mkdir(parents=True)
     base.write_text(containerd_config(work / "runc", enable_cdi=cdi))
-    configure = [
-        sys.executable, "-m", "cdictk", "runtime", "configure", "--runtime", "containerd",
-        "--config", str(base), "--drop-in-config", str(work / "conf.d" / "99-cdictk.toml"),
-        "--runtime-path", launcher, "--runtime-name", HANDLER, "--cdi-spec-dir", str(spec_dir),
-    ]  # fmt: skip
-    checked(
-        subprocess.run(
-            [*configure, "--enable-cdi"] if cdi else configure, capture_output=True, text=True, check=False
+    for name, program in handlers.items():
+        configure = [
+            sys.executable, "-m", "cdictk", "runtime", "configure", "--runtime", "containerd",
+            "--config", str(base), "--runtime-path", program, "--runtime-name", name,
+            "--cdi-spec-dir", str(spec_dir),
+        ]  # fmt: skip
+        checked(
+            subprocess.run(
+                [*configure, "--enable-cdi"] if cdi else configure,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
         )
-    )
     return base.read_text()
 
 

@@ -14,28 +14,43 @@ from cdictk.errors import CdictkError
 _DEFAULT = "RUNTIME_DEFAULT"
 
 
-def default_runtime_path() -> str:
-    """The node runtime's stable front when this runs from one, else the launcher when it is installed
-    (faster), else the console script."""
+def default_runtime(*, install: bool) -> tuple[str, str]:
+    """The cdictk-runtime configure registers when no --runtime-path is given, and the line that says
+    which: run from an installed node runtime, its stable ``PREFIX/bin/cdictk-runtime``; else the shell
+    front in the launchers' directory, installed there first when it is missing (``install`` false:
+    only checked, for --dry-run); the console script when it cannot be."""
     from cdictk.bundlepaths import SHIM, stable_program  # noqa: PLC0415
-    from cdictk.runtime.launchers import DEFAULT_DIR  # noqa: PLC0415
+    from cdictk.runtime import launchers  # noqa: PLC0415
 
     stable = stable_program(SHIM)
-    if stable is not None:
-        return stable
-    launcher = os.path.join(DEFAULT_DIR, "cdictk-runtime")
-    if os.access(launcher, os.X_OK):
-        return launcher
+    if stable is not None:  # not this version's own launcher, which a later version removes
+        return stable, f"cdictk: registering {stable}: the node runtime's cdictk-runtime"
+    directory = launchers.DEFAULT_DIR
+    front = os.path.join(directory, launchers.SHIM)
+    fast = "the shell front, which starts Python only for a create that may ask for a GPU"
+    if os.access(front, os.X_OK):
+        return front, f"cdictk: registering {front}: {fast}"
+    try:
+        if install:
+            launchers.install_launchers(directory)
+        else:
+            launchers.check_install(directory)
+    except launchers.LauncherError as exc:
+        script = console_script()
+        return script, (
+            f"cdictk: registering the console script {script}, which starts Python for every container "
+            f"command: the launchers cannot be installed in {directory}: {exc}"
+        )
+    done = "installed" if install else "would install"
+    return front, f"cdictk: {done} the launchers in {directory}; registering {front}: {fast}"
+
+
+def console_script() -> str:
+    """pip's cdictk-runtime: on PATH, else next to this Python."""
     found = shutil.which("cdictk-runtime")
     return (
         os.path.abspath(found) if found else os.path.join(os.path.dirname(sys.executable), "cdictk-runtime")
     )
-
-
-def _is_launcher(path: str) -> bool:
-    from cdictk.runtime.launchers import DEFAULT_DIR  # noqa: PLC0415
-
-    return os.path.dirname(path) == DEFAULT_DIR
 
 
 def _listed(words: list[str], last: str) -> str:
@@ -44,11 +59,15 @@ def _listed(words: list[str], last: str) -> str:
 
 
 # The help names every engine's default paths, from the table.
-_DROP_INS = {engine.title: engine.drop_in for engine in ENGINES.values() if engine.drop_in is not None}
+_DROP_INS = {
+    engine.title: os.path.relpath(engine.drop_in, os.path.dirname(engine.config))
+    for engine in ENGINES.values()
+    if engine.drop_in is not None
+}
 _CONFIG_HELP = f"Main config. Default: {_listed([engine.config for engine in ENGINES.values()], 'or')}."
 _DROP_IN_HELP = (
-    f"{_listed(list(_DROP_INS), 'and')}: write into this drop-in (default {', '.join(_DROP_INS.values())}); "
-    "'' edits the main config in place."
+    f"{_listed(list(_DROP_INS), 'and')}: write into this drop-in (default: {', '.join(_DROP_INS.values())} "
+    "in the main config's directory); '' edits the main config in place."
 )
 
 
@@ -100,8 +119,9 @@ def runtime_group() -> None:
     "--nvidia-runtime-path",
     "path",
     metavar="PATH",
-    help="Absolute path of cdictk-runtime. Default: the launcher in /usr/local/libexec/cdictk if "
-    "installed (cdictk runtime install-launchers), else the console script on PATH or next to this Python.",
+    help="Absolute path of cdictk-runtime. Default: its shell front in /usr/local/libexec/cdictk, installed "
+    "there first when missing (as cdictk runtime install-launchers does); the console script (on PATH or "
+    "next to this Python) when it cannot be.",
 )
 @click.option(
     "--set-as-default",
@@ -155,7 +175,13 @@ def configure_command(  # click passes every option by keyword
     written; the first change to a file keeps a copy as <file>.cdictk.orig; writes are atomic and keep
     the file's mode and owner; concurrent runs wait for each other. containerd gets a drop-in holding
     its whole CRI plugin table (containerd 1.6 replaces whole tables on import) and an entry in the main
-    file's imports, appended to what is there.
+    file's imports, appended to what is there. A drop-in goes beside the main config it edits
+    (--config /x/config.toml: /x/conf.d/99-cdictk.toml).
+
+    Without --runtime-path it registers the shell front of cdictk-runtime in /usr/local/libexec/cdictk,
+    installing the launchers there first (as install-launchers does) when it is missing, and says so in
+    one line; when they cannot be installed, pip's console script, which starts Python for every
+    container command, and why.
     """
     from cdictk.configure.change import Request  # noqa: PLC0415
     from cdictk.configure.edit import configure  # noqa: PLC0415
@@ -169,16 +195,16 @@ def configure_command(  # click passes every option by keyword
         if value is not None and not _is_text(value):
             raise CdictkError("", flag, "is not valid UTF-8")
     ENGINES[engine].check_restart(restart_how)  # refused before anything is written
-    runtime_path = path or default_runtime_path()
-    if path is None and not remove and not _is_launcher(runtime_path):
-        print(
-            "cdictk: note: registering the console script; `cdictk runtime install-launchers` first makes "
-            "every container command faster",
-            file=sys.stderr,
-        )
+    runtime_path = path
+    if runtime_path is None:
+        if remove:  # the entry goes by its name: nothing to install
+            runtime_path = console_script()
+        else:
+            runtime_path, which = default_runtime(install=not dry_run)
+            print(which, file=sys.stderr)
     if not os.path.isabs(runtime_path):
         raise CdictkError("", "--runtime-path", f"must be an absolute path, not {runtime_path!r}")
-    if not os.path.exists(runtime_path) and not remove:
+    if not os.path.exists(runtime_path) and not remove and (path is not None or not dry_run):
         print(f"cdictk: warning: {runtime_path} does not exist (yet)", file=sys.stderr)
     request = Request(
         engine=engine, config=config, drop_in=None if drop_in == _DEFAULT else drop_in, name=name,

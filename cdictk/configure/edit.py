@@ -29,7 +29,7 @@ def configure(request: Request, report: Callable[[str], None]) -> bool:
         remove=request.remove,
     )
     engine.check(request)
-    drop_in = engine.drop_in if request.drop_in is None else request.drop_in
+    drop_in = engine.drop_in_for(config) if request.drop_in is None else request.drop_in
     for path, flag in ((config, "--config"), (drop_in, "--drop-in-config")):
         if path and not os.path.isabs(path):
             raise CdictkError(path, flag, "must be an absolute path")

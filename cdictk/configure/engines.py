@@ -10,6 +10,7 @@ behind it, is imported only when a record's ``plan`` or ``inspect`` needs it.
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
@@ -49,7 +50,7 @@ class Engine(NamedTuple):
     title: str  # the engine in the command line's help
     label: str  # the check ``cdictk info`` prints
     config: str  # the main config: configure's default, and the first file info reads
-    drop_in: str | None  # configure's default drop-in; None: the engine reads none (--drop-in-config refused)
+    drop_in: str | None  # the default config's drop-in; None: none read (--drop-in-config refused)
     drop_in_glob: str | None  # the glob of drop-ins info reads after the main config, in name order
     unit: str  # for --restart systemd
     socket: str  # where the daemon listens, for --restart signal
@@ -68,6 +69,15 @@ class Engine(NamedTuple):
             raise CdictkError("", "--enable-cdi", self.enable_cdi_refused)
         if self.cdi_spec_dir_refused is not None and request.cdi_spec_dirs:
             raise CdictkError("", "--cdi-spec-dir", self.cdi_spec_dir_refused)
+
+    def drop_in_for(self, config: str) -> str | None:
+        """configure's drop-in for the main config ``config``: where :attr:`drop_in` is for the
+        default config, beside ``config`` (``/x/config.toml``: ``/x/conf.d/99-cdictk.toml``)."""
+        if self.drop_in is None:
+            return None
+        return os.path.join(
+            os.path.dirname(config), os.path.relpath(self.drop_in, os.path.dirname(self.config))
+        )
 
     def check_restart(self, how: str) -> None:
         if how == "signal" and not self.reloads_on_sighup:

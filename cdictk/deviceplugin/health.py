@@ -15,8 +15,17 @@ The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps
   still finds while events cannot be had would otherwise flap at every probe, each flip a new list
   for the kubelet;
 - an Xid on a GPU NVML cannot name counts for every GPU;
+- an NVML without the event API (the child's ``probing``) has no Xids to tell: its probes alone say
+  which GPUs are lost;
 - with health checks off (``enabled`` false), every device is healthy, whatever the (topology-only)
   child or discovery says.
+
+Each change is one log line: devices going unhealthy (and why), healthy again, or unhealthy for
+another reason; and the end of each Xid's recovery period.
+
+The topology (:meth:`HealthMonitor.links`) comes from the child too, a moment after it starts: until
+it has said (or failed), asking for it waits, at most :data:`TOPOLOGY_DEADLINE` from the child's start,
+so that the first preferred allocation after the plugin registers already has it.
 
 :meth:`HealthMonitor.feed` takes the child's messages, so the rules are tested without a child.
 """
@@ -33,6 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cdictk.deviceplugin.pluginsettings import Health
+
+TOPOLOGY_DEADLINE = 10.0  # seconds from the child's start until asking for the topology stops waiting
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +76,9 @@ class HealthMonitor:
         self._xids: dict[tuple[str, int | None, int | None], tuple[float, int]] = {}
         self._down: str | None = None
         self._links: dict[frozenset[str], int] = {}
+        self._links_known = threading.Event()  # the child said them, or cannot; set while none runs
+        self._links_known.set()
+        self._links_due = 0.0  # time.monotonic() by which the child must have said them
         self._last: dict[str, str] = {}
         self._child: subprocess.Popen[str] | None = None
         self._stopped = threading.Event()
@@ -102,14 +116,20 @@ class HealthMonitor:
                         self._absent.pop(uuid, None)
             elif "watching" in message:
                 self._down = None
+            elif "probing" in message:
+                # no events to wait for: the probes vouch for the GPUs, said once per child
+                self.log(f"{message['probing']}: health from probes alone, no Xids")
+                self._down = None
             elif "xid" in message:
                 self._xid(message)
             elif "error" in message:
-                if message["error"] != self._down:
-                    self.log(str(message["error"]))
+                if message["error"] != self._down and not self.settings.enabled:
+                    self.log(str(message["error"]))  # else the devices' change says it
                 self._down = str(message["error"])
+                self._links_known.set()  # the child failed: its topology may never come
             if "links" in message:
                 self._links = {frozenset((a, b)): int(score) for a, b, score in message["links"]}
+                self._links_known.set()
         self._changed()
 
     def _xid(self, message: dict[str, Any]) -> None:
@@ -129,7 +149,7 @@ class HealthMonitor:
             # An event names a MIG device only with both instances; with either missing it is the
             # GPU's, and so every MIG device's on it (as NVIDIA's plugin matches them).
             keys = [(str(uuid), gi, ci) if gi is not None and ci is not None else (str(uuid), None, None)]
-            self.log(f"Xid {xid} on {uuid}: marked unhealthy")
+            self.log(f"Xid {xid} on {_instance(keys[0])}")
         for key in keys:
             self._xids[key] = (self.clock(), xid)
 
@@ -143,7 +163,10 @@ class HealthMonitor:
             return self._evaluate()
 
     def links(self) -> dict[frozenset[str], int]:
-        """How well each pair of GPUs is connected (nvmlwatch.pair_score); empty until known."""
+        """How well each pair of GPUs is connected (nvmlwatch.pair_score). While the child has not
+        said yet, waits until it does or fails, or :data:`TOPOLOGY_DEADLINE` after its start passes:
+        empty then (no topology: devices go by index)."""
+        self._links_known.wait(max(0.0, self._links_due - time.monotonic()))
         with self._lock:
             return dict(self._links)
 
@@ -165,13 +188,33 @@ class HealthMonitor:
                 found[device.uuid] = why
         return found
 
+    def _recover(self) -> list[str]:
+        """Forget the Xids whose recovery period ended: a line each."""
+        recovery = self.settings.xid_recovery
+        if recovery is None:
+            return []
+        now = self.clock()
+        lines = []
+        for key, (seen, xid) in list(self._xids.items()):
+            if now - seen >= recovery:
+                del self._xids[key]
+                lines.append(
+                    f"Xid {xid} on {_instance(key)}: {recovery:g} s without another, its recovery is over"
+                )
+        return lines if self.settings.enabled else []
+
     def _changed(self) -> None:
         with self._lock:
+            lines = self._recover()
             now = self._evaluate()
-            if now == self._last:
-                return
-            self._last = now
-        self.on_change()
+            changed = now != self._last
+            if changed:
+                lines += _transitions(self._last, now, {device.uuid for device in self._devices})
+                self._last = now
+        for line in lines:
+            self.log(line)
+        if changed:
+            self.on_change()
 
     # ---- the child ----------------------------------------------------------------------------
 
@@ -181,6 +224,9 @@ class HealthMonitor:
         self._stopped = threading.Event()
         gpus = sorted({device.gpu_uuid for device in self._devices})
         self._started = (library, command, tuple(gpus))
+        if not self._links:  # a child run again for other GPUs: the topology known so far stands
+            self._links_due = time.monotonic() + TOPOLOGY_DEADLINE
+            self._links_known.clear()
         base = list(command) if command else [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch"]
         argv = [*base, "--interval", str(self.settings.probe_interval)]
         if not self.settings.enabled:
@@ -191,6 +237,7 @@ class HealthMonitor:
 
     def stop(self) -> None:
         self._stopped.set()
+        self._links_known.set()
         child = self._child
         if child is not None and child.poll() is None:
             child.kill()
@@ -213,7 +260,35 @@ class HealthMonitor:
                 if isinstance(message, dict):
                     self.feed(message)
             child.wait()
+            self._links_known.set()  # said by now, or never by this child
             if stopped.is_set() or not self.settings.enabled:
                 return
             self.feed({"error": f"the NVML watcher exited with status {child.returncode}; restarting it"})
             stopped.wait(self.settings.probe_interval)
+
+
+def _instance(key: tuple[str, int | None, int | None]) -> str:
+    """A GPU's UUID, or its MIG instances: ``GPU-... GI 2 CI 0``."""
+    uuid, gi, ci = key
+    return uuid if gi is None else f"{uuid} GI {gi} CI {ci}"
+
+
+def _transitions(last: Mapping[str, str], now: Mapping[str, str], watched: set[str]) -> list[str]:
+    """A line for each reason devices are unhealthy for now and were not before (healthy, or unhealthy
+    for another reason), one for the devices healthy again (still watched: one no longer offered is
+    not)."""
+    by_reason: dict[str, list[str]] = {}
+    for device, why in now.items():
+        if last.get(device) != why:
+            by_reason.setdefault(why, []).append(device)
+    lines = [f"{_devices(devices, watched)} unhealthy: {why}" for why, devices in by_reason.items()]
+    back = [device for device in last if device not in now and device in watched]
+    if back:
+        lines.append(f"{_devices(back, watched)} healthy again")
+    return lines
+
+
+def _devices(devices: Sequence[str], watched: set[str]) -> str:
+    if len(watched) > 1 and set(devices) == watched:
+        return f"all {len(watched)} devices"
+    return ", ".join(sorted(devices))

@@ -10,7 +10,9 @@ Run by :mod:`cdictk.deviceplugin.health` as ``python -m cdictk.deviceplugin.nvml
 - ``{"probe": {uuid: "" or why it failed}}`` every interval: whether NVML still answers for each GPU;
 - ``{"watching": true}`` after the first event wait that works, and the first after failures;
 - ``{"error": "..."}`` when waiting for events fails, once until it works again or fails otherwise
-  (every device is in doubt until the next ``watching``).
+  (every device is in doubt until the next ``watching``), and before it exits on another NVML failure;
+- ``{"probing": "why"}`` once, when this NVML has no event API (creating an event set or waiting on one
+  is not supported, or the function is missing): then only the probes follow.
 
 Why a process: the plugin's discovery forks children that ask NVML afresh (a MIG change must be
 seen); a process that holds NVML initialised would hand them its stale state. And a driver stuck in
@@ -20,12 +22,13 @@ the kernel hangs this process, not the plugin, which sees the probes stop.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import json
 import sys
 import time
 from typing import Any
+
+from cdictk.node.libchoice import load as load_library
 
 NO_INSTANCE = 0xFFFFFFFF
 # nvmlGpuTopologyLevel_t -> score, as NVIDIA's allocator weighs them: a board, one PCIe switch,
@@ -35,9 +38,11 @@ NVLINK_SCORE = 100  # per NVLink between the two GPUs
 
 
 def load(library: str) -> Any:
+    """pynvml over the NVML at ``library`` (the plugin chose it with nvml_library): loaded only when it
+    passes the check of cdictk.node.libchoice again, here, where it would run as root."""
     import pynvml  # noqa: PLC0415 - this process's one job
 
-    pynvml.nvmlLib = ctypes.CDLL(library)
+    pynvml.nvmlLib = load_library(library)
     pynvml._nvmlGetFunctionPointer_cache.clear()
     pynvml.nvmlInit()
     return pynvml
@@ -92,8 +97,18 @@ def say(message: dict[str, object]) -> None:
     sys.stdout.flush()
 
 
+def unsupported(nvml: Any, exc: Exception) -> bool:
+    """Whether an NVMLError says this NVML has no such call (an old or a stripped library)."""
+    return getattr(exc, "value", None) in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
 def watch(nvml: Any, uuids: list[str], interval: float) -> None:
-    events = nvml.nvmlEventSetCreate()
+    try:
+        events = nvml.nvmlEventSetCreate()
+    except nvml.NVMLError as exc:
+        if not unsupported(nvml, exc):
+            raise
+        return probe_only(nvml, uuids, interval, f"NVML has no events ({exc})")
     for uuid in uuids:
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
@@ -111,6 +126,8 @@ def watch(nvml: Any, uuids: list[str], interval: float) -> None:
         try:
             data = nvml.nvmlEventSetWait_v2(events, max(1, int((next_probe - now) * 1000)))
         except nvml.NVMLError as exc:
+            if told is None and unsupported(nvml, exc):
+                return probe_only(nvml, uuids, interval, f"NVML cannot wait for events ({exc})")
             if getattr(exc, "value", None) != nvml.NVML_ERROR_TIMEOUT:
                 # Said once, not at every try: the devices stay in doubt until a wait succeeds.
                 why = f"waiting for NVML events failed: {exc}"
@@ -142,6 +159,14 @@ def watch(nvml: Any, uuids: list[str], interval: float) -> None:
         )
 
 
+def probe_only(nvml: Any, uuids: list[str], interval: float, why: str) -> None:
+    """Without events: say why once, then probe every ``interval``."""
+    say({"probing": why})
+    while True:
+        say({"probe": probe(nvml, uuids)})
+        time.sleep(interval)
+
+
 def main(argv: list[str]) -> int:
     interval, events = 5.0, True
     while argv and argv[0].startswith("--"):
@@ -168,6 +193,9 @@ def main(argv: list[str]) -> int:
             watch(nvml, uuids, interval)
         except KeyboardInterrupt:
             return 0
+        except nvml.NVMLError as exc:  # the plugin runs this process again
+            say({"error": f"NVML events: {exc}"})
+            return 1
     return 0
 
 

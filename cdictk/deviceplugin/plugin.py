@@ -13,20 +13,22 @@ devices. A discovery that fails is tried again at each rescan, a registration at
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable
+from concurrent import futures
 
 from cdictk.api import NodeSpecs, SpecCache
 from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import Resource, build, keep_missing, numa_reader
-from cdictk.deviceplugin.server import ResourceServer
+from cdictk.deviceplugin.server import ResourceServer, check_socket_path
 from cdictk.errors import CdictkError
-from cdictk.node.facts import find_nvml_library
 from cdictk.node.fingerprint import node_fingerprint
-from cdictk.node.libraries import candidate_dirs
+from cdictk.node.libchoice import LibraryError
+from cdictk.node.nvmllib import nvml_library
 
 LOOK_INTERVAL = 1.0
 
@@ -43,7 +45,13 @@ class DevicePlugin:
             max_age=float("inf"),
         )
         self.health = HealthMonitor(settings.health, self._health_changed, log=log)
-        self.specs = SpecCache(settings.spec_dirs) if settings.spec_dirs else None
+        # The spec cache's first scan (every spec parsed) runs beside discovery, which mostly waits
+        # for NVML's child: it is wanted only once serving starts.
+        self._specs: futures.Future[SpecCache] | None = None
+        if settings.spec_dirs:
+            scan = futures.ThreadPoolExecutor(1, thread_name_prefix="spec-cache")
+            self._specs = scan.submit(SpecCache, settings.spec_dirs)
+            scan.shutdown(wait=False)
         self.servers: dict[str, ResourceServer] = {}
         self._registered: set[str] = set()
         self._kubelet: tuple[int, int, int] | None = None
@@ -72,14 +80,18 @@ class DevicePlugin:
         return resources
 
     def run(self, stop: threading.Event) -> None:
-        """Serve until ``stop`` is set."""
+        """Serve until ``stop`` is set. A first discovery that fails, or a resource whose socket path
+        is too long, ends it at once (CdictkError): nothing could be served."""
         resources = self.discover()
+        for resource in resources:
+            check_socket_path(os.path.join(self.settings.plugin_dir, resource.socket))
         library = self._nvml_library()
         if library is not None:
             self.health.start(library)
         elif self.settings.health.enabled:
             self.log("no libnvidia-ml.so.1 under the driver root: no health checks, no topology")
         try:
+            self.specs()  # its first scan done, or failed: before the first Allocate can come
             self._reconcile(resources)
             self._register_all()
             scanned = time.monotonic()
@@ -92,8 +104,8 @@ class DevicePlugin:
             for server in self.servers.values():
                 server.stop()
             self.health.stop()
-            if self.specs is not None:
-                self.specs.close()
+            if self._specs is not None and self._specs.exception() is None:
+                self._specs.result().close()
 
     def look(self, *, rescan: bool = True) -> None:
         """One round (each second; ``rescan``: every ``rescan_interval``), in this order: health
@@ -153,7 +165,7 @@ class DevicePlugin:
                     self.settings,
                     health=self.health.unhealthy,
                     links=self.health.links,
-                    unresolved=self._unresolved if self.specs is not None else None,
+                    unresolved=self._unresolved if self._specs is not None else None,
                     log=self.log,
                 )
             elif server.resource != resource:
@@ -183,10 +195,21 @@ class DevicePlugin:
         for server in list(self.servers.values()):
             server.update()
 
+    def specs(self) -> SpecCache | None:
+        """The node's CDI specs (None when no spec dir is to be checked), once scanned."""
+        return self._specs.result() if self._specs is not None else None
+
     def _unresolved(self, names: list[str]) -> list[str]:
-        defined = set(self.specs.devices()) if self.specs is not None else set()
+        specs = self.specs()
+        defined = set(specs.devices()) if specs is not None else set()
         return [name for name in names if name not in defined]
 
     def _nvml_library(self) -> str | None:
-        roots = self.node.roots
-        return find_nvml_library(roots, candidate_dirs(roots, []))
+        """The NVML its child loads; None where there is none. One that is not root's alone stops the
+        plugin (LibraryError): health and topology from it would run its code as root."""
+        try:
+            return nvml_library(self.node.roots.driver)
+        except LibraryError as exc:
+            if exc.refused:
+                raise
+            return None

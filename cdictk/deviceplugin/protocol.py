@@ -15,6 +15,7 @@ back, field by field, so mypy checks every use and an unknown or misspelt field 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import os
 import sys
 import types
@@ -83,6 +84,7 @@ class Codec:
     def __init__(self, schema: Schema) -> None:
         self.schema = schema
         self._classes: dict[str, type[Message]] = {}
+        self._layouts: dict[type, tuple[_Field, ...]] = {}
 
     def encode(self, value: object) -> bytes:
         return self.to_message(value).SerializeToString()
@@ -110,49 +112,81 @@ class Codec:
         return message
 
     def _fill(self, message: Any, value: object) -> None:
-        descriptor: Descriptor = message.DESCRIPTOR
-        for field in dataclasses.fields(value):  # type: ignore[arg-type]
-            proto = descriptor.fields_by_name.get(field.name)
-            if proto is None:
-                raise TypeError(f"{descriptor.full_name} has no field {field.name!r}")
+        for field in self._layout(type(value)):
             item = getattr(value, field.name)
-            if _is_map(proto):
+            if field.shape is _Shape.MAP:
                 getattr(message, field.name).update(item)
-            elif _is_repeated(proto):
+            elif field.shape is _Shape.MESSAGES:
                 target = getattr(message, field.name)
                 for element in item:
-                    if proto.type == FieldDescriptor.TYPE_MESSAGE:
-                        self._fill(target.add(), element)
-                    else:
-                        target.append(element)
-            elif proto.type == FieldDescriptor.TYPE_MESSAGE:
+                    self._fill(target.add(), element)
+            elif field.shape is _Shape.SCALARS:
+                getattr(message, field.name).extend(item)
+            elif field.shape is _Shape.MESSAGE:
                 if item is not None:
                     self._fill(getattr(message, field.name), item)
             else:
                 setattr(message, field.name, item)
 
     def from_message(self, kind: type[T], message: Any) -> T:
-        hints = typing.get_type_hints(kind)
         values: dict[str, object] = {}
-        descriptor: Descriptor = message.DESCRIPTOR
-        for field in dataclasses.fields(kind):  # type: ignore[arg-type]
-            proto = descriptor.fields_by_name[field.name]
-            hint = hints[field.name]
+        for field in self._layout(kind):
             item = getattr(message, field.name)
-            if _is_map(proto):
+            if field.shape is _Shape.MAP:
                 values[field.name] = dict(item)
-            elif _is_repeated(proto):
-                element = typing.get_args(hint)[0]
-                if proto.type == FieldDescriptor.TYPE_MESSAGE:
-                    values[field.name] = [self.from_message(element, part) for part in item]
-                else:
-                    values[field.name] = list(item)
-            elif proto.type == FieldDescriptor.TYPE_MESSAGE:
-                nested = _optional_of(hint)
-                values[field.name] = self.from_message(nested, item) if message.HasField(field.name) else None
+            elif field.shape is _Shape.MESSAGES:
+                values[field.name] = [self.from_message(field.nested, part) for part in item]
+            elif field.shape is _Shape.SCALARS:
+                values[field.name] = list(item)
+            elif field.shape is _Shape.MESSAGE:
+                has = message.HasField(field.name)
+                values[field.name] = self.from_message(field.nested, item) if has else None
             else:
                 values[field.name] = item
         return kind(**values)
+
+    def _layout(self, kind: type) -> tuple[_Field, ...]:
+        """Each field of the dataclass ``kind`` with its shape on the wire and, for a message, its
+        dataclass: worked out once per class (type hints are costly to resolve at every call)."""
+        found = self._layouts.get(kind)
+        if found is None:
+            found = self._layouts[kind] = self._work_out(kind)
+        return found
+
+    def _work_out(self, kind: type) -> tuple[_Field, ...]:
+        descriptor = self.schema.descriptor(kind.__name__)
+        hints = typing.get_type_hints(kind)
+        fields = []
+        for field in dataclasses.fields(kind):
+            proto = descriptor.fields_by_name.get(field.name)
+            if proto is None:
+                raise TypeError(f"{descriptor.full_name} has no field {field.name!r}")
+            message = proto.type == FieldDescriptor.TYPE_MESSAGE
+            if _is_map(proto):
+                fields.append(_Field(field.name, _Shape.MAP))
+            elif _is_repeated(proto):
+                element = typing.get_args(hints[field.name])[0]
+                fields.append(_Field(field.name, _Shape.MESSAGES if message else _Shape.SCALARS, element))
+            elif message:
+                fields.append(_Field(field.name, _Shape.MESSAGE, _optional_of(hints[field.name])))
+            else:
+                fields.append(_Field(field.name, _Shape.SCALAR))
+        return tuple(fields)
+
+
+class _Shape(enum.Enum):
+    MAP = "map"
+    MESSAGES = "repeated message"
+    SCALARS = "repeated scalar"
+    MESSAGE = "message"
+    SCALAR = "scalar"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Field:
+    name: str
+    shape: _Shape
+    nested: Any = None  # a message field's dataclass (an element's, for a repeated one)
 
 
 def _is_map(field: FieldDescriptor) -> bool:

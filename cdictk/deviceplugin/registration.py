@@ -11,6 +11,7 @@ socket being gone.
 from __future__ import annotations
 
 import os
+import socket as sockets
 
 import grpc
 
@@ -39,10 +40,28 @@ def register(plugin_dir: str, resource_name: str, endpoint: str, timeout: float 
             call(RegisterRequest(VERSION, endpoint, resource_name, OPTIONS), timeout=timeout)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else None
-            details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
-            if code == grpc.StatusCode.UNAVAILABLE:
-                details = f"no kubelet answers on {socket} ({details})"
-            raise RegistrationError(resource_name, details or str(code)) from exc
+            details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(code or exc)
+            reason = f"the kubelet refused it: {details}"
+            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                reason = f"the kubelet did not answer within {timeout:g} s"
+            elif code == grpc.StatusCode.UNAVAILABLE:
+                # A kubelet that is not there reads so, and one that answers UNAVAILABLE (it could not
+                # dial us back): whether its socket takes a connection tells them apart.
+                unreachable = _unreachable(socket)
+                if unreachable is not None:
+                    reason = f"no kubelet answers on {socket} ({unreachable})"
+            raise RegistrationError(resource_name, reason) from exc
+
+
+def _unreachable(path: str) -> str | None:
+    """Why nothing takes a connection on the Unix socket ``path``; None when something does."""
+    with sockets.socket(sockets.AF_UNIX, sockets.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 def kubelet_identity(plugin_dir: str) -> tuple[int, int, int] | None:

@@ -1,17 +1,25 @@
 """One resource's gRPC server: the ``v1beta1.DevicePlugin`` service on its socket in the kubelet's
 device plugin directory.
 
-The handlers are grpcio's generic ones over our dataclass codec (no generated stubs). ``ListAndWatch``
-sends the whole list at once and again on every change (health, devices), and ends when the server
-stops; each stream holds one of the pool's threads, and the kubelet keeps one per plugin.
+The handlers are grpcio's generic ones over our dataclass codec (no generated stubs), on grpcio's
+asyncio server, which runs an event loop in a thread of its own. ``ListAndWatch`` sends the whole list
+at once and again on every change (health, devices), and ends when the server stops; a stream is a
+coroutine waiting on that loop, so open streams tie up no thread: a peer holding many (a kubelet that
+reconnected without closing, a monitoring tool) never keeps the other calls or the kubelet's own
+stream waiting. The calls that answer from memory run on the loop too; GetPreferredAllocation, which
+may wait for the GPUs' topology, in a small pool of threads beside it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import gc
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from concurrent import futures
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -42,6 +50,20 @@ from cdictk.deviceplugin.topology import Links, preferred
 
 OPTIONS = DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
+PREFERRED_WORKERS = 4  # GetPreferredAllocation calls at once
+STOP_GRACE = 1.0  # seconds that calls under way get when the server stops
+
+
+def check_socket_path(path: str) -> str:
+    """``path``, or a CdictkError when it is too long for a Unix socket (the bind would fail)."""
+    if len(os.fsencode(path)) > SOCKET_PATH_MAX:
+        raise CdictkError(
+            path,
+            "",
+            f"longer than a Unix socket path may be ({SOCKET_PATH_MAX} bytes): a shorter resource name "
+            "(sharing.timeSlicing.resources[].rename) or plugin directory",
+        )
+    return path
 
 
 class ResourceServer:
@@ -65,40 +87,57 @@ class ResourceServer:
         self.unresolved = unresolved
         self.log = log
         self.path = os.path.join(settings.plugin_dir, resource.socket)
-        self._changed = threading.Condition()
-        self._generation = 0
+        self._lock = threading.Lock()  # the resource and the generation, changed from other threads
+        self._generation = 0  # one more at each change: a stream that sent an older one sends again
         self._stopped = False
-        self._server: grpc.Server | None = None
+        self._serving: _Serving | None = None
+        self._wake = asyncio.Event()  # set (and replaced) on the loop at each change
 
     # ---- life ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         """Listen on the socket (a stale one removed first): the kubelet dials it while we register."""
-        if len(os.fsencode(self.path)) > SOCKET_PATH_MAX:
-            raise CdictkError(
-                self.path,
-                "",
-                f"longer than a Unix socket path may be ({SOCKET_PATH_MAX} bytes): a shorter resource name "
-                "(sharing.timeSlicing.resources[].rename) or plugin directory",
-            )
+        check_socket_path(self.path)
         if os.path.lexists(self.path):
             os.unlink(self.path)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="device-plugin"))
+        self._stopped = False
+        loop = asyncio.new_event_loop()
+        thread = threading.Thread(target=loop.run_forever, name="device-plugin", daemon=True)
+        thread.start()
+        pool = futures.ThreadPoolExecutor(PREFERRED_WORKERS, thread_name_prefix="device-plugin")
+        serving = _Serving(loop, thread, pool)
+        try:
+            serving.server = asyncio.run_coroutine_threadsafe(self._serve(pool), loop).result()
+        except BaseException:
+            serving.close()
+            raise
+        with self._lock:
+            self._serving = serving
+
+    async def _serve(self, pool: futures.ThreadPoolExecutor) -> grpc.aio.Server:
+        """The server, made and started on the loop (grpcio's asyncio objects belong to the loop that
+        made them)."""
+        self._wake = asyncio.Event()
+        server = grpc.aio.server(migration_thread_pool=pool)
         server.add_generic_rpc_handlers((self._handlers(),))
         if server.add_insecure_port(f"unix://{self.path}") == 0:
             raise CdictkError(self.path, "", "cannot listen on this socket")
-        server.start()
-        self._server = server
-        self._stopped = False
+        await server.start()
+        return server
 
     def stop(self) -> None:
         """Stop serving: open streams end, the socket is removed."""
-        with self._changed:
+        with self._lock:
             self._stopped = True
-            self._changed.notify_all()
-        if self._server is not None:
-            self._server.stop(grace=1).wait()
-            self._server = None
+            serving, self._serving = self._serving, None
+        if serving is not None:
+            serving.loop.call_soon_threadsafe(self._wake_streams)  # they see _stopped and end
+            serving.close()
+            del serving
+            # grpcio's asyncio stack shuts itself down when its last object is freed, joining its
+            # poller thread: freed here, not by the collector of a child forked later (discovery's
+            # NVML query), where that thread does not exist and the join never ends.
+            gc.collect()
         if os.path.lexists(self.path):
             os.unlink(self.path)
 
@@ -108,11 +147,19 @@ class ResourceServer:
 
     def update(self, resource: Resource | None = None) -> None:
         """New devices, or new health: every stream sends the list again."""
-        with self._changed:
+        with self._lock:
             if resource is not None:
                 self.resource = resource
             self._generation += 1
-            self._changed.notify_all()
+            serving = self._serving
+        if serving is not None:
+            with contextlib.suppress(RuntimeError):  # stopped meanwhile: no stream to wake
+                serving.loop.call_soon_threadsafe(self._wake_streams)
+
+    def _wake_streams(self) -> None:
+        """On the loop: every stream waiting for a change looks again."""
+        self._wake.set()
+        self._wake = asyncio.Event()
 
     # ---- the service ---------------------------------------------------------------------------
 
@@ -127,23 +174,28 @@ class ResourceServer:
             for device in self.resource.devices
         ]
 
-    def get_options(self, request: Empty, context: grpc.ServicerContext) -> DevicePluginOptions:
+    async def get_options(
+        self, request: Empty, context: grpc.aio.ServicerContext[Empty, DevicePluginOptions]
+    ) -> DevicePluginOptions:
         return OPTIONS
 
-    def list_and_watch(self, request: Empty, context: grpc.ServicerContext) -> Iterator[ListAndWatchResponse]:
-        seen = -1
-        while True:
-            with self._changed:
-                while self._generation == seen and not self._stopped and context.is_active():
-                    self._changed.wait(timeout=1.0)
-                if self._stopped or not context.is_active():
-                    return
-                seen = self._generation
+    async def list_and_watch(
+        self, request: Empty, context: grpc.aio.ServicerContext[Empty, ListAndWatchResponse]
+    ) -> AsyncIterator[ListAndWatchResponse]:
+        """On the loop: the list now, then at every change until the server stops (or the peer goes)."""
+        sent = -1
+        while not self._stopped:
+            wake = self._wake  # taken before the generation: a change after that sets this one
+            if self._generation == sent:
+                await wake.wait()
+                continue
+            sent = self._generation
             yield ListAndWatchResponse(self.devices())
 
     def preferred_allocation(
         self, request: PreferredAllocationRequest, context: grpc.ServicerContext
     ) -> PreferredAllocationResponse:
+        """In the pool: it may wait for the topology, and score thousands of sets."""
         answers = []
         for container in request.container_requests:
             chosen = preferred(
@@ -156,25 +208,29 @@ class ResourceServer:
             answers.append(ContainerPreferredAllocationResponse(chosen))
         return PreferredAllocationResponse(answers)
 
-    def allocate(self, request: AllocateRequest, context: grpc.ServicerContext) -> AllocateResponse:
+    async def allocate(
+        self, request: AllocateRequest, context: grpc.aio.ServicerContext[AllocateRequest, AllocateResponse]
+    ) -> AllocateResponse:
+        """On the loop: it answers from memory (the spec cache's, which inotify keeps current), faster
+        than a hand-over to a thread and back."""
         answers = []
         for container in request.container_requests:
             try:
                 answers.append(allocate(self.resource, container.devices_ids, self.settings, self.unresolved))
             except CdictkError as exc:
                 self.log(f"Allocate {', '.join(container.devices_ids)}: {exc}")
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         return AllocateResponse(answers)
 
-    def pre_start(
-        self, request: PreStartContainerRequest, context: grpc.ServicerContext
+    async def pre_start(
+        self,
+        request: PreStartContainerRequest,
+        context: grpc.aio.ServicerContext[PreStartContainerRequest, PreStartContainerResponse],
     ) -> PreStartContainerResponse:
         return PreStartContainerResponse()
 
     def _handlers(self) -> grpc.GenericRpcHandler:
-        def unary(
-            function: Callable[[Any, grpc.ServicerContext], Any], kind: type
-        ) -> grpc.RpcMethodHandler[Any, Any]:
+        def unary(function: Callable[[Any, Any], Any], kind: type) -> grpc.RpcMethodHandler[Any, Any]:
             return grpc.unary_unary_rpc_method_handler(
                 function,
                 request_deserializer=CODEC.deserializer(kind),
@@ -195,3 +251,21 @@ class ResourceServer:
                 "PreStartContainer": unary(self.pre_start, PreStartContainerRequest),
             },
         )
+
+
+@dataclass
+class _Serving:
+    """A started server: its loop, the loop's thread, the pool of its calls that may wait."""
+
+    loop: asyncio.AbstractEventLoop
+    thread: threading.Thread
+    pool: futures.ThreadPoolExecutor
+    server: grpc.aio.Server | None = None
+
+    def close(self) -> None:
+        if self.server is not None:
+            asyncio.run_coroutine_threadsafe(self.server.stop(STOP_GRACE), self.loop).result()
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join()
+        self.loop.close()
+        self.pool.shutdown(wait=False)

@@ -16,14 +16,13 @@ from cdictk.node.discoverers import Context, Found, discover_common
 from cdictk.node.drivercontainer import in_driver_container
 from cdictk.node.drm import DrmInfo, drm_for_gpu
 from cdictk.node.gpus import Gpu, gpus_from_procfs
+from cdictk.node.libchoice import LibraryError
 from cdictk.node.libraries import candidate_dirs, version_from_libraries
 from cdictk.node.modes import MODES, NVML_SOURCES, DriverSource, GpuSource, Mode
 from cdictk.node.nvml import NvmlQuery, query_nvml
-from cdictk.node.nvmllib import NvmlError
+from cdictk.node.nvmllib import NVML, NvmlError, nvml_library
 from cdictk.node.platform import Platform
-from cdictk.node.roots import Roots, join, resolve
-
-NVML_LIBRARY = "libnvidia-ml.so.1"
+from cdictk.node.roots import Roots
 
 
 class DiscoveryError(CdictkError):
@@ -45,15 +44,6 @@ class NodeFacts:
     caps_major: int | None
     warnings: list[str] = field(default_factory=list)
     faulty: list[str] = field(default_factory=list)  # GPUs NVML could not describe, left out: "GPU 3: ..."
-
-
-def find_nvml_library(roots: Roots, dirs: list[str]) -> str | None:
-    """The host path of the driver root's libnvidia-ml.so.1, symlinks resolved inside the root."""
-    for directory in dirs:
-        real = resolve(roots.driver, f"{directory}/{NVML_LIBRARY}")
-        if real is not None:
-            return join(roots.driver, real)
-    return None
 
 
 def discover(
@@ -94,24 +84,29 @@ def _discover(
     in_procfs = recipe.driver in (DriverSource.HOST, DriverSource.PROCFS_OPTIONAL)
     version = (procfs.read_driver_version(roots) if in_procfs else None) or ""
     uses_nvml = recipe.gpus in NVML_SOURCES
-    library = find_nvml_library(roots, candidates) if uses_nvml else None
     # NVML answers from a child (its import and nvmlInit are the slowest part on a real node) while
-    # this process finds the driver's files, which need the version procfs usually gives.
-    query = None
-    if library is not None:
-        query = nvml or NvmlQuery()
-        query.ask(library)
+    # this process finds the driver's files, which need the version procfs usually gives. No NVML to
+    # load (none, or none root's alone: cdictk.node.libchoice) is an absent one.
+    query: NvmlQuery | NvmlError | None = None
+    if uses_nvml:
+        try:
+            library = nvml_library(roots.driver)
+        except LibraryError as exc:
+            query = NvmlError(exc.problem.reason, library=NVML, absent=True)
+        else:
+            query = nvml or NvmlQuery()
+            query.ask(library)
     try:
         early = _early_common(
             recipe.common, Context(roots, version, modules, candidates, mps_pipe_dir, csv=csv)
         )
         gpus: list[Gpu] = []
         used = mode
-        if uses_nvml:
-            gpus, nvml_version, used = _gpus_from_nvml(roots, recipe.gpus, query, warnings, faulty)
+        if query is not None:
+            gpus, nvml_version, used = _gpus_from_nvml(recipe.gpus, query, warnings, faulty)
             version = version or nvml_version or ""
     finally:
-        if query is not None:
+        if isinstance(query, NvmlQuery):
             query.close()
     if recipe.gpus is GpuSource.PROCFS or used is Mode.PROCFS:
         gpus, used = _full_gpus_from_procfs(roots, warnings), Mode.PROCFS
@@ -170,8 +165,11 @@ def _platform_mode(roots: Roots, warnings: list[str]) -> tuple[Mode, list[str] |
     if found is not Platform.TEGRA:
         return (Mode.WSL if found is Platform.WSL else Mode.AUTO), None
     candidates = candidate_dirs(roots, warnings)
-    library = find_nvml_library(roots, candidates)
-    if library is None:
+    try:
+        library = nvml_library(roots.driver)
+    except LibraryError as exc:
+        if exc.refused:
+            warnings.append(f"a Jetson (Tegra) whose NVML is refused ({exc}): generating from its CSV files")
         return Mode.CSV, candidates
     try:
         gpus = query_nvml(library).gpus
@@ -200,15 +198,15 @@ def _early_common(names: tuple[str, ...], context: Context) -> tuple[str, Found]
 
 
 def _gpus_from_nvml(
-    roots: Roots, source: GpuSource, query: NvmlQuery | None, warnings: list[str], faulty: list[str]
+    source: GpuSource, query: NvmlQuery | NvmlError, warnings: list[str], faulty: list[str]
 ) -> tuple[list[Gpu], str | None, Mode]:
-    """The GPUs NVML reports (``query``: its query under way, None where there is no library). procfs
-    stands in only where there is no NVML at all: an NVML that failed, hung or left a GPU out is never
-    papered over with procfs, which knows nothing of MIG and would advertise a GPU in MIG mode as a
-    full GPU."""
+    """The GPUs NVML reports (``query``: its query under way, or why there is no library to load).
+    procfs stands in only where there is no NVML at all, or none cdictk may load (not root's alone):
+    an NVML that failed, hung or left a GPU out is never papered over with procfs, which knows nothing
+    of MIG and would advertise a GPU in MIG mode as a full GPU."""
     try:
-        if query is None:
-            raise NvmlError(f"not found under {roots.driver}", library=NVML_LIBRARY, absent=True)
+        if isinstance(query, NvmlError):
+            raise query
         answer = query.answer()
     except NvmlError as exc:
         if source is GpuSource.NVML or not exc.absent:

@@ -19,6 +19,16 @@ class MigDevice:
     ci: int  # compute-instance id
     uuid: str
     profile: str  # e.g. 1g.10gb, or 1c.2g.20gb when the compute instance is smaller
+    # NVML's attributes of the MIG device (what node labels describe; 0 where NVML gave none).
+    memory_mb: int = 0
+    multiprocessors: int = 0
+    gi_slices: int = 0
+    ci_slices: int = 0
+    copy_engines: int = 0  # shared with the other compute instances of its GPU instance, as the rest
+    decoders: int = 0
+    encoders: int = 0
+    jpeg_decoders: int = 0
+    ofas: int = 0  # optical flow accelerators
 
     @property
     def whole_instance(self) -> bool:
@@ -36,6 +46,10 @@ class Gpu:
     name: str
     mig_enabled: bool = False
     migs: tuple[MigDevice, ...] = field(default_factory=tuple)
+    # What NVML says beside (node labels); procfs knows none of it.
+    mig_capable: bool = False  # NVML answers its MIG mode (NOT_SUPPORTED: not capable)
+    memory_mib: int = 0  # total memory; 0: unknown
+    compute_capability: tuple[int, int] = (0, 0)  # CUDA's (major, minor); (0, 0): unknown
 
 
 def sysfs_bus_id(nvml_bus_id: str) -> str:
@@ -72,3 +86,4 @@ class NvmlAnswer:
     version: str
     gpus: list[Gpu]
     left_out: list[str]  # one line per GPU NVML could not describe: "GPU 3: GPU is lost"
+    cuda_version: int = 0  # nvmlSystemGetCudaDriverVersion: 13000 for CUDA 13.0; 0: unknown

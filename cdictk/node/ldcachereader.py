@@ -1,4 +1,6 @@
-"""Entries of glibc's ``/etc/ld.so.cache``, parsed with the standard library alone.
+"""Start path: standard library only.
+
+Entries of glibc's ``/etc/ld.so.cache``, parsed with the standard library alone.
 
 Layouts (glibc's ``sysdeps/generic/dl-cache.h``):
 
@@ -13,9 +15,11 @@ Layouts (glibc's ``sysdeps/generic/dl-cache.h``):
 
 The old format declares no byte order; it and a new header whose endianness is "unset" are read in the
 host's order, as ld.so does. Only ELF libc6 entries are kept. Entries of glibc-hwcaps subdirectories
-(hwcap extension bit set) are kept too: same name, a path in ``.../glibc-hwcaps/<level>/``.
+(hwcap extension bit set) are kept too: same name, a path in ``.../glibc-hwcaps/<level>/``, and their
+hwcap word, which says the loader takes them only on a CPU that has what it names.
 Every offset is checked before use and every count is bounded by the buffer, so bad input raises
-``LdCacheError`` and nothing else.
+``LdCacheError`` and nothing else. The prestart hook reads the host's cache to choose the NVML it loads
+(:mod:`cdictk.node.libchoice`): no dataclass here.
 """
 
 from __future__ import annotations
@@ -24,7 +28,6 @@ import os
 import stat
 import struct
 import sys
-from dataclasses import dataclass
 
 from cdictk.ldcachefile import NEW_MAGIC as _NEW_MAGIC
 from cdictk.ldcachefile import OLD_ENTRY as _OLD_ENTRY
@@ -65,12 +68,40 @@ _ARCH_BITS = {
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
-@dataclass(frozen=True, slots=True)
 class CacheEntry:
-    name: str  # the key, e.g. "libcuda.so.1"
-    path: str  # the value as stored, inside the cache's own root: "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
-    flags: int  # raw flags word
-    bits: int  # 64 or 32 (from the flags' arch part), 0 when unknown
+    """One entry, compared and hashed by value.
+
+    ``name``: the key, e.g. "libcuda.so.1"; ``path``: the value as stored, inside the cache's own root
+    ("/usr/lib/x86_64-linux-gnu/libcuda.so.1"); ``flags``: the raw flags word; ``bits``: 64 or 32 (from
+    the flags' arch part), 0 when unknown; ``hwcap``: the hwcap word (0 in the old format, and for an
+    entry every CPU of its ABI may load).
+    """
+
+    __slots__ = ("bits", "flags", "hwcap", "name", "path")
+
+    def __init__(self, name: str, path: str, flags: int, bits: int, hwcap: int = 0) -> None:
+        self.name = name
+        self.path = path
+        self.flags = flags
+        self.bits = bits
+        self.hwcap = hwcap
+
+    def _key(self) -> tuple[str, str, int, int, int]:
+        return (self.name, self.path, self.flags, self.bits, self.hwcap)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CacheEntry):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def __repr__(self) -> str:
+        return (
+            f"CacheEntry(name={self.name!r}, path={self.path!r}, flags={self.flags:#06x}, bits={self.bits}, "
+            f"hwcap={self.hwcap:#x})"
+        )
 
 
 class LdCacheError(Exception):
@@ -81,12 +112,13 @@ class LdCacheError(Exception):
         self.missing = missing  # there is no file at all (a driver tree such as /usr/local/nvidia has none)
 
 
-def parse_ld_cache(data: bytes) -> list[CacheEntry]:
-    """The ELF libc6 entries of an ld.so.cache image, in file order."""
+def parse_ld_cache(data: bytes, name: str | None = None) -> list[CacheEntry]:
+    """The ELF libc6 entries of an ld.so.cache image, in file order; ``name``: those with that key
+    alone (the others' strings are not decoded: a lookup of one SONAME costs a fraction of the whole)."""
     if not data:
         raise LdCacheError("empty file")
     if data.startswith(_NEW_MAGIC):
-        return _parse_new(data, 0)
+        return _parse_new(data, 0, name)
     if not data.startswith(_OLD_MAGIC):
         if _NEW_MAGIC.startswith(data) or _OLD_MAGIC.startswith(data):
             raise LdCacheError("truncated header")
@@ -99,15 +131,15 @@ def parse_ld_cache(data: bytes) -> list[CacheEntry]:
     # old-only cache in the host's order.
     new_start = new_header_at(data)
     if new_start is not None:
-        return _parse_new(data, new_start)
+        return _parse_new(data, new_start, name)
     (nlibs,) = struct.unpack_from(_NATIVE + "I", data, 12)
     strings = _OLD_HEADER + nlibs * _OLD_ENTRY
     if strings > len(data):
         raise LdCacheError(f"truncated entry table ({nlibs} entries do not fit in {len(data)} bytes)")
-    return _entries(data, _NATIVE + "iII", _OLD_HEADER, strings, strings)
+    return _entries(data, _NATIVE + "iII", _OLD_HEADER, strings, strings, only=name)
 
 
-def _parse_new(data: bytes, start: int) -> list[CacheEntry]:
+def _parse_new(data: bytes, start: int, name: str | None) -> list[CacheEntry]:
     if len(data) < start + _NEW_HEADER:
         raise LdCacheError("truncated header")
     endian = data[start + 28] & 3  # the low two bits of the flags byte; the others are reserved
@@ -126,20 +158,25 @@ def _parse_new(data: bytes, start: int) -> list[CacheEntry]:
         raise LdCacheError(f"truncated entry table ({nlibs} entries do not fit in {len(data)} bytes)")
     if strings + len_strings > len(data):
         raise LdCacheError("truncated string table")
-    return _entries(data, order + "iIIIQ", table, strings, start)
+    return _entries(data, order + "iIIIQ", table, strings, start, only=name)
 
 
-def _entries(data: bytes, fmt: str, table: int, end: int, base: int) -> list[CacheEntry]:
-    """Entries from data[table:end] (each unpacked with ``fmt``), string offsets counting from ``base``."""
+def _entries(data: bytes, fmt: str, table: int, end: int, base: int, *, only: str | None) -> list[CacheEntry]:
+    """Entries from data[table:end] (each unpacked with ``fmt``), string offsets counting from ``base``;
+    ``only``: those whose key is that name."""
     found: list[CacheEntry] = []
     text: dict[int, str] = {}  # names and directories repeat across entries: decode each offset once
+    key = None if only is None else only.encode("utf-8", "surrogateescape") + b"\0"
     for row in struct.iter_unpack(fmt, data[table:end]):
         flags = row[0]
         if flags & FLAG_TYPE_MASK != FLAG_ELF_LIBC6:
             continue  # libc5 / a.out leftovers: nothing a modern loader would use
+        if key is not None and not data.startswith(key, base + row[1]):
+            continue
         name = _string(data, base, row[1], text)
         path = _string(data, base, row[2], text)
-        found.append(CacheEntry(name, path, flags, _ARCH_BITS.get(flags & FLAG_ARCH_MASK, 0)))
+        hwcap = row[4] if len(row) > 4 else 0  # the old format has none
+        found.append(CacheEntry(name, path, flags, _ARCH_BITS.get(flags & FLAG_ARCH_MASK, 0), hwcap))
     return found
 
 
@@ -160,8 +197,9 @@ def _string(data: bytes, base: int, offset: int, seen: dict[int, str]) -> str:
     return value
 
 
-def read_ld_cache(path: str, max_bytes: int = 64 << 20) -> list[CacheEntry]:
-    """The entries of the cache at ``path`` (at most ``max_bytes``); every failure raises LdCacheError."""
+def read_ld_cache(path: str, max_bytes: int = 64 << 20, name: str | None = None) -> list[CacheEntry]:
+    """The entries of the cache at ``path`` (at most ``max_bytes``; ``name``: those with that key
+    alone); every failure raises LdCacheError."""
     try:
         # O_NONBLOCK: a FIFO planted at the path must not hang us in open(); it is refused below.
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
@@ -183,4 +221,4 @@ def read_ld_cache(path: str, max_bytes: int = 64 << 20) -> list[CacheEntry]:
         raise LdCacheError(f"cannot read: {exc.strerror or exc}") from exc
     if len(data) > max_bytes:
         raise LdCacheError(f"larger than {max_bytes} bytes")
-    return parse_ld_cache(data)
+    return parse_ld_cache(data, name)

@@ -17,24 +17,10 @@ from dataclasses import dataclass, field
 
 from cdictk.elfdso import read_soname
 from cdictk.node.ldcachereader import LdCacheError, read_ld_cache
+from cdictk.node.libchoice import LD_CACHE, USUAL_LIB_DIRS
 from cdictk.node.roots import Roots, join, resolve
 from cdictk.sorting import natural_key
 
-LD_CACHE = "/etc/ld.so.cache"
-# Searched after the cache's own directories: a missing or corrupt cache still finds the driver. Not
-# /usr/lib: on Fedora and RHEL it holds the 32-bit driver, which must not be mounted as the driver
-# (a distribution whose 64-bit libraries live there lists them in its cache, as 64-bit entries).
-USUAL_LIB_DIRS = (
-    "/usr/lib/x86_64-linux-gnu",
-    "/usr/lib/x86_64-linux-gnu/nvidia/current",
-    "/usr/lib/aarch64-linux-gnu",
-    "/usr/lib/aarch64-linux-gnu/nvidia/current",
-    "/usr/lib64",
-    "/lib/x86_64-linux-gnu",
-    "/lib/aarch64-linux-gnu",
-    "/lib64",
-    "/usr/local/nvidia/lib64",  # GKE's driver tree, which the host's ld.so.cache does not list
-)
 # Subdirectories whose files belong to the driver too (VDPAU) or whose links point into it (GBM).
 _LIBRARY_SUBDIRS = ("vdpau",)
 _LINK_SUBDIRS = ("vdpau", "gbm")

@@ -7,7 +7,8 @@
   left out with a warning; the others are reported as NVML reports them. pynvml loads
   ``libnvidia-ml.so.1`` by name from the host's loader path; a driver root (a driver container, a fake
   node) needs that library instead, so the module's library handle is set to the one opened before
-  ``nvmlInit``.
+  ``nvmlInit``: the file :func:`cdictk.node.nvmllib.nvml_library` chose, opened only once it passed
+  :func:`cdictk.node.libchoice.load`'s check again.
 - :class:`cdictk.node.nvmllib.NvmlLibrary`: the few facts the prestart hook checks ``NVIDIA_REQUIRE_*``
   against, by ctypes, without pynvml.
 
@@ -18,7 +19,6 @@ is forked, and the child should not wait for what only the parent needs.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import marshal
 import os
 import select
@@ -26,6 +26,7 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
+from cdictk.node.libchoice import LibraryError, load
 from cdictk.node.nvmllib import NvmlError
 
 if TYPE_CHECKING:  # imported after NVML's child is forked (NvmlQuery): the child need not wait for it
@@ -135,7 +136,8 @@ class NvmlQuery:
             from cdictk.node.gpus import NvmlAnswer  # noqa: PLC0415 - after the fork, as _gpu_of's
 
             gpus = [_gpu_of(gpu) for gpu in answer["gpus"]]
-            return NvmlAnswer(str(answer["version"]), gpus, [str(line) for line in answer["left_out"]])
+            left_out = [str(line) for line in answer["left_out"]]
+            return NvmlAnswer(str(answer["version"]), gpus, left_out, int(answer["cuda"]))
         except (ValueError, EOFError, TypeError, KeyError, AttributeError) as exc:
             raise failed from exc
 
@@ -181,7 +183,13 @@ def _abandon(pid: int) -> None:
 def _gpu_of(data: dict[str, Any]) -> Gpu:
     from cdictk.node.gpus import Gpu, MigDevice  # noqa: PLC0415
 
-    return Gpu(**{**data, "migs": tuple(MigDevice(**mig) for mig in data["migs"])})
+    return Gpu(
+        **{
+            **data,
+            "migs": tuple(MigDevice(**mig) for mig in data["migs"]),
+            "compute_capability": tuple(data["compute_capability"]),
+        }
+    )
 
 
 def _answer(pynvml: Any, library: str) -> dict[str, Any]:
@@ -189,7 +197,9 @@ def _answer(pynvml: Any, library: str) -> dict[str, Any]:
     from dataclasses import asdict  # noqa: PLC0415
 
     try:
-        handle = ctypes.CDLL(library)
+        handle = load(library)
+    except LibraryError as exc:
+        return {"error": exc.problem.reason, "absent": True}
     except OSError as exc:
         return {"error": f"cannot load: {exc}", "absent": True}
     _reset(pynvml, handle)
@@ -201,6 +211,7 @@ def _answer(pynvml: Any, library: str) -> dict[str, Any]:
     # (AttributeError, UnicodeDecodeError, ctypes.ArgumentError) than NVMLError.
     try:
         version = _text(pynvml.nvmlSystemGetDriverVersion())
+        cuda = _optional(pynvml, pynvml.nvmlSystemGetCudaDriverVersion, 0)
         gpus, left_out = [], []
         for index in range(pynvml.nvmlDeviceGetCount()):
             try:
@@ -212,7 +223,7 @@ def _answer(pynvml: Any, library: str) -> dict[str, Any]:
     finally:
         with contextlib.suppress(Exception):
             pynvml.nvmlShutdown()
-    return {"version": version, "gpus": gpus, "left_out": left_out}
+    return {"version": version, "cuda": cuda, "gpus": gpus, "left_out": left_out}
 
 
 def _reset(pynvml: Any, library: Any) -> None:
@@ -224,15 +235,25 @@ def _text(value: str | bytes) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 
+def _optional(pynvml: Any, call: Any, default: Any, *args: Any) -> Any:
+    """``call(*args)``, or ``default`` where NVML cannot answer it (what only labels describe)."""
+    try:
+        return call(*args)
+    except pynvml.NVMLError:
+        return default
+
+
 def _gpu(pynvml: Any, index: int) -> Gpu:
     from cdictk.node.gpus import Gpu, sysfs_bus_id  # noqa: PLC0415
 
     device = pynvml.nvmlDeviceGetHandleByIndex(index)
+    mig_capable = True
     try:
         current, _pending = pynvml.nvmlDeviceGetMigMode(device)
     except pynvml.NVMLError_NotSupported:
-        current = pynvml.NVML_DEVICE_MIG_DISABLE
+        current, mig_capable = pynvml.NVML_DEVICE_MIG_DISABLE, False
     mig_enabled = current == pynvml.NVML_DEVICE_MIG_ENABLE
+    memory = _optional(pynvml, pynvml.nvmlDeviceGetMemoryInfo, None, device)
     return Gpu(
         index=index,
         minor=pynvml.nvmlDeviceGetMinorNumber(device),
@@ -241,6 +262,11 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         name=_text(pynvml.nvmlDeviceGetName(device)),
         mig_enabled=mig_enabled,
         migs=tuple(_migs(pynvml, device, index)) if mig_enabled else (),
+        mig_capable=mig_capable,
+        memory_mib=memory.total >> 20 if memory is not None else 0,
+        compute_capability=tuple(
+            _optional(pynvml, pynvml.nvmlDeviceGetCudaComputeCapability, (0, 0), device)
+        ),
     )
 
 
@@ -267,6 +293,15 @@ def _migs(pynvml: Any, device: Any, parent: int) -> list[MigDevice]:
                     attributes.computeInstanceSliceCount,
                     attributes.memorySizeMB,
                 ),
+                memory_mb=attributes.memorySizeMB,
+                multiprocessors=attributes.multiprocessorCount,
+                gi_slices=attributes.gpuInstanceSliceCount,
+                ci_slices=attributes.computeInstanceSliceCount,
+                copy_engines=attributes.sharedCopyEngineCount,
+                decoders=attributes.sharedDecoderCount,
+                encoders=attributes.sharedEncoderCount,
+                jpeg_decoders=attributes.sharedJpegCount,
+                ofas=attributes.sharedOfaCount,
             )
         )
     return migs

@@ -10,6 +10,7 @@ from __future__ import annotations
 import ctypes
 
 from cdictk.errors import CdictkError
+from cdictk.node.libchoice import LibraryError, judge_opened, library_path, load, loadable
 
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
 if TYPE_CHECKING:
@@ -35,6 +36,23 @@ class NvmlError(CdictkError):
         self.function = function
         self.code = code
         self.absent = absent
+
+
+NVML = "libnvidia-ml.so.1"
+# What NVML opens by name, through the loader, where a node has it: the Windows driver's NVML on WSL2
+# reaches the GPU through libdxcore.so.
+NVML_OPENS = ("libdxcore.so",)
+
+
+def nvml_library(driver_root: str, mounted: str | None = None) -> str:
+    """The host path of the NVML to load: ``mounted`` (the one a spec mounts), else the one the driver
+    root's loader would take (:func:`cdictk.node.libchoice.library_path`); either way root's alone, with
+    what it opens judged in the driver root. LibraryError says why there is none."""
+    if mounted is None:
+        return library_path(driver_root, NVML, opens=NVML_OPENS)
+    path = loadable(mounted)
+    judge_opened(driver_root, NVML, NVML_OPENS)
+    return path
 
 
 NVML_SUCCESS = 0
@@ -69,7 +87,9 @@ class NvmlLibrary:
     def __init__(self, library: str) -> None:
         self.library = library
         try:
-            self.lib = ctypes.CDLL(library)
+            self.lib = load(library)
+        except LibraryError as exc:
+            raise NvmlError(str(exc)) from exc
         except OSError as exc:
             raise NvmlError(f"cannot load {library}: {exc}") from exc
 

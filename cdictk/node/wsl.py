@@ -4,8 +4,11 @@ Windows hands a WSL2 distribution ``/usr/lib/wsl/lib`` (``libdxcore.so``, the lo
 paravirtualisation) and the driver store, ``/usr/lib/wsl/drivers/<driver package>/``, which holds the
 NVIDIA driver's Linux libraries (``libcuda.so.1.1``) beside its Windows files. NVIDIA's generator asks
 dxcore for the store's path; we scan the stores for the one holding ``libcuda.so.1.1``, which needs
-no library loaded. There is no ``/proc/driver/nvidia`` on WSL: the driver version comes from the
-store's NVML when it answers, else from a versioned library's name there, and is never required.
+no library loaded. There is no ``/proc/driver/nvidia`` on WSL: the driver version comes from NVML
+when it answers, else from a versioned library's name in the store, and is never required. The NVML
+asked is the one the loader takes, ``libnvidia-ml.so.1`` of ``/usr/lib/wsl/lib`` (WSL lists that
+directory in ``ld.so.conf.d``), only when it and the ``libdxcore.so`` it opens are root's alone
+(:func:`cdictk.node.nvmllib.nvml_library`), never a file found by listing a store.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ import re
 import stat
 from dataclasses import dataclass, field
 
+from cdictk.node.libchoice import LibraryError
 from cdictk.node.libraries import usable_name
 from cdictk.node.nvml import query_nvml
-from cdictk.node.nvmllib import NvmlError
+from cdictk.node.nvmllib import NvmlError, nvml_library
 from cdictk.node.roots import Roots, join, resolve
 from cdictk.sorting import natural_key
 
@@ -121,17 +125,18 @@ def find_driver(roots: Roots) -> WslFound | None:
 
 
 def driver_version(roots: Roots, warnings: list[str]) -> str:
-    """The driver version from the store's NVML, else from a versioned library's name; "" if neither."""
+    """The driver version from NVML, else from a versioned library's name in the store; "" if neither."""
     stores = driver_stores(roots)
     if not stores:
         return ""
     store = stores[0]
-    nvml = _regular(roots, f"{store}/{NVML}")
-    if nvml is not None:
-        try:
-            return query_nvml(join(roots.driver, nvml)).version
-        except NvmlError as exc:
+    try:
+        return query_nvml(nvml_library(roots.driver)).version
+    except LibraryError as exc:
+        if exc.refused:
             warnings.append(f"{exc}; the driver version comes from the store's file names")
+    except NvmlError as exc:
+        warnings.append(f"{exc}; the driver version comes from the store's file names")
     try:
         names = os.listdir(join(roots.driver, store))
     except OSError:

@@ -39,11 +39,13 @@ def watch(
     wait: Callable[[float], bool],
     timing: WatchTiming,
     log: Callable[[str], None],
+    *,
+    what: str = "spec",
 ) -> None:
     """Run until ``wait(seconds)`` returns True (a stop was asked for).
 
-    ``regenerate`` writes the spec when it changed; a CdictkError from it is logged and retried,
-    a :class:`FatalWatchError` or anything else propagates.
+    ``regenerate`` writes the file (``what`` it holds, for the log) when it changed; a CdictkError
+    from it is logged and retried, a :class:`FatalWatchError` or anything else propagates.
     """
     last: object = None
     last_run = float("-inf")
@@ -62,11 +64,11 @@ def watch(
             except CdictkError as exc:
                 backoff = min(max(backoff * 2, timing.interval), MAX_BACKOFF)
                 if not failed:
-                    log(f"spec not updated, the one there stays; trying again: {exc}")
+                    log(f"{what} not updated, the one there stays; trying again: {exc}")
                 failed = True
             else:
                 if failed:
-                    log("the spec is updated again")
+                    log(f"the {what} is updated again")
                 failed, backoff = False, 0.0
         if wait(timing.interval):
             return

@@ -266,15 +266,7 @@ def _install(
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.fsutil import atomic_write  # noqa: PLC0415
 
-    if not os.path.isabs(directory):
-        raise LauncherError(f"{directory}: must be an absolute path")
-    python = python or sys.executable
-    if not os.path.isabs(python) or not os.access(python, os.X_OK):
-        raise LauncherError(f"{python}: not an absolute path to an executable Python")
-    _require_trusted(trust.paths_problem([python, *_venv_configs(python)]))  # before running it
-    reads = python_reads(python)
-    _require_trusted(trustscan.first_problem(reads.paths, reads.trees))
-    _shebang(python)  # before anything is made
+    python, reads = _checked(directory, python)
     _make_directory(directory)
     tag = _install_checker(directory, python)
     texts = {
@@ -292,6 +284,34 @@ def _install(
             raise LauncherError(str(exc)) from None
         written.append(path)
     return written
+
+
+def _checked(directory: str, python: str | None) -> tuple[str, Reads]:
+    """What an install checks before it makes anything: ``directory`` absolute, ``python`` (None: this
+    one) a Python that only root can change, with all it reads, and a ``#!`` line the kernel can run."""
+    if not os.path.isabs(directory):
+        raise LauncherError(f"{directory}: must be an absolute path")
+    python = python or sys.executable
+    if not os.path.isabs(python) or not os.access(python, os.X_OK):
+        raise LauncherError(f"{python}: not an absolute path to an executable Python")
+    _require_trusted(trust.paths_problem([python, *_venv_configs(python)]))  # before running it
+    reads = python_reads(python)
+    _require_trusted(trustscan.first_problem(reads.paths, reads.trees))
+    _shebang(python)
+    return python, reads
+
+
+def check_install(directory: str, python: str | None = None) -> None:
+    """Raise the LauncherError that :func:`install_launchers` would, as far as it can be known without
+    writing: what :func:`_checked` checks, and the directory, or the one it would be made in, root's
+    alone."""
+    _checked(directory, python)
+    existing = directory
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing) or not os.access(existing, os.W_OK):
+        raise LauncherError(f"{existing}: not a directory this user can write in")
+    _require_trusted(trust.path_problem(existing))
 
 
 def _make_directory(directory: str) -> None:

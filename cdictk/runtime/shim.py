@@ -12,7 +12,10 @@ and execs the low-level runtime with the same arguments. Every other command is 
 untouched, with nothing imported beyond what finding the runtime needs.
 
 A request that cannot be met fails the start with one line naming it: a container that asked for a
-GPU never starts silently without one. ``config.json`` is then left as it was.
+GPU never starts silently without one. ``config.json`` is then left as it was. The line goes where the
+engine reads a runtime's error, the ``--log`` file as runc writes it, and to stderr; a warning goes to
+that file alone, since under containerd the stderr of ``create`` is the container's
+(:mod:`cdictk.runtime.runtimelog`).
 
 A node without a spec on disk gets one made in memory for each container (``[node]`` settings).
 The parsed settings and specs are kept between starts (:mod:`cdictk.parsecache`), and engines
@@ -26,6 +29,8 @@ from __future__ import annotations
 
 import os
 import sys
+
+from cdictk.runtime.runtimelog import GLOBAL_VALUES, RuntimeLog
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -41,18 +46,17 @@ usage: cdictk-runtime [RUNTIME OPTIONS] COMMAND [ARGS...]
 An OCI runtime in front of runc or crun. On `create` and `run` it applies the GPUs the bundle's
 config.json asks for (cdi.k8s.io/* annotations, NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES)
 from the CDI spec dirs, then execs the low-level runtime with the same arguments; every other command
-is exec'd at once. A request that cannot be met is one line on stderr, exit status 1.
+is exec'd at once. A request that cannot be met is one line on stderr and in the --log file (as runc
+writes it: --log-format json or text), exit status 1; a warning goes to the --log file when there is one.
 
 Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG; `cdictk config default` prints every key).
 Parse cache: /run/cdictk ($CDICTK_CACHE_DIR, empty: off). The low-level runtime's own help:
-`runc --help`. Register it with `cdictk runtime install-launchers` and `cdictk runtime configure`."""
+`runc --help`. Register it with `cdictk runtime configure` (which installs its fast launchers)."""
 CREATING = ("create", "run")
-# runc's and crun's global options that take a value: the subcommand is the first other word.
-GLOBAL_VALUES = ("--root", "--log", "--log-format", "--criu", "--rootless", "--cgroup-manager")
 
 
 class ShimError(Exception):
-    """The container must not start: one line on stderr, exit status 1."""
+    """The container must not start: one line in the runtime log and on stderr, exit status 1."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -63,17 +67,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args in (["--help"], ["-h"]):
         print(USAGE)
         return 0
+    log = RuntimeLog.from_args(args)
     try:
         cache = ParseCache.from_environment()
         settings = load_settings(cache=cache)
         runtime = find_runtime(settings.runtimes)
         if subcommand(args) in CREATING:
-            prepare_bundle(bundle_dir(args), settings, cache)
+            prepare_bundle(bundle_dir(args), settings, cache, log)
     except (ShimError, SettingsError) as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        log.error(f"{PROG}: error: {exc}")
         return 1
     except Exception as exc:  # the container must not start, and the engine shows one line
-        print(f"{PROG}: error: internal error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        log.error(f"{PROG}: error: internal error: {type(exc).__name__}: {exc}")
         return 1
     os.execv(runtime, [runtime, *args])  # noqa: S606 - the operator's runtime, the engine's arguments
 
@@ -118,24 +123,26 @@ def bundle_dir(args: Sequence[str]) -> str:
     return os.getcwd()
 
 
-def prepare_bundle(bundle: str, settings: Settings, cache: ParseCache) -> None:
+def prepare_bundle(bundle: str, settings: Settings, cache: ParseCache, log: RuntimeLog | None = None) -> None:
     """Apply the devices ``config.json`` asks for; nothing is written when it asks for none, or holds
-    them already (podman's precreate hook, or a CDI-aware engine, applied them first)."""
+    them already (podman's precreate hook, or a CDI-aware engine, applied them first). Warnings go to
+    ``log`` (None: stderr)."""
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.ociconfig import read_config, write_config  # noqa: PLC0415
     from cdictk.runtime.inject import InjectError, apply_requests  # noqa: PLC0415
 
+    to = log or RuntimeLog(None, json=False)
+
+    def warn(line: str) -> None:
+        to.warning(f"{PROG}: warning: {line}")
+
     path = os.path.join(bundle, "config.json")
     try:
         config = read_config(path)
-        if apply_requests(config, settings, path, cache, _warn):
+        if apply_requests(config, settings, path, cache, warn):
             write_config(path, config, compact=True, in_place=True)
     except (InjectError, CdictkError) as exc:
         raise ShimError(str(exc)) from None
-
-
-def _warn(line: str) -> None:
-    print(f"{PROG}: warning: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -38,8 +38,9 @@ import sys
 from collections.abc import Sequence
 
 from cdictk.runtime.requests import VISIBLE_DEVICES, VOLUME_MOUNT_ROOT
+from cdictk.runtime.runtimelog import GLOBAL_VALUES  # the front must read argv as the shim does
 from cdictk.runtime.settings import CONFIG_PATH, SettingsError, load_settings
-from cdictk.runtime.shim import CREATING, GLOBAL_VALUES  # the front must read argv as the shim does
+from cdictk.runtime.shim import CREATING
 
 # Printable ASCII that JSON writers put in a string as it is: not '"' or '\' (always escaped), nor
 # '<', '>' and '&' (Go's encoder escapes them by default).

@@ -20,14 +20,17 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
+from cdictk.deviceplugin.messages import ContainerAllocateResponse
 from cdictk.deviceplugin.pluginsettings import Health
 from cdictk.runtime.launchers import install_launchers
 from tests.conftest import node_with_spec
@@ -35,7 +38,7 @@ from tests.e2e.conftest import build_busybox_rootfs, require_root
 from tests.e2e.daemons import Containerd, containerd_daemon, sid_containerd_dir
 from tests.e2e.kubelet import cri
 from tests.e2e.kubelet.images import docker_archive, pause_archive
-from tests.e2e.kubelet.kubelet import Kubelet, Pod, containerd_config, run_pod
+from tests.e2e.kubelet.kubelet import LOG_PATH, Kubelet, Pod, containerd_config, run_pod
 from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.node import FakeNode
 
@@ -307,4 +310,71 @@ def no_gpu_for_the_cuda_style_image(cluster: Cluster, handler: str) -> None:
         assert pod.sh("echo $NVIDIA_VISIBLE_DEVICES").strip() == "all"
         listing = pod.sh("ls /dev").split()
         assert not [name for name in listing if name.startswith("nvidia")], listing
+    nothing_left(cluster, pod)
+
+
+# ---- what the shim says reaches the kubelet, and only the kubelet ---------------------------------
+
+
+def test_a_refusal_reaches_the_kubelet(cdi_off: Cluster, tmp_path: Path) -> None:
+    """A pod that asks through the RuntimeClass for a GPU the node lacks fails to start with the shim's
+    own line: containerd reads it from the runtime log it names (``--log``), as it reads runc's, and the
+    kubelet shows it (``kubectl describe``), not "unable to retrieve OCI runtime error"."""
+    cluster = cdi_off
+    asked = {"cdi.k8s.io/cdictk-e2e": f"{GPU}=9"}  # the node has GPUs 0 to 7
+    line = shim_line(tmp_path, {"annotations": asked})
+    assert line.startswith(f"cdictk-runtime: error: {GPU}=9: unresolvable CDI device"), line
+    with (
+        pytest.raises(grpc.RpcError) as failed,
+        run_pod(
+            cluster.client, DEBIAN, [ContainerAllocateResponse(annotations=asked)],
+            runtime_handler=HANDLER, cgroup_parent=cluster.cgroup,
+        ),
+    ):  # fmt: skip
+        pytest.fail("the container started")
+    details = failed.value.details() or ""
+    assert f"OCI runtime create failed: {line}" in details, details
+    client = cluster.client
+    assert client.runtime(cri.ListContainersRequest(), cri.ListContainersResponse).containers == []
+    assert client.runtime(cri.ListPodSandboxRequest(), cri.ListPodSandboxResponse).items == []
+
+
+def shim_line(tmp_path: Path, config: dict[str, Any]) -> str:
+    """What the shim says on stderr, with the handler's settings, to a create of ``config``."""
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "config.json").write_text(json.dumps(config))
+    result = subprocess.run(
+        [sys.executable, "-m", "cdictk.runtime.shim", "create", "--bundle", str(bundle), "probe"],
+        capture_output=True, text=True, check=False, env={**os.environ, "CDICTK_CACHE_DIR": ""},
+    )  # fmt: skip
+    assert result.returncode == 1 and result.stderr.count("\n") == 1, result
+    return result.stderr.strip()
+
+
+def test_a_warning_stays_out_of_the_containers_log(cdi_off: Cluster, tmp_path: Path) -> None:
+    """The CUDA-style image's NVIDIA_VISIBLE_DEVICES=all, ignored with a warning: the warning is in the
+    runtime log, and the container's log (the runtime's stderr in create is the container's) holds only
+    what the workload wrote."""
+    cluster = cdi_off
+    logs = tmp_path / "pod-logs"
+    logs.mkdir()
+    with run_pod(
+        cluster.client, CUDA_STYLE, runtime_handler=HANDLER, cgroup_parent=cluster.cgroup,
+        log_directory=str(logs), command=["sh", "-c", "echo workload-started; exec sleep 3600"],
+    ) as pod:  # fmt: skip
+        container_log = logs / LOG_PATH
+        deadline = time.monotonic() + 20
+        while "workload-started" not in container_log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        lines = container_log.read_text().splitlines()
+        assert len(lines) == 1 and lines[0].endswith(" stdout F workload-started"), lines
+        runtime_log = (
+            cluster.containerd.root / "state" / "io.containerd.runtime.v2.task" / "k8s.io"
+            / pod.container_id / "log.json"
+        )  # fmt: skip
+        records = [json.loads(line) for line in runtime_log.read_text().splitlines()]
+        warnings = [r["msg"] for r in records if r["level"] == "warning"]
+        assert len(warnings) == 1, records
+        assert warnings[0].startswith('cdictk-runtime: warning: NVIDIA_VISIBLE_DEVICES="all" ignored: ')
     nothing_left(cluster, pod)

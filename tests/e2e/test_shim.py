@@ -23,6 +23,7 @@ from tests.conftest import NodeFactory
 from tests.e2e.conftest import ENXIO, FakeGpuHost, Runtime, e2e_spec
 from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.fakenode.node import LIB_DIR
+from tests.unit.runtime.test_runtimelog import last_runtime_error
 
 INSIDE = "cat /dev/nvidia0; cat /dev/nvidia1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES; echo end"
 
@@ -193,6 +194,32 @@ def test_an_unknown_device_stops_the_start_with_one_line(
         assert "end" not in result.stdout  # the container never ran
         assert (bundle / "config.json").read_bytes() == before
         (tmp_path / "bundle").rename(tmp_path / f"done-{value.replace(' ', '_')}")
+
+
+def test_the_runtime_log_gets_the_refusal_and_the_warning(
+    runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
+) -> None:
+    """Run as containerd runs it (``--log FILE --log-format json``): a refusal is the log's last error,
+    which the engine reports, and a warning goes to the log, not to the container's stderr."""
+    log = tmp_path / "log.json"
+    options = ("--log", str(log), "--log-format", "json")
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=7",))
+    refused = shim(
+        runtime, spec_dir, *options, "run", "--bundle", str(bundle), f"cdictk-{uuid.uuid4().hex[:12]}"
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("cdictk-runtime: error: nvidia.com/gpu=7: unresolvable CDI device")
+    assert last_runtime_error(log) == refused.stderr.strip()
+    (tmp_path / "bundle").rename(tmp_path / "refused")
+    log.unlink()
+    bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=all",))
+    name = f"cdictk-{uuid.uuid4().hex[:12]}"
+    started = shim(runtime, spec_dir, *options, "run", "--bundle", str(bundle), name, extra="")
+    assert started.returncode == 0, started.stderr
+    assert "end" in started.stdout and "cdictk-runtime" not in started.stdout + started.stderr
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert [r["level"] for r in records] == ["warning"], records
+    assert records[0]["msg"].startswith('cdictk-runtime: warning: NVIDIA_VISIBLE_DEVICES="all" ignored: ')
 
 
 def test_other_commands_pass_through(runtime: Runtime, spec_dir: Path) -> None:

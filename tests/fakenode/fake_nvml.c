@@ -239,6 +239,7 @@ struct fake_device {
     unsigned long long events; /* the event types registered for it (one set) */
     /* MIG only */
     unsigned int gi, ci, gi_slices, ci_slices, sms;
+    unsigned int copy_engines, decoders, encoders, jpegs, ofas; /* shared with its GPU instance's others */
     /* Derived at load from the above, the GPU's memory and the profile that
      * ends the name ("... MIG 1c.3g.40gb", "... MIG 1g.10gb+me"). */
     unsigned int gi_profile, ci_profile; /* NVML_*_INSTANCE_PROFILE_* */
@@ -252,6 +253,7 @@ struct fake_state {
     int cuda;
     int init_error;
     int init_hang; /* nvmlInit never returns, as with a driver stuck in the kernel */
+    int no_events; /* nvmlEventSetCreate answers NOT_SUPPORTED, as an NVML without the event API */
     unsigned int gpu_count;
     struct fake_device gpus[FAKE_MAX_GPUS];
     struct fake_device migs[FAKE_MAX_GPUS][FAKE_MAX_MIGS];
@@ -544,6 +546,16 @@ static int fake_record_init(struct fake_line *l, struct fake_state *st)
     return fake_check_all_seen(l);
 }
 
+static int fake_record_events(struct fake_line *l, struct fake_state *st)
+{
+    unsigned long long supported;
+
+    if (fake_num(l, "supported", 1, 0, 1, &supported) != 0)
+        return -1;
+    st->no_events = !supported;
+    return fake_check_all_seen(l);
+}
+
 /* An optional small number; -1 when the key is absent. */
 static int fake_optional_int(struct fake_line *l, const char *key, int *out)
 {
@@ -677,7 +689,12 @@ static int fake_record_mig(struct fake_line *l, struct fake_state *st)
         fake_uint(l, "gislices", 1, 0, UINT_MAX, &d->gi_slices) != 0 ||
         fake_uint(l, "cislices", 1, 0, UINT_MAX, &d->ci_slices) != 0 ||
         fake_num(l, "memmb", 1, 0, ULLONG_MAX, &d->memory_mb) != 0 ||
-        fake_uint(l, "sms", 0, 14, UINT_MAX, &d->sms) != 0)
+        fake_uint(l, "sms", 0, 14, UINT_MAX, &d->sms) != 0 ||
+        fake_uint(l, "ce", 0, 0, UINT_MAX, &d->copy_engines) != 0 ||
+        fake_uint(l, "dec", 0, 0, UINT_MAX, &d->decoders) != 0 ||
+        fake_uint(l, "enc", 0, 0, UINT_MAX, &d->encoders) != 0 ||
+        fake_uint(l, "jpeg", 0, 0, UINT_MAX, &d->jpegs) != 0 ||
+        fake_uint(l, "ofa", 0, 0, UINT_MAX, &d->ofas) != 0)
         return -1;
     d->used = 1;
     return fake_check_all_seen(l);
@@ -834,10 +851,12 @@ static int fake_read_line(FILE *f, char *buf, size_t size)
  * double quotes (no escapes):
  *   driver version=580.95.05 cuda=13000
  *   init error=9
+ *   events supported=0     (nvmlEventSetCreate answers NOT_SUPPORTED)
  *   gpu index=0 minor=0 uuid=GPU-... bus=00000000:18:00.0 name="..." [mig=disabled|enabled|unsupported]
  *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14] [lost=0] [memmb=81559] [numa=0] [pcisw=0]
  *   nvlink gpu=0 link=0 peer=1     (after both gpu records; one line per direction)
  *   mig gpu=0 index=0 gi=2 ci=0 uuid=MIG-... name="... MIG 3g.40gb" gislices=3 cislices=3 memmb=40192 [sms=14]
+ *       [ce=0] [dec=0] [enc=0] [jpeg=0] [ofa=0]   (its attributes' shared engine counts)
  * A MIG device's name ends in its profile, as NVML's do; the GPU and compute
  * instance queries derive their answers from it (see fake_mig_profiles).
  * Returns an NVML code: DRIVER_NOT_LOADED when there is no file (like a host
@@ -883,6 +902,8 @@ static nvmlReturn_t fake_read_config(const char *path, struct fake_state *st)
             rc = fake_record_driver(&line, st);
         else if (strcmp(line.kind, "init") == 0)
             rc = fake_record_init(&line, st);
+        else if (strcmp(line.kind, "events") == 0)
+            rc = fake_record_events(&line, st);
         else if (strcmp(line.kind, "gpu") == 0)
             rc = fake_record_gpu(&line, st);
         else if (strcmp(line.kind, "mig") == 0)
@@ -1473,6 +1494,11 @@ nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttribute
         return NVML_ERROR_NOT_SUPPORTED;
     memset(attributes, 0, sizeof *attributes);
     attributes->multiprocessorCount = d->sms;
+    attributes->sharedCopyEngineCount = d->copy_engines;
+    attributes->sharedDecoderCount = d->decoders;
+    attributes->sharedEncoderCount = d->encoders;
+    attributes->sharedJpegCount = d->jpegs;
+    attributes->sharedOfaCount = d->ofas;
     attributes->gpuInstanceSliceCount = d->gi_slices;
     attributes->computeInstanceSliceCount = d->ci_slices;
     attributes->memorySizeMB = d->memory_mb;
@@ -1828,6 +1854,8 @@ nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t *set)
         return NVML_ERROR_UNINITIALIZED;
     if (set == NULL)
         return NVML_ERROR_INVALID_ARGUMENT;
+    if (live.no_events)
+        return NVML_ERROR_NOT_SUPPORTED;
     for (unsigned int i = 0; i < FAKE_MAX_SETS; i++) {
         if (!event_sets[i].used) {
             memset(&event_sets[i], 0, sizeof event_sets[i]);

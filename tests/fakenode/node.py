@@ -173,6 +173,7 @@ class Preset:
     sockets: bool = False
     layout: Layout = LAYOUTS["debian"]
     nvlinks: tuple[tuple[int, int, int], ...] = ()  # (gpu, link, peer gpu), one entry per direction
+    machine: str = "Standard PC (Q35 + ICH9, 2009)"  # DMI's product name (a QEMU VM's)
 
 
 def nvlink_pairs(pairs: tuple[tuple[int, int], ...], links: int) -> tuple[tuple[int, int, int], ...]:
@@ -202,7 +203,13 @@ def fake_gpu(
     )
 
 
+# An H100 80GB's GPU instance profiles: multiprocessors, then the shared copy engines, decoders,
+# encoders, JPEG decoders and OFAs of each (nvidia-smi mig -lgip).
+H100_MIG_PROFILES = {"1g.10gb": (16, (1, 1, 0, 1, 0)), "3g.40gb": (60, (3, 3, 0, 3, 0))}
+
+
 def _mig(slot: int, gi: int, profile: str, gi_slices: int, memory_mb: int) -> FakeMig:
+    sms, engines = H100_MIG_PROFILES[profile]
     return FakeMig(
         gpu=0,
         index=slot,
@@ -213,6 +220,8 @@ def _mig(slot: int, gi: int, profile: str, gi_slices: int, memory_mb: int) -> Fa
         gi_slices=gi_slices,
         ci_slices=gi_slices,
         memory_mb=memory_mb,
+        sms=sms,
+        engines=engines,
     )
 
 
@@ -232,6 +241,7 @@ PRESETS = {
         (_mig(0, 2, "3g.40gb", 3, 40192), _mig(1, 7, "1g.10gb", 1, 9856), _mig(2, 8, "1g.10gb", 1, 9856)),
         sockets=True,
         nvlinks=nvlink_pairs(((2, 3), (4, 5), (6, 7)), 4),
+        machine="DGX H100",
     ),
     **{
         name: Preset(name, "580.95.05", (fake_gpu(0, BUSES[0]),), layout=LAYOUTS[name])
@@ -567,9 +577,58 @@ def _procfs(node: FakeNode) -> None:
 
 def _sysfs(node: FakeNode) -> None:
     for gpu in node.preset.gpus:
-        drm = f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}/drm"
-        os.makedirs(f"{drm}/card{gpu.index + 1}", exist_ok=True)
-        os.makedirs(f"{drm}/renderD{128 + gpu.index}", exist_ok=True)
-        if gpu.numa is not None:
-            _write(f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}/numa_node", f"{gpu.numa}\n")
+        device = f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}"
+        os.makedirs(f"{device}/drm/card{gpu.index + 1}", exist_ok=True)
+        os.makedirs(f"{device}/drm/renderD{128 + gpu.index}", exist_ok=True)
+        _pci_device(device, gpu)
     _write(f"{node.sys}/module/firmware_class/parameters/path", node.preset.layout.firmware_param + "\n")
+    _write(f"{node.sys}/class/dmi/id/product_name", node.preset.machine + "\n")
+
+
+PCI_DEVICE_ID = 0x2330  # an H100 SXM5 80GB
+PCI_SUBSYSTEM_ID = 0x16C1
+
+
+def _pci_device(device: str, gpu: FakeGpu) -> None:
+    """The attributes sysfs shows for the GPU's PCI function: what PCI tools (go-nvlib's nvpci, NFD's
+    pci source, a node labeller) read, and its configuration space as root reads it (256 bytes)."""
+    for name, value in (
+        ("vendor", "0x10de"),
+        ("device", f"0x{PCI_DEVICE_ID:04x}"),
+        ("subsystem_vendor", "0x10de"),
+        ("subsystem_device", f"0x{PCI_SUBSYSTEM_ID:04x}"),
+        ("class", f"0x{gpu.pci_class:06x}"),
+        ("numa_node", str(-1 if gpu.numa is None else gpu.numa)),
+        # BAR0 (registers), BAR1 (the framebuffer window), BAR3; the unused ones as zeros.
+        (
+            "resource",
+            "0x00000000fb000000 0x00000000fbffffff 0x0000000000040200\n"
+            "0x0000220000000000 0x00002201ffffffff 0x000000000014220c\n"
+            + "0x0000000000000000 0x0000000000000000 0x0000000000000000\n"
+            + "0x0000223000000000 0x0000223001ffffff 0x000000000014220c\n"
+            + "0x0000000000000000 0x0000000000000000 0x0000000000000000\n" * 9,
+        ),
+    ):
+        _write(f"{device}/{name}", value if value.endswith("\n") else value + "\n")
+    Path(device, "config").write_bytes(pci_config(gpu.pci_class))
+
+
+def pci_config(pci_class: int, capabilities: tuple[tuple[int, bytes], ...] = ()) -> bytes:
+    """A GPU's PCI configuration space: its IDs, its class, and a capability list of power
+    management, MSI and PCI Express, with ``capabilities`` (id, body after the id and next bytes)
+    put first (a vendor-specific one, 0x09, is where a vGPU shows what its host runs)."""
+    space = bytearray(256)
+    space[0:4] = (0x10DE | PCI_DEVICE_ID << 16).to_bytes(4, "little")
+    space[6] = 0x10  # status: a capability list
+    space[9:12] = pci_class.to_bytes(3, "little")
+    space[0x2C:0x30] = (0x10DE | PCI_SUBSYSTEM_ID << 16).to_bytes(4, "little")
+    chain = [*capabilities, (0x01, b"\x03\x00"), (0x05, b"\x81\x00"), (0x10, b"\x02\x00")]
+    at = 0x60
+    space[0x34] = at
+    for number, (cap, body) in enumerate(chain):
+        following = at + 2 + len(body) + (-(2 + len(body)) % 8)
+        space[at] = cap
+        space[at + 1] = following if number + 1 < len(chain) else 0
+        space[at + 2 : at + 2 + len(body)] = body
+        at = following
+    return bytes(space)

@@ -32,6 +32,7 @@ _SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_nvml.c"
 _VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z._-]*")
 # Unquoted values end at whitespace; the C parser has no escapes, so '"' and line breaks cannot be written.
 _NEEDS_QUOTES = re.compile(r"[\s#]|^$")
+_ENGINE_KEYS = ("ce", "dec", "enc", "jpeg", "ofa")
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,7 @@ class FakeGpu:
     memory_mb: int = 81559  # total memory (nvmlDeviceGetMemoryInfo), an H100 80GB HBM3's
     numa: int | None = None  # NUMA node (also sysfs numa_node); None: topology not supported
     pcisw: int | None = None  # the PCIe switch it hangs off; GPUs on one switch are TOPOLOGY_SINGLE
+    pci_class: int = 0x030200  # its PCI class in sysfs (not NVML's): a 3D controller; 0x030000 is VGA
 
 
 @dataclass(frozen=True)
@@ -63,6 +65,7 @@ class FakeMig:
     ci_slices: int
     memory_mb: int
     sms: int = 14
+    engines: tuple[int, int, int, int, int] = (0, 0, 0, 0, 0)  # shared copy, decoder, encoder, JPEG, OFA
 
 
 @dataclass
@@ -73,12 +76,15 @@ class FakeNvmlConfig:
     migs: list[FakeMig]
     init_error: int = 0  # an NVML_ERROR_* code that nvmlInit returns instead of succeeding
     init_hang: bool = False  # nvmlInit never returns, as with a driver stuck in the kernel
+    events: bool = True  # False: nvmlEventSetCreate answers NOT_SUPPORTED (an NVML without events)
     nvlinks: list[tuple[int, int, int]] = field(default_factory=list)  # (gpu, link, peer gpu), per direction
 
     def render(self) -> str:
         lines = [f"driver version={_value(self.driver_version)} cuda={self.cuda_version}"]
         if self.init_error or self.init_hang:
             lines.append(f"init error={self.init_error} hang={int(self.init_hang)}")
+        if not self.events:
+            lines.append("events supported=0")
         for gpu in self.gpus:
             if gpu.mig not in MIG_MODES:
                 raise ValueError(f"FakeGpu {gpu.index}: mig must be one of {MIG_MODES}, not {gpu.mig!r}")
@@ -94,6 +100,9 @@ class FakeNvmlConfig:
                 f"mig gpu={mig.gpu} index={mig.index} gi={mig.gi} ci={mig.ci} uuid={_value(mig.uuid)}"
                 f" name={_value(mig.name)} gislices={mig.gi_slices} cislices={mig.ci_slices}"
                 f" memmb={mig.memory_mb} sms={mig.sms}"
+                + "".join(
+                    f" {key}={count}" for key, count in zip(_ENGINE_KEYS, mig.engines, strict=True) if count
+                )
             )
         lines += [f"nvlink gpu={gpu} link={link} peer={peer}" for gpu, link, peer in self.nvlinks]
         return "\n".join(lines) + "\n"

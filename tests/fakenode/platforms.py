@@ -3,7 +3,8 @@ NVSwitch, GPUDirect Storage, InfiniBand (MOFED) and GDRCopy devices.
 
 Like :mod:`tests.fakenode.node`, their device nodes are real character devices made with mknod and
 their libraries real ELF shared objects (so building one needs root and gcc); the WSL2 store's
-``libnvidia-ml.so.1`` is the fake NVML, so the driver version comes from NVML as on a real host.
+``libnvidia-ml.so.1`` is the fake NVML, so the driver version comes from NVML as on a real host,
+reached as there through ``/usr/lib/wsl/lib``, which the node's ``ld.so.cache`` lists.
 """
 
 from __future__ import annotations
@@ -109,8 +110,11 @@ def _procfs(node: PlatformNode, modules: str = "") -> None:
 
 def build_wsl(root: str, cache_dir: str) -> PlatformNode:
     """A WSL2 distribution with a GPU: /dev/dxg, libdxcore.so, NVIDIA's driver store beside Intel's,
-    no /proc/driver/nvidia and no NVIDIA module."""
-    gcc = node_tools().gcc
+    no /proc/driver/nvidia and no NVIDIA module. /usr/lib/wsl/lib holds libdxcore.so and
+    libnvidia-ml.so.1 (Windows puts a copy there; here a link to the store's, so one config serves),
+    and the ld.so.cache lists them, as WSL's ld.wsl.conf has it."""
+    tools = node_tools()
+    gcc = tools.gcc
     node = PlatformNode(root, "wsl", nodes=["/dev/dxg"])
     _mknod(root + "/dev/dxg", *DXG)
     _stub("libdxcore.so", root + "/usr/lib/wsl/lib/libdxcore.so", cache_dir, gcc)
@@ -127,6 +131,10 @@ def build_wsl(root: str, cache_dir: str) -> PlatformNode:
         _stub(soname, f"{store}/{name}", cache_dir, gcc)
     nvml = build_fake_nvml(store, WSL_VERSION, cache_dir=cache_dir)
     os.rename(nvml, f"{store}/libnvidia-ml.so.1")  # the store holds it under its SONAME
+    _symlink(f"{WSL_STORE}/libnvidia-ml.so.1", root + "/usr/lib/wsl/lib/libnvidia-ml.so.1")
+    _write(root + "/etc/ld.so.conf", "/usr/lib/wsl/lib\n")
+    os.makedirs(root + "/var/cache/ldconfig", exist_ok=True)
+    subprocess.run([tools.ldconfig, "-X", "-r", root], check=True)
     gpu = FakeGpu(0, 0, "GPU-6f1e2d3c-4b5a-4697-8877-665544332211", "00000000:01:00.0", "NVIDIA RTX A2000")
     FakeNvmlConfig(WSL_VERSION, 13000, [gpu], []).write(store)
     _write(f"{store}/nvcubins.bin", "cubins\n")

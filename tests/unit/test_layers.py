@@ -61,6 +61,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),
     # The Kubernetes node agents: gRPC front-ends over the library API (and the node's facts).
     "deviceplugin": (("cdictk.deviceplugin",), ("helpers", "node", "api")),
+    # The node's GPU labels for NFD: the node's facts, and the spec writer's file policy and watch.
+    "labels": (("cdictk.labels",), ("helpers", "node", "nvcdi")),
     "cli": (
         ("cdictk.cli", "cdictk.__main__"),
         (
@@ -74,6 +76,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "info",
             "api",
             "deviceplugin",
+            "labels",
             "noderuntime",
         ),
     ),

@@ -37,9 +37,10 @@ if TYPE_CHECKING:
 def driver_facts(library: str, minors: Sequence[int], keys: Collection[str]) -> Facts:
     """The facts named by ``keys`` (from :func:`~cdictk.runtime.prestart.require.needed_keys`) from NVML.
 
-    ``library`` is a path to ``libnvidia-ml.so.1`` or a bare name for the loader to find; ``minors``
-    are the ``/dev/nvidia<minor>`` GPUs given to the container, whose ``arch`` and ``brand`` are read
-    (in the order NVML lists them). A minor that no GPU has is an error.
+    ``library`` is the path of the NVML to load (:func:`cdictk.node.nvmllib.nvml_library` chose it; it
+    is loaded only if it still passes that check); ``minors`` are the ``/dev/nvidia<minor>`` GPUs given
+    to the container, whose ``arch`` and ``brand`` are read (in the order NVML lists them). A minor that
+    no GPU has is an error.
     """
     unknown = set(keys) - set(KEYS)
     if unknown:

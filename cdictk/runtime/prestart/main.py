@@ -241,22 +241,19 @@ def _is_gpu_node(path: str) -> bool:
 
 
 def _nvml_library(plan: Additions) -> str:
-    """The NVML the spec mounts (the driver's own, under any driver root), else the loader's soname.
+    """The NVML the spec mounts (the driver's own, under any driver root), else the one the host's
+    loader would take; either only when it is root's alone (:func:`cdictk.node.nvmllib.nvml_library`).
 
     Only the spec's mounts count, never one config.json had already (a user's volume): the library is
-    loaded as root. It must be root's and writable by nobody else.
+    loaded as root.
     """
+    from cdictk.node.nvmllib import nvml_library  # noqa: PLC0415
+
     for mount in plan.mounts:
         source = mount.get("source", "")
         if isinstance(source, str) and os.path.basename(source).startswith(_NVML + "."):
-            try:
-                st = os.stat(source)
-            except OSError as exc:
-                raise HookError(f"{source}: {exc.strerror}") from None
-            if st.st_uid != 0 or st.st_mode & 0o022:
-                raise HookError(f"{source}: not owned by root, or writable by others: not loaded")
-            return source
-    return _NVML + ".1"
+            return nvml_library("/", source)
+    return nvml_library("/")
 
 
 def _describe(exc: BaseException) -> str:

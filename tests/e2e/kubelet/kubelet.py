@@ -2,7 +2,8 @@
 
 - :class:`Kubelet` serves ``v1beta1.Registration`` on ``kubelet.sock`` in a device plugin directory of
   the test's own. On ``Register`` it checks the version, dials the plugin's socket, asks its options and
-  starts ``ListAndWatch`` in a thread, as the kubelet does, keeping each resource's latest device list.
+  starts ``ListAndWatch`` in a thread, as the kubelet does, keeping each resource's latest device list;
+  or, with ``refusal`` set, answers every registration with that error.
   :meth:`Kubelet.allocate` does what admission does: pick healthy devices (asking
   ``GetPreferredAllocation`` when the plugin offers it and there are more candidates than needed),
   then ``Allocate`` with one container request. :meth:`Kubelet.restart` is a kubelet restart: every
@@ -16,6 +17,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import threading
 import time
@@ -70,6 +72,7 @@ class Kubelet:
         self.plugin_dir = plugin_dir
         self.endpoints: dict[str, Endpoint] = {}
         self.registrations: list[RegisterRequest] = []
+        self.refusal: tuple[grpc.StatusCode, str] | None = None  # what to answer every Register with
         self._changed = threading.Condition()
         self._server: grpc.Server | None = None
 
@@ -112,6 +115,8 @@ class Kubelet:
         self.start()
 
     def _register(self, request: RegisterRequest, context: grpc.ServicerContext) -> Empty:
+        if self.refusal is not None:
+            context.abort(*self.refusal)
         if request.version != VERSION:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"unsupported version {request.version!r}")
         if "/" not in request.resource_name or request.resource_name.split("/")[0].endswith("kubernetes.io"):
@@ -252,6 +257,9 @@ def containerd_config(runc_root: str | os.PathLike[str], *, enable_cdi: bool | N
     )
 
 
+LOG_PATH = "main/0.log"  # the container's log in its pod's log directory, named as the kubelet names it
+
+
 @dataclass(frozen=True)
 class Pod:
     sandbox_id: str
@@ -313,11 +321,13 @@ def container_config(
     )
 
 
-def sandbox_config(cgroup_parent: str = "") -> cri.PodSandboxConfig:
-    """A new pod's sandbox as the kubelet asks for it: host network (no CNI), its own name and UID."""
+def sandbox_config(cgroup_parent: str = "", log_directory: str = "") -> cri.PodSandboxConfig:
+    """A new pod's sandbox as the kubelet asks for it: host network (no CNI), its own name and UID;
+    its containers' logs in ``log_directory`` ("": none kept)."""
     name = f"pod-{uuid.uuid4().hex[:8]}"
     return cri.PodSandboxConfig(
         cri.PodSandboxMetadata(name, str(uuid.uuid4()), "default"),
+        log_directory=log_directory,
         labels={"io.kubernetes.pod.name": name},
         linux=cri.LinuxPodSandboxConfig(
             cgroup_parent=cgroup_parent,
@@ -335,15 +345,22 @@ def run_pod(
     runtime_handler: str = "",
     cgroup_parent: str = "",
     env: dict[str, str] | None = None,
+    log_directory: str = "",
+    command: Sequence[str] = ("sleep", "3600"),
 ) -> Iterator[Pod]:
-    """A pod with one container that sleeps, started as the kubelet does; stopped and removed after."""
-    sandbox = sandbox_config(cgroup_parent)
+    """A pod with one container that runs ``command`` (sleeps), started as the kubelet does; stopped
+    and removed after.
+    With ``log_directory``, containerd writes the container's stdout and stderr to :data:`LOG_PATH`
+    there, as it does for the kubelet."""
+    sandbox = sandbox_config(cgroup_parent, log_directory)
     sandbox_id = client.runtime(
         cri.RunPodSandboxRequest(sandbox, runtime_handler), cri.RunPodSandboxResponse
     ).pod_sandbox_id
     container_id = ""
     try:
-        config = container_config("main", image, ["sleep", "3600"], answers, env)
+        config = container_config("main", image, command, answers, env)
+        if log_directory:
+            config = dataclasses.replace(config, log_path=LOG_PATH)
         container_id = client.runtime(
             cri.CreateContainerRequest(sandbox_id, config, sandbox), cri.CreateContainerResponse
         ).container_id

@@ -133,6 +133,22 @@ def test_help_explains_the_strategies() -> None:
         assert words.replace(" ", "") in text
 
 
+def test_a_plugin_dir_too_long_for_its_sockets_is_one_line_and_status_1(make_node: NodeFactory) -> None:
+    """Found at start, as every other bad setting, rather than by each registration failing."""
+    node = make_node("eight")
+    plugin_dir = "/tmp/" + "d" * 90
+    args = ["--plugin-dir", plugin_dir, *node.cli_args(), "--no-spec-check"]
+    result = subprocess.run([*CDICTK, *args], capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1, result
+    *notes, line = result.stderr.strip().splitlines()
+    assert all("is in MIG mode and left out" in note for note in notes), result.stderr  # GPU 0's
+    assert line.endswith(
+        f"{plugin_dir}/cdictk-nvidia.com_gpu.sock: longer than a Unix socket path may be (107 bytes): "
+        "a shorter resource name (sharing.timeSlicing.resources[].rename) or plugin directory"
+    ), line
+    assert not os.path.exists(plugin_dir)
+
+
 @pytest.fixture
 def plugin_dir() -> Iterator[str]:
     path = tempfile.mkdtemp(prefix="cdictk-dpcli-", dir="/tmp")  # socket paths are short

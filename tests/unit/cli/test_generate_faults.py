@@ -18,6 +18,7 @@ from cdictk.node.roots import Roots
 from cdictk.nvcdi.hooks import entry_file, hook_program
 from tests.conftest import NodeFactory
 from tests.fakenode.node import LIB_DIR, FakeNode
+from tests.fakenode.planted import USER, plant, ran, relist, user_lib_dir
 
 V = "580.95.05"
 
@@ -307,3 +308,45 @@ def test_an_output_through_a_users_directory_or_link_is_refused(
         )
     assert os.listdir(somewhere) == []
     assert sorted(os.listdir(pub)) == ["specs"]
+
+
+def _generate_as_a_command(node: FakeNode, output: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "cdictk", "cdi", "generate", *node.cli_args(), "--output", str(output)]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_users_nvml_put_in_a_listed_directory_after_ldconfig_never_runs(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """ld.so.conf names an application's lib directory, the user's; after ldconfig ran the user puts a
+    libnvidia-ml.so.1 there. The loader would never take it (the cache names the driver's file for the
+    SONAME), and generate takes the driver's too: the planted constructor never runs as root. Before,
+    discovery took the first directory of the cache's that held the name, the user's, and ran it."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    plant(user_lib_dir(node.root), "libnvidia-ml.so.1", marker)
+    result = _generate_as_a_command(node, tmp_path / "nvidia.yaml")
+    assert ran(marker) == []
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[-1].startswith(f"wrote {tmp_path}/nvidia.yaml (")
+    assert "NVML" not in result.stderr and "falling back" not in result.stderr  # the driver's NVML answered
+
+
+def test_a_users_nvml_the_cache_names_is_refused_and_generate_goes_on_without_nvml(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """ldconfig ran again since, and lists the user's directory first: the cache names the user's file,
+    which the loader would take. It is not root's: one warning, and the GPUs from procfs, as without
+    NVML."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    planted = plant(user_lib_dir(node.root, first=True), "libnvidia-ml.so.1", marker)
+    relist(node.root)
+    result = _generate_as_a_command(node, tmp_path / "nvidia.yaml")
+    assert ran(marker) == []
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.splitlines()[0] == (
+        f"cdictk: warning: libnvidia-ml.so.1: NVML: {os.path.dirname(planted)}: owned by uid {USER}, not "
+        "root: not loaded (cdictk would run its code as root); falling back to /proc/driver/nvidia/gpus "
+        "(full GPUs only, no MIG)"
+    )

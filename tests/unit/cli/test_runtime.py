@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from cdictk.cli.main import main
+from cdictk.cli.runtime import console_script
+from cdictk.runtime import launchers
 
 RUNTIME = "/usr/sbin/runc"  # any existing absolute path
 
@@ -201,3 +203,88 @@ def test_docker_remove_restores_what_configure_replaced(
     assert json.loads(config.read_text())["default-runtime"] == "cdictk"
     code, _, _ = run(capsys, "--runtime", "docker", "--config", str(config), "--remove", "--enable-cdi")
     assert code == 0 and json.loads(config.read_text()) == json.loads(original)
+
+
+def test_a_drop_in_goes_beside_the_config_given(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """--config naming a file elsewhere wrote the drop-in into /etc/containerd/conf.d all the same."""
+    config = tmp_path / "x" / "config.toml"
+    code, _, err = run(capsys, "--runtime", "containerd", "--config", str(config))
+    drop = tmp_path / "x" / "conf.d" / "99-cdictk.toml"
+    assert code == 0 and err.splitlines()[:2] == [f"{drop}: written", f"{config}: written"]
+    assert tomllib.loads(config.read_text())["imports"] == [str(drop)]
+    crio = tmp_path / "y" / "crio.conf"
+    code, _, err = run(capsys, "--runtime", "crio", "--config", str(crio))
+    assert (
+        code == 0 and err.splitlines()[0] == f"{tmp_path / 'y' / 'crio.conf.d' / '99-cdictk.toml'}: written"
+    )
+    chosen, other = tmp_path / "z.toml", tmp_path / "w" / "config.toml"  # told otherwise: that one
+    code, _, err = run(
+        capsys, "--runtime", "containerd", "--config", str(other), "--drop-in-config", str(chosen)
+    )
+    assert code == 0 and err.splitlines()[:2] == [f"{chosen}: written", f"{other}: written"]
+    assert not (other.parent / "conf.d").exists()
+
+
+def binary_name(drop_in: Path) -> str:
+    runtimes = tomllib.loads(drop_in.read_text())["plugins"]["io.containerd.cri.v1.runtime"]["containerd"]
+    return str(runtimes["runtimes"]["cdictk"]["options"]["BinaryName"])
+
+
+def test_configure_installs_the_shell_front_and_registers_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The default install was the slow one: the console script, which starts Python for every
+    container command, unless install-launchers had run first."""
+    libexec = tmp_path / "libexec" / "cdictk"
+    monkeypatch.setattr(launchers, "DEFAULT_DIR", str(libexec))
+    config = tmp_path / "config.toml"
+    config.write_text("version = 3\n")
+    args = ["runtime", "configure", "--runtime", "containerd", "--config", str(config)]
+    front = libexec / "cdictk-runtime"
+    assert main([*args, "--dry-run"]) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines()[0] == (
+        f"cdictk: would install the launchers in {libexec}; registering {front}: the shell front, which "
+        "starts Python only for a create that may ask for a GPU"
+    )
+    assert f'BinaryName = "{front}"' in out and not libexec.exists()  # a dry run installs nothing
+    assert main(args) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[
+        0
+    ] == f"cdictk: installed the launchers in {libexec}; registering {front}: the shell front, " + (
+        "which starts Python only for a create that may ask for a GPU"
+    )
+    assert not [line for line in lines[1:] if line.startswith("cdictk:")]  # the one line that says which
+    assert binary_name(tmp_path / "conf.d" / "99-cdictk.toml") == str(front)
+    assert front.read_text().startswith("#!/bin/sh\n") and (libexec / "cdictk-runtime.py").exists()
+    mtime = front.stat().st_mtime_ns
+    assert main(args) == 0
+    assert capsys.readouterr().err.splitlines()[0] == (
+        f"cdictk: registering {front}: the shell front, which starts Python only for a create that may ask "
+        "for a GPU"
+    )
+    assert front.stat().st_mtime_ns == mtime  # there already: not written again
+
+
+def test_configure_falls_back_to_the_console_script_and_says_why(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)  # anyone could plant a launcher here
+    monkeypatch.setattr(launchers, "DEFAULT_DIR", str(loose / "cdictk"))
+    config = tmp_path / "config.toml"
+    config.write_text("version = 3\n")
+    args = ["runtime", "configure", "--runtime", "containerd", "--config", str(config)]
+    for dry_run in (["--dry-run"], []):
+        assert main([*args, *dry_run]) == 0
+        line = capsys.readouterr().err.splitlines()[0]
+        script = console_script()
+        assert line.startswith(
+            f"cdictk: registering the console script {script}, which starts Python for every container "
+            f"command: the launchers cannot be installed in {loose / 'cdictk'}: "
+        ), line
+        assert f"{loose}: writable by group or others (mode 0777)" in line
+    assert not (loose / "cdictk").exists()
+    assert binary_name(tmp_path / "conf.d" / "99-cdictk.toml") == script

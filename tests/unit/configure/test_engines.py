@@ -81,10 +81,7 @@ def test_inspect_finds_nothing_on_an_empty_host_root(engine: Engine, tmp_path: P
 @EACH
 def test_inspect_reads_what_configure_writes_at_the_default_paths(engine: Engine, tmp_path: Path) -> None:
     host = str(tmp_path)
-    at = {
-        "config": join(host, engine.config),
-        "drop_in": join(host, engine.drop_in) if engine.drop_in else None,
-    }
+    at = {"config": join(host, engine.config)}  # the drop-in: beside it, where the default one is
     written: list[str] = []
     assert configure(request(engine, **at, enable_cdi=engine.enable_cdi_refused is None), written.append)
     seen = engine.inspect(host)
@@ -100,4 +97,24 @@ def test_the_command_line_offers_every_engine_and_its_default_paths() -> None:
     assert isinstance(choice, click.Choice) and list(choice.choices) == list(ENGINES)
     for engine in ENGINES.values():
         assert engine.config in str(options["config"].help)
-        assert engine.drop_in is None or engine.drop_in in str(options["drop_in"].help)
+        if engine.drop_in is not None:
+            assert os.path.relpath(engine.drop_in, os.path.dirname(engine.config)) in str(
+                options["drop_in"].help
+            )
+
+
+@EACH
+def test_a_drop_in_goes_beside_the_config_it_was_asked_to_edit(engine: Engine) -> None:
+    assert engine.drop_in_for(engine.config) == engine.drop_in
+    elsewhere = engine.drop_in_for("/x/y/main.conf")
+    if engine.drop_in is None:
+        assert elsewhere is None
+    else:
+        assert elsewhere == os.path.join(
+            "/x/y", os.path.relpath(engine.drop_in, os.path.dirname(engine.config))
+        )
+
+
+def test_the_drop_ins_beside_a_config_elsewhere() -> None:
+    assert ENGINES["containerd"].drop_in_for("/x/config.toml") == "/x/conf.d/99-cdictk.toml"
+    assert ENGINES["crio"].drop_in_for("/x/crio.conf") == "/x/crio.conf.d/99-cdictk.toml"

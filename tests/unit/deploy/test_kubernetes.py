@@ -35,7 +35,8 @@ SCRIPT = KUBE / "cdictk-node-setup.sh"
 README = REPO / "deploy" / "README.md"
 OUTPUT = "/var/run/cdi/nvidia.yaml"
 NAMESPACE = "cdictk"
-CONTAINERS = ("cdi-watch", "device-plugin")
+CONTAINERS = ("cdi-watch", "device-plugin", "node-labels")
+FEATURES_D = "/etc/kubernetes/node-feature-discovery/features.d"  # nfd-worker's local feature files
 PLUGIN_SETTINGS = "cdictk-device-plugin"  # the device plugin's ConfigMap
 # The oldest Kubernetes the manifest is checked against; the newest the package bundles is added.
 OLDEST_KUBERNETES = "1.30.0"
@@ -82,6 +83,20 @@ def watcher() -> dict[str, Any]:
 
 def plugin() -> dict[str, Any]:
     return container("device-plugin")
+
+
+def labeller() -> dict[str, Any]:
+    return container("node-labels")
+
+
+def labeller_labels() -> set[str]:
+    """The labels the node-labels container's command writes on the fake single-GPU node."""
+    from cdictk.labels.gfdrules import Sharing, node_labels
+    from cdictk.labels.nodeview import NodeView
+    from cdictk.node.gpus import Gpu
+
+    gpu = Gpu(0, 0, "GPU-0", "0000:18:00.0", "NVIDIA H100 80GB HBM3", mig_capable=True)
+    return set(node_labels(NodeView("580.95.05", 13000, (gpu,)), "none", Sharing()))
 
 
 def init() -> dict[str, Any]:
@@ -211,8 +226,20 @@ def test_everything_is_in_one_namespace_allowed_privileged_pods() -> None:
 
 
 def test_the_pods_land_on_gpu_nodes() -> None:
+    """Any one of NFD's NVIDIA PCI labels or nvidia.com/gpu.present, no nodeSelector beside."""
     spec = pod_spec()
-    assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert "nodeSelector" not in spec
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    wanted = [
+        "feature.node.kubernetes.io/pci-10de.present",
+        "feature.node.kubernetes.io/pci-0302_10de.present",
+        "feature.node.kubernetes.io/pci-0300_10de.present",
+        "nvidia.com/gpu.present",
+    ]
+    assert terms["nodeSelectorTerms"] == [
+        {"matchExpressions": [{"key": key, "operator": "In", "values": ["true"]}]} for key in wanted
+    ]
+    assert "nvidia.com/gpu.present" in labeller_labels()
     tolerations = spec["tolerations"]
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in tolerations
     daemonset = the("DaemonSet")
@@ -335,6 +362,37 @@ def test_the_device_plugins_settings_file_is_valid_and_names_the_watchers_spec()
     # CDI names, never the variable an image can set
     assert loaded.list_strategies == ("cdi-cri", "cdi-annotations")
     assert loaded.mig_strategy == "none"
+
+
+def test_the_labeller_writes_into_nfds_directory_from_the_plugins_settings() -> None:
+    from cdictk.cli.labels import node_labels_command
+
+    spec = labeller()
+    args = argv(spec)
+    assert args[:2] == ["node-labels", "--watch"] and "command" not in spec  # after the entrypoint
+    context = node_labels_command.make_context("node-labels", args[1:])
+    output = context.params["output"]
+    assert os.path.dirname(output) == FEATURES_D and not os.path.basename(output).startswith(".")
+    assert os.path.basename(output) != "gfd"  # GFD's own file, were it to run beside
+    mount, volume = mount_at(spec, FEATURES_D)
+    assert volume["hostPath"] == {"path": FEATURES_D, "type": "DirectoryOrCreate"}
+    assert not mount.get("readOnly", False)
+    # the device plugin's settings: the labels describe its MIG strategy and replicas
+    assert context.params["config_file"] == option(argv(plugin()), "--config")
+    assert mount_at(spec, os.path.dirname(context.params["config_file"])) == mount_at(
+        plugin(), os.path.dirname(context.params["config_file"])
+    )
+    # the node as the watcher sees it
+    assert option(args, "--driver-root") == option(argv(watcher()), "--driver-root")
+    assert option(args, "--dev-root") == "/"
+    host_root = option(argv(watcher()), "--host-root")
+    assert mount_at(spec, host_root)[0] == mount_at(watcher(), host_root)[0]
+    # the variables it reads (NVIDIA's MIG_STRATEGY, CONFIG_FILE...) are none the ConfigMap sets
+    read: set[str] = set()
+    for param in node_labels_command.params:
+        envvar = getattr(param, "envvar", None)
+        read |= {envvar} if isinstance(envvar, str) else set(envvar or ())
+    assert "MIG_STRATEGY" in read and not read & set(environment(spec))
 
 
 def test_every_variable_a_container_uses_is_defined() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import tempfile
 import threading
@@ -44,13 +45,16 @@ def generate_spec(node: FakeNode, spec_dir: Path) -> None:
 
 @pytest.fixture
 def run_plugin(make_node: NodeFactory, tmp_path: Path) -> Iterator[PluginFactory]:
-    """``run_plugin(**settings)``: the eight-GPU node, its spec, a kubelet and the plugin serving."""
+    """``run_plugin(**settings)``: the eight-GPU node, its spec, a kubelet and the plugin serving;
+    ``nvml_events=False``: on a node whose NVML has no event API."""
     started: list[tuple[threading.Event, threading.Thread, Kubelet]] = []
     # Unix socket paths are short (108 bytes): the plugin directory goes under /tmp.
     plugin_dir = tempfile.mkdtemp(prefix="cdictk-dp-", dir="/tmp")
 
-    def start(preset: str = "eight", **changes: object) -> Running:
+    def start(preset: str = "eight", *, nvml_events: bool = True, **changes: object) -> Running:
         node = make_node(preset)
+        if not nvml_events:
+            node.write_nvml_config(dataclasses.replace(node.nvml_config(), events=False))
         spec_dir = tmp_path / "cdi"
         generate_spec(node, spec_dir)
         kubelet = Kubelet(plugin_dir)

@@ -80,7 +80,51 @@ def test_a_fatal_xid_makes_the_gpu_unhealthy() -> None:
     m = Monitor()
     assert m.feed(xid=79, uuid=GPU_B, gi=None, ci=None) == {GPU_B: "Xid 79"}
     assert m.changes == 1
-    assert any(f"Xid 79 on {GPU_B}: marked unhealthy" in line for line in m.lines)
+    assert m.lines == [f"Xid 79 on {GPU_B}", f"{GPU_B} unhealthy: Xid 79"]
+
+
+def test_each_change_of_health_is_one_line() -> None:
+    m = Monitor()
+    m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: "GPU is lost"})
+    m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: "GPU is lost"})  # no change: no line
+    m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: "Unknown Error"})
+    m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""})
+    assert m.lines == [
+        f"{GPU_A}, {MIG_1}, {MIG_2} unhealthy: GPU is lost",
+        f"{MIG_1}, {MIG_2} unhealthy: Unknown Error",  # unhealthy still, for another reason
+        f"{GPU_A} healthy again",
+        f"{MIG_1}, {MIG_2} healthy again",
+    ]
+    assert m.changes == 3
+
+
+def test_the_end_of_each_recovery_period_is_one_line() -> None:
+    m = Monitor(xid_recovery=300.0)
+    m.feed(xid=79, uuid=GPU_A, gi=None, ci=None)
+    m.feed(xid=94, uuid=GPU_M, gi=2, ci=0)
+    m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""})  # lost as well: unhealthy after its recovery
+    m.lines.clear()
+    m.clock.now += 300.0
+    m.monitor.tick()
+    assert m.lines == [
+        f"Xid 79 on {GPU_A}: 300 s without another, its recovery is over",
+        f"Xid 94 on {GPU_M} GI 2 CI 0: 300 s without another, its recovery is over",
+        f"{MIG_2} healthy again",
+    ]
+    m.lines.clear()
+    m.monitor.tick()
+    assert m.lines == []  # said once
+    m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""})
+    assert m.lines == [f"{GPU_A} healthy again"]
+
+
+def test_without_nvml_events_the_probes_vouch_for_the_gpus() -> None:
+    m = Monitor()
+    m.feed(probing="NVML has no events (Not Supported)")
+    assert m.lines == ["NVML has no events (Not Supported): health from probes alone, no Xids"]
+    assert m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""}) == {GPU_A: "GPU is lost"}
+    assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == {}
+    assert m.lines[1:] == [f"{GPU_A} unhealthy: GPU is lost", f"{GPU_A} healthy again"]
 
 
 def test_an_xid_on_a_whole_gpu_in_mig_mode_makes_every_mig_device_unhealthy() -> None:
@@ -162,10 +206,11 @@ def test_while_the_event_wait_fails_every_device_stays_unhealthy_until_it_works(
         assert m.feed(probe={GPU_A: "", GPU_B: "", GPU_M: ""}) == everything
         assert m.feed(error=why) == everything
     assert m.changes == 1
-    assert [line for line in m.lines if why in line] == [why]
+    assert [line for line in m.lines if why in line] == [f"all 4 devices unhealthy: {why}"]
     # a wait that works does
     assert m.feed(watching=True) == {}
     assert m.changes == 2
+    assert m.lines[-1] == "all 4 devices healthy again"
 
 
 def test_an_xid_on_a_gpu_nvml_cannot_name_makes_every_gpu_unhealthy() -> None:
@@ -278,7 +323,11 @@ def test_the_child_is_run_with_the_watched_gpus_and_restarted_when_it_dies(tmp_p
         wait_until("the second child", lambda: len(argvs(runs)) == 2 and monitor.probes >= 2)
         wait_until("every device healthy once the second child watches", lambda: monitor.unhealthy() == {})
         assert argvs(runs) == [["--interval", "0.05", "/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y"]] * 2
-        assert lines == ["the NVML watcher exited with status 3; restarting it"]
+        assert lines == [
+            "GPU-x unhealthy: GPU is lost",
+            "all 2 devices unhealthy: the NVML watcher exited with status 3; restarting it",
+            "all 2 devices healthy again",
+        ]
         assert monitor.links() == {frozenset(("a", "b")): 100}
     finally:
         monitor.stop()
@@ -331,3 +380,28 @@ def test_the_child_is_run_again_when_the_set_of_gpus_changes(tmp_path: Path) -> 
     finally:
         monitor.stop()
     assert len(argvs(runs)) == 2
+
+
+SLOW_TOPOLOGY = """
+import json, sys, time
+time.sleep(float(sys.argv[1]))
+if sys.argv[2] == "links":
+    print(json.dumps({"links": [["GPU-x", "GPU-y", 460]]}), flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("says", ["links", "nothing"])
+def test_asking_for_the_topology_waits_for_the_child_to_say_it_or_to_end(tmp_path: Path, says: str) -> None:
+    """What the first preferred allocation after registering asks, before the child has said."""
+    script = tmp_path / "child.py"
+    script.write_text(SLOW_TOPOLOGY)
+    monitor = HealthMonitor(Health(enabled=False))
+    monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
+    assert monitor.links() == {}  # no child yet: nothing to wait for
+    monitor.start("/lib/libnvidia-ml.so.1", [sys.executable, str(script), "0.5", says])
+    try:
+        expected = {frozenset(("GPU-x", "GPU-y")): 460} if says == "links" else {}
+        assert monitor.links() == expected
+    finally:
+        monitor.stop()

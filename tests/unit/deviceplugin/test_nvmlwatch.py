@@ -1,11 +1,17 @@
 """The NVML child's questions, asked of a stand-in with pynvml's names (topology scores, probes), and
-the child itself on the fake eight-GPU node's NVML: the links it reports, then Xid events and probes."""
+the child itself on the fake eight-GPU node's NVML: the links it reports, then Xid events and probes;
+and which NVML it loads, in the plugin too: never a user's library, whose constructor would run as root."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +21,9 @@ import pytest
 from cdictk.deviceplugin import nvmlwatch
 from cdictk.deviceplugin.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
 from tests.conftest import NodeFactory
+from tests.e2e.kubelet.kubelet import Kubelet
+from tests.fakenode.planted import USER, plant, ran, relist, user_lib_dir
+from tests.unit.deviceplugin.conftest import GPU, generate_spec
 
 
 class NVMLError(Exception):
@@ -105,7 +114,9 @@ class WaitingNvml(FakeNvml):
     """FakeNvml with an event set whose waits answer from a script: an Event, "timeout", or another
     failure's text; then Stop, which ends watch()."""
 
+    NVML_ERROR_NOT_SUPPORTED = 3
     NVML_ERROR_TIMEOUT = 10
+    NVML_ERROR_FUNCTION_NOT_FOUND = 13
     nvmlEventTypeXidCriticalError = 8
 
     def __init__(self, script: list[object]) -> None:
@@ -162,6 +173,68 @@ def test_a_failing_event_wait_is_said_once_and_its_recovery_once(capsys: pytest.
     ]
 
 
+def nvml_error(text: str, value: int) -> NVMLError:
+    error = NVMLError(text)
+    error.value = value  # type: ignore[attr-defined]
+    return error
+
+
+class EventlessNvml(WaitingNvml):
+    """An NVML whose event set cannot be made (``create``) or waited on (``wait``): its error; ends
+    watch() with Stop at the fourth look-up of GPU-0."""
+
+    def __init__(self, fails: str, error: NVMLError) -> None:
+        super().__init__([])
+        self.fails, self.error, self.probes = fails, error, 0
+
+    def nvmlEventSetCreate(self) -> object:
+        if self.fails == "create":
+            raise self.error
+        return object()
+
+    def nvmlEventSetWait_v2(self, events: object, timeout_ms: int) -> Event:
+        raise self.error
+
+    def nvmlDeviceGetHandleByUUID(self, uuid: str) -> Handle:
+        if uuid == "GPU-0":
+            self.probes += 1
+            if self.probes > 3:
+                raise Stop
+        return super().nvmlDeviceGetHandleByUUID(uuid)
+
+
+@pytest.mark.parametrize(
+    ("fails", "error", "said"),
+    [
+        ("create", nvml_error("Not Supported", 3), "NVML has no events (Not Supported)"),
+        ("wait", nvml_error("Function Not Found", 13), "NVML cannot wait for events (Function Not Found)"),
+    ],
+)
+def test_an_nvml_without_events_is_said_once_then_probed(
+    fails: str, error: NVMLError, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nvml = EventlessNvml(fails, error)
+    nvml.lost.add("GPU-1")
+    with pytest.raises(Stop):
+        nvmlwatch.watch(nvml, ["GPU-0", "GPU-1"], 0.001)
+    heard = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    probed = {"probe": {"GPU-0": "", "GPU-1": "GPU is lost"}}
+    if fails == "create":
+        assert heard == [{"probing": said}, probed, probed, probed]
+    else:  # the first probe comes before the first wait (and registering looked GPU-0 up once)
+        assert heard == [probed, {"probing": said}, probed]
+
+
+def test_another_nvml_failure_is_one_error_line_and_status_1(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    nvml = EventlessNvml("create", nvml_error("Unknown Error", 999))
+    monkeypatch.setattr(nvmlwatch, "load", lambda library: nvml)
+    assert nvmlwatch.main(["/lib/libnvidia-ml.so.1", "GPU-0"]) == 1
+    heard = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert heard[-1] == {"error": "NVML events: Unknown Error"}
+
+
 def test_xid_events_name_their_gpu_and_instances(capsys: pytest.CaptureFixture[str]) -> None:
     nvml = FakeNvml({}, {})
     gpu0, gpu3 = nvml.handles["GPU-0"], nvml.handles["GPU-3"]
@@ -207,6 +280,29 @@ def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 20.
     raise AssertionError(f"no {wanted} within {timeout} s: {heard}")
 
 
+def test_the_child_on_a_fake_node_whose_nvml_has_no_events(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    node.write_nvml_config(dataclasses.replace(node.nvml_config(), events=False))
+    library = str(Path(node.lib_dir) / "libnvidia-ml.so.1")
+    uuids = [gpu.uuid for gpu in node.preset.gpus]
+    command = [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch", "--interval", "0.1", library, *uuids]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        heard = read_until(process, "probing")
+        assert [m for m in heard if "probe" not in m][1:] == [
+            {"probing": "NVML has no events (Not Supported)"}
+        ]
+        node.nvml_event("lost gpu=5")
+        deadline = time.monotonic() + 20
+        while read_until(process, "probe")[-1]["probe"][uuids[5]] == "":
+            assert time.monotonic() < deadline
+        assert process.poll() is None  # still probing
+    finally:
+        process.kill()
+        _, stderr = process.communicate()
+    assert stderr == ""
+
+
 def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
     node = make_node("eight")
     library = str(Path(node.lib_dir) / "libnvidia-ml.so.1")
@@ -234,3 +330,81 @@ def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
     finally:
         watching.kill()
         watching.wait()
+
+
+def test_the_child_loads_no_library_that_is_not_roots_alone(make_node: NodeFactory, tmp_path: Path) -> None:
+    """Whatever path it is given: it judges the file again where it would run it."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    planted = plant(user_lib_dir(node.root), "libnvidia-ml.so.1", marker)
+    process = child(planted, [node.preset.gpus[0].uuid])
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 1 and ran(marker) == []
+    assert json.loads(out) == {
+        "error": f"NVML at {planted}: {os.path.dirname(planted)}: owned by uid {USER}, not root: not loaded "
+        "(cdictk would run its code as root)"
+    }
+
+
+PLUGIN = [sys.executable, "-m", "cdictk", "device-plugin"]
+
+
+def test_the_plugins_nvml_child_never_runs_a_users_library_put_in_a_listed_directory(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """ld.so.conf names a user's directory, and the user puts a libnvidia-ml.so.1 there after ldconfig
+    ran. The plugin's NVML child loads the driver's (the cache's entry): the GPU it loses reaches the
+    kubelet, and the planted constructor never runs. Before, the child loaded the user's file as root, at every
+    restart."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    plant(user_lib_dir(node.root), "libnvidia-ml.so.1", marker)
+    generate_spec(node, tmp_path / "cdi")
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dpnvml-", dir="/tmp")  # socket paths are short
+    kubelet = Kubelet(plugin_dir)
+    kubelet.start()
+    args = [
+        "--plugin-dir", plugin_dir, "--driver-root", node.root, "--proc-root", node.proc,
+        "--sys-root", node.sys, "--spec-dir", str(tmp_path / "cdi"),
+    ]  # fmt: skip
+    process = subprocess.Popen([*PLUGIN, *args], stderr=subprocess.PIPE, text=True)
+    uuid = node.preset.gpus[0].uuid
+    try:
+        kubelet.wait_for("the plugin", lambda k: k.health(GPU) == {uuid: "Healthy"})
+        node.nvml_event("lost gpu=0")
+        kubelet.wait_for(
+            "the lost GPU, through the driver's NVML", lambda k: k.health(GPU) == {uuid: "Unhealthy"}
+        )
+    finally:
+        process.send_signal(signal.SIGTERM)
+        _, stderr = process.communicate(timeout=60)
+        kubelet.stop()
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+    assert ran(marker) == []
+    assert process.returncode == 0, stderr
+
+
+def test_the_plugin_stops_when_the_nvml_the_cache_names_is_a_users(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """ldconfig ran again since, the user's directory first: the cache names the user's file, which
+    the loader would take. The plugin says why in one line and exits 1, having loaded nothing."""
+    node = make_node("single")
+    marker = str(tmp_path / "ran")
+    planted = plant(user_lib_dir(node.root, first=True), "libnvidia-ml.so.1", marker)
+    relist(node.root)
+    plugin_dir = tempfile.mkdtemp(prefix="cdictk-dpnvml-", dir="/tmp")
+    try:
+        args = [
+            "--plugin-dir", plugin_dir, "--driver-root", node.root, "--proc-root", node.proc,
+            "--sys-root", node.sys, "--no-spec-check",
+        ]  # fmt: skip
+        result = subprocess.run([*PLUGIN, *args], capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        shutil.rmtree(plugin_dir, ignore_errors=True)
+    assert ran(marker) == []
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines() == [
+        f"cdictk: error: libnvidia-ml.so.1: {os.path.dirname(planted)}: owned by uid {USER}, not "
+        "root: not loaded (cdictk would run its code as root)"
+    ]

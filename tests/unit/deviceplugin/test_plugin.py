@@ -8,6 +8,7 @@ import dataclasses
 import os
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -17,8 +18,10 @@ from cdictk.deviceplugin.plugin import DevicePlugin
 from cdictk.deviceplugin.pluginsettings import Health, Replicas, Settings
 from cdictk.deviceplugin.resources import ResourceError
 from tests.conftest import NodeFactory
+from tests.e2e.kubelet.kubelet import Kubelet
+from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.nvml import FakeMig
-from tests.unit.deviceplugin.conftest import GPU, PluginFactory
+from tests.unit.deviceplugin.conftest import GPU, PluginFactory, generate_spec
 
 UUID = "GPU-4b1d0c2e-7a3f-4c55-9e21-0000000000{:02d}"
 WHOLE = [UUID.format(i) for i in range(1, 8)]  # GPU 0 is in MIG mode
@@ -129,7 +132,59 @@ def test_health_xid_and_lost_gpus_go_unhealthy_and_recover(run_plugin: PluginFac
     kubelet.wait_for("GPU 5 unhealthy", lambda k: k.health(GPU)[UUID.format(5)] == UNHEALTHY)
     node.nvml_event("recover gpu=5")
     kubelet.wait_for("GPU 5 healthy", lambda k: k.health(GPU)[UUID.format(5)] == HEALTHY)
-    assert any("Xid 79" in line for line in running.lines)
+    # a line for each change, and for the end of the Xid's recovery period
+    health = [line for line in running.lines if line.startswith(("Xid", "GPU-"))]
+    assert health == [
+        f"Xid 13 on {UUID.format(2)}: an application error, the GPU stays healthy",
+        f"Xid 79 on {UUID.format(3)}",
+        f"{UUID.format(3)} unhealthy: Xid 79",
+        f"Xid 79 on {UUID.format(3)}: 1 s without another, its recovery is over",
+        f"{UUID.format(3)} healthy again",
+        f"{UUID.format(5)} unhealthy: GPU is lost",
+        f"{UUID.format(5)} healthy again",
+    ]
+
+
+def test_an_nvml_without_events_is_one_line_then_health_by_probes(run_plugin: PluginFactory) -> None:
+    running = run_plugin(nvml_events=False)
+    kubelet, node, health = running.kubelet, running.node, running.plugin.health
+    kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    node.nvml_event("lost gpu=5")
+    kubelet.wait_for("GPU 5 unhealthy", lambda k: k.health(GPU)[UUID.format(5)] == UNHEALTHY)
+    node.nvml_event("recover gpu=5")
+    kubelet.wait_for("GPU 5 healthy", lambda k: k.health(GPU)[UUID.format(5)] == HEALTHY)
+    probes = health.probes
+    kubelet.wait_for("ten more probes", lambda k: health.probes >= probes + 10)  # no restarts meanwhile
+    assert [line for line in running.lines if "NVML" in line] == [
+        "NVML has no events (Not Supported): health from probes alone, no Xids"
+    ]
+    assert {h for i, h in kubelet.health(GPU).items()} == {HEALTHY}
+    assert f"{UUID.format(5)} unhealthy: GPU is lost" in running.lines
+
+
+def test_the_first_preferred_allocation_after_registering_has_the_topology(
+    make_node: NodeFactory, tmp_path: Path
+) -> None:
+    """Asked the moment the plugin registers, as a kubelet admitting waiting pods after the plugin
+    restarted asks: the NVLink pair every time, never a pair by index."""
+    node = make_node("eight")
+    generate_spec(node, tmp_path / "cdi")
+    for attempt in range(5):
+        plugin_dir = tempfile.mkdtemp(prefix="cdictk-dp-", dir="/tmp")
+        kubelet, stop = Kubelet(plugin_dir), threading.Event()
+        kubelet.start()
+        _, thread = serve(kubelet, node, tmp_path / "cdi", stop, rescan_interval=60.0)
+        try:
+            kubelet.wait_for("the registration", registered([GPU]))
+            assert kubelet.preferred(GPU, WHOLE, [UUID.format(5)], 2) == [UUID.format(5), UUID.format(4)], (
+                attempt
+            )
+            assert kubelet.preferred(GPU, WHOLE, [], 2) == [UUID.format(2), UUID.format(3)], attempt
+        finally:
+            stop.set()
+            thread.join(timeout=30)
+            kubelet.stop()
+            shutil.rmtree(plugin_dir, ignore_errors=True)
 
 
 def test_a_gpu_lost_when_the_node_is_discovered_again_stays_listed_unhealthy(
@@ -227,6 +282,20 @@ def test_a_registration_that_keeps_failing_is_tried_at_each_look_and_said_once(
         for server in plugin.servers.values():
             server.stop()
         shutil.rmtree(plugin_dir, ignore_errors=True)
+
+
+def test_a_refused_registration_says_what_the_kubelet_answered(run_plugin: PluginFactory) -> None:
+    import grpc
+
+    running = run_plugin()
+    running.kubelet.wait_for("nvidia.com/gpu", registered([GPU]))
+    running.kubelet.refusal = (grpc.StatusCode.UNAVAILABLE, "failed to dial device plugin")
+    running.kubelet.restart()  # a new kubelet.sock: the plugin registers again, and is refused
+    refused = (
+        f"registering {GPU}: the kubelet refused it: failed to dial device plugin (trying again every 1 s)"
+    )
+    running.kubelet.wait_for("the refusal", lambda k: refused in running.lines)
+    assert not any("no kubelet answers" in line for line in running.lines)
 
 
 def test_a_look_sends_the_list_when_an_xids_recovery_time_comes_without_waiting_for_a_probe(

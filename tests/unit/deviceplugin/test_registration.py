@@ -63,11 +63,34 @@ def test_a_refusal_is_one_line_with_the_kubelets_reason(plugin_dir: str) -> None
         kubelet.stop()
 
 
+def test_a_kubelet_answering_unavailable_refused_it_and_is_not_taken_for_none(plugin_dir: str) -> None:
+    """The kubelet answers so when it could not dial the plugin back: what it said is the reason."""
+    kubelet = Kubelet(plugin_dir)
+    kubelet.refusal = (grpc.StatusCode.UNAVAILABLE, "failed to dial device plugin: context deadline exceeded")
+    kubelet.start()
+    try:
+        with pytest.raises(RegistrationError) as refused:
+            register(plugin_dir, GPU, "cdictk-nvidia.com_gpu.sock")
+    finally:
+        kubelet.stop()
+    assert str(refused.value) == (
+        "registering nvidia.com/gpu: the kubelet refused it: failed to dial device plugin: context deadline exceeded"
+    )
+
+
 def test_no_kubelet_is_said_so(plugin_dir: str) -> None:
     with pytest.raises(RegistrationError) as refused:
         register(plugin_dir, GPU, "cdictk-nvidia.com_gpu.sock", timeout=2)
-    assert f"no kubelet answers on {plugin_dir}/kubelet.sock" in str(refused.value)
+    assert str(refused.value) == (
+        f"registering {GPU}: no kubelet answers on {plugin_dir}/kubelet.sock (No such file or directory)"
+    )
     assert isinstance(refused.value.__cause__, grpc.RpcError)
+    # a socket file left by a kubelet that is gone
+    with socket.socket(socket.AF_UNIX) as gone:
+        gone.bind(os.path.join(plugin_dir, "kubelet.sock"))
+    with pytest.raises(RegistrationError) as refused:
+        register(plugin_dir, GPU, "cdictk-nvidia.com_gpu.sock", timeout=2)
+    assert str(refused.value).endswith("kubelet.sock (Connection refused)")
 
 
 def test_kubelet_identity_changes_with_a_new_socket(plugin_dir: str) -> None:

@@ -1,6 +1,6 @@
 """One resource's gRPC server, driven by the kubelet stand-in: the lists ListAndWatch sends (health,
-NUMA nodes, new devices), Allocate's refusals, GetPreferredAllocation on the links it is given, and
-what stopping leaves."""
+NUMA nodes, new devices), Allocate's refusals, GetPreferredAllocation on the links it is given, every
+call answered while a peer holds many streams open, and what stopping leaves."""
 
 from __future__ import annotations
 
@@ -8,11 +8,28 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 import pytest
 
-from cdictk.deviceplugin.messages import HEALTHY, UNHEALTHY
+from cdictk.deviceplugin.messages import (
+    CODEC,
+    HEALTHY,
+    SCHEMA,
+    UNHEALTHY,
+    AllocateRequest,
+    AllocateResponse,
+    ContainerAllocateRequest,
+    ContainerPreferredAllocationRequest,
+    DevicePluginOptions,
+    Empty,
+    ListAndWatchResponse,
+    PreferredAllocationRequest,
+    PreferredAllocationResponse,
+    PreStartContainerRequest,
+    PreStartContainerResponse,
+)
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import register
 from cdictk.deviceplugin.resources import PluginDevice, Resource
@@ -102,6 +119,61 @@ def test_preferred_allocation_asks_for_the_links_each_time(served: Served) -> No
     assert served.kubelet.preferred(GPU, ids, [], 2) == ["GPU-0", "GPU-1"]
     served.links[frozenset(("GPU-1", "GPU-2"))] = 100
     assert served.kubelet.preferred(GPU, ids, [], 2) == ["GPU-1", "GPU-2"]
+
+
+PEER_STREAMS = 32
+# A call's deadline here: an answer takes about a millisecond (make bench-deviceplugin prints it);
+# one that waits for a stream to end never comes.
+DEADLINE = 2.0
+
+
+def call(channel: grpc.Channel, method: str, request: object, answer: type, timeout: float = DEADLINE) -> Any:
+    unary: grpc.UnaryUnaryMultiCallable[object, Any] = channel.unary_unary(
+        SCHEMA.method_path("DevicePlugin", method),
+        request_serializer=CODEC.serializer(),
+        response_deserializer=CODEC.deserializer(answer),
+    )
+    return unary(request, timeout=timeout)
+
+
+def test_a_peer_holding_many_streams_keeps_no_call_and_not_the_kubelets_stream_waiting(
+    served: Served,
+) -> None:
+    """A kubelet that reconnected without closing, or a monitoring tool, holds streams open: every
+    unary call still answers, and the kubelet's own stream (made anew by registering again) is
+    served and sent each change."""
+    peer = grpc.insecure_channel(f"unix://{served.server.path}")
+    listen = peer.unary_stream(
+        SCHEMA.method_path("DevicePlugin", "ListAndWatch"),
+        request_serializer=CODEC.serializer(),
+        response_deserializer=CODEC.deserializer(ListAndWatchResponse),
+    )
+    # a deadline on each, so that a stream the server never takes up fails the test rather than hangs it
+    streams = [listen(Empty(), timeout=10) for _ in range(PEER_STREAMS)]
+    try:
+        for stream in streams:
+            assert [d.ID for d in next(stream).devices] == ["GPU-0", "GPU-1", "GPU-2"]
+        kubelet = served.kubelet.endpoints[GPU].channel
+        for channel in (kubelet, peer):
+            options = call(channel, "GetDevicePluginOptions", Empty(), DevicePluginOptions)
+            assert options.get_preferred_allocation_available
+            request = AllocateRequest([ContainerAllocateRequest(["GPU-0"])])
+            assert call(channel, "Allocate", request, AllocateResponse).container_responses[0].cdi_devices
+            preferred = PreferredAllocationRequest(
+                [ContainerPreferredAllocationRequest(["GPU-0", "GPU-1", "GPU-2"], [], 1)]
+            )
+            answer = call(channel, "GetPreferredAllocation", preferred, PreferredAllocationResponse)
+            assert answer.container_responses[0].deviceIDs == ["GPU-0"]
+            call(channel, "PreStartContainer", PreStartContainerRequest(["GPU-0"]), PreStartContainerResponse)
+        # the kubelet registers again (as after its restart): its new stream is served beside the peer's
+        register(served.kubelet.plugin_dir, GPU, served.server.resource.socket)
+        served.kubelet.wait_for("the new stream's list", lambda k: k.endpoints[GPU].updates == 1)
+        served.unhealthy["GPU-2"] = "Xid 79"
+        served.server.update()
+        served.kubelet.wait_for("GPU-2 unhealthy", lambda k: k.health(GPU)["GPU-2"] == UNHEALTHY)
+        assert [d.health for d in next(streams[-1]).devices] == [HEALTHY, HEALTHY, UNHEALTHY]
+    finally:
+        peer.close()
 
 
 def test_stop_ends_the_stream_and_removes_the_socket(served: Served) -> None:

@@ -112,6 +112,18 @@ def test_init_failures(lib: str) -> None:
         pynvml.nvmlDeviceGetCount()
 
 
+def test_events_can_be_unsupported(lib: str) -> None:
+    config().write(os.path.dirname(lib))
+    pynvml.nvmlInit()
+    pynvml.nvmlEventSetFree(pynvml.nvmlEventSetCreate())
+    pynvml.nvmlShutdown()
+    config(events=False).write(os.path.dirname(lib))
+    pynvml.nvmlInit()
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlEventSetCreate()
+    assert "events supported=0" in config(events=False).render()
+
+
 def test_config_is_read_again_at_the_next_init(lib: str) -> None:
     config().write(os.path.dirname(lib))
     pynvml.nvmlInit()

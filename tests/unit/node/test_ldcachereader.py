@@ -314,3 +314,10 @@ def test_this_machines_cache() -> None:
         pytest.skip("this machine has no /etc/ld.so.cache")
     entries = read_ld_cache("/etc/ld.so.cache")
     assert any(entry.name == "libc.so.6" for entry in entries)
+
+
+def test_one_name_alone() -> None:
+    data = new_cache(SAMPLE)
+    assert parse_ld_cache(data, "libcuda.so.1") == EXPECTED[:2]
+    assert parse_ld_cache(data, "libcuda.so") == []  # a key, not a prefix
+    assert parse_ld_cache(old_cache(SAMPLE, embed_new=False), "libnvidia-ml.so.1") == EXPECTED[3:]

@@ -1,13 +1,17 @@
-"""WSL2's driver: the store found by scanning, its files, and the driver version from its NVML."""
+"""WSL2's driver: the store found by scanning, its files, and the driver version from NVML (the
+cache's, root's alone with the libdxcore.so it opens)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+import pytest
+
 from cdictk.node import wsl
 from cdictk.node.roots import Roots
 from tests.conftest import PlatformFactory
+from tests.fakenode.planted import USER, plant, ran
 from tests.fakenode.platforms import WSL_EXTRA, WSL_STORE, WSL_VERSION, PlatformNode
 
 
@@ -67,3 +71,26 @@ def test_the_version_from_nvml_else_from_a_versioned_name_else_none(make_platfor
     )
     (store / "libnvidia-gpucomp.so.581.42").write_bytes(b"\x7fELF")
     assert wsl.driver_version(roots(node), []) == "581.42"
+
+
+@pytest.mark.parametrize("soname", ["libnvidia-ml.so.1", "libdxcore.so"])
+def test_a_users_nvml_or_dxcore_in_the_caches_place_never_runs(
+    make_platform: PlatformFactory, tmp_path: Path, soname: str
+) -> None:
+    """NVML is the cache's (/usr/lib/wsl/lib), never a store's file found by listing, and is loaded
+    only when it and the libdxcore.so it opens by name are root's alone: a user's file in either
+    place (a Windows driver update is root's; a user's copy is not) stops NVML's load, and the
+    version comes from the store's names."""
+    node = make_platform("wsl")
+    lib = Path(node.root, "usr/lib/wsl/lib")
+    (lib / soname).unlink()
+    marker = str(tmp_path / "ran")
+    planted = plant(str(lib), soname, marker)
+    warnings: list[str] = []
+    assert wsl.driver_version(roots(node), warnings) == ""
+    assert ran(marker) == []
+    opened = "" if soname == "libnvidia-ml.so.1" else "libdxcore.so, which it opens: "
+    assert warnings == [
+        f"libnvidia-ml.so.1: {opened}{planted}: owned by uid {USER}, not root: not loaded (cdictk would "
+        "run its code as root); the driver version comes from the store's file names"
+    ]

@@ -16,7 +16,7 @@ import pytest
 
 from cdictk import trust
 from cdictk.cli.main import main
-from cdictk.cli.runtime import default_runtime_path
+from cdictk.cli.runtime import default_runtime
 from cdictk.runtime import launchers, settings
 from cdictk.runtime.launchers import LauncherError, Reads, install_launchers, launcher_text
 from tests import REPO
@@ -161,13 +161,30 @@ def test_the_command_writes_them_or_says_why_not(tmp_path: Path, capsys: pytest.
     assert capsys.readouterr().err.count("\n") == 1
 
 
-def test_configure_registers_the_launcher_once_installed(
+def test_configure_registers_the_front_once_installed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(launchers, "DEFAULT_DIR", str(tmp_path))
-    assert default_runtime_path() != str(tmp_path / "cdictk-runtime")
     install_launchers(str(tmp_path))
-    assert default_runtime_path() == str(tmp_path / "cdictk-runtime")
+    mtime = (tmp_path / "cdictk-runtime").stat().st_mtime_ns
+    path, line = default_runtime(install=True)
+    assert path == str(tmp_path / "cdictk-runtime") and line.startswith(f"cdictk: registering {path}: ")
+    assert (tmp_path / "cdictk-runtime").stat().st_mtime_ns == mtime
+
+
+def test_check_install_refuses_what_the_install_would_and_writes_nothing(tmp_path: Path) -> None:
+    launchers.check_install(str(tmp_path / "new" / "dir"))
+    assert list(tmp_path.iterdir()) == []
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    loose.chmod(0o777)
+    with pytest.raises(LauncherError, match="writable by group or others"):
+        launchers.check_install(str(loose / "dir"))
+    with pytest.raises(LauncherError, match="must be an absolute path"):
+        launchers.check_install("relative")
+    with pytest.raises(LauncherError, match="must be an absolute path"):
+        install_launchers("relative")
+    assert list(loose.iterdir()) == []
 
 
 def test_configure_run_from_the_node_runtime_registers_its_stable_front(
@@ -175,7 +192,11 @@ def test_configure_run_from_the_node_runtime_registers_its_stable_front(
 ) -> None:
     """Not the version's own launcher, which a later version removes: PREFIX/bin/cdictk-runtime."""
     monkeypatch.setattr("cdictk.bundlepaths.stable_program", lambda name: f"/opt/cdictk/bin/{name}")
-    assert default_runtime_path() == "/opt/cdictk/bin/cdictk-runtime"
+    path, line = default_runtime(install=True)
+    assert (path, line) == (
+        "/opt/cdictk/bin/cdictk-runtime",
+        f"cdictk: registering {path}: the node runtime's cdictk-runtime",
+    )
 
 
 def test_the_shipped_podman_hook_names_the_launcher() -> None:

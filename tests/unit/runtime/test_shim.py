@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,8 @@ import pytest
 from cdictk.parsecache import ParseCache
 from cdictk.runtime.settings import Settings
 from cdictk.runtime.shim import ShimError, bundle_dir, find_runtime, prepare_bundle, subcommand
+from tests import REPO
+from tests.unit.runtime.test_runtimelog import last_runtime_error
 
 
 def settings(spec_dir: Path) -> Settings:
@@ -60,6 +64,7 @@ def test_find_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def write_bundle(tmp_path: Path, config: object) -> Path:
+    tmp_path.mkdir(exist_ok=True)
     (tmp_path / "config.json").write_text(json.dumps(config))
     return tmp_path
 
@@ -156,3 +161,45 @@ def test_a_warning_for_an_ignored_request_and_the_container_starts(
         "(--device nvidia.com/gpu=0), a cdi.k8s.io/* annotation, docker run --gpus, or a device plugin's "
         "cdi or volume-mounts strategy\n"
     )
+
+
+def run_shim(tmp_path: Path, bundle: Path, *global_options: str) -> subprocess.CompletedProcess[str]:
+    """The shim's create, as an engine runs it, with settings whose runtime is ``true`` (what it
+    would exec) and no spec."""
+    config = tmp_path / "cdictk.toml"
+    config.write_text(
+        f'[runtime]\nruntimes = ["/bin/true"]\nspec-dirs = [{json.dumps(str(tmp_path / "no-specs"))}]\n'
+        "[node]\ngenerate-when-missing = false\n"
+    )
+    env = {"PATH": "/usr/bin:/bin", "CDICTK_CONFIG": str(config), "CDICTK_CACHE_DIR": ""}
+    return subprocess.run(
+        [sys.executable, "-I", "-m", "cdictk.runtime.shim", *global_options, "create", "--bundle", str(bundle), "id"],
+        capture_output=True, text=True, env=env, check=False, cwd=REPO,
+    )  # fmt: skip
+
+
+def test_a_refusal_is_the_runtime_logs_last_error(tmp_path: Path) -> None:
+    """containerd reports the runtime log's last error (kubectl describe shows it): the shim's line."""
+    bundle = write_bundle(tmp_path / "bundle", {"annotations": {"cdi.k8s.io/x": "nvidia.com/gpu=9"}})
+    log = tmp_path / "log.json"
+    result = run_shim(tmp_path, bundle, "--root", "/run/x", "--log", str(log), "--log-format", "json")
+    assert result.returncode == 1
+    assert result.stderr.startswith("cdictk-runtime: error: nvidia.com/gpu=9: unresolvable CDI device")
+    assert result.stderr.count("\n") == 1
+    assert last_runtime_error(log) == result.stderr.strip()
+
+
+def test_a_warning_in_create_goes_to_the_runtime_log_not_the_containers_stderr(tmp_path: Path) -> None:
+    bundle = write_bundle(
+        tmp_path / "bundle",
+        {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=all"], "capabilities": {"bounding": []}}},
+    )
+    log = tmp_path / "log.json"
+    result = run_shim(tmp_path, bundle, "--log", str(log), "--log-format", "json")
+    assert (result.returncode, result.stderr) == (0, "")
+    (line,) = log.read_text().splitlines()
+    record = json.loads(line)
+    assert record["level"] == "warning"
+    assert record["msg"].startswith('cdictk-runtime: warning: NVIDIA_VISIBLE_DEVICES="all" ignored: ')
+    without_log = run_shim(tmp_path, bundle)
+    assert without_log.returncode == 0 and without_log.stderr == record["msg"] + "\n"  # as runc: stderr

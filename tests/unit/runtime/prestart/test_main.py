@@ -402,23 +402,47 @@ def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: N
     assert result.stderr.splitlines()[-1] == f"{PREFIX}the container has its devices already"
 
 
-def test_nvml_is_only_loaded_from_the_specs_mounts_and_only_if_roots(tmp_path: Path) -> None:
-    from cdictk.errors import HookError
+def test_nvml_is_the_specs_or_the_host_caches_and_only_if_roots_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spec's NVML mount (never one config.json had already), else the entry of the host's ld
+    cache; either only when it and its way are root's alone (cdictk.node.libchoice)."""
+    from cdictk.node import libchoice
+    from cdictk.node.libchoice import LibraryError
     from cdictk.runtime.prestart.additions import Additions
     from cdictk.runtime.prestart.main import _nvml_library
+    from tests.unit.node.test_ldcachereader import new_cache
 
-    plan = Additions()
-    assert _nvml_library(plan) == "libnvidia-ml.so.1"  # the spec mounts none: the loader's
-    lib = tmp_path / "libnvidia-ml.so.580.95.05"
+    lib_dir = tmp_path / "lib"
+    lib_dir.mkdir(mode=0o755)
+    lib = lib_dir / "libnvidia-ml.so.580.95.05"
     lib.write_text("")
     lib.chmod(0o644)
+    cache = tmp_path / "ld.so.cache"  # the host's, as far as the hook can tell
+    cache.write_bytes(new_cache([(libchoice.process_abi() or 0, "libnvidia-ml.so.1", str(lib))]))
+    monkeypatch.setattr(libchoice, "LD_CACHE", str(cache))
+    monkeypatch.setattr(libchoice, "USUAL_LIB_DIRS", ())
+    plan = Additions()
+    assert _nvml_library(plan) == str(lib)  # the spec mounts none: the loader's
+    cache.write_bytes(new_cache([]))
+    with pytest.raises(LibraryError, match=r"^libnvidia-ml\.so\.1: not found under /"):
+        _nvml_library(plan)
+
     plan.mounts = [{"destination": "/usr/lib/libnvidia-ml.so.1", "source": str(lib), "type": "bind"}]
     assert _nvml_library(plan) == str(lib)
-    for mode, owner in ((0o664, 0), (0o644, 1234)):
+    for mode, owner, why in (
+        (0o664, 0, r"writable by group or others \(mode 0664\)"),
+        (0o644, 1234, "owned by uid 1234, not root"),
+    ):
         lib.chmod(mode)
         os.chown(lib, owner, 0)
-        with pytest.raises(HookError, match="not owned by root, or writable by others: not loaded"):
+        with pytest.raises(LibraryError, match=f"^{lib}: {why}: not loaded"):
             _nvml_library(plan)
+    lib.chmod(0o644)
+    os.chown(lib, 0, 0)
+    lib_dir.chmod(0o777)  # the directory on its way, which the hook never judged before
+    with pytest.raises(LibraryError, match=rf"^{lib_dir}: writable by group or others \(mode 0777\)"):
+        _nvml_library(plan)
 
 
 @pytest.mark.parametrize("name", ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"])
