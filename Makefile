@@ -14,13 +14,13 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench examples realnode nodeimage
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate bench-k8s bench-deviceplugin demo real-node-bundle image
+	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher image
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
 	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
-	@echo "     real-node-bundle [NVIDIA_TOOLS=DIR] | image"
+	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher | image"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -122,6 +122,17 @@ bench-k8s: $(VENV)/.cdictk-test-installed
 AGAINST ?=
 bench-deviceplugin: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.deviceplugin $(if $(AGAINST),--against $(AGAINST))
+
+# The node runtime (docs/node-runtime.md): its size on a node, and the hook's start through it beside
+# the same hook under /usr/bin/python3 (aims: 40 MiB, within 10%). Builds the runtime in a chroot of
+# tests/fetch-rootfs.sh's bookworm-python root first (about a minute). Needs root and gcc.
+bench-node-runtime: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.noderuntime --rounds $(ROUNDS)
+
+# The node runtime's static launcher (gcc -static -Os, glibc's static library from libc6-dev), for
+# `python -m cdictk.noderuntime build --launcher build/node-runtime/cdictk-launcher` in the image.
+node-launcher: $(VENV)/.cdictk-installed
+	$(PYTHON) -m cdictk.noderuntime launcher --output build/node-runtime/cdictk-launcher
 
 # What to carry to a real GPU node (docs/development.md, "A real GPU node"): build/real-node-bundle, with
 # the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox and the CUDA probe; with

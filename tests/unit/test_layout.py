@@ -60,6 +60,7 @@ COVERED_BY = {
     "nvcdi/cdiversion.py": "nvcdi/test_build.py",
     "nvcdi/claims.py": "test_api.py",
     "nvcdi/devices.py": "nvcdi/test_build.py",
+    "noderuntime/__main__.py": "noderuntime/test_assemble.py",  # python -m cdictk.noderuntime
 }
 
 
