@@ -11,16 +11,16 @@ PYTHON := $(VENV)/bin/python
 endif
 # The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-SOURCES = cdictk tests bench examples realnode
+SOURCES = cdictk tests bench examples realnode nodeimage
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher
+	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher image
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
 	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
-	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher"
+	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher | image"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -141,3 +141,13 @@ node-launcher: $(VENV)/.cdictk-installed
 NVIDIA_TOOLS ?=
 real-node-bundle: $(VENV)/.cdictk-installed
 	$(PYTHON) -m realnode.bundle --out build/real-node-bundle $(if $(NVIDIA_TOOLS),--nvidia-tools $(NVIDIA_TOOLS))
+
+# The DaemonSet's image, built here without a registry or a container engine (deploy/README.md): the
+# cached Debian bookworm root with python3 (tests/fetch-rootfs.sh builds it once), and in a chroot of it
+# deploy/kubernetes/image-root.sh, the script the Containerfile runs too. Writes build/image/oci (an OCI
+# layout) and build/image/cdictk-VERSION.oci.tar, and prints the image's digest: the same clone, root
+# and wheels give the same one. Needs root, debootstrap and gcc, and PyPI the first time (the pinned wheels).
+ROOTFS_CACHE ?= $(or $(CDICTK_ROOTFS_CACHE),/var/cache/cdictk-tests/rootfs)
+image: $(VENV)/.cdictk-installed
+	./tests/fetch-rootfs.sh $(ROOTFS_CACHE) bookworm-python
+	$(PYTHON) -m nodeimage build --rootfs $(ROOTFS_CACHE)/minbase-bookworm-python --out build/image
