@@ -11,16 +11,16 @@ PYTHON := $(VENV)/bin/python
 endif
 # The venv's scripts (cdictk, cdictk-runtime) first on PATH: the benches run them by name.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
-SOURCES = cdictk tests bench examples realnode
+SOURCES = cdictk tests bench examples realnode nodeimage
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate bench-k8s bench-deviceplugin demo real-node-bundle
+	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher image
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
 	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
-	@echo "     real-node-bundle [NVIDIA_TOOLS=DIR]"
+	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher | image"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -123,6 +123,17 @@ AGAINST ?=
 bench-deviceplugin: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.deviceplugin $(if $(AGAINST),--against $(AGAINST))
 
+# The node runtime (docs/node-runtime.md): its size on a node, and the hook's start through it beside
+# the same hook under /usr/bin/python3 (aims: 40 MiB, within 10%). Builds the runtime in a chroot of
+# tests/fetch-rootfs.sh's bookworm-python root first (about a minute). Needs root and gcc.
+bench-node-runtime: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.noderuntime --rounds $(ROUNDS)
+
+# The node runtime's static launcher (gcc -static -Os, glibc's static library from libc6-dev), for
+# `python -m cdictk.noderuntime build --launcher build/node-runtime/cdictk-launcher` in the image.
+node-launcher: $(VENV)/.cdictk-installed
+	$(PYTHON) -m cdictk.noderuntime launcher --output build/node-runtime/cdictk-launcher
+
 # What to carry to a real GPU node (docs/development.md, "A real GPU node"): build/real-node-bundle, with
 # the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox and the CUDA probe; with
 # NVIDIA_TOOLS=DIR, NVIDIA's nvidia-ctk, nvidia-cdi-hook and runtimes built in DIR too. Needs gcc, runc,
@@ -130,3 +141,13 @@ bench-deviceplugin: $(VENV)/.cdictk-test-installed
 NVIDIA_TOOLS ?=
 real-node-bundle: $(VENV)/.cdictk-installed
 	$(PYTHON) -m realnode.bundle --out build/real-node-bundle $(if $(NVIDIA_TOOLS),--nvidia-tools $(NVIDIA_TOOLS))
+
+# The DaemonSet's image, built here without a registry or a container engine (deploy/README.md): the
+# cached Debian bookworm root with python3 (tests/fetch-rootfs.sh builds it once), and in a chroot of it
+# deploy/kubernetes/image-root.sh, the script the Containerfile runs too. Writes build/image/oci (an OCI
+# layout) and build/image/cdictk-VERSION.oci.tar, and prints the image's digest: the same clone, root
+# and wheels give the same one. Needs root, debootstrap and gcc, and PyPI the first time (the pinned wheels).
+ROOTFS_CACHE ?= $(or $(CDICTK_ROOTFS_CACHE),/var/cache/cdictk-tests/rootfs)
+image: $(VENV)/.cdictk-installed
+	./tests/fetch-rootfs.sh $(ROOTFS_CACHE) bookworm-python
+	$(PYTHON) -m nodeimage build --rootfs $(ROOTFS_CACHE)/minbase-bookworm-python --out build/image

@@ -15,7 +15,9 @@ not a library of that driver, and ``read_dso`` and ``read_soname`` answer None f
   on request, the ``NT_GNU_ABI_TAG`` kernel version that ldconfig 2.35 and older store; None for
   anything ldconfig would skip (the ld cache the hook writes);
 - :func:`glibc_minor`: the newest ``GLIBC_2.N`` symbol version a libc defines (the image's glibc
-  release, for the hook's ld cache).
+  release, for the hook's ld cache);
+- :func:`read_links`: what the dynamic loader needs to load a program or library (``DT_NEEDED``, its
+  run paths, ``PT_INTERP``, the machine), for the node runtime's closure of shared libraries.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ _EF_RISCV_RVC, _EF_RISCV_FLOAT_ABI = 0x0001, 0x0006
 _RISCV_FLOAT_ABIS = {0x0000: FLAG_RISCV_FLOAT_ABI_SOFT, 0x0004: FLAG_RISCV_FLOAT_ABI_DOUBLE}
 _PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_NOTE = 1, 2, 3, 4
 _DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ, _DT_SONAME = 0, 1, 5, 10, 14
+_DT_RPATH, _DT_RUNPATH = 15, 29
+_ET_EXEC = 2
+_MAX_NEEDED = 256
 _DT_VERDEF, _DT_VERDEFNUM = 0x6FFFFFFC, 0x6FFFFFFD
 _VERDEF = struct.Struct("<HHHHIII")  # version, flags, ndx, cnt, hash, aux, next: the same in both classes
 _MAX_VERDEFS = 512
@@ -72,6 +77,81 @@ class Dso:
         self.osversion = (
             osversion  # from the NT_GNU_ABI_TAG note: OS << 24 | major << 16 | minor << 8 | patch
         )
+
+
+class Links:
+    """What the dynamic loader reads to load an ELF program or shared object: its ``DT_NEEDED`` names in
+    order, its ``DT_RUNPATH`` and ``DT_RPATH`` (each a ``:``-separated list, ``$ORIGIN`` unexpanded),
+    its ``PT_INTERP`` (programs), and ``arch``: the architecture bits of ldconfig's flags for its
+    machine and class (:data:`FLAG_X8664_LIB64`...), None for a machine ldconfig does not know."""
+
+    __slots__ = ("arch", "interpreter", "needed", "rpath", "runpath")
+
+    def __init__(
+        self,
+        arch: int | None,
+        needed: tuple[bytes, ...],
+        runpath: bytes | None,
+        rpath: bytes | None,
+        interpreter: bytes | None,
+    ) -> None:
+        self.arch = arch
+        self.needed = needed
+        self.runpath = runpath
+        self.rpath = rpath
+        self.interpreter = interpreter
+
+
+def read_links(path: str, max_size: int = 1 << 30) -> Links | None:
+    """:class:`Links` of the little-endian ELF program or shared object at ``path`` (a regular file of
+    at most ``max_size`` bytes); None for anything else, or one whose headers do not fit the file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or not _MIN_SIZE <= info.st_size <= max_size:
+            return None
+        return _links(fd, info.st_size)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _links(fd: int, size: int) -> Links | None:
+    header = _header(fd)
+    if header is None:
+        return None
+    is64, e_type, machine, e_flags, headers = header
+    if e_type not in (_ET_DYN, _ET_EXEC):
+        return None
+    segments = _segments(fd, size, is64, headers)
+    if segments is None:
+        return None
+    interpreter = next(
+        (_string(fd, offset) for kind, offset, _, _, _ in segments if kind == _PT_INTERP and offset < size),
+        None,
+    )
+    arch = _arch_flags(machine, is64, e_flags)
+    dynamic = _dynamic_entries(fd, size, is64, segments)
+    if dynamic is None:  # a static program: nothing to load
+        return Links(arch, (), None, None, interpreter)
+    tags, values = dynamic
+    if _DT_STRTAB not in tags:
+        return None
+    strtab = _file_offset(segments, values[tags.index(_DT_STRTAB)])
+
+    def string(value: int) -> bytes | None:
+        return _string(fd, strtab + value) if 0 <= strtab + value < size else None
+
+    needed = [string(value) for tag, value in zip(tags, values, strict=True) if tag == _DT_NEEDED]
+    if len(needed) > _MAX_NEEDED or None in needed:
+        return None
+    runpath = string(values[tags.index(_DT_RUNPATH)]) if _DT_RUNPATH in tags else None
+    rpath = string(values[tags.index(_DT_RPATH)]) if _DT_RPATH in tags else None
+    return Links(arch, tuple(name for name in needed if name is not None), runpath, rpath, interpreter)
 
 
 def read_dso(fd: int, size: int, *, abi_tag: bool = False) -> Dso | None:

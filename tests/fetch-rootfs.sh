@@ -4,7 +4,10 @@
 #   CACHE_DIR/minbase-SUITE/{sbin/ldconfig,etc/ld.so.conf,etc/ld.so.cache,...}
 # bullseye, bookworm and trixie from Debian's mirror, jammy and noble from Ubuntu's: debootstrap
 # --variant=minbase plus a few libraries (PACKAGES), so that each image's own glibc and ldconfig are
-# what the ld cache writer is held against. A Debian 11 image is not merged-/usr, as Debian's own
+# what the ld cache writer is held against. bookworm-python is not a release but the base of the
+# DaemonSet's image and of the node runtime (cdictk.noderuntime): bookworm minbase plus Debian's
+# python3, with venv and pip's certificates (PYTHON_PACKAGES; dependencies only, no recommends, as
+# debootstrap installs them), about 40 s and 180 MB. A Debian 11 image is not merged-/usr, as Debian's own
 # bullseye images are not. Each takes 20-60 s (several are built at once) and leaves 130-220 MB once
 # its downloaded .debs are deleted. Tests never write to them: each one mounts an overlay on top.
 # A build goes to a temp dir beside the final place and is renamed in, so an interrupted run never
@@ -19,6 +22,9 @@ suites=("$@")
 ((${#suites[@]})) || suites=(bookworm)
 # What the hook tests look for in an image beside minbase: libraries with SONAME links of their own.
 PACKAGES=libgomp1,libnuma1,libglvnd0,libegl1
+# The image's Python: the interpreter and its standard library, ensurepip's wheels for a venv, and the
+# CA certificates pip checks an index with.
+PYTHON_PACKAGES=python3,python3-venv,ca-certificates
 DEBIAN=http://deb.debian.org/debian
 UBUNTU=http://archive.ubuntu.com/ubuntu
 STAMP=.cdictk-rootfs # in the rootfs: the recipe it was built from
@@ -28,16 +34,17 @@ fail() {
   exit 1
 }
 
-# suite -> "mirror keyring script debootstrap-options"
+# name -> "release mirror keyring script debootstrap-options packages"
 recipe() {
   local debian_keyring=/usr/share/keyrings/debian-archive-keyring.gpg
   local ubuntu_keyring=/usr/share/keyrings/ubuntu-archive-keyring.gpg
   # Ubuntu's releases all use debootstrap's "gutsy" script; Debian 12's debootstrap predates noble.
   local ubuntu_script=/usr/share/debootstrap/scripts/gutsy
   case $1 in
-    bullseye) echo "$DEBIAN $debian_keyring - --no-merged-usr" ;;
-    bookworm | trixie) echo "$DEBIAN $debian_keyring - -" ;;
-    jammy | noble) echo "$UBUNTU $ubuntu_keyring $ubuntu_script --components=main" ;;
+    bullseye) echo "$1 $DEBIAN $debian_keyring - --no-merged-usr $PACKAGES" ;;
+    bookworm | trixie) echo "$1 $DEBIAN $debian_keyring - - $PACKAGES" ;;
+    bookworm-python) echo "bookworm $DEBIAN $debian_keyring - - $PYTHON_PACKAGES" ;;
+    jammy | noble) echo "$1 $UBUNTU $ubuntu_keyring $ubuntu_script --components=main $PACKAGES" ;;
     *) return 1 ;;
   esac
 }
@@ -56,10 +63,12 @@ describe() {
 
 build() {
   local suite=$1 rootfs=$cache/minbase-$1
-  local spec mirror keyring script options stamp
-  spec=$(recipe "$suite") || fail "$suite: unknown release (bullseye, bookworm, trixie, jammy, noble)"
-  read -r mirror keyring script options <<<"$spec"
-  stamp="$suite $mirror --variant=minbase --include=$PACKAGES $options"
+  local spec release mirror keyring script options packages stamp
+  spec=$(recipe "$suite") ||
+    fail "$suite: unknown release (bullseye, bookworm, trixie, jammy, noble; or bookworm-python)"
+  read -r release mirror keyring script options packages <<<"$spec"
+  # The release's own stamps stay as they were, so that a cached rootfs is not built again.
+  stamp="$release $mirror --variant=minbase --include=$packages $options"
   if present "$rootfs" "$stamp"; then
     describe "$rootfs" "$suite"
     return 0
@@ -77,11 +86,11 @@ build() {
   # shellcheck disable=SC2064 # the temp dir's name, now
   trap "cleanup '$work'" EXIT
   # One clear line instead of debootstrap's own, when the mirror cannot be reached at all.
-  wget -q -T 15 -t 2 -O /dev/null "$mirror/dists/$suite/Release" ||
-    fail "$suite: cannot download $mirror/dists/$suite/Release: is the mirror reachable?"
-  local args=(--variant=minbase "--include=$PACKAGES" "--keyring=$keyring")
+  wget -q -T 15 -t 2 -O /dev/null "$mirror/dists/$release/Release" ||
+    fail "$suite: cannot download $mirror/dists/$release/Release: is the mirror reachable?"
+  local args=(--variant=minbase "--include=$packages" "--keyring=$keyring")
   [[ $options == - ]] || args+=("$options")
-  args+=("$suite" "$work/rootfs" "$mirror")
+  args+=("$release" "$work/rootfs" "$mirror")
   [[ $script == - ]] || args+=("$script")
   if ! debootstrap "${args[@]}" >"$work/debootstrap.log" 2>&1; then
     tail -5 "$work/debootstrap.log" >&2

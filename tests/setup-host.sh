@@ -11,8 +11,9 @@
 #    tests/fetch-daemons.sh: bookworm's own have no CDI. CDICTK_DAEMONS_CACHE moves the cache; the
 #    tests read the same variable;
 #  - a Debian bookworm minbase rootfs, built once by tests/fetch-rootfs.sh with debootstrap, for the hook
-#    tests (a real ldconfig and ld.so.cache in the image). CDICTK_ROOTFS_CACHE moves the cache; the
-#    tests read the same variable. The slow ld cache tests build the other releases' (Debian 11 and 13,
+#    tests (a real ldconfig and ld.so.cache in the image), and the same with Debian's python3
+#    (bookworm-python), from which the node runtime's tests build the runtime as the DaemonSet's
+#    image does. CDICTK_ROOTFS_CACHE moves the cache; the tests read the same variable. The slow ld cache tests build the other releases' (Debian 11 and 13,
 #    Ubuntu 22.04 and 24.04) there when they first run; Ubuntu's need ubuntu-keyring, from apt or,
 #    where apt has none (Debian 12), from this release's backports with a private apt state;
 #  - crun (and podman on crun) refuses hybrid cgroups while any controller is still on the v2
@@ -79,8 +80,8 @@ fi
 
 # Downloads only on the first run (about 6 s, 185 MB unpacked); later runs just print the versions.
 "$(dirname "$0")/fetch-daemons.sh" "${CDICTK_DAEMONS_CACHE:-/var/cache/cdictk-tests/daemons}"
-# Builds only on the first run (about 30 s, 210 MB); later runs just print what is cached.
-"$(dirname "$0")/fetch-rootfs.sh" "${CDICTK_ROOTFS_CACHE:-/var/cache/cdictk-tests/rootfs}"
+# Builds only on the first run (about 60 s for both, 440 MB); later runs just print what is cached.
+"$(dirname "$0")/fetch-rootfs.sh" "${CDICTK_ROOTFS_CACHE:-/var/cache/cdictk-tests/rootfs}" bookworm bookworm-python
 
 unified=/sys/fs/cgroup/unified/cgroup.controllers
 # cgroupfs files report size 0: test the content, not -s.

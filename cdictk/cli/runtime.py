@@ -16,10 +16,15 @@ _DEFAULT = "RUNTIME_DEFAULT"
 
 def default_runtime(*, install: bool) -> tuple[str, str]:
     """The cdictk-runtime configure registers when no --runtime-path is given, and the line that says
-    which: the shell front in the launchers' directory, installed there first when it is missing
-    (``install`` false: only checked, for --dry-run); the console script when it cannot be."""
+    which: run from an installed node runtime, its stable ``PREFIX/bin/cdictk-runtime``; else the shell
+    front in the launchers' directory, installed there first when it is missing (``install`` false:
+    only checked, for --dry-run); the console script when it cannot be."""
+    from cdictk.bundlepaths import SHIM, stable_program  # noqa: PLC0415
     from cdictk.runtime import launchers  # noqa: PLC0415
 
+    stable = stable_program(SHIM)
+    if stable is not None:  # not this version's own launcher, which a later version removes
+        return stable, f"cdictk: registering {stable}: the node runtime's cdictk-runtime"
     directory = launchers.DEFAULT_DIR
     front = os.path.join(directory, launchers.SHIM)
     fast = "the shell front, which starts Python only for a create that may ask for a GPU"

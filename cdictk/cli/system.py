@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -202,3 +203,86 @@ def create_dev_char_symlinks_command(  # click passes every option by keyword
         f"{report.unchanged} already right"
     )
     return _errors(problems)
+
+
+@system_group.command("install-runtime")
+@click.option(
+    "--bundle",
+    metavar="DIR",
+    help="The runtime to install (python -m cdictk.noderuntime build makes one). Default: the runtime "
+    "this command runs from.",
+)
+@click.option(
+    "--prefix",
+    default="/opt/cdictk",
+    show_default=True,
+    metavar="DIR",
+    help="Where the node has it: the links, the shim's front and the hook paths of specs name it.",
+)
+@click.option(
+    "--target",
+    metavar="DIR",
+    help="Where this process sees the node's PREFIX, when it is mounted elsewhere (the DaemonSet's init "
+    "container: /host-opt-cdictk). Default: PREFIX itself.",
+)
+@click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="The node's / as seen here: whether it has /bin/sh, and its /etc/cdictk/config.toml, decide "
+    "the shim's front in PREFIX/bin.",
+)
+def install_runtime_command(*, bundle: str | None, prefix: str, target: str | None, host_root: str) -> int:
+    """Install cdictk's node runtime under PREFIX, atomically.
+
+    The runtime (a Python, its libraries and loader, and cdictk, started by a static launcher) needs
+    nothing of the node but its kernel. It goes to PREFIX/versions/ID, runs once there (its hooks'
+    --help, every extension module imported, nothing loaded from outside it), and only then does
+    PREFIX/current point to it. The version current named before is kept (hooks may still run from
+    it), older ones are removed. PREFIX/bin holds the stable paths engines run: cdictk,
+    cdictk-precreate and nvidia-container-runtime-hook link into current, and cdictk-runtime is the
+    shim's shell front where the node has /bin/sh (else a link too). Specs name
+    PREFIX/current/bin/cdictk-hook (cdictk cdi generate --hook-path). Installing the version that is
+    there already changes nothing.
+    """
+    from cdictk.bundlepaths import running_bundle  # noqa: PLC0415
+    from cdictk.noderuntime.install import InstallError, Target, install  # noqa: PLC0415
+
+    source = bundle or running_bundle()
+    if source is None:
+        return _errors([Problem("", "--bundle", "this cdictk runs from no node runtime: name one")])
+    try:
+        installed = install(os.path.abspath(source), Target(prefix, target or "", host_root), _say)
+    except InstallError as exc:
+        return _errors([Problem("", "", str(exc))])
+    how = "copied" if installed.copied else "there already, intact"
+    was = f"; current was {installed.replaced}" if installed.replaced else ""
+    _say(f"{installed.path}: node runtime {installed.runtime_id} installed ({how}){was}")
+    return 0
+
+
+@system_group.command("uninstall-runtime")
+@click.option(
+    "--prefix", default="/opt/cdictk", show_default=True, metavar="DIR", help="Where the node has it."
+)
+@click.option(
+    "--target",
+    metavar="DIR",
+    help="Where this process sees the node's PREFIX, when it is mounted elsewhere. Default: PREFIX itself.",
+)
+def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
+    """Remove cdictk's node runtime from PREFIX: every version, current, the stable paths in
+    PREFIX/bin, and PREFIX itself when nothing else is left in it.
+
+    Configure the engines and specs away from it first: a container started afterwards whose hook or
+    runtime is in PREFIX fails.
+    """
+    from cdictk.noderuntime.install import InstallError, Target, uninstall  # noqa: PLC0415
+
+    try:
+        removed = uninstall(Target(prefix, target or ""), _say)
+    except InstallError as exc:
+        return _errors([Problem("", "", str(exc))])
+    _say(f"{target or prefix}: {'node runtime removed' if removed else 'no node runtime there'}")
+    return 0

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 
+from cdictk.bundlepaths import bundled_ldconfig
 from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, ldconf, ldrelease
 from cdictk.hooks.steps import DEFAULT_LDCONFIG, Options, Prepared
@@ -313,12 +314,18 @@ def _opens(rootfs: Rootfs, path: str, flags: int) -> bool:
     return True
 
 
+def default_ldconfig() -> str:
+    """The ldconfig a hook falls back on: the node runtime's own when the hook runs from one (the
+    node may have none: Bottlerocket, Talos, a busybox root), else the host's ``/sbin/ldconfig``."""
+    return bundled_ldconfig() or DEFAULT_LDCONFIG
+
+
 def prepare(options: Options) -> Prepared:
     """The update-ldcache step: the folders are checked here. In the batched hook the host's ldconfig
     is too, copied into a sealed memfd before the other steps change the container; alone, the step
     loads it once it knows the image is not musl's (whose loader has no cache: ldconfig never runs)."""
     folders = checked_folders(options.all("folder"))
-    path = options.get("ldconfig-path") or DEFAULT_LDCONFIG
+    path = options.get("ldconfig-path") or default_ldconfig()
     if not options.batched:
         return Prepared(lambda rootfs: update_ldcache(rootfs, folders, path))
     ldconfig = load_ldconfig(path)

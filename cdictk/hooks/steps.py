@@ -146,7 +146,8 @@ class Step:
         options += [f"[--{value} VALUE]..." for value in self.lists if value not in self.batch_only]
         options += [f"[--{flag}]" for flag in self.flags if flag not in self.batch_only]
         defaults = (
-            f"--ldconfig-path defaults to {DEFAULT_LDCONFIG} (its .real twin when present), "
+            f"--ldconfig-path defaults to {DEFAULT_LDCONFIG} (its .real twin when present; run from cdictk's "
+            "node runtime, to the runtime's own), "
             f"--cuda-compat-container-root to {COMPAT_ROOT}."
         )
         details = f"\n\n{self.details}" if self.details else ""

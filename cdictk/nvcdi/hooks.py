@@ -3,9 +3,12 @@
 By default the hooks run cdictk's own entry point through the interpreter cdictk is installed in, by
 absolute paths and isolated (``python3 -I -S .../cdictk/hooks/__main__.py``): the container's PYTHON*
 variables, user site and working directory cannot reach it, and no site-packages ``.pth`` file runs.
+Run from a node runtime installed under a prefix (:mod:`cdictk.noderuntime`), the default is that
+runtime's stable ``PREFIX/current/bin/cdictk-hook``, which outlives the version running now.
 Our own program gets one *batched* hook per container (links, device links, the driver params mask,
 CUDA compat, ld cache in one process) instead of one process per step. ``--hook-path`` can name
-another interpreter (python*, pypy*), the ``cdictk`` command, or a program with nvidia-cdi-hook's
+another interpreter (python*, pypy*), the ``cdictk`` command, a node runtime's ``cdictk-hook`` (batched
+too: ``[cdictk-hook, batch, ...]``), or a program with nvidia-cdi-hook's
 command line (``nvidia-cdi-hook``, or ``nvidia-ctk`` with its ``hook`` subcommand), which gets
 separate hooks as NVIDIA's specs have.
 """
@@ -18,6 +21,7 @@ import sys
 from dataclasses import dataclass
 
 import cdictk.hooks
+from cdictk.bundlepaths import HOOK, stable_hook
 from cdictk.cdi.model import Hook
 from cdictk.errors import CdictkError
 from cdictk.hooks.steps import BATCHED, BY_NAME
@@ -50,10 +54,12 @@ class HookProgram:
 
 
 def hook_program(path: str | None = None, *, separate: bool = False) -> HookProgram:
-    """The program hooks run: ``path`` (absolute), or this interpreter running cdictk's hook module.
+    """The program hooks run: ``path`` (absolute), or by default the node runtime's stable hook when
+    this runs from an installed one, else this interpreter running cdictk's hook module.
 
     ``separate``: one hook per step even where the program has the batched hook.
     """
+    path = path or stable_hook()
     if path is None and not os.path.isabs(sys.executable):
         raise CdictkError("", "--hook-path", "this Python's own path is unknown: give the interpreter's path")
     default = path is None
@@ -65,6 +71,8 @@ def hook_program(path: str | None = None, *, separate: bool = False) -> HookProg
         # argv[0] is the absolute path too: a bare "python3" makes Python look itself up on the hook's
         # PATH, find the system interpreter, and miss the environment cdictk is installed in.
         return HookProgram(path, (path, "-I", "-S", entry_file()), batch=not separate)
+    if name == HOOK:
+        return HookProgram(path, (name,), batch=not separate)
     if name in _WITH_HOOK_SUBCOMMAND:
         return HookProgram(path, (name, "hook"), batch=name == "cdictk" and not separate)
     return HookProgram(path, (name,))

@@ -29,6 +29,8 @@ from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Sp
 from cdictk.cdi.version import minimum_version
 from cdictk.errors import HookError
 from cdictk.hooks.hostbinary import check_static_elf
+from nodeimage import makeimage
+from nodeimage.ocilayout import read_image
 from realnode.containers import oci_config as realnode_oci_config
 
 HERE = Path(__file__).resolve().parent
@@ -259,6 +261,25 @@ def debian_rootfs_cache() -> Path:
     found = fetch_minbase("bookworm")["bookworm"]
     assert isinstance(found, Path), found
     return found
+
+
+# What `make image` writes (build/image): the tests load that image when CDICTK_IMAGE_DIR names it, as CI
+# does after building it once, instead of building their own.
+IMAGE_DIR = os.environ.get("CDICTK_IMAGE_DIR")
+
+
+@pytest.fixture(scope="session")
+def node_image(tmp_path_factory: pytest.TempPathFactory) -> makeimage.Built:
+    """The DaemonSet's image as `make image` builds it: from ``CDICTK_IMAGE_DIR``, or built here from
+    the cached bookworm-python root (a minute or two: the pinned wheels, image-root.sh in a chroot)."""
+    if IMAGE_DIR:
+        out = Path(IMAGE_DIR).resolve()
+        image = read_image(out / "oci")
+        (archive,) = out.glob("cdictk-*.oci.tar")
+        return makeimage.Built(image.reference, image.digest, out / "oci", archive)
+    found = fetch_minbase("bookworm-python")["bookworm-python"]
+    assert isinstance(found, Path), found
+    return makeimage.build(found, tmp_path_factory.mktemp("image"))
 
 
 @contextlib.contextmanager

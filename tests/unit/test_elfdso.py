@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.elfdso import glibc_minor, read_dso, read_soname
+from cdictk.elfdso import FLAG_X8664_LIB64, glibc_minor, read_dso, read_links, read_soname
 
 HOST_LIBS = Path("/usr/lib/x86_64-linux-gnu")
 
@@ -130,6 +130,62 @@ def test_truncated_and_scrambled_libraries_never_raise(tmp_path: Path) -> None:
         _abi_tag(target)
         _glibc_minor(target)
         read_soname(str(target))
+        read_links(str(target))
+
+
+def _readelf_links(path: Path) -> tuple[list[str], str | None, str | None]:
+    """(NEEDED in order, RUNPATH, RPATH) as readelf shows them."""
+    out = subprocess.run(["readelf", "-d", str(path)], capture_output=True, text=True, check=False).stdout
+    needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.*)\]", out)
+    runpath = re.search(r"\(RUNPATH\)\s+Library runpath: \[(.*)\]", out)
+    rpath = re.search(r"\(RPATH\)\s+Library rpath: \[(.*)\]", out)
+    return needed, runpath[1] if runpath else None, rpath[1] if rpath else None
+
+
+def test_links_agree_with_readelf_on_the_hosts_programs_and_libraries() -> None:
+    if not HOST_LIBS.is_dir() or shutil.which("readelf") is None:
+        pytest.skip(f"no {HOST_LIBS} or no readelf (binutils, which gcc brings) on this host")
+    checked = 0
+    candidates = [Path("/usr/bin/python3.11"), Path("/bin/ls"), *sorted(HOST_LIBS.glob("*.so*"))[:150]]
+    for path in candidates:
+        if path.is_symlink() or not path.is_file():
+            continue
+        links = read_links(str(path))
+        assert links is not None, path
+        needed, runpath, rpath = _readelf_links(path)
+        assert [name.decode() for name in links.needed] == needed, path
+        assert (links.runpath and links.runpath.decode(), links.rpath and links.rpath.decode()) == (
+            runpath,
+            rpath,
+        )
+        assert links.arch == FLAG_X8664_LIB64
+        checked += 1
+    assert checked > 10
+    interpreter = read_links("/bin/ls")
+    assert interpreter is not None and interpreter.interpreter == b"/lib64/ld-linux-x86-64.so.2"
+
+
+def test_links_of_a_static_program_a_run_path_and_no_elf(stubs: Path, tmp_path: Path) -> None:
+    source = tmp_path / "main.c"
+    source.write_text("int main(void) { return 0; }\n")
+    static = tmp_path / "static"
+    built = subprocess.run(["gcc", "-static", "-o", static, source], capture_output=True, check=False)
+    if built.returncode == 0:
+        links = read_links(str(static))
+        assert links is not None and links.needed == () and links.interpreter is None
+    relative = tmp_path / "relative.so"
+    subprocess.run(
+        ["gcc", "-shared", "-fPIC", "-Wl,-rpath,$ORIGIN/../libs", "-Wl,--enable-new-dtags", "-Wl,--no-as-needed",
+         "-o", relative,
+         stubs / "with.so"],
+        check=True,
+    )  # fmt: skip
+    links = read_links(str(relative))
+    assert links is not None and links.runpath == b"$ORIGIN/../libs" and links.interpreter is None
+    assert b"libstub.so.7" in links.needed
+    (tmp_path / "text").write_text("#!/bin/sh\n")
+    for name in ("text", "missing"):
+        assert read_links(str(tmp_path / name)) is None
 
 
 @pytest.fixture(scope="module")

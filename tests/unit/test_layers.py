@@ -5,6 +5,7 @@ lazy import is still a dependency, only a cheaper one. The order is the one docs
 
     helpers  <- hooks
     helpers  <- cdi <- node <- nvcdi <- runtime <- info <- api <- cli
+    runtime  <- noderuntime (the node runtime: built, installed) <- cli
     node     <- configure (engine configs) <- info, cli
     hooks    <- nvcdi (the hook program and its steps), runtime (the prestart hook runs them)
 
@@ -44,6 +45,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.trustscan",
             "cdictk.elfdso",
             "cdictk.ldcachefile",
+            "cdictk.bundlepaths",
         ),
         (),
     ),
@@ -54,6 +56,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "runtime": (("cdictk.runtime",), ("helpers", "cdi", "node", "nvcdi", "hooks")),
     "configure": (("cdictk.configure",), ("helpers", "node")),
     "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime", "configure")),
+    # The node runtime: built from the image's Python, installed on the node (the shim's front is runtime's).
+    "noderuntime": (("cdictk.noderuntime",), ("helpers", "node", "runtime")),
     "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),
     # The Kubernetes node agents: gRPC front-ends over the library API (and the node's facts).
     "deviceplugin": (("cdictk.deviceplugin",), ("helpers", "node", "api")),
@@ -73,6 +77,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "api",
             "deviceplugin",
             "labels",
+            "noderuntime",
         ),
     ),
 }

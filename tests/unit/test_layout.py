@@ -13,6 +13,7 @@ OTHER_TREES = {
     "deploy": REPO / "deploy",
     "fakenode": REPO / "tests" / "fakenode",
     "realnode": REPO / "realnode",
+    "nodeimage": REPO / "nodeimage",
 }
 # Tests of a concern rather than of one module, each named for it.
 CONCERNS = {
@@ -59,11 +60,14 @@ COVERED_BY = {
     "nvcdi/cdiversion.py": "nvcdi/test_build.py",
     "nvcdi/claims.py": "test_api.py",
     "nvcdi/devices.py": "nvcdi/test_build.py",
+    "noderuntime/__main__.py": "noderuntime/test_assemble.py",  # python -m cdictk.noderuntime
 }
 
 
-# The code that ships: the package, and the real-node check that the bundle carries.
+# The code that ships: the package, and the real-node check that the bundle carries; and the tooling
+# that builds the image, whose modules are held to the same rules.
 SHIPPED = (REPO / "cdictk", REPO / "realnode")
+TOOLING = (REPO / "nodeimage",)
 
 
 def own_test_file(module: Path) -> Path:
@@ -81,9 +85,13 @@ def test_every_module_has_a_test_file_or_a_covering_test() -> None:
             and str(module) not in COVERED_BY
         ):
             lacking.append(str(module))
-    for path in sorted((REPO / "realnode").glob("*.py")):
-        if path.name != "__init__.py" and not (UNIT / "realnode" / f"test_{path.name}").exists():
-            lacking.append(str(path.relative_to(REPO)))
+    for tree in (REPO / "realnode", *TOOLING):
+        for path in sorted(tree.glob("*.py")):
+            if (
+                path.name not in {"__init__.py", "__main__.py"}
+                and not (UNIT / tree.name / f"test_{path.name}").exists()
+            ):
+                lacking.append(str(path.relative_to(REPO)))
     assert lacking == [], (
         f"write tests/unit/<path>/test_<module>.py, or name its covering test in COVERED_BY: {lacking}"
     )
@@ -122,7 +130,7 @@ def test_no_two_modules_share_a_name() -> None:
     # Entry points aside, a module's name alone says which one it is, in a traceback or a grep.
     entry_points = {"__init__.py", "__main__.py", "main.py"}
     seen: dict[str, list[str]] = {}
-    for tree in SHIPPED:
+    for tree in (*SHIPPED, *TOOLING):
         for path in sorted(tree.rglob("*.py")):
             if path.name not in entry_points:
                 seen.setdefault(path.name, []).append(str(path.relative_to(REPO)))

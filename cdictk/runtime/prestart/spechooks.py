@@ -11,14 +11,17 @@ container's), ``/`` as working directory, and its timeout (60 s when the spec se
 A hook that runs this very cdictk's hook entry point isolated (``python -I ... cdictk/hooks/__main__.py
 NAME ...``, what ``cdictk cdi generate`` writes) is run in this process instead, on the rootfs it has
 open already: the same code with the same arguments, without a second interpreter start (about a
-fifth of the hook's time). The spec's ``env`` is then moot (the code is ours and runs isolated
-already); its ``timeout`` still holds.
+fifth of the hook's time). So is the batched hook of the node runtime this prestart hook runs from
+(``PREFIX/current/bin/cdictk-hook batch ...``) when its path leads to this very version; one that
+leads to another (versions swapped meanwhile) runs as the program it is. The spec's ``env`` is then
+moot (the code is ours and runs isolated already); its ``timeout`` still holds.
 """
 
 from __future__ import annotations
 
 import os
 
+from cdictk.bundlepaths import BIN, HOOK, running_bundle
 from cdictk.errors import HookError
 
 TYPE_CHECKING = False
@@ -52,25 +55,20 @@ def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
     from cdictk.hooks.steps import BY_NAME  # noqa: PLC0415
 
     path, args = hook.get("path"), hook.get("args") or []
-    if not isinstance(path, str) or not path.startswith("/") or len(args) < 5:
+    if not isinstance(path, str) or not path.startswith("/") or not isinstance(args, list):
         return False
-    if not os.path.basename(path).startswith(("python", "pypy")) or args[:4] != [
-        path,
-        "-I",
-        "-S",
-        _entry_file(),
-    ]:
+    words = _own_step(path, args)
+    step = None if words is None else BY_NAME.get(words[0])
+    if words is None or step is None:
         return False
-    step = BY_NAME.get(args[4])
-    if step is None:
-        return False
-    options = step.parse(args[5:])
+    name = words[0]
+    options = step.parse(words[1:])
     if options is None:  # --help: nothing to do in a container
         return True
     timeout = hook.get("timeout") or DEFAULT_TIMEOUT
 
     def expired(signum: int, frame: object) -> None:
-        raise HookError(f"{args[4]}: no answer within {timeout} s")
+        raise HookError(f"{name}: no answer within {timeout} s")
 
     previous = signal.signal(signal.SIGALRM, expired)
     signal.alarm(int(timeout))
@@ -84,6 +82,20 @@ def _run_in_process(hook: dict[str, Any], rootfs: Rootfs) -> bool:
         signal.alarm(0)
         signal.signal(signal.SIGALRM, previous)
     return True
+
+
+def _own_step(path: str, args: list[Any]) -> list[Any] | None:
+    """The step's name and arguments when ``path`` and ``args`` run this cdictk's hooks as the generator
+    writes them; else None."""
+    if len(args) >= 5 and os.path.basename(path).startswith(("python", "pypy")):
+        return args[4:] if args[:4] == [path, "-I", "-S", _entry_file()] else None
+    if len(args) >= 2 and args[0] == HOOK and os.path.basename(path) == HOOK:
+        bundle = running_bundle()
+        ours = bundle is not None and os.path.realpath(path) == os.path.join(
+            os.path.realpath(bundle), BIN, HOOK
+        )
+        return args[1:] if ours else None
+    return None
 
 
 def _entry_file() -> str:

@@ -4,7 +4,8 @@ Every document of the manifest is validated against the Kubernetes OpenAPI schem
 kubernetes-validate package bundles (offline, strict: unknown fields are errors). Then what the schemas
 cannot know: the watcher's and the device plugin's command lines (the plugin's read by its own click
 command, its settings file by its own loader), the mounts behind their paths, that the init container's
-script, the Containerfile and the manifest agree on every path, and that the script does what it says
+script, the Containerfile and the manifest agree on every path (the Containerfile gathering and running
+what `make image` does), and that the script does what it says
 (run with stand-ins for cdictk, chroot and nsenter).
 """
 
@@ -26,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from nodeimage import imageroot, lockfile, makeimage
 from tests import REPO
 
 KUBE = REPO / "deploy" / "kubernetes"
@@ -841,23 +843,46 @@ def stages() -> list[list[tuple[str, str]]]:
     for word, rest in instructions():
         if word == "FROM":
             result.append([])
+        if not result and word == "ARG":
+            continue  # a global ARG (the base image), before the first stage
         assert result, "an instruction before FROM"
         result[-1].append((word, rest))
     return result
 
 
-def test_base_image_has_a_python_the_project_accepts() -> None:
+def stage_arguments(stage: list[tuple[str, str]], word: str) -> list[str]:
+    return [rest for found, rest in stage if found == word]
+
+
+def test_both_stages_are_the_debian_release_and_packages_make_image_builds_on() -> None:
+    """make image's root is tests/fetch-rootfs.sh's bookworm-python: the same release and packages."""
+    fetch = (REPO / "tests" / "fetch-rootfs.sh").read_text(encoding="utf-8")
+    packages = re.search(r"^PYTHON_PACKAGES=(\S+)$", fetch, flags=re.MULTILINE)
+    assert packages
+    base = re.search(r"^ARG BASE=(\S+)$", CONTAINERFILE.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert base and base[1] == "docker.io/library/debian:bookworm-slim"
+    assert 'bookworm-python) echo "bookworm ' in fetch
+    installed = []
+    for stage in stages():
+        assert stage[0][1].split()[0] == "${BASE}"
+        runs = stage_arguments(stage, "RUN")
+        (install,) = [
+            run.split("apt-get install", 1)[1].split("&&", 1)[0] for run in runs if "apt-get install" in run
+        ]
+        installed.append({word for word in shlex.split(install) if not word.startswith("-")})
+        assert "rm -rf /var/lib/apt/lists/*" in " ".join(runs)
+    wanted = set(packages[1].split(","))
+    assert wanted <= installed[0]  # the context stage adds the C compiler for the launcher
+    assert installed[-1] == wanted  # the image: nothing more than make image's root
+    # Debian 12's python3 is 3.11: what the lock's wheels are for, and what cdictk accepts.
     minimum = re.fullmatch(r">=(\d+)\.(\d+)", pyproject()["project"]["requires-python"])
     assert minimum
-    for stage in stages():
-        base = stage[0][1].split()[0]
-        match = re.fullmatch(r"python:(\d+)\.(\d+)-slim-\w+", base)
-        assert match, base
-        assert (int(match[1]), int(match[2])) >= (int(minimum[1]), int(minimum[2]))
+    assert tuple(map(int, lockfile.PYTHON_VERSION.split("."))) >= (int(minimum[1]), int(minimum[2]))
 
 
 def test_the_wheel_stage_copies_all_the_wheel_is_built_from(tmp_path: Path) -> None:
-    """Stage the build stage's COPYs as the builder would, then check pyproject finds everything."""
+    """Stage the build stage's COPYs into its WORKDIR as the builder would, then check pyproject finds
+    everything; its other COPYs go to the context, not to what the wheel is built from."""
     first = stages()[0]
     workdir = Path(next(rest for word, rest in first if word == "WORKDIR"))
     stage = tmp_path / "src"
@@ -867,6 +892,8 @@ def test_the_wheel_stage_copies_all_the_wheel_is_built_from(tmp_path: Path) -> N
             continue
         *sources, dest = shlex.split(rest)
         assert not any(source.startswith("--") for source in sources), rest
+        if not (workdir / dest).is_relative_to(workdir):
+            continue
         target = stage / (workdir / dest).relative_to(workdir)
         for source in sources:
             path = REPO / source
@@ -889,27 +916,60 @@ def test_the_wheel_stage_copies_all_the_wheel_is_built_from(tmp_path: Path) -> N
     for path in stage.rglob("*"):  # links (cdictk/cdi/schemas) resolve inside what was copied
         if path.is_symlink():
             assert path.resolve().is_relative_to(stage.resolve()), path
+    assert sorted(str(path.relative_to(stage)) for path in stage.iterdir()) == sorted(makeimage.WHEEL_SOURCES)
 
 
-def test_the_image_runs_cdictk_from_the_prefix_the_script_expects() -> None:
+def test_the_context_stage_gathers_what_image_root_sh_installs_as_make_image_does() -> None:
+    """The Containerfile's context is make image's: the same files under the same names."""
+    first = stages()[0]
+    copies = [shlex.split(rest) for rest in stage_arguments(first, "COPY")]
+    gathered = {Path(source).name for *sources, dest in copies if dest == "/image/" for source in sources}
+    runs = " ".join(stage_arguments(first, "RUN"))
+    assert "wheel --no-cache-dir --no-deps --wheel-dir /image/wheels ." in runs  # cdictk's wheel
+    assert "--require-hashes --dest /image/wheels --requirement /image/requirements.lock" in " ".join(
+        runs.split()
+    )
+    assert "--only-binary :all:" in runs
+    assert "python3 -m cdictk.noderuntime launcher --output /image/launcher" in runs
+    made = {"wheels", "launcher"}
+    paths = {
+        "requirements.lock": makeimage.LOCK,
+        "cdictk-node-setup.sh": makeimage.INIT_SCRIPT,
+        "image-root.sh": imageroot.SCRIPT,
+    }
+    assert gathered == set(paths)
+    for name, path in paths.items():
+        assert f"{path.relative_to(REPO)}" in " ".join(stage_arguments(first, "COPY")), name
+    # image-root.sh checks for each of these; make image's prepare_context writes the same names.
+    script = imageroot.SCRIPT.read_text(encoding="utf-8")
+    for name in [*made, *paths]:
+        if name != "image-root.sh":
+            assert f'"$context/{name}' in script, name
+    assert made | set(paths) == {
+        "wheels",
+        "launcher",
+        "requirements.lock",
+        "cdictk-node-setup.sh",
+        "image-root.sh",
+    }
+
+
+def test_the_image_runs_image_root_sh_as_make_image_does_with_the_same_settings() -> None:
     final = stages()[-1]
-    runs = " ".join(rest for word, rest in final if word == "RUN")
-    venv = re.search(r"python -m venv (\S+)", runs)
-    assert venv and venv[1] == script_defaults()["PREFIX"]
-    entrypoint = json.loads(next(rest for word, rest in final if word == "ENTRYPOINT"))
-    assert len(entrypoint) == 1
-    assert os.path.dirname(entrypoint[0]) == f"{venv[1]}/bin"
+    runs = stage_arguments(final, "RUN")
+    context = imageroot.CONTEXT_IN_ROOT
+    mounted = (
+        f"--mount=type=bind,from=context,source=/image,target={context} sh {context}/image-root.sh {context}"
+    )
+    assert [" ".join(run.split()) for run in runs if "image-root.sh" in run] == [mounted]
+    settings = makeimage.image_settings("x86_64", "base")
+    entrypoint = json.loads(stage_arguments(final, "ENTRYPOINT")[0])
+    assert entrypoint == list(settings.entrypoint)
     assert os.path.basename(entrypoint[0]) in pyproject()["project"]["scripts"]
-    env = " ".join(rest for word, rest in final if word == "ENV")
-    assert f"PATH={venv[1]}/bin:" in env  # the probe and the script call cdictk and python by name
-    # the device plugin's extra, which the pyproject defines
-    assert "[kubernetes]" in runs
-    assert "kubernetes" in pyproject()["project"]["optional-dependencies"]
-    # the script is where the init container runs it
-    copies = [shlex.split(rest) for word, rest in final if word == "COPY" and not rest.startswith("--")]
-    installed = {dest: source for *sources, dest in copies for source in sources}
-    script_path = init()["command"][1]
-    assert installed[script_path] == str(SCRIPT.relative_to(REPO))
+    env = shlex.split(" ".join(stage_arguments(final, "ENV")))
+    assert env == list(settings.env)
+    # The init container runs the script where image-root.sh installs it.
+    assert init()["command"][1] == imageroot.layout().init
 
 
 @pytest.mark.parametrize("version", kubernetes_versions())

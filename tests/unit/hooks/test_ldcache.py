@@ -581,3 +581,14 @@ def test_importing_the_hook_loads_only_small_standard_modules() -> None:
     heavy |= {"fnmatch", "uuid", "ctypes", "platform", "signal", "contextlib", "cdictk.syscalls"}
     assert "cdictk.hooks.ldcache" in loaded
     assert loaded & heavy == set()
+
+
+def test_run_from_a_node_runtime_the_hook_falls_back_on_the_runtimes_ldconfig(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A node may have no ldconfig (Bottlerocket, Talos): the runtime carries its image's own."""
+    from cdictk.hooks import ldcache
+
+    assert ldcache.default_ldconfig() == "/sbin/ldconfig"
+    monkeypatch.setattr(ldcache, "bundled_ldconfig", lambda: "/opt/cdictk/versions/abc/libexec/ldconfig")
+    assert ldcache.default_ldconfig() == "/opt/cdictk/versions/abc/libexec/ldconfig"

@@ -36,6 +36,7 @@ def test_default_program_is_this_python_isolated() -> None:
         ("/usr/local/bin/cdictk", ("cdictk", "hook")),
         ("/usr/bin/pypy3", ("/usr/bin/pypy3", "-I", "-S", entry_file())),
         ("/usr/bin/python3.13t", ("/usr/bin/python3.13t", "-I", "-S", entry_file())),
+        ("/opt/cdictk/current/bin/cdictk-hook", ("cdictk-hook",)),  # the node runtime's
     ],
 )
 def test_hook_path_forms(path: str, prefix: tuple[str, ...]) -> None:
@@ -43,6 +44,36 @@ def test_hook_path_forms(path: str, prefix: tuple[str, ...]) -> None:
     assert program.prefix == prefix
     assert program.batch == ("nvidia" not in path)
     assert not hook_program(path, separate=True).batch
+
+
+def test_the_node_runtimes_hook_gets_the_batched_hook() -> None:
+    program = hook_program("/opt/cdictk/current/bin/cdictk-hook")
+    hooks = common_hooks(
+        program,
+        links=[("libcuda.so.1", "/usr/lib/libcuda.so")],
+        device_links=[],
+        library_dirs=["/usr/lib"],
+        driver_version="580.95.05",
+        ldconfig_path=None,
+        disabled=frozenset(),
+    )
+    assert [(hook.path, hook.args[:2]) for hook in hooks] == [
+        ("/opt/cdictk/current/bin/cdictk-hook", ["cdictk-hook", "batch"])
+    ]
+
+
+def test_run_from_an_installed_node_runtime_the_default_is_its_stable_hook(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A spec made by the runtime names ``current``'s hook, which outlives the version running now."""
+    monkeypatch.setattr("cdictk.nvcdi.hooks.stable_hook", lambda: "/opt/cdictk/current/bin/cdictk-hook")
+    program = hook_program()
+    assert (program.path, program.prefix, program.batch) == (
+        "/opt/cdictk/current/bin/cdictk-hook",
+        ("cdictk-hook",),
+        True,
+    )
+    assert hook_program("/usr/bin/nvidia-cdi-hook").path == "/usr/bin/nvidia-cdi-hook"  # a given path wins
 
 
 def test_relative_hook_path_is_refused() -> None:

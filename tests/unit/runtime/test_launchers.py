@@ -187,6 +187,18 @@ def test_check_install_refuses_what_the_install_would_and_writes_nothing(tmp_pat
     assert list(loose.iterdir()) == []
 
 
+def test_configure_run_from_the_node_runtime_registers_its_stable_front(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not the version's own launcher, which a later version removes: PREFIX/bin/cdictk-runtime."""
+    monkeypatch.setattr("cdictk.bundlepaths.stable_program", lambda name: f"/opt/cdictk/bin/{name}")
+    path, line = default_runtime(install=True)
+    assert (path, line) == (
+        "/opt/cdictk/bin/cdictk-runtime",
+        f"cdictk: registering {path}: the node runtime's cdictk-runtime",
+    )
+
+
 def test_the_shipped_podman_hook_names_the_launcher() -> None:
     shipped = REPO / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
     hook = json.loads(shipped.read_text())

@@ -207,3 +207,45 @@ def test_what_is_not_exactly_cdictks_hook_runs_as_a_program(
     with Rootfs(str(tmp_path)) as root:
         run_hooks([hook], b"{}", root)
     assert marker.exists()
+
+
+def node_runtime_version(prefix: Path, name: str, marker: Path) -> Path:
+    """A version of the node runtime under ``prefix`` whose cdictk-hook, run as a program, leaves
+    ``marker``."""
+    version = prefix / "versions" / name
+    (version / "libexec").mkdir(parents=True)
+    (version / "libexec" / "python3").touch()
+    (version / "MANIFEST").touch()
+    hook = script(version, "cdictk-hook", f"touch {marker}\n")
+    (version / "bin").mkdir()
+    hook.rename(version / "bin" / "cdictk-hook")
+    return version
+
+
+@pytest.mark.parametrize("current", ["this", "other"])
+def test_the_node_runtimes_hook_runs_in_process_when_it_is_this_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, current: str
+) -> None:
+    """``PREFIX/current/bin/cdictk-hook batch ...``: in this process when current leads to the version
+    this prestart hook runs from; as a program when it leads to another (swapped meanwhile)."""
+    import sys
+
+    from cdictk.rootfs import Rootfs
+
+    marker = tmp_path / "ran-as-a-program"
+    prefix = tmp_path / "opt" / "cdictk"
+    this = node_runtime_version(prefix, "this", marker)
+    node_runtime_version(prefix, "other", marker)
+    (prefix / "current").symlink_to(f"versions/{current}")
+    monkeypatch.setattr(sys, "prefix", str(this))
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "usr" / "lib").mkdir(parents=True)
+    path = str(prefix / "current" / "bin" / "cdictk-hook")
+    hook = {
+        "path": path,
+        "args": ["cdictk-hook", "create-symlinks", "--link", "libcuda.so.1::/usr/lib/libcuda.so"],
+    }
+    with Rootfs(str(rootfs)) as root:
+        run_hooks([hook], b"{}", root)
+    assert marker.exists() == (current == "other")
+    assert os.path.islink(rootfs / "usr" / "lib" / "libcuda.so") == (current == "this")
