@@ -509,10 +509,13 @@ def _root_of(kind: str, work: Path, jammy: Path | None) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def start_node(kind: str, stub_cache: str, init: Path, jammy: Path | None = None) -> Iterator[Node]:
+def start_node(
+    kind: str, stub_cache: str, init: Path, jammy: Path | None = None, containerd_store: Path | None = None
+) -> Iterator[Node]:
     """The fake GPU node of root ``kind`` (:data:`ROOTS`), running, with containerd answering on
     :attr:`Node.socket`; ended on exit, and NodeError if anything of it is left. ``jammy``: the cached
-    Ubuntu 22.04 root (default: tests/fetch-rootfs.sh's cache)."""
+    Ubuntu 22.04 root (default: tests/fetch-rootfs.sh's cache). ``containerd_store``: the directory that
+    is the node's /var/lib/containerd (default: a new one), which nodes run one after another may share."""
     work = Path(tempfile.mkdtemp(prefix=f"cdictk-node-{kind}-", dir="/tmp"))
     node: Node | None = None
     failure: list[str] = []
@@ -526,8 +529,9 @@ def start_node(kind: str, stub_cache: str, init: Path, jammy: Path | None = None
             _install_programs(root, with_libraries=kind == "busybox")
             _install_node_files(root)
             _install_driver(root, gpu)
-            (work / "containerd").mkdir()
-            _prepare_mounts(node, work / "containerd")
+            store = containerd_store or work / "containerd"
+            store.mkdir(exist_ok=True)
+            _prepare_mounts(node, store)
             node.timings["build the node's root"] = time.monotonic() - started
             _start(node, init)
             yield node

@@ -21,6 +21,8 @@ import contextlib
 import dataclasses
 import os
 import re
+import shutil
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from nodeimage import makeimage
 from tests import REPO
 from tests.e2e.conftest import fetch_minbase, require_root
 from tests.e2e.daemons import sid_containerd_dir
@@ -121,12 +124,46 @@ def with_image(daemon_set: DaemonSet, image: str) -> DaemonSet:
     )
 
 
-def daemon_set_image() -> Path:
-    """The DaemonSet's image as an OCI archive: `make image`'s."""
-    path = os.environ.get("CDICTK_E2E_DAEMONSET_IMAGE")
-    if not path:
-        pytest.skip("no DaemonSet image yet: set CDICTK_E2E_DAEMONSET_IMAGE to `make image`'s archive")
-    return Path(path)
+@pytest.fixture(scope="session")
+def next_image(node_image: makeimage.Built, tmp_path_factory: pytest.TempPathFactory) -> makeimage.Built:
+    """Version N+1 of the image: this clone's files with the next patch version in pyproject.toml, built
+    as `make image` builds it, from the same root at the same source epoch (so its Debian layer is N's,
+    which the node has already), with N's wheels."""
+    work = tmp_path_factory.mktemp("next-image")
+    repo, out = work / "repo", work / "out"
+    for name in makeimage.WHEEL_SOURCES:
+        source = REPO / name
+        if source.is_dir():
+            ignored = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
+            shutil.copytree(source, repo / name, symlinks=True, ignore=ignored)
+        else:
+            repo.mkdir(exist_ok=True)
+            shutil.copy2(source, repo / name)
+    version = makeimage.project(REPO)["version"]
+    major, minor, patch = version.split(".")
+    following = f"{major}.{minor}.{int(patch) + 1}"
+    pyproject = repo / "pyproject.toml"
+    text, count = re.subn(r'(?m)^version = "[^"]*"$', f'version = "{following}"', pyproject.read_text())
+    assert count == 1, "pyproject.toml has no version line of its own"
+    pyproject.write_text(text)
+    wheels = node_image.layout.parent / "wheels"
+    if wheels.is_dir():
+        shutil.copytree(wheels, out / "wheels", copy_function=os.link)
+    rootfs = fetch_minbase("bookworm-python")["bookworm-python"]
+    assert isinstance(rootfs, Path), rootfs
+    reference = f"{node_image.reference.rpartition(':')[0]}:{following}"
+    epoch = os.environ.get("SOURCE_DATE_EPOCH")
+    os.environ["SOURCE_DATE_EPOCH"] = str(makeimage.source_epoch(REPO))
+    started = time.monotonic()
+    try:
+        built = makeimage.build(rootfs, out, reference, repo=repo)
+    finally:
+        if epoch is None:
+            os.environ.pop("SOURCE_DATE_EPOCH")
+        else:
+            os.environ["SOURCE_DATE_EPOCH"] = epoch
+    TIMINGS.setdefault("images", {})[f"make image of {following} (N+1)"] = time.monotonic() - started
+    return built
 
 
 @pytest.fixture(scope="session")
@@ -145,23 +182,38 @@ def registered(devices: Kubelet, after: int) -> bool:
     return len(devices.registrations) > after and bool(devices.devices(GPU))
 
 
+@pytest.fixture(scope="session")
+def containerd_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """containerd's /var/lib/containerd, which the nodes take in turn: the images imported on the first
+    are there on the next, as on a node image with its images pulled."""
+    return tmp_path_factory.mktemp("containerd-store")
+
+
 @pytest.fixture(scope="module", params=ROOTS)
 def cluster(
-    request: pytest.FixtureRequest, stub_cache: str, node_init: Path, pause_image: Path
+    request: pytest.FixtureRequest,
+    *,
+    stub_cache: str,
+    node_init: Path,
+    pause_image: Path,
+    node_image: makeimage.Built,
+    containerd_store: Path,
 ) -> Iterator[Cluster]:
     require_root()
     sid_containerd_dir()
     kind = str(request.param)
     jammy = fetch_minbase("jammy")["jammy"] if kind == "jammy" else None
     assert jammy is None or isinstance(jammy, Path), jammy
-    archive = daemon_set_image()
     manifest = operator_manifest(MANIFEST.read_text())
     daemon_set = manifest.daemon_set()
     image = daemon_set.pod.containers[0].image
-    with start_node(kind, stub_cache, node_init, jammy) as node:
+    assert image == node_image.reference, (
+        f"the manifest runs {image}, make image built {node_image.reference}"
+    )
+    with start_node(kind, stub_cache, node_init, jammy, containerd_store) as node:
         timings = TIMINGS.setdefault(kind, node.timings)
         node.import_image(pause_image)
-        node.import_image(archive)
+        node.import_image(node_image.archive)
         client = cri.CriClient(str(node.socket))
         devices = Kubelet(str(node.root / "var/lib/kubelet/device-plugins"))
         devices.start()
@@ -257,3 +309,61 @@ def test_a_gpu_pod_gets_exactly_its_gpu(cluster: Cluster) -> None:
         assert set(first.devices[GPU]).isdisjoint(second.devices[GPU])
         check_gpu(cluster, first)
         check_gpu(cluster, second)
+
+
+# ---- an update ----------------------------------------------------------------------------------
+
+
+def test_an_image_update_loses_no_gpu_pod(cluster: Cluster, next_image: makeimage.Built) -> None:
+    """The DaemonSet's image set to N+1 while GPU pods start one after another: the old pod goes, the new
+    one installs its node runtime and registers its plugin; every GPU pod, the ones that wait for the
+    new plugin included, starts with its GPU, and the node runs N+1's runtime afterwards."""
+    runtime = cluster.node.resolve("/opt/cdictk") / "current"
+    before = os.readlink(runtime)
+    started = time.monotonic()
+    cluster.node.import_image(next_image.archive)
+    cluster.timed("import N+1", started)
+    results: list[str] = []
+    stop = threading.Event()
+
+    def gpu_pods() -> None:
+        number = 0
+        while not stop.is_set():
+            number += 1
+            try:
+                with running_gpu_pod(cluster, f"cuda-{number}", wait_for_devices=REGISTER_TIMEOUT) as pod:
+                    check_gpu(cluster, pod)
+                results.append("ok")
+            except Exception as error:  # every failure is a lost pod, which the assertion below names
+                results.append(f"cuda-{number}: {error}")
+
+    def wait_for(what: str, done: object, timeout: float = REGISTER_TIMEOUT) -> None:
+        assert callable(done)
+        deadline = time.monotonic() + timeout
+        while not done():
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {results}"
+            time.sleep(0.1)
+
+    loop = threading.Thread(target=gpu_pods, name="GPU pods", daemon=True)
+    loop.start()
+    try:
+        wait_for("a first GPU pod", lambda: results)
+        started = time.monotonic()
+        registrations = len(cluster.devices.registrations)
+        new = cluster.runner.roll(
+            cluster.daemon_pod, with_image(cluster.daemon_set, next_image.reference), READY_TIMEOUT
+        )
+        cluster.daemon_pod = new
+        cluster.devices.wait_for("N+1's plugin", lambda k: registered(k, registrations), REGISTER_TIMEOUT)
+        cluster.timed("the update, to N+1's plugin registered", started)
+        during = len(results)
+        wait_for("two GPU pods after the update", lambda: len(results) >= during + 2)
+        cluster.runner.wait_ready(new, READY_TIMEOUT)
+    finally:
+        stop.set()
+        loop.join()
+    assert [r for r in results if r != "ok"] == [], results
+    after = os.readlink(runtime)
+    assert after != before, f"the node still runs the runtime {before}"
+    assert cluster.node.resolve(f"/opt/cdictk/{before}").is_dir(), "the version before is gone at once"
+    assert new.restarts() == dict.fromkeys(new.containers, 0), new.events
