@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
 
 from nodeimage import makeimage
 from tests import REPO
@@ -59,6 +60,8 @@ NODE = NodeInfo(
 # What an operator sets in the cdictk ConfigMap for these nodes: they have no systemd that could restart
 # containerd (their containerd 2.x has CDI on already).
 OPERATOR_SETTINGS = {"cdictk": {"CONTAINERD": "configure"}}
+# Where the init container installs the node runtime, which the spec's hooks run (docs/node-runtime.md).
+RUNTIME_PREFIX = "/opt/cdictk"
 READY_TIMEOUT = 120.0
 REGISTER_TIMEOUT = 120.0
 GPU_POD = """
@@ -124,46 +127,81 @@ def with_image(daemon_set: DaemonSet, image: str) -> DaemonSet:
     )
 
 
-@pytest.fixture(scope="session")
-def next_image(node_image: makeimage.Built, tmp_path_factory: pytest.TempPathFactory) -> makeimage.Built:
+def next_version(version: str) -> str:
+    major, minor, patch = version.split(".")
+    return f"{major}.{minor}.{int(patch) + 1}"
+
+
+def build_next_image(node_image: makeimage.Built, work: Path) -> makeimage.Built:
     """Version N+1 of the image: this clone's files with the next patch version in pyproject.toml, built
     as `make image` builds it, from the same root at the same source epoch (so its Debian layer is N's,
     which the node has already), with N's wheels."""
-    work = tmp_path_factory.mktemp("next-image")
     repo, out = work / "repo", work / "out"
+    repo.mkdir()
     for name in makeimage.WHEEL_SOURCES:
         source = REPO / name
-        if source.is_dir():
+        if source.is_dir() and not source.is_symlink():
             ignored = shutil.ignore_patterns("__pycache__", "*.egg-info", "*.pyc")
             shutil.copytree(source, repo / name, symlinks=True, ignore=ignored)
         else:
-            repo.mkdir(exist_ok=True)
-            shutil.copy2(source, repo / name)
-    version = makeimage.project(REPO)["version"]
-    major, minor, patch = version.split(".")
-    following = f"{major}.{minor}.{int(patch) + 1}"
+            shutil.copy2(source, repo / name, follow_symlinks=False)
+    following = next_version(makeimage.project(REPO)["version"])
     pyproject = repo / "pyproject.toml"
     text, count = re.subn(r'(?m)^version = "[^"]*"$', f'version = "{following}"', pyproject.read_text())
     assert count == 1, "pyproject.toml has no version line of its own"
     pyproject.write_text(text)
+    # A copy without git has the newest time among its files as its source epoch: N's, here.
+    epoch = makeimage.source_epoch(REPO)
+    for directory, subdirectories, files in os.walk(repo):
+        for name in (*subdirectories, *files):
+            os.utime(os.path.join(directory, name), (epoch, epoch), follow_symlinks=False)
     wheels = node_image.layout.parent / "wheels"
     if wheels.is_dir():
         shutil.copytree(wheels, out / "wheels", copy_function=os.link)
     rootfs = fetch_minbase("bookworm-python")["bookworm-python"]
     assert isinstance(rootfs, Path), rootfs
     reference = f"{node_image.reference.rpartition(':')[0]}:{following}"
-    epoch = os.environ.get("SOURCE_DATE_EPOCH")
-    os.environ["SOURCE_DATE_EPOCH"] = str(makeimage.source_epoch(REPO))
-    started = time.monotonic()
-    try:
-        built = makeimage.build(rootfs, out, reference, repo=repo)
-    finally:
-        if epoch is None:
-            os.environ.pop("SOURCE_DATE_EPOCH")
-        else:
-            os.environ["SOURCE_DATE_EPOCH"] = epoch
-    TIMINGS.setdefault("images", {})[f"make image of {following} (N+1)"] = time.monotonic() - started
-    return built
+    return makeimage.build(rootfs, out, reference, repo=repo)
+
+
+@dataclass
+class Building:
+    """N+1, built in a thread from the session's start: its minute overlaps the first node's work."""
+
+    thread: threading.Thread | None = None
+    built: makeimage.Built | None = None
+    error: BaseException | None = None
+
+    def wait(self) -> makeimage.Built:
+        assert self.thread is not None
+        started = time.monotonic()
+        self.thread.join()
+        TIMINGS.setdefault("images", {})["waiting for N+1's build"] = time.monotonic() - started
+        if self.error is not None:
+            raise self.error
+        assert self.built is not None
+        return self.built
+
+
+@pytest.fixture(scope="session")
+def next_image(node_image: makeimage.Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Building]:
+    building = Building()
+    work = tmp_path_factory.mktemp("next-image")
+
+    def build() -> None:
+        started = time.monotonic()
+        try:
+            building.built = build_next_image(node_image, work)
+        except BaseException as error:  # raised again by wait(), in the test that needs it
+            building.error = error
+        TIMINGS.setdefault("images", {})["make image of N+1 (beside the first node)"] = (
+            time.monotonic() - started
+        )
+
+    building.thread = threading.Thread(target=build, name="make image N+1", daemon=True)
+    building.thread.start()
+    yield building
+    building.thread.join()
 
 
 @pytest.fixture(scope="session")
@@ -197,6 +235,7 @@ def cluster(
     node_init: Path,
     pause_image: Path,
     node_image: makeimage.Built,
+    next_image: Building,
     containerd_store: Path,
 ) -> Iterator[Cluster]:
     require_root()
@@ -283,6 +322,27 @@ def test_the_daemon_set_lands_on_gpu_nodes_only() -> None:
     assert refusal(pod, plain, daemon_set=True) is not None
 
 
+def test_a_gpu_pod_gets_exactly_its_gpu(cluster: Cluster) -> None:
+    """Two GPU pods at once, each with its own GPU and the driver in its ld cache, which the spec's hook
+    wrote running through the node runtime that the init container installed (the node has no Python)."""
+    spec = yaml.safe_load(cluster.node.resolve("/var/run/cdi/nvidia.yaml").read_text())
+    edits = [spec.get("containerEdits", {}), *(d.get("containerEdits", {}) for d in spec["devices"])]
+    hooks = {hook["path"] for edit in edits for hook in edit.get("hooks", [])}
+    assert hooks, "the watcher's spec has no hook"
+    for hook in hooks:
+        launcher = cluster.node.resolve(hook)
+        assert hook.startswith(f"{RUNTIME_PREFIX}/") and launcher.is_file(), f"{hook}: not the node runtime's"
+        assert launcher.read_bytes()[:4] == b"\x7fELF", (
+            f"{hook}: the runtime's launcher is a program, not a script"
+        )
+    started = time.monotonic()
+    with running_gpu_pod(cluster, "cuda-a") as first, running_gpu_pod(cluster, "cuda-b") as second:
+        cluster.timed("two GPU pods started", started)
+        assert set(first.devices[GPU]).isdisjoint(second.devices[GPU])
+        check_gpu(cluster, first)
+        check_gpu(cluster, second)
+
+
 def test_the_daemon_set_pod_runs_on_a_node_without_python(cluster: Cluster) -> None:
     """The init container exited 0 and said what it did; every container runs and none restarted;
     the pod becomes ready; the spec is on the node; the device plugin offers both GPUs."""
@@ -301,28 +361,17 @@ def test_the_daemon_set_pod_runs_on_a_node_without_python(cluster: Cluster) -> N
     )
 
 
-def test_a_gpu_pod_gets_exactly_its_gpu(cluster: Cluster) -> None:
-    """Two GPU pods at once, each with its own GPU and the driver in its ld cache."""
-    started = time.monotonic()
-    with running_gpu_pod(cluster, "cuda-a") as first, running_gpu_pod(cluster, "cuda-b") as second:
-        cluster.timed("two GPU pods started", started)
-        assert set(first.devices[GPU]).isdisjoint(second.devices[GPU])
-        check_gpu(cluster, first)
-        check_gpu(cluster, second)
-
-
 # ---- an update ----------------------------------------------------------------------------------
 
 
-def test_an_image_update_loses_no_gpu_pod(cluster: Cluster, next_image: makeimage.Built) -> None:
+def test_an_image_update_loses_no_gpu_pod(cluster: Cluster, next_image: Building) -> None:
     """The DaemonSet's image set to N+1 while GPU pods start one after another: the old pod goes, the new
     one installs its node runtime and registers its plugin; every GPU pod, the ones that wait for the
     new plugin included, starts with its GPU, and the node runs N+1's runtime afterwards."""
-    runtime = cluster.node.resolve("/opt/cdictk") / "current"
+    runtime = cluster.node.resolve(RUNTIME_PREFIX) / "current"
     before = os.readlink(runtime)
-    started = time.monotonic()
-    cluster.node.import_image(next_image.archive)
-    cluster.timed("import N+1", started)
+    following = next_image.wait()
+    cluster.node.import_image(following.archive)
     results: list[str] = []
     stop = threading.Event()
 
@@ -351,7 +400,7 @@ def test_an_image_update_loses_no_gpu_pod(cluster: Cluster, next_image: makeimag
         started = time.monotonic()
         registrations = len(cluster.devices.registrations)
         new = cluster.runner.roll(
-            cluster.daemon_pod, with_image(cluster.daemon_set, next_image.reference), READY_TIMEOUT
+            cluster.daemon_pod, with_image(cluster.daemon_set, following.reference), READY_TIMEOUT
         )
         cluster.daemon_pod = new
         cluster.devices.wait_for("N+1's plugin", lambda k: registered(k, registrations), REGISTER_TIMEOUT)
@@ -362,8 +411,9 @@ def test_an_image_update_loses_no_gpu_pod(cluster: Cluster, next_image: makeimag
     finally:
         stop.set()
         loop.join()
+    cluster.timings["GPU pods started during the update (count)"] = len(results)
     assert [r for r in results if r != "ok"] == [], results
     after = os.readlink(runtime)
     assert after != before, f"the node still runs the runtime {before}"
-    assert cluster.node.resolve(f"/opt/cdictk/{before}").is_dir(), "the version before is gone at once"
+    assert cluster.node.resolve(f"{RUNTIME_PREFIX}/{before}").is_dir(), "the version before is gone at once"
     assert new.restarts() == dict.fromkeys(new.containers, 0), new.events
