@@ -98,32 +98,10 @@ class Node:
         return Path(f"/proc/{self.init_pid}/root") / path.lstrip("/")
 
     def resolve(self, path: str) -> Path:
-        """``path`` on the node, its links followed as the node would follow them (an absolute link
-        from the node's root, not this one's: /proc/PID/root alone would follow /var/run -> /run here)."""
-        base = self.view("/")
-        pending = [part for part in path.split("/") if part]
-        found: list[str] = []
-        hops = 0
-        while pending:
-            part = pending.pop(0)
-            if part == ".":
-                continue
-            if part == "..":
-                if found:
-                    found.pop()
-                continue
-            candidate = base.joinpath(*found, part)
-            if not candidate.is_symlink():
-                found.append(part)
-                continue
-            hops += 1
-            if hops > 40:
-                raise NodeError(f"{path}: too many links on the node")
-            target = os.readlink(candidate)
-            if target.startswith("/"):
-                found = []
-            pending = [p for p in target.split("/") if p] + pending
-        return base.joinpath(*found)
+        """``path`` on the node as the node sees it, mounts included, its links followed as the node
+        would follow them: through its PID 1's root, but an absolute link from the node's root, not from
+        this process's (/proc/PID/root alone would follow /var/run -> /run here)."""
+        return resolve_in(self.view("/"), path)
 
     def ctr(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
         """The node's containerd's ctr, run here on its socket, in the kubelet's namespace (k8s.io)."""
@@ -143,6 +121,34 @@ class Node:
         if done.returncode != 0:
             raise NodeError(f"ctr images import {archive} failed: {done.stderr.strip()}")
         self.timings[f"import {archive.name}"] = time.monotonic() - started
+
+
+def resolve_in(base: Path, path: str) -> Path:
+    """``path`` under ``base`` with every link followed inside ``base``, as a chroot to it would: an
+    absolute link starts again at ``base``, ``..`` stops there."""
+    pending = [part for part in path.split("/") if part]
+    found: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part == ".":
+            continue
+        if part == "..":
+            if found:
+                found.pop()
+            continue
+        candidate = base.joinpath(*found, part)
+        if not candidate.is_symlink():
+            found.append(part)
+            continue
+        hops += 1
+        if hops > 40:
+            raise NodeError(f"{path}: too many links under {base}")
+        target = os.readlink(candidate)
+        if target.startswith("/"):
+            found = []
+        pending = [p for p in target.split("/") if p] + pending
+    return base.joinpath(*found)
 
 
 def compile_init(out: Path) -> Path:

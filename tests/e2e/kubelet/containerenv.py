@@ -13,10 +13,9 @@ from collections.abc import Callable, Mapping
 
 from tests.e2e.kubelet.manifest import ConfigMap, Container, ManifestError
 
-# Environment variable names the kubelet accepts from a ConfigMap's keys (envFrom): printable ASCII
-# without "=", not starting with a digit (RelaxedEnvironmentVariableValidation drops that last rule;
-# the stand-in keeps the C identifier's start, which every kubelet accepts).
-_ENV_NAME = re.compile(r"^[A-Za-z_][!-<>-~]*$")
+# Environment variable names every kubelet takes from a ConfigMap's keys (envFrom): Kubernetes'
+# IsEnvVarName. Newer ones (RelaxedEnvironmentVariableValidation) take any printable ASCII but "=".
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:

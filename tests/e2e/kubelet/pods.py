@@ -203,6 +203,25 @@ def extended_resources(container: Container) -> dict[str, int]:
     return found
 
 
+def write_config_map(
+    top: Path, data: dict[str, str], items: tuple[KeyToPath, ...], default_mode: int
+) -> None:
+    """A ConfigMap's keys (``items``, or every key) as files under ``top``, laid out as the kubelet's
+    atomic writer does: a timestamped directory, ``..data`` linking to it, and one link per top-level
+    name through ``..data``."""
+    chosen = items or tuple(KeyToPath(key, key) for key in sorted(data))
+    stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.") + uuid.uuid4().hex[:9]
+    (top / stamp).mkdir(parents=True, mode=0o755)
+    for item in chosen:
+        target = top / stamp / item.path
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(data[item.key])
+        target.chmod(item.mode if item.mode is not None else default_mode)
+    (top / "..data").symlink_to(stamp)
+    for first in sorted({item.path.split("/")[0] for item in chosen}):
+        (top / first).symlink_to(f"..data/{first}")
+
+
 def read_log(path: Path) -> str:
     """What a container wrote, from its CRI log file (``TIME STREAM P|F TEXT`` lines)."""
     try:
@@ -356,31 +375,15 @@ class PodRunner:
             raise PodError(f"pod {pod.name}: volume {name}: {problem}")
 
     def _write_config_map(self, pod: RunningPod, name: str, source: ConfigMapSource) -> None:
-        """The ConfigMap's keys as files, laid out as the kubelet's atomic writer does: a timestamped
-        directory, ``..data`` linking to it, and one link per key through ``..data``."""
         found = self.manifest.config_map(pod.namespace, source.name)
-        if found is None:
-            if not source.optional:
-                raise PodError(f"pod {pod.name}: volume {name}: ConfigMap {source.name} not found")
-            data: dict[str, str] = {}
-        else:
-            data = found.data
-        items = source.items or tuple(KeyToPath(key, key) for key in sorted(data))
+        if found is None and not source.optional:
+            raise PodError(f"pod {pod.name}: volume {name}: ConfigMap {source.name} not found")
+        data = found.data if found is not None else {}
+        missing = [item.key for item in source.items if item.key not in data]
+        if missing:
+            raise PodError(f"pod {pod.name}: volume {name}: ConfigMap {source.name} has no key {missing[0]}")
         top = self.host_path(self._volume_dir(pod, "configmap", name))
-        stamp = time.strftime("..%Y_%m_%d_%H_%M_%S.") + uuid.uuid4().hex[:9]
-        (top / stamp).mkdir(parents=True, mode=0o755)
-        for item in items:
-            if item.key not in data:
-                raise PodError(
-                    f"pod {pod.name}: volume {name}: ConfigMap {source.name} has no key {item.key}"
-                )
-            target = top / stamp / item.path
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(data[item.key])
-            target.chmod(item.mode if item.mode is not None else source.default_mode)
-        (top / "..data").symlink_to(stamp)
-        for first in sorted({item.path.split("/")[0] for item in items}):
-            (top / first).symlink_to(f"..data/{first}")
+        write_config_map(top, data, source.items, source.default_mode)
 
     def _empty_dir(self, pod: RunningPod, name: str, source: EmptyDirSource) -> None:
         directory = self.host_path(self._volume_dir(pod, "empty-dir", name))
