@@ -346,6 +346,8 @@ def test_the_daemon_set_pod_runs_on_a_node_without_python(cluster: Cluster) -> N
     for container in cluster.daemon_set.pod.init_containers:
         log = cluster.runner.logs(pod, container.name)
         assert f"init container {container.name} exited 0" in pod.events, (pod.events, log)
+        assert log.strip(), f"init container {container.name} said nothing of what it did"
+        assert not [line for line in log.splitlines() if "error" in line.lower()], log
     started = time.monotonic()
     cluster.runner.wait_ready(pod, READY_TIMEOUT)
     cluster.timed("the DaemonSet's pod ready (probes)", started)

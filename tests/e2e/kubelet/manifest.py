@@ -272,6 +272,8 @@ class SecurityContext:
     privileged: bool = False
     read_only_root_filesystem: bool = False
     allow_privilege_escalation: bool | None = None
+    add_capabilities: tuple[str, ...] = ()
+    drop_capabilities: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -517,10 +519,18 @@ def _resources(fields: _Fields | None) -> Resources:
 def _security(fields: _Fields | None) -> SecurityContext:
     if fields is None:
         return SecurityContext()
+    capabilities = fields.fields("capabilities")
+    add: list[str] = []
+    drop: list[str] = []
+    if capabilities is not None:
+        add, drop = capabilities.strings("add"), capabilities.strings("drop")
+        capabilities.done()
     found = SecurityContext(
         fields.get("privileged", bool, False),
         fields.get("readOnlyRootFilesystem", bool, False),
         fields.optional("allowPrivilegeEscalation", bool),
+        tuple(add),
+        tuple(drop),
     )
     fields.done()
     return found

@@ -543,6 +543,11 @@ class PodRunner:
             linux=cri.LinuxContainerConfig(
                 resources=linux_resources(pod.spec, container, qos),
                 security_context=cri.LinuxContainerSecurityContext(
+                    capabilities=cri.Capability(
+                        list(security.add_capabilities), list(security.drop_capabilities)
+                    )
+                    if security.add_capabilities or security.drop_capabilities
+                    else None,
                     privileged=security.privileged,
                     namespace_options=self._namespaces(pod.spec),
                     readonly_rootfs=security.read_only_root_filesystem,

@@ -76,8 +76,8 @@ def test_a_minimal_pod_reads() -> None:
         (MINIMAL.replace("{name: c, image: i}", "{name: c, image: i, ports: [{containerPort: 1}]}"),
          "spec.containers[0].ports: not understood"),
         (MINIMAL + "securityContext: {runAsUser: 1}\n", "spec.securityContext: not understood"),
-        (MINIMAL.replace("image: i}", "image: i, securityContext: {capabilities: {add: [X]}}}"),
-         "spec.containers[0].securityContext.capabilities: not understood"),
+        (MINIMAL.replace("image: i}", "image: i, securityContext: {capabilities: {add: [X], keep: [Y]}}}"),
+         "spec.containers[0].securityContext.capabilities.keep: not understood"),
     ],
 )  # fmt: skip
 def test_what_the_stand_in_does_not_do_is_an_error_naming_its_path(spec: str, where: str) -> None:
