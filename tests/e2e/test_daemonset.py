@@ -65,6 +65,7 @@ OPERATOR_SETTINGS = {"cdictk": {"CONTAINERD": "configure"}}
 # Where the init container installs the node runtime, which the spec's hooks run (docs/node-runtime.md).
 RUNTIME_PREFIX = "/opt/cdictk"
 READY_TIMEOUT = 120.0
+RESTART_PAUSE = 0.25  # between two restarts of the resident's container: the node's CPUs are the update's too
 REGISTER_TIMEOUT = 120.0
 GPU_POD = """
 apiVersion: v1
@@ -363,14 +364,18 @@ def test_the_daemon_set_pod_runs_on_a_node_without_python(cluster: Cluster) -> N
 
 
 def test_an_image_update_loses_no_gpu_pod(cluster: Cluster, next_image: Building) -> None:
-    """The DaemonSet's image set to N+1 while GPU pods start one after another: the old pod goes, the new
-    one installs its node runtime and registers its plugin; every GPU pod, the ones that wait for the
-    new plugin included, starts with its GPU, and the node runs N+1's runtime afterwards."""
+    """The DaemonSet's image set to N+1 while GPU pods start, one after another, and the container of a
+    GPU pod admitted before is restarted again and again (as the kubelet restarts a container: its
+    Allocate answer kept, no plugin asked, so it starts while the new init container swaps the node
+    runtime too). The old pod goes, the new one installs its runtime and registers its plugin; every
+    GPU container, the pods that waited for the new plugin included, starts with its GPU; the node
+    runs N+1's runtime afterwards, N's kept for the hooks that may still run from it."""
     runtime = cluster.node.resolve(RUNTIME_PREFIX) / "current"
     before = os.readlink(runtime)
     following = next_image.wait()
     cluster.node.import_image(following.archive)
-    results: list[str] = []
+    results: list[str] = []  # one per GPU pod: "ok", or why it was lost
+    restarts: list[tuple[float, float, str]] = []  # one per restart of the resident's container
     stop = threading.Event()
 
     def gpu_pods() -> None:
@@ -384,35 +389,59 @@ def test_an_image_update_loses_no_gpu_pod(cluster: Cluster, next_image: Building
             except Exception as error:  # every failure is a lost pod, which the assertion below names
                 results.append(f"cuda-{number}: {error}")
 
+    def restart(resident: RunningPod) -> None:
+        while not stop.is_set():
+            started = time.time()
+            try:
+                cluster.runner.restart_container(resident, "cuda")
+                check_gpu(cluster, resident)
+                restarts.append((started, time.time(), "ok"))
+            except Exception as error:  # as above: a container that did not start with its GPU
+                restarts.append((started, time.time(), f"restart {len(restarts)}: {error}"))
+            stop.wait(RESTART_PAUSE)
+
     def wait_for(what: str, done: object, timeout: float = REGISTER_TIMEOUT) -> None:
         assert callable(done)
         deadline = time.monotonic() + timeout
         while not done():
-            assert time.monotonic() < deadline, f"timed out waiting for {what}: {results}"
+            assert time.monotonic() < deadline, f"timed out waiting for {what}: {results} {restarts}"
             time.sleep(0.1)
 
-    loop = threading.Thread(target=gpu_pods, name="GPU pods", daemon=True)
-    loop.start()
-    try:
-        wait_for("a first GPU pod", lambda: results)
-        started = time.monotonic()
-        registrations = len(cluster.devices.registrations)
-        new = cluster.runner.roll(
-            cluster.daemon_pod, with_image(cluster.daemon_set, following.reference), READY_TIMEOUT
-        )
-        cluster.daemon_pod = new
-        cluster.devices.wait_for("N+1's plugin", lambda k: registered(k, registrations), REGISTER_TIMEOUT)
-        cluster.timed("the update, to N+1's plugin registered", started)
-        during = len(results)
-        wait_for("two GPU pods after the update", lambda: len(results) >= during + 2)
-        cluster.runner.wait_ready(new, READY_TIMEOUT)
-    finally:
-        stop.set()
-        loop.join()
+    with running_gpu_pod(cluster, "resident") as resident:
+        loops = [
+            threading.Thread(target=gpu_pods, name="GPU pods", daemon=True),
+            threading.Thread(target=restart, args=(resident,), name="restarts", daemon=True),
+        ]
+        for loop in loops:
+            loop.start()
+        try:
+            wait_for("a first GPU pod and restart", lambda: results and restarts)
+            started = time.monotonic()
+            registrations = len(cluster.devices.registrations)
+            new = cluster.runner.roll(
+                cluster.daemon_pod, with_image(cluster.daemon_set, following.reference), READY_TIMEOUT
+            )
+            cluster.daemon_pod = new
+            cluster.devices.wait_for("N+1's plugin", lambda k: registered(k, registrations), REGISTER_TIMEOUT)
+            cluster.timed("the update, to N+1's plugin registered", started)
+            during = len(results)
+            wait_for("two GPU pods after the update", lambda: len(results) >= during + 2)
+            cluster.runner.wait_ready(new, READY_TIMEOUT)
+        finally:
+            stop.set()
+            for loop in loops:
+                loop.join()
+    inits = [cluster.runner.status(i) for i in new.finished_init]
+    window = (min(i.started_at for i in inits) / 1e9, max(i.finished_at for i in inits) / 1e9)
+    overlapping = [r for r in restarts if r[0] < window[1] and r[1] > window[0]]
     NOTES.append(
-        f"{cluster.node.name}: {len(results)} GPU pods started during the update, {during} before N+1's plugin registered"
+        f"{cluster.node.name}: {len(results)} GPU pods started during the update ({during} of them before "
+        f"N+1's plugin registered); the resident's container restarted {len(restarts)} times, "
+        f"{len(overlapping)} of them while its init container ran"
     )
     assert [r for r in results if r != "ok"] == [], results
+    assert [r for *_, r in restarts if r != "ok"] == [], restarts
+    assert overlapping, f"no restart while the init container ran ({window}): {restarts}"
     after = os.readlink(runtime)
     assert after != before, f"the node still runs the runtime {before}"
     assert cluster.node.resolve(f"{RUNTIME_PREFIX}/{before}").is_dir(), "the version before is gone at once"

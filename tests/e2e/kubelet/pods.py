@@ -69,7 +69,8 @@ PROPAGATION = {
 NODE_CRITICAL = ("system-node-critical", "system-cluster-critical")
 CRASH_BACKOFF = (10, 20, 40, 80, 160, 300)  # seconds before each restart of a container that exited
 MIN_GRACE = 2  # the kubelet's floor for a container's stop (minimumGracePeriodInSeconds)
-TICK = 0.2  # how often a pod's worker looks at its containers
+POLL = 0.1  # how often the stand-in looks again at what it waits for
+TICK = 0.5  # how often a pod's worker looks at its containers
 
 
 class PodError(RuntimeError):
@@ -130,7 +131,8 @@ class RunningPod:
     events: list[str] = field(default_factory=list)
     stopping: threading.Event = field(default_factory=threading.Event)
     worker: threading.Thread | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # the containers' states
+    operating: threading.Lock = field(default_factory=threading.Lock)  # one restart or probe at a time
 
     @property
     def log_dir(self) -> str:
@@ -326,7 +328,7 @@ class PodRunner:
                             f"pod {pod.name}: {count} {resource} asked, {len(free)} free on the node "
                             f"(registered: {sorted(self.devices.endpoints)})"
                         )
-                    time.sleep(TICK)
+                    time.sleep(POLL)
                 endpoint = self.devices.endpoints[resource]
                 if endpoint.options.pre_start_required:
                     raise PodError(
@@ -590,10 +592,10 @@ class PodRunner:
         container_id = self._create_and_start(pod, config)
         pod.finished_init.append(container_id)
         while True:
-            status = self._status(container_id)
+            status = self.status(container_id)
             if status.state == cri.CONTAINER_EXITED:
                 break
-            time.sleep(TICK)
+            time.sleep(POLL)
         log = self.logs(pod, container.name)
         pod.events.append(f"init container {container.name} exited {status.exit_code}")
         if status.exit_code != 0:
@@ -622,7 +624,22 @@ class PodRunner:
             if probe is not None
         }  # fmt: skip
 
-    def _status(self, container_id: str) -> cri.ContainerStatus:
+    def restart_container(self, pod: RunningPod, name: str) -> None:
+        """What the kubelet does to restart a container (after it exited, or failed its liveness probe):
+        stopped with the grace period, removed, and created again from the same config, the same
+        devices' Allocate answer included, and started: no plugin is asked."""
+        run = pod.containers[name]
+        with pod.operating:
+            grace = max(pod.spec.termination_grace, MIN_GRACE)
+            self._stop_container(run.id, grace)
+            self.client.runtime(cri.RemoveContainerRequest(run.id), cri.RemoveContainerResponse)
+            with pod.lock:
+                run.ready = False
+            run.attempt += 1
+            run.restarts += 1
+            self._start_container(pod, run)
+
+    def status(self, container_id: str) -> cri.ContainerStatus:
         status = self.client.runtime(
             cri.ContainerStatusRequest(container_id), cri.ContainerStatusResponse
         ).status
@@ -638,7 +655,8 @@ class PodRunner:
                 if pod.stopping.is_set():
                     return
                 try:
-                    self._look_after(pod, run)
+                    with pod.operating:
+                        self._look_after(pod, run)
                 except (grpc.RpcError, PodError) as error:
                     if not pod.stopping.is_set():
                         pod.events.append(f"container {run.spec.name}: {error}")
@@ -652,7 +670,7 @@ class PodRunner:
                 run.restarts += 1
                 self._start_container(pod, run)
             return
-        status = self._status(run.id)
+        status = self.status(run.id)
         if status.state == cri.CONTAINER_EXITED:
             self._ended(pod, run, f"exit {status.exit_code} ({status.reason})")
             return
@@ -725,7 +743,7 @@ class PodRunner:
                     for name, run in pod.containers.items()
                 }
                 raise PodError(f"pod {pod.name} not ready within {timeout} s: {states}; events: {pod.events}")
-            time.sleep(TICK)
+            time.sleep(POLL)
 
     def exec(
         self, pod: RunningPod, container: str, command: list[str], timeout: int = 30
