@@ -123,6 +123,7 @@ class RunningPod:
     uid: str
     spec: PodSpec
     labels: dict[str, str]
+    annotations: dict[str, str]
     sandbox_id: str = ""
     sandbox: cri.PodSandboxConfig | None = None
     containers: dict[str, ContainerRun] = field(default_factory=dict)
@@ -259,10 +260,18 @@ class PodRunner:
 
     # ---- start ------------------------------------------------------------------------------
 
-    def start_daemon_set_pod(self, daemon_set: DaemonSet, **kwargs: float) -> RunningPod:
+    def start_daemon_set_pod(self, daemon_set: DaemonSet) -> RunningPod:
+        """The DaemonSet controller's pod for this node, from the template, named as it names them."""
+        template = daemon_set.template_meta
         name = f"{daemon_set.meta.name}-{uuid.uuid4().hex[:5]}"
-        return self.start(name, daemon_set.meta.namespace, daemon_set.pod, daemon_set.template_meta.labels,
-                          daemon_set=True, **kwargs)  # fmt: skip
+        return self.start(
+            name,
+            daemon_set.meta.namespace,
+            daemon_set.pod,
+            template.labels,
+            template.annotations,
+            daemon_set=True,
+        )
 
     def start(
         self,
@@ -270,6 +279,7 @@ class PodRunner:
         namespace: str,
         spec: PodSpec,
         labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
         *,
         daemon_set: bool = False,
         wait_for_devices: float = 0.0,
@@ -280,7 +290,9 @@ class PodRunner:
         why = refusal(spec, self.node.info, daemon_set=daemon_set)
         if why is not None:
             raise PodError(f"pod {namespace}/{name} does not land on this node: {why}")
-        pod = RunningPod(name, namespace, str(uuid.uuid4()), spec, dict(labels or {}))
+        pod = RunningPod(
+            name, namespace, str(uuid.uuid4()), spec, dict(labels or {}), dict(annotations or {})
+        )
         with self._lock:
             self.pods[pod.uid] = pod
         try:
@@ -294,7 +306,8 @@ class PodRunner:
                 pod.containers[container.name] = run
                 self._start_container(pod, run)
         except BaseException:
-            self.stop(pod)
+            with contextlib.suppress(grpc.RpcError, PodError, OSError):  # the first failure is the one to see
+                self.stop(pod)
             raise
         pod.worker = threading.Thread(target=self._work, args=(pod,), name=f"pod {name}", daemon=True)
         pod.worker.start()
@@ -467,6 +480,7 @@ class PodRunner:
             hostname="" if pod.spec.host_network else pod.name,
             log_directory=pod.log_dir,
             labels=labels,
+            annotations=pod.annotations,
             linux=cri.LinuxPodSandboxConfig(
                 cgroup_parent=f"{self.node.cgroup}/kubepods{group}/pod{pod.uid}",
                 security_context=cri.LinuxSandboxSecurityContext(
