@@ -32,7 +32,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import tempfile
@@ -43,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.e2e.conftest import build_busybox_rootfs, minbase
-from tests.e2e.daemons import SID_CONTAINERD_DIR
+from tests.e2e.daemons import SID_CONTAINERD_DIR, accepts, log_tail, mounts_under, unmount_all
 from tests.fakenode.node import LIB_DIR, PRESETS, FakeNode, Preset, build_node, fake_gpu
 from tests.fakenode.tools import node_tools
 
@@ -162,30 +161,6 @@ def _mount(*args: str) -> None:
     done = subprocess.run(["mount", *args], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise NodeError(f"mount {' '.join(args)}: {done.stderr.strip()}")
-
-
-def mounts_under(path: Path) -> list[str]:
-    """Mount points at or under ``path`` in this mount namespace, in /proc/self/mountinfo's order."""
-    prefix = f"{path}/"
-    found = []
-    with open("/proc/self/mountinfo") as mountinfo:
-        for line in mountinfo:
-            point = line.split()[4].encode().decode("unicode_escape")
-            if point == str(path) or point.startswith(prefix):
-                found.append(point)
-    return found
-
-
-def unmount_under(path: Path) -> None:
-    """Every mount at or under ``path`` undone, deepest first and lazily, round after round (stacked
-    mounts show once per layer)."""
-    for _ in range(20):
-        points = mounts_under(path)
-        if not points:
-            return
-        for point in sorted(set(points), key=lambda p: p.count("/"), reverse=True):
-            subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-    raise NodeError(f"mounts left under {path}: {mounts_under(path)}")
 
 
 def has_python(root: Path) -> list[str]:
@@ -390,22 +365,6 @@ def _children(pid: int) -> list[int]:
         return []
 
 
-def _accepts(path: Path) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-        try:
-            probe.connect(str(path))
-        except OSError:
-            return False
-    return True
-
-
-def _tail(path: Path, lines: int = 30) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
-
-
 def _start(node: Node, init: Path) -> None:
     """The node's namespaces with its PID 1, then containerd in them."""
     started = time.monotonic()
@@ -421,7 +380,7 @@ def _start(node: Node, init: Path) -> None:
     if ready != b"ready\n":
         node.init.wait(START_TIMEOUT)
         raise NodeError(
-            f"the node's init did not start ({node.init.returncode}): {_tail(node.work / 'init.log')}"
+            f"the node's init did not start ({node.init.returncode}): {log_tail(node.work / 'init.log')}"
         )
     children = _children(node.init.pid)
     if len(children) != 1:
@@ -435,9 +394,9 @@ def _start(node: Node, init: Path) -> None:
             env={"PATH": NODE_PATH, "HOME": "/root"},
         )  # fmt: skip
     deadline = time.monotonic() + START_TIMEOUT
-    while not _accepts(node.socket):
+    while not accepts(node.socket):
         if node.containerd.poll() is not None or time.monotonic() > deadline:
-            raise NodeError(f"containerd did not start on the node: {_tail(node.containerd_log)}")
+            raise NodeError(f"containerd did not start on the node: {log_tail(node.containerd_log)}")
         time.sleep(0.02)
     node.timings["start the node and its containerd"] = time.monotonic() - started
 
@@ -483,8 +442,8 @@ def _stop(node: Node) -> list[str]:
             time.sleep(0.05)
         left += [f"process {pid} of the node" for pid in _processes_in(namespace)]
     try:
-        unmount_under(node.work)
-    except NodeError as error:
+        unmount_all(node.work)
+    except RuntimeError as error:
         left.append(str(error))
     left += _remove_cgroups(node.cgroup.lstrip("/"))
     return left
@@ -545,8 +504,8 @@ def start_node(
         if node is not None:
             failure = _stop(node)
         else:
-            with contextlib.suppress(NodeError):
-                unmount_under(work)
+            with contextlib.suppress(RuntimeError):
+                unmount_all(work)
         if not mounts_under(work):
             shutil.rmtree(work, ignore_errors=True)
             if work.exists():
