@@ -43,7 +43,7 @@ from pathlib import Path
 
 from tests.e2e.conftest import build_busybox_rootfs, minbase
 from tests.e2e.daemons import SID_CONTAINERD_DIR, accepts, log_tail, mounts_under, unmount_all
-from tests.fakenode.node import LIB_DIR, PRESETS, FakeNode, Preset, build_node, fake_gpu
+from tests.fakenode.node import LIB_DIR, FakeNode, Preset, build_node, fake_gpu
 from tests.fakenode.tools import node_tools
 
 HERE = Path(__file__).resolve().parent
@@ -512,6 +512,3 @@ def start_node(
                 failure.append(f"{work} could not be removed")
         if failure:
             raise NodeError(f"the {kind} node left: " + "; ".join(failure))
-
-
-__all__ = ["PRESETS", "ROOTS", "Node", "NodeError", "compile_init", "has_python", "start_node"]

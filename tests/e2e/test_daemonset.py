@@ -114,7 +114,7 @@ def operator_manifest(text: str) -> Manifest:
         namespace = manifest.daemon_set().meta.namespace
         found = config_maps[(namespace, name)]
         unknown = set(settings) - set(found.data)
-        assert not unknown, f"the ConfigMap {name} offers no {unknown}: the manifest changed"
+        assert not unknown, f"the ConfigMap {name} has no {sorted(unknown)}, which an operator sets here"
         config_maps[(namespace, name)] = dataclasses.replace(found, data={**found.data, **settings})
     return dataclasses.replace(manifest, config_maps=config_maps)
 
@@ -256,6 +256,7 @@ def cluster(
     )
     with start_node(kind, stub_cache, node_init, jammy, containerd_store) as node:
         timings = TIMINGS.setdefault(kind, node.timings)
+        NOTES.extend(f"{kind}: {note}" for note in node.notes)
         node.import_image(pause_image)
         node.import_image(node_image.archive)
         client = cri.CriClient(str(node.socket))

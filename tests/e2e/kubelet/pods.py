@@ -68,6 +68,7 @@ PROPAGATION = {
 }
 NODE_CRITICAL = ("system-node-critical", "system-cluster-critical")
 CRASH_BACKOFF = (10, 20, 40, 80, 160, 300)  # seconds before each restart of a container that exited
+INIT_TIMEOUT = 300  # seconds an init container may run before the stand-in gives up on the pod
 MIN_GRACE = 2  # the kubelet's floor for a container's stop (minimumGracePeriodInSeconds)
 POLL = 0.1  # how often the stand-in looks again at what it waits for
 TICK = 0.5  # how often a pod's worker looks at its containers
@@ -605,10 +606,13 @@ class PodRunner:
         config = replace(self._config(pod, container, answers), log_path=f"{container.name}/0.log")
         container_id = self._create_and_start(pod, config)
         pod.finished_init.append(container_id)
-        while True:
-            status = self.status(container_id)
-            if status.state == cri.CONTAINER_EXITED:
-                break
+        deadline = time.monotonic() + INIT_TIMEOUT
+        while (status := self.status(container_id)).state != cri.CONTAINER_EXITED:
+            if time.monotonic() > deadline:
+                raise PodError(
+                    f"pod {pod.name}: init container {container.name} still runs after {INIT_TIMEOUT} s; its "
+                    f"log:\n{self.logs(pod, container.name)}"
+                )
             time.sleep(POLL)
         log = self.logs(pod, container.name)
         pod.events.append(f"init container {container.name} exited {status.exit_code}")
