@@ -462,8 +462,8 @@ def _root_of(kind: str, work: Path, jammy: Path | None) -> Iterator[Path]:
         for directory in ("upper", "overlay-work"):
             (work / directory).mkdir()
         merged.mkdir()
-        _mount("-t", "overlay", "overlay", "-o",
-               f"lowerdir={lower},upperdir={work / 'upper'},workdir={work / 'overlay-work'}", str(merged))  # fmt: skip
+        layers = f"lowerdir={lower},upperdir={work / 'upper'},workdir={work / 'overlay-work'}"
+        _mount("-t", "overlay", "overlay", "-o", layers, str(merged))
     elif kind == "busybox":
         merged.mkdir()
         build_busybox_rootfs(merged)

@@ -368,9 +368,9 @@ class PodRunner:
                 self._empty_dir(pod, volume.name, source)
 
     def _check_host_path(self, pod: RunningPod, name: str, source: HostPathSource) -> None:
+        """The kubelet's check of a hostPath's type on the node, and what the *OrCreate types make."""
         path = self.node.resolve(source.path)
         kind = source.type
-        problem = ""
         if kind == "DirectoryOrCreate" and not path.exists():
             path.mkdir(mode=0o755, parents=True)
         elif kind == "FileOrCreate" and not path.exists():
@@ -386,9 +386,9 @@ class PodRunner:
             "BlockDevice": path.is_block_device,
         }
         if kind and not checks[kind]():
-            problem = f"hostPath type check failed: {source.path} is not a {kind}"
-        if problem:
-            raise PodError(f"pod {pod.name}: volume {name}: {problem}")
+            raise PodError(
+                f"pod {pod.name}: volume {name}: hostPath type check failed: {source.path} is not a {kind}"
+            )
 
     def _write_config_map(self, pod: RunningPod, name: str, source: ConfigMapSource) -> None:
         found = self.manifest.config_map(pod.namespace, source.name)
@@ -407,10 +407,8 @@ class PodRunner:
         if source.medium == "Memory":
             # Made here and seen on the node: /var/lib/kubelet propagates from the kubelet's side.
             size = f",size={source.size_limit}" if source.size_limit else ""
-            done = subprocess.run(
-                ["mount", "-t", "tmpfs", "-o", f"mode=0777{size}", "tmpfs", str(directory)],
-                capture_output=True, text=True, check=False,
-            )  # fmt: skip
+            mount = ["mount", "-t", "tmpfs", "-o", f"mode=0777{size}", "tmpfs", str(directory)]
+            done = subprocess.run(mount, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise PodError(f"pod {pod.name}: volume {name}: mount tmpfs: {done.stderr.strip()}")
         directory.chmod(0o777)
@@ -581,9 +579,10 @@ class PodRunner:
         name = config.metadata.name if config.metadata else "?"
         try:
             container_id = self.client.runtime(
-                cri.CreateContainerRequest(pod.sandbox_id, config, pod.sandbox), cri.CreateContainerResponse,
+                cri.CreateContainerRequest(pod.sandbox_id, config, pod.sandbox),
+                cri.CreateContainerResponse,
                 timeout=120,
-            ).container_id  # fmt: skip
+            ).container_id
         except grpc.RpcError as error:
             raise PodError(
                 f"pod {pod.name}: container {name}: CreateContainerError: {error.details()}"
@@ -637,10 +636,13 @@ class PodRunner:
         run.ready = run.spec.readiness is None and run.started_up
         run.probes = {
             kind: ProbeState(probe, now + probe.initial_delay)
-            for kind, probe in (("startup", run.spec.startup), ("readiness", run.spec.readiness),
-                                ("liveness", run.spec.liveness))
+            for kind, probe in (
+                ("startup", run.spec.startup),
+                ("readiness", run.spec.readiness),
+                ("liveness", run.spec.liveness),
+            )
             if probe is not None
-        }  # fmt: skip
+        }
 
     def restart_container(self, pod: RunningPod, name: str) -> None:
         """What the kubelet does to restart a container (after it exited, or failed its liveness probe):
@@ -717,8 +719,9 @@ class PodRunner:
                 )
                 self.client.runtime(
                     cri.StopContainerRequest(run.id, max(pod.spec.termination_grace, MIN_GRACE)),
-                    cri.StopContainerResponse, timeout=pod.spec.termination_grace + 60,
-                )  # fmt: skip
+                    cri.StopContainerResponse,
+                    timeout=pod.spec.termination_grace + 60,
+                )
                 self._ended(pod, run, f"killed by its {kind} probe")
                 return
 
@@ -735,9 +738,10 @@ class PodRunner:
     def _probe(self, run: ContainerRun, probe: Probe) -> bool:
         try:
             answer = self.client.runtime(
-                cri.ExecSyncRequest(run.id, list(probe.command), probe.timeout), cri.ExecSyncResponse,
+                cri.ExecSyncRequest(run.id, list(probe.command), probe.timeout),
+                cri.ExecSyncResponse,
                 timeout=probe.timeout + 30,
-            )  # fmt: skip
+            )
         except grpc.RpcError:
             return False
         return answer.exit_code == 0
@@ -767,8 +771,9 @@ class PodRunner:
         self, pod: RunningPod, container: str, command: list[str], timeout: int = 30
     ) -> cri.ExecSyncResponse:
         run = pod.containers[container]
-        return self.client.runtime(cri.ExecSyncRequest(run.id, command, timeout), cri.ExecSyncResponse,
-                                   timeout=timeout + 30)  # fmt: skip
+        return self.client.runtime(
+            cri.ExecSyncRequest(run.id, command, timeout), cri.ExecSyncResponse, timeout=timeout + 30
+        )
 
     def stop(self, pod: RunningPod) -> None:
         """The pod deleted: its containers stopped with the grace period, its sandbox stopped and
@@ -803,8 +808,9 @@ class PodRunner:
 
     def _stop_container(self, container_id: str, grace: int) -> None:
         with contextlib.suppress(grpc.RpcError):
-            self.client.runtime(cri.StopContainerRequest(container_id, grace), cri.StopContainerResponse,
-                                timeout=grace + 60)  # fmt: skip
+            self.client.runtime(
+                cri.StopContainerRequest(container_id, grace), cri.StopContainerResponse, timeout=grace + 60
+            )
 
     def stop_all(self) -> None:
         for pod in list(self.pods.values()):
