@@ -386,7 +386,14 @@ def _start(node: Node, init: Path) -> None:
     if len(children) != 1:
         raise NodeError(f"unshare {node.init.pid} has children {children}, expected the node's init")
     node.init_pid = children[0]
-    with open(node.containerd_log, "wb") as log:
+    _start_containerd(node)
+    node.timings["start the node and its containerd"] = time.monotonic() - started
+
+
+def _start_containerd(node: Node) -> None:
+    """containerd in the node's namespaces, with its config, until it answers on its socket."""
+    node.socket.unlink(missing_ok=True)
+    with open(node.containerd_log, "ab") as log:
         node.containerd = subprocess.Popen(
             ["nsenter", "--target", str(node.init_pid), "--mount", "--pid", "--net", "--uts", "--ipc",
              "--root", "--wd", "/usr/local/bin/containerd", "--config", "/etc/containerd/config.toml"],
@@ -398,7 +405,17 @@ def _start(node: Node, init: Path) -> None:
         if node.containerd.poll() is not None or time.monotonic() > deadline:
             raise NodeError(f"containerd did not start on the node: {log_tail(node.containerd_log)}")
         time.sleep(0.02)
-    node.timings["start the node and its containerd"] = time.monotonic() - started
+
+
+def restart_containerd(node: Node) -> None:
+    """`systemctl restart containerd` on the node: containerd stopped (SIGTERM: its containers go on
+    running under their shims) and started again with the config as it is now."""
+    assert node.containerd is not None
+    for pid in _children(node.containerd.pid):  # nsenter's child: containerd itself
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    node.containerd.wait(START_TIMEOUT)
+    _start_containerd(node)
 
 
 def _remove_cgroups(name: str) -> list[str]:

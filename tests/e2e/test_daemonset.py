@@ -12,7 +12,8 @@ containerd injects the spec the watcher wrote, runc runs its hook on the node. A
 DaemonSet's image (version N to N+1) while GPU pods start loses none of them.
 
 The only settings the test makes are an operator's, in the ``cdictk`` ConfigMap
-(:data:`OPERATOR_SETTINGS`); where the test spends its time is printed at the end of the run. Slow
+(:data:`OPERATOR_SETTINGS`, :data:`CONTAINERD`), and the operator's restart of containerd where the init
+container only configured it; where the test spends its time is printed at the end of the run. Slow
 (``make test-slow``): it runs `make image`'s image, which CI builds once (``CDICTK_IMAGE_DIR``), and
 builds N+1 itself, beside the first node's work.
 """
@@ -43,7 +44,7 @@ from tests.e2e.kubelet.kubelet import Kubelet
 from tests.e2e.kubelet.manifest import DaemonSet, Manifest, read_manifest
 from tests.e2e.kubelet.pods import NodeAccess, PodRunner, RunningPod
 from tests.e2e.kubelet.scheduling import NodeInfo, Taint
-from tests.e2e.noderoot import ROOTS, Node, compile_init, start_node
+from tests.e2e.noderoot import ROOTS, Node, compile_init, restart_containerd, start_node
 from tests.fakenode.node import FakeNode
 
 MANIFEST = REPO / "deploy" / "kubernetes" / "cdictk-daemonset.yaml"
@@ -59,9 +60,13 @@ NODE = NodeInfo(
     },
     taints=(Taint(GPU, "present", "NoSchedule"),),
 )
-# What an operator sets in the cdictk ConfigMap for these nodes: they have no systemd that could restart
-# containerd (their containerd 2.x has CDI on already).
-OPERATOR_SETTINGS = {"cdictk": {"CONTAINERD": "configure"}}
+# What an operator sets in the cdictk ConfigMap for these nodes. Their procfs and sysfs, where the fake
+# driver's files are bound over the node's own, are the node's (/host/proc, /host/sys), not the
+# containers' own. They have no systemd that could restart containerd: on the Ubuntu node the init
+# container writes containerd's config and the operator restarts it (configure); the busybox node's
+# containerd config is the node OS's own, as on Bottlerocket or Talos (skip: containerd 2.x has CDI on).
+OPERATOR_SETTINGS = {"cdictk": {"PROC_ROOT": "/host/proc", "SYS_ROOT": "/host/sys"}}
+CONTAINERD = {"jammy": "configure", "busybox": "skip"}
 # Where the init container installs the node runtime, which the spec's hooks run (docs/node-runtime.md).
 RUNTIME_PREFIX = "/opt/cdictk"
 READY_TIMEOUT = 120.0
@@ -106,11 +111,13 @@ class Cluster:
         return self.node.gpu
 
 
-def operator_manifest(text: str) -> Manifest:
-    """The manifest as applied, with an operator's settings in its ConfigMaps."""
+def operator_manifest(text: str, kind: str) -> Manifest:
+    """The manifest as applied to the node of root ``kind``, with an operator's settings in its ConfigMaps."""
     manifest = read_manifest(text, MANIFEST.name)
     config_maps = dict(manifest.config_maps)
-    for name, settings in OPERATOR_SETTINGS.items():
+    chosen = {name: dict(settings) for name, settings in OPERATOR_SETTINGS.items()}
+    chosen["cdictk"]["CONTAINERD"] = CONTAINERD[kind]
+    for name, settings in chosen.items():
         namespace = manifest.daemon_set().meta.namespace
         found = config_maps[(namespace, name)]
         unknown = set(settings) - set(found.data)
@@ -248,7 +255,7 @@ def cluster(
     kind = str(request.param)
     jammy = fetch_minbase("jammy")["jammy"] if kind == "jammy" else None
     assert jammy is None or isinstance(jammy, Path), jammy
-    manifest = operator_manifest(MANIFEST.read_text())
+    manifest = operator_manifest(MANIFEST.read_text(), kind)
     daemon_set = manifest.daemon_set()
     image = daemon_set.pod.containers[0].image
     assert image == node_image.reference, (
@@ -268,6 +275,8 @@ def cluster(
             started = time.monotonic()
             pod = runner.start_daemon_set_pod(daemon_set)
             timings["the DaemonSet's pod started (init container done)"] = time.monotonic() - started
+            if CONTAINERD[kind] == "configure":  # the operator's part: containerd loads its new config
+                restart_containerd(node)
             devices.wait_for("the device plugin's registration", lambda k: registered(k, 0), REGISTER_TIMEOUT)
             timings["... and its device plugin registered"] = time.monotonic() - started
             cluster = Cluster(node, client, devices, runner, daemon_set, pod, image, timings)
