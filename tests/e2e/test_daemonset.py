@@ -359,6 +359,7 @@ def test_the_daemon_set_pod_runs_on_a_node_without_python(cluster: Cluster) -> N
         assert f"init container {container.name} exited 0" in pod.events, (pod.events, log)
         assert log.strip(), f"init container {container.name} said nothing of what it did"
         assert not [line for line in log.splitlines() if "error" in line.lower()], log
+        NOTES.extend(f"{cluster.node.name}: {container.name}: {line}" for line in log.splitlines())
     started = time.monotonic()
     cluster.runner.wait_ready(pod, READY_TIMEOUT)
     cluster.timed("the DaemonSet's pod ready (probes)", started)
