@@ -1,4 +1,6 @@
-"""``cdictk system create-device-nodes | create-dev-char-symlinks``: prepare a node, as nvidia-ctk does."""
+"""``cdictk system create-device-nodes | create-dev-char-symlinks``: prepare a node, as nvidia-ctk does;
+``install-runtime | uninstall-runtime``: cdictk's node runtime; ``check-node``: whether GPU containers
+can start."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from cdictk.configure.engines import ENGINES
 from cdictk.errors import Problem
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -83,7 +86,8 @@ def _load_modules(roots: Roots, modprobe: str | None, *, dry_run: bool) -> None:
 
 @click.group("system")
 def system_group() -> None:
-    """Prepare a node for GPU containers: NVIDIA device nodes and /dev/char links (as nvidia-ctk system)."""
+    """Prepare a node for GPU containers: NVIDIA device nodes and /dev/char links (as nvidia-ctk system),
+    cdictk's node runtime, and a check that GPU containers can start."""
 
 
 @system_group.command("create-device-nodes")
@@ -286,3 +290,61 @@ def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
         return _errors([Problem("", "", str(exc))])
     _say(f"{target or prefix}: {'node runtime removed' if removed else 'no node runtime there'}")
     return 0
+
+
+@system_group.command("check-node")
+@click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="The node's / as seen here (a container mounting it at /host): where the hooks, the runtime and "
+    "the engines' configs are looked for.",
+)
+@click.option(
+    "--spec",
+    "specs",
+    multiple=True,
+    metavar="FILE",
+    help="A spec that must be there and load, with every hook it names a program on the node "
+    "(a path as seen here). Repeatable.",
+)
+@click.option(
+    "--prefix",
+    metavar="DIR",
+    help="The node runtime's prefix on the node (/opt/cdictk): its current version's hook must run.",
+)
+@click.option(
+    "--engine",
+    "engines",
+    multiple=True,
+    type=click.Choice(sorted(ENGINES)),
+    help="An engine whose config on the node must turn CDI on, name only cdictk-runtimes that are there, "
+    "and be loaded: its daemon started after the config last changed. Repeatable.",
+)
+@click.option(
+    "--proc-root",
+    default="/proc",
+    show_default=True,
+    metavar="DIR",
+    help="This process's procfs: when the engine's daemon started.",
+)
+def check_node_command(
+    *, host_root: str, specs: tuple[str, ...], prefix: str | None, engines: tuple[str, ...], proc_root: str
+) -> int:
+    """Say in one line whether GPU containers can start on this node now, and if not, what is missing.
+
+    What is asked for is checked: each --spec, the node runtime under --prefix, each --engine. Quick
+    enough for a readiness probe (the DaemonSet's); unlike `cdictk info`, it asks neither NVML nor the
+    driver. Exit status 0 and the line on stdout when all holds; 1 and the line on stderr otherwise.
+    """
+    from cdictk.info.readiness import check_node  # noqa: PLC0415
+
+    if not (specs or prefix or engines):
+        raise click.UsageError("name something to check: --spec, --prefix or --engine")
+    for path, flag in ((host_root, "--host-root"), (prefix or "/", "--prefix")):
+        if not os.path.isabs(path):
+            return _errors([Problem("", flag, f"must be an absolute path, not {path!r}")])
+    readiness = check_node(host_root, specs, prefix, engines, proc_root)
+    click.echo(readiness.line(), err=not readiness.ok)
+    return 0 if readiness.ok else 1
