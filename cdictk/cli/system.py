@@ -33,6 +33,11 @@ def _errors(problems: list[Problem]) -> int:
     return 1 if problems else 0
 
 
+def _os_problem(exc: OSError) -> Problem:
+    """One line for a file system's refusal: the path and why."""
+    return Problem(str(exc.filename or ""), "", exc.strerror or str(exc))
+
+
 def _root_options(command: F) -> F:
     for option in reversed(
         (
@@ -260,6 +265,8 @@ def install_runtime_command(*, bundle: str | None, prefix: str, target: str | No
         installed = install(os.path.abspath(source), Target(prefix, target or "", host_root), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
+    except OSError as exc:  # a read-only or full file system, a directory that went away
+        return _errors([_os_problem(exc)])
     how = "copied" if installed.copied else "there already, intact"
     was = f"; current was {installed.replaced}" if installed.replaced else ""
     _say(f"{installed.path}: node runtime {installed.runtime_id} installed ({how}){was}")
@@ -288,6 +295,8 @@ def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
         removed = uninstall(Target(prefix, target or ""), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
+    except OSError as exc:
+        return _errors([_os_problem(exc)])
     _say(f"{target or prefix}: {'node runtime removed' if removed else 'no node runtime there'}")
     return 0
 

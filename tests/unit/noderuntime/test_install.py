@@ -227,3 +227,22 @@ def test_the_command_without_a_runtime_to_install(tmp_path: Path) -> None:
     done = cdictk("system", "install-runtime", "--bundle", str(tmp_path), "--prefix", "relative")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "--prefix: 'relative': must be an absolute, normalised path" in done.stderr
+
+
+def test_the_commands_say_a_file_systems_refusal_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prefix on a read-only file system (a node whose /opt is part of its read-only root)."""
+    from cdictk.cli.main import main
+    from cdictk.noderuntime import install as module
+
+    def refused(*args: object) -> None:
+        raise OSError(30, "Read-only file system", "/host-opt-cdictk/.lock")
+
+    monkeypatch.setattr(module, "install", refused)
+    monkeypatch.setattr(module, "uninstall", refused)
+    runtime = str(fake_runtime(tmp_path / "runtime"))
+    assert main(["system", "install-runtime", "--bundle", runtime, "--target", "/host-opt-cdictk"]) == 1
+    assert main(["system", "uninstall-runtime", "--target", "/host-opt-cdictk"]) == 1
+    line = "cdictk: error: /host-opt-cdictk/.lock: Read-only file system\n"
+    assert capsys.readouterr().err == line * 2
