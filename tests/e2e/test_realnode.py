@@ -202,3 +202,31 @@ def test_a_failing_step_is_a_row_and_the_check_goes_on(bundle: Path, node: FakeN
     assert rows["cleanup"]["status"] == "pass"
     assert "failed: nvidia-smi" in rows["GPU container: legacy prestart hook"]["detail"]
     assert not os.path.exists(report["check"]["work"])
+
+
+def test_a_node_whose_python_cannot_run_cdictk_still_checks_the_node_runtime(
+    bundle: Path, node: FakeNode, tmp_path: Path
+) -> None:
+    # As on a node with only an older Python: no wheel of the bundle's fits it, so no venv. Every row
+    # of the node runtime needs none: they pass, and only what needs the venv skips.
+    bare = tmp_path / "bundle"
+    subprocess.run(["cp", "-a", str(bundle), str(bare)], check=True)
+    for wheel in (bare / "wheels").glob("*-cp3*-*.whl"):
+        wheel.unlink()
+    result = dry_run(bare, node, tmp_path / "out", "--rounds", "1", "--burst", "2")
+    assert result.returncode == 1, result.stdout
+    report = json.loads((tmp_path / "out" / "real-node-report.json").read_text())
+    rows = {row["name"]: row for row in report["steps"]}
+    assert [name for name, row in rows.items() if row["status"] == "FAIL"] == [
+        "cdictk installed from the wheels"
+    ]
+    assert "no cp311 wheels in the bundle" in rows["cdictk installed from the wheels"]["detail"]
+    for name in (
+        *(name for name in rows if name.startswith("node runtime: ")),
+        "host: probe, CUDA program, nvidia-smi",
+    ):
+        assert rows[name]["status"] == "pass", f"{name}: {rows[name]['detail']}\n{rows[name]['tail']}"
+    assert rows["node runtime: cdi generate, validate"]["detail"].endswith(
+        "no spec of the node's Python to hold it against"
+    )
+    assert rows["GPU container: cdictk's spec, injected"]["status"] == "skip"
