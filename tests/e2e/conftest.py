@@ -474,3 +474,16 @@ def processes_of(uid: int) -> list[int]:
         if int(line.split()[1]) == uid:
             pids.append(int(entry))
     return pids
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Where the DaemonSet's end-to-end test spent its time, per node (test_daemonset.py)."""
+    from tests.e2e.test_daemonset import NOTES, TIMINGS  # the module that fills them, run or not
+
+    if TIMINGS:
+        terminalreporter.section("the DaemonSet on nodes without Python: where the time went")
+        for node, timings in TIMINGS.items():
+            for what, seconds in timings.items():
+                terminalreporter.write_line(f"{node:8} {seconds:7.2f} s  {what}")
+        for note in NOTES:
+            terminalreporter.write_line(note)

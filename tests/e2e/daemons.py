@@ -144,7 +144,7 @@ def image_tar_fixture(tmp_path_factory: pytest.TempPathFactory, busybox_image: P
 # ---- private roots and their teardown -------------------------------------------------------------
 
 
-def _mounts_under(root: Path) -> list[str]:
+def mounts_under(root: Path) -> list[str]:
     prefix = f"{root}/"
     found = []
     with open("/proc/self/mountinfo") as mountinfo:
@@ -156,16 +156,16 @@ def _mounts_under(root: Path) -> list[str]:
     return found
 
 
-def _unmount_all(root: Path) -> None:
+def unmount_all(root: Path) -> None:
     # Deepest first; lazy, because a dying shim can still hold a container's rootfs for a moment.
     # Stacked mounts on one point show up once per layer, so go round until none is left.
     for _ in range(10):
-        points = _mounts_under(root)
+        points = mounts_under(root)
         if not points:
             return
         for point in sorted(set(points), key=lambda p: p.count("/"), reverse=True):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
-    raise RuntimeError(f"mounts left under {root}: {_mounts_under(root)}")
+    raise RuntimeError(f"mounts left under {root}: {mounts_under(root)}")
 
 
 def _processes_mentioning(text: str) -> list[int]:
@@ -249,7 +249,7 @@ def private_root(prefix: str, host_dirs: Sequence[str] = ()) -> Iterator[Path]:
         # Shims outlive their daemon by design; they carry the daemon's socket path in their arguments.
         for pid in _processes_mentioning(str(root)):
             _kill_tree(pid)
-        _unmount_all(root)
+        unmount_all(root)
         shutil.rmtree(root)
         for directory in new_dirs:
             with contextlib.suppress(OSError):
@@ -260,14 +260,14 @@ def _wait_until(ready: Callable[[], bool], process: subprocess.Popen[bytes], log
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r} exited with {process.returncode}:\n{_tail(log)}")
+            raise RuntimeError(f"{process.args!r} exited with {process.returncode}:\n{log_tail(log)}")
         if ready():
             return
         time.sleep(0.01)
-    raise RuntimeError(f"{process.args!r} did not {what} within {START_TIMEOUT} s:\n{_tail(log)}")
+    raise RuntimeError(f"{process.args!r} did not {what} within {START_TIMEOUT} s:\n{log_tail(log)}")
 
 
-def _accepts(path: Path) -> bool:
+def accepts(path: Path) -> bool:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
         try:
             probe.connect(str(path))
@@ -276,7 +276,7 @@ def _accepts(path: Path) -> bool:
     return True
 
 
-def _tail(log: Path, lines: int = 40) -> str:
+def log_tail(log: Path, lines: int = 40) -> str:
     try:
         return "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -307,7 +307,7 @@ class Containerd:
             self.process = subprocess.Popen(
                 self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env
             )
-        _wait_until(lambda: _accepts(self.socket), self.process, self.log, f"listen on {self.socket}")
+        _wait_until(lambda: accepts(self.socket), self.process, self.log, f"listen on {self.socket}")
 
     def restart(self, config_text: str) -> None:
         """Stop containerd and start it again with ``config_text``: what its root holds (images, their

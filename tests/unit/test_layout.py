@@ -11,6 +11,7 @@ UNIT = REPO / "tests" / "unit"
 # Trees that are not cdictk's packages but have tests of their own.
 OTHER_TREES = {
     "deploy": REPO / "deploy",
+    "e2e": REPO / "tests" / "e2e",
     "fakenode": REPO / "tests" / "fakenode",
     "realnode": REPO / "realnode",
     "nodeimage": REPO / "nodeimage",

@@ -18,7 +18,8 @@ SCHEMA = Schema(os.path.join(os.path.dirname(os.path.abspath(__file__)), "cri.bi
 CODEC = Codec(SCHEMA)
 T = TypeVar("T")
 
-NODE = 2  # NamespaceMode: the host's namespace (hostNetwork: true)
+POD, CONTAINER, NODE = 0, 1, 2  # NamespaceMode: the pod's, the container's own, the node's (hostPID...)
+PROPAGATION_PRIVATE, PROPAGATION_HOST_TO_CONTAINER, PROPAGATION_BIDIRECTIONAL = 0, 1, 2
 CONTAINER_RUNNING, CONTAINER_EXITED = 1, 2
 
 
@@ -110,10 +111,16 @@ class PodSandboxStatusRequest:
 
 
 @dataclass(frozen=True)
+class PodSandboxNetworkStatus:
+    ip: str
+
+
+@dataclass(frozen=True)
 class PodSandboxStatus:
     id: str
     metadata: PodSandboxMetadata | None
     state: int
+    network: PodSandboxNetworkStatus | None
     runtime_handler: str
 
 
@@ -157,6 +164,7 @@ class Mount:
     host_path: str
     readonly: bool = False
     selinux_relabel: bool = False
+    propagation: int = PROPAGATION_PRIVATE
 
 
 @dataclass(frozen=True)
@@ -178,14 +186,28 @@ class Capability:
 
 
 @dataclass(frozen=True)
+class LinuxContainerResources:
+    cpu_period: int = 0
+    cpu_quota: int = 0
+    cpu_shares: int = 0
+    memory_limit_in_bytes: int = 0
+    oom_score_adj: int = 0
+
+
+@dataclass(frozen=True)
 class LinuxContainerSecurityContext:
     capabilities: Capability | None = None
     privileged: bool = False
     namespace_options: NamespaceOption | None = None
+    readonly_rootfs: bool = False
+    no_new_privs: bool = False
+    masked_paths: list[str] = field(default_factory=list)
+    readonly_paths: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
 class LinuxContainerConfig:
+    resources: LinuxContainerResources | None = None
     security_context: LinuxContainerSecurityContext | None = None
 
 
@@ -256,8 +278,14 @@ class RemoveContainerResponse:
 
 
 @dataclass(frozen=True)
+class ContainerFilter:
+    id: str = ""
+    pod_sandbox_id: str = ""
+
+
+@dataclass(frozen=True)
 class ListContainersRequest:
-    pass
+    filter: ContainerFilter | None = None
 
 
 @dataclass(frozen=True)
@@ -290,6 +318,7 @@ class ContainerStatus:
     exit_code: int
     reason: str
     message: str
+    log_path: str
 
 
 @dataclass(frozen=True)
