@@ -2,7 +2,7 @@
 
 ``systemd-analyze verify`` runs on the real files, byte for byte, under ``--root`` (a temporary root
 holding the system's own units, the shipped ones in ``etc/systemd/system`` and stand-ins for the two
-programs they run), since this machine has neither cdictk at /usr/local/bin nor systemd as PID 1.
+programs they run), since this machine has neither cdictk at /opt/cdictk/bin nor systemd as PID 1.
 verify exits 0 on unknown keys and unparsable values (it only warns), so every line it prints about
 our units counts as a failure; broken copies prove that each kind of mistake is caught.
 """
@@ -27,7 +27,7 @@ PATH_UNIT = "cdictk-cdi-refresh.path"
 WATCH = "cdictk-cdi-watch.service"
 UNITS = (REFRESH, PATH_UNIT, WATCH)
 SERVICES = (REFRESH, WATCH)
-CDICTK = "/usr/local/bin/cdictk"
+CDICTK = "/opt/cdictk/bin/cdictk"
 # Every program the units run; the verify root has these and nothing else of ours.
 PROGRAMS = {CDICTK, "/bin/sh"}
 OUTPUT = "/var/run/cdi/nvidia.yaml"
@@ -148,8 +148,8 @@ BROKEN = [
     (REFRESH, "Type=oneshot", "Type=oneshoot", "oneshoot"),
     (WATCH, "[Service]", "[Servce]", "Unknown section 'Servce'"),
     (WATCH, "Restart=on-failure", "Restart=on-failures", "on-failures"),
-    (WATCH, f"ExecStart={CDICTK} ", "ExecStart=/usr/local/bin/cdicktk ", "/usr/local/bin/cdicktk"),
-    (PATH_UNIT, "PathChanged=/usr/local", "PathChange=/usr/local", "Unknown key (name )?'PathChange'"),
+    (WATCH, f"ExecStart={CDICTK} ", "ExecStart=/opt/cdictk/bin/cdicktk ", "/opt/cdictk/bin/cdicktk"),
+    (PATH_UNIT, "PathChanged=/opt/cdictk", "PathChange=/opt/cdictk", "Unknown key (name )?'PathChange'"),
     (
         PATH_UNIT,
         "Unit=cdictk-cdi-refresh.service",
