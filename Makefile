@@ -14,13 +14,14 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench examples realnode nodeimage
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher image
+	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher image \
+	node-tarball
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
 	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
-	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher | image"
+	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher | image | node-tarball"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -151,3 +152,10 @@ ROOTFS_CACHE ?= $(or $(CDICTK_ROOTFS_CACHE),/var/cache/cdictk-tests/rootfs)
 image: $(VENV)/.cdictk-installed
 	./tests/fetch-rootfs.sh $(ROOTFS_CACHE) bookworm-python
 	$(PYTHON) -m nodeimage build --rootfs $(ROOTFS_CACHE)/minbase-bookworm-python --out build/image
+
+# The node tarball, for nodes without Kubernetes (README.md, "For node operators"): the node runtime of
+# the image above, built once there, as build/cdictk-node-VERSION-ARCH.tar.gz, one directory that is
+# the runtime; on the node, `./cdictk-node-VERSION/bin/cdictk system install` sets it up. Builds the
+# image first; the same image gives the same bytes.
+node-tarball: image
+	$(PYTHON) -m nodeimage tarball --image build/image --out build
