@@ -85,7 +85,8 @@ def _load_modules(roots: Roots, modprobe: str | None, *, dry_run: bool) -> None:
 
 @click.group("system")
 def system_group() -> None:
-    """Prepare a node for GPU containers: NVIDIA device nodes and /dev/char links (as nvidia-ctk system)."""
+    """Prepare a node for GPU containers: NVIDIA device nodes and /dev/char links (as nvidia-ctk system);
+    install cdictk's node runtime, alone or with what a node without Kubernetes needs around it."""
 
 
 @system_group.command("create-device-nodes")
@@ -354,8 +355,8 @@ def install_command(  # click passes every option by keyword
     Kubernetes needs, and nothing of its own Python, C library or shell.
 
     In order, one line each: the runtime, as install-runtime installs it; the link in --bin-dir; with
-    --legacy-hook and --podman-hook, those hooks; with --runtime, the engine's config (PREFIX/bin/
-    cdictk-runtime registered, CDI on) and --restart; the systemd units of --spec-service, running
+    --legacy-hook and --podman-hook, those hooks; with --runtime, the engine's config
+    (PREFIX/bin/cdictk-runtime registered, CDI on) and --restart; the systemd units of --spec-service, running
     PREFIX/bin/cdictk, enabled and restarted (so that this version writes the spec), and
     /etc/cdictk/cdi-refresh.env (their settings, all commented out) when missing. A file or link in the
     way that an earlier install did not write stops it before anything changes. Installing again (a new
