@@ -144,12 +144,14 @@ node-launcher: $(VENV)/.cdictk-installed
 	$(PYTHON) -m cdictk.noderuntime launcher --output build/node-runtime/cdictk-launcher
 
 # What to carry to a real GPU node (docs/development.md, "A real GPU node"): build/real-node-bundle, with
-# the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox and the CUDA probe; with
-# NVIDIA_TOOLS=DIR, NVIDIA's nvidia-ctk, nvidia-cdi-hook and runtimes built in DIR too. Needs gcc, runc,
-# busybox-static (tests/setup-host.sh installs them) and PyPI.
+# the real-node-check script, wheels for CPython 3.11 and 3.12, runc, busybox, the CUDA probe and the node
+# runtime of the image built first (make image); with NVIDIA_TOOLS=DIR, NVIDIA's nvidia-ctk,
+# nvidia-cdi-hook and runtimes built in DIR too. Needs what make image needs, gcc, runc, busybox-static
+# (tests/setup-host.sh installs them) and PyPI.
 NVIDIA_TOOLS ?=
-real-node-bundle: $(VENV)/.cdictk-installed
-	$(PYTHON) -m realnode.bundle --out build/real-node-bundle $(if $(NVIDIA_TOOLS),--nvidia-tools $(NVIDIA_TOOLS))
+real-node-bundle: image
+	$(PYTHON) -m realnode.bundle --out build/real-node-bundle --image build/image \
+		$(if $(NVIDIA_TOOLS),--nvidia-tools $(NVIDIA_TOOLS))
 
 # The DaemonSet's image, built here without a registry or a container engine (deploy/README.md): the
 # cached Debian bookworm root with python3 (tests/fetch-rootfs.sh builds it once), and in a chroot of it

@@ -109,7 +109,9 @@ def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, status: os
         tar.addfile(info, handle)
 
 
-def write_tar(root: Path, out: io.RawIOBase, *, epoch: int, prune: Prune = Prune(), top: str = "") -> None:
+def write_tar(
+    root: Path, out: io.RawIOBase | io.BufferedIOBase, *, epoch: int, prune: Prune = Prune(), top: str = ""
+) -> None:
     """The tar of ``root`` (what :data:`Prune` leaves in) to the stream ``out``; with ``top``, ``root``
     itself is a directory of that name, which holds the rest (a release tarball's one directory)."""
     first_of: dict[tuple[int, int], str] = {}

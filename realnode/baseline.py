@@ -56,13 +56,20 @@ def spec_smi(spec: dict[str, Any]) -> str | None:
     )
 
 
+def cdictk_spec(state: State) -> dict[str, Any] | None:
+    """cdictk's spec as the node's Python generated it, else as the node runtime did (a node whose
+    Python cannot run cdictk), else None."""
+    return state.loaded.get("cdictk") or state.loaded.get("runtime")
+
+
 def build_image(recorder: Recorder, row: Row, state: State) -> None:
     if state.carried is None:
         raise StepSkipped("needs the bundle")
     programs = {"cuda-probe": state.carried.probe}
     if state.cuda_check:
         programs["cuda-check"] = state.cuda_check
-    smi = spec_smi(state.loaded["cdictk"]) if "cdictk" in state.loaded else None
+    ours = cdictk_spec(state)
+    smi = spec_smi(ours) if ours is not None else None
     smi = smi or nodefacts.elf_smi(state.facts.get("nvidia_smi") or [])
     image = os.path.join(state.work, "image")
     missing = imagefs.build(recorder, image, state.carried.busybox, programs, [smi] if smi else [])
@@ -109,9 +116,10 @@ def runc_smoke(recorder: Recorder, row: Row, state: State) -> None:
 def host_baseline(recorder: Recorder, row: Row, state: State, expect_smi: str) -> None:
     """The same programs on the host, with the driver's library directories from cdictk's spec on
     LD_LIBRARY_PATH: tells a broken node from a broken container."""
-    if state.carried is None or "cdictk" not in state.loaded:
+    ours = cdictk_spec(state)
+    if state.carried is None or ours is None:
         raise StepSkipped("needs the bundle and cdictk's spec")
-    mounts = spec_mounts(state.loaded["cdictk"])
+    mounts = spec_mounts(ours)
     lib_dirs = sorted(
         {
             os.path.dirname(str(m["hostPath"]))
@@ -128,7 +136,7 @@ def host_baseline(recorder: Recorder, row: Row, state: State, expect_smi: str) -
         if command:
             result = recorder.run(command, 120, env=env)
             output += [result.stdout.strip(), f"{name}-exit={result.returncode}"]
-    smi = spec_smi(state.loaded["cdictk"])
+    smi = spec_smi(ours)
     output.append(f"smi-path={smi}")
     if smi:
         result = recorder.run([smi, "-L"], 60, env=env)

@@ -34,6 +34,7 @@ class Carried:
     cuda_source: str
     wheels: str
     nvidia: dict[str, str]  # program name -> its unpacked path
+    runtime: str | None = None  # the node runtime's tarball, unpacked by its own step (bundledruntime)
 
 
 def read_manifest(bundle: str) -> dict[str, object]:
@@ -103,4 +104,5 @@ def prepare(bundle: str, work: str) -> Carried:
         cuda_source=path("cuda_source"),
         wheels=path("wheels"),
         nvidia=nvidia,
+        runtime=path("node_runtime") if files.get("node_runtime") else None,
     )

@@ -7,7 +7,8 @@ timeout and the whole check a budget (--budget); a step that fails is recorded w
 output and the check goes on. At the end it deletes every container it made and its work dir.
 
 It changes nothing on the node: specs go to private directories (never /etc/cdi or /var/run/cdi),
-runc keeps its state in the work dir, no engine, driver or MIG setting is touched. The only file made
+runc keeps its state in the work dir, the node runtime the bundle carries is installed under a prefix
+there (never /opt/cdictk), no engine, driver or MIG setting is touched. The only file made
 outside the work dir is a link in /tmp that the carried runc loads its libseccomp through, removed at
 the end (realnode/carried.py says why).
 
@@ -25,7 +26,7 @@ import shutil
 import sys
 import tempfile
 
-from realnode import baseline, carried, gpuways, nodefacts, pyenv, specsteps, timing
+from realnode import baseline, bundledruntime, carried, gpuways, nodefacts, pyenv, specsteps, timing
 from realnode.checkstate import State
 from realnode.nodefacts import Roots
 from realnode.recorder import INFO, Recorder, StepFailed, StepSkipped
@@ -153,6 +154,7 @@ def run_steps(recorder: Recorder, args: argparse.Namespace, bundle: str, roots: 
         baseline.build_cuda(recorder, row, state, args.nvcc)
 
     specsteps.run_spec_steps(recorder, roots, state)
+    bundledruntime.run_runtime_steps(recorder, roots, state)
     with recorder.step("container image (node libc, busybox)") as row:
         baseline.build_image(recorder, row, state)
     with recorder.step("runc: a container without GPU") as row:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,24 @@ from realnode.containers import Containers
 from realnode.pyenv import Venv
 
 KIND = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class NodeRuntime:
+    """The node runtime as the check installed it (realnode/bundledruntime.py), under ``prefix``."""
+
+    prefix: str
+    runtime_id: str
+    size: int  # bytes of its files on the node
+    files: int
+
+    def stable(self, name: str) -> str:
+        """``prefix``/bin/``name``: the path an engine is configured with."""
+        return os.path.join(self.prefix, "bin", name)
+
+    def current(self, name: str) -> str:
+        """``prefix``/current/bin/``name``: the version ``current`` names (the spec's hook)."""
+        return os.path.join(self.prefix, "current", "bin", name)
 
 
 @dataclass
@@ -29,3 +48,4 @@ class State:
     templates: dict[str, dict[str, Any]] = field(default_factory=dict)  # injected configs, by spec
     device: str = "0"
     facts: dict[str, Any] = field(default_factory=dict)
+    runtime: NodeRuntime | None = None

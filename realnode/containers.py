@@ -171,18 +171,17 @@ class Containers:
         ).stdout.split()
 
 
-def inject(recorder: Recorder, venv: Venv, spec_dir: str, device: str, config: str) -> None:
-    result = recorder.run(
-        [venv.script("cdictk"), "cdi", "inject", "--spec-dir", spec_dir, "-d", device, config], 60
-    )
+def inject(recorder: Recorder, cdictk: str, spec_dir: str, device: str, config: str) -> None:
+    """``cdictk cdi inject`` of ``device`` from ``spec_dir`` into ``config``, by the program ``cdictk``."""
+    result = recorder.run([cdictk, "cdi", "inject", "--spec-dir", spec_dir, "-d", device, config], 60)
     if not result.ok:
         raise StepFailed(f"cdictk cdi inject: {result.why()}")
 
 
 @dataclass(frozen=True)
 class Shim:
-    """How cdictk-runtime and the prestart hook are run: the launchers, or the console scripts when
-    the launchers cannot be installed (``how`` says which, and why)."""
+    """How cdictk-runtime and the prestart hook are run: the launchers, the console scripts when the
+    launchers cannot be installed, or the node runtime's (``how`` says which, and why)."""
 
     runtime: list[str]
     prestart: tuple[str, list[str]]  # the hook's path and args
@@ -203,18 +202,24 @@ def settings_text(runc: str, spec_dir: str, roots: Roots) -> str:
     return text
 
 
+def shim_env(name: str, *, runc: str, spec_dir: str, roots: Roots, work: str) -> dict[str, str]:
+    """The environment the shim and the prestart hook run with: private settings (``work``/``name``.toml,
+    written here) and parse cache, never the node's."""
+    settings = os.path.join(work, f"{name}.toml")
+    with open(settings, "w", encoding="utf-8") as handle:
+        handle.write(settings_text(runc, spec_dir, roots))
+    return {
+        "PATH": HOST_PATH,
+        "CDICTK_CONFIG": settings,
+        "CDICTK_CACHE_DIR": os.path.join(work, f"{name}-cache"),
+    }
+
+
 def shim(
     recorder: Recorder, row: Row, venv: Venv, *, runc: str, spec_dir: str, roots: Roots, work: str
 ) -> Shim:
     """Installs the launchers into ``work`` and writes the shim's private settings there."""
-    settings = os.path.join(work, "cdictk-config.toml")
-    with open(settings, "w", encoding="utf-8") as handle:
-        handle.write(settings_text(runc, spec_dir, roots))
-    env = {
-        "PATH": HOST_PATH,
-        "CDICTK_CONFIG": settings,
-        "CDICTK_CACHE_DIR": os.path.join(work, "cdictk-cache"),
-    }
+    env = shim_env("cdictk-config", runc=runc, spec_dir=spec_dir, roots=roots, work=work)
     launchers = os.path.join(work, "launchers")
     installed = recorder.run([venv.script("cdictk"), "runtime", "install-launchers", "--dir", launchers], 60)
     if installed.ok:
@@ -231,3 +236,13 @@ def shim(
     row.detail = how
     row.data["settings"] = settings_text(runc, spec_dir, roots)
     return found
+
+
+def runtime_shim(prefix: str, *, runc: str, spec_dir: str, roots: Roots, work: str) -> Shim:
+    """The node runtime's stable paths under ``prefix``: cdictk-runtime (its shell front, which sends
+    every command to the runtime's shim while ``CDICTK_CONFIG`` names private settings) and the legacy
+    prestart hook, as an engine is configured with them."""
+    env = shim_env("cdictk-config-runtime", runc=runc, spec_dir=spec_dir, roots=roots, work=work)
+    front = os.path.join(prefix, "bin", "cdictk-runtime")
+    hook = os.path.join(prefix, "bin", "nvidia-container-runtime-hook")
+    return Shim([front], (hook, ["nvidia-container-runtime-hook", "prestart"]), env, f"{front}, {hook}")

@@ -21,7 +21,13 @@ from realnode.nodefacts import Roots
 from realnode.pyenv import Venv
 from realnode.recorder import Recorder, Row, StepFailed, StepSkipped
 
-SPEC_FILES = {"cdictk": "spec-cdictk.yaml", "nvidia": "spec-nvidia.yaml"}
+# The spec dirs, by whose spec each holds, and the file each spec is copied to in the report's dir
+# ("runtime": cdictk's spec generated through the node runtime, realnode/bundledruntime.py).
+SPEC_FILES = {
+    "cdictk": "spec-cdictk.yaml",
+    "nvidia": "spec-nvidia.yaml",
+    "runtime": "spec-cdictk-runtime.yaml",
+}
 # What nvidia-ctk reads from the host whatever its roots (it has no --proc-root or --sys-root).
 HOST_READS = ("/proc/driver", "/sys/bus/pci/devices", "/sys/module/firmware_class/parameters")
 TO_JSON = "import json, sys, yaml; json.dump(yaml.safe_load(open(sys.argv[1])), open(sys.argv[2], 'w'))"
@@ -38,16 +44,17 @@ def run_spec_steps(recorder: Recorder, roots: Roots, state: State) -> None:
         recorder.need(20)
         if state.venv is None:
             raise StepSkipped("needs cdictk installed")
-        generate(recorder, row, state.venv, roots, ours)
+        generate(recorder, row, state.venv.script("cdictk"), roots, ours)
         shutil.copyfile(ours, os.path.join(recorder.out, SPEC_FILES["cdictk"]))
-        state.loaded["cdictk"] = load(recorder, state.venv, ours, os.path.join(state.work, "cdictk.json"))
+        as_json = os.path.join(state.work, "cdictk.json")
+        state.loaded["cdictk"] = load(recorder, state.venv.python, ours, as_json)
         devices = [d["name"] for d in state.loaded["cdictk"].get("devices") or []]
         row.data["devices"] = devices
     with recorder.step("cdictk cdi validate") as row:
         recorder.need(10)
         if state.venv is None or "cdictk" not in state.loaded:
             raise StepSkipped("needs cdictk's spec")
-        validate(recorder, row, state.venv, ours)
+        validate(recorder, row, state.venv.script("cdictk"), ours)
     with recorder.step("cdictk info") as row:
         recorder.need(10)
         if state.venv is None:
@@ -63,7 +70,9 @@ def run_spec_steps(recorder: Recorder, roots: Roots, state: State) -> None:
             raise StepSkipped("needs cdictk installed (its PyYAML reads the spec)")
         generate_nvidia(recorder, row, nvidia, roots, theirs)
         shutil.copyfile(theirs, os.path.join(recorder.out, SPEC_FILES["nvidia"]))
-        state.loaded["nvidia"] = load(recorder, state.venv, theirs, os.path.join(state.work, "nvidia.json"))
+        state.loaded["nvidia"] = load(
+            recorder, state.venv.python, theirs, os.path.join(state.work, "nvidia.json")
+        )
     with recorder.step("specs compared item by item") as row:
         recorder.need(10)
         if state.venv is None or len(state.loaded) < 2:
@@ -94,9 +103,10 @@ def cdictk_roots(roots: Roots) -> list[str]:
     ]
 
 
-def generate(recorder: Recorder, row: Row, venv: Venv, roots: Roots, output: str) -> None:
+def generate(recorder: Recorder, row: Row, cdictk: str, roots: Roots, output: str) -> None:
+    """``cdictk cdi generate --mode auto`` by the program ``cdictk`` (the venv's, or the node runtime's)."""
     command = [
-        venv.script("cdictk"),
+        cdictk,
         "cdi",
         "generate",
         "--mode",
@@ -113,8 +123,8 @@ def generate(recorder: Recorder, row: Row, venv: Venv, roots: Roots, output: str
     row.detail = (result.stderr.strip().splitlines() or ["written"])[-1]
 
 
-def validate(recorder: Recorder, row: Row, venv: Venv, spec: str) -> None:
-    result = recorder.run([venv.script("cdictk"), "cdi", "validate", spec], 60)
+def validate(recorder: Recorder, row: Row, cdictk: str, spec: str) -> None:
+    result = recorder.run([cdictk, "cdi", "validate", spec], 60)
     if not result.ok:
         recorder.fail(row, result)
     row.detail = result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "valid"
@@ -225,10 +235,10 @@ def generate_nvidia(
     row.detail = f"written with {roots_said}, but it mounts no libcuda ({warnings} warnings)"
 
 
-def load(recorder: Recorder, venv: Venv, spec: str, target: str) -> dict[str, Any]:
+def load(recorder: Recorder, python: str, spec: str, target: str, *, setup: str = "") -> dict[str, Any]:
     """A YAML spec as JSON data (also written to ``target``, outside every spec dir), read by the
-    venv's PyYAML."""
-    result = recorder.run([venv.python, "-c", TO_JSON, spec, target], 30)
+    PyYAML of ``python`` (the venv's, or the node runtime's: ``setup`` puts it on the path)."""
+    result = recorder.run([python, "-c", setup + TO_JSON, spec, target], 30)
     if not result.ok:
         raise StepFailed(f"reading {spec}: {result.why()}")
     with open(target, encoding="utf-8") as handle:

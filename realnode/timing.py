@@ -1,5 +1,6 @@
 """Container start times: variants interleaved round by round (a slow spell hits every variant alike),
-medians; and a burst of GPU containers started several at a time.
+medians; the hook through the node runtime beside the same hook under the node's Python; and a burst of
+GPU containers started several at a time.
 
 Each start is a whole ``runc run`` of a fresh bundle (its rootfs a linked copy, made untimed), deleted
 after, untimed. The configs are injected once and reused with each round's rootfs. Each round starts
@@ -11,14 +12,15 @@ from __future__ import annotations
 import argparse
 import copy
 import statistics
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from realnode import imagefs
 from realnode.checkstate import State
-from realnode.containers import Containers, oci_config
+from realnode.containers import HOST_PATH, Containers, oci_config
 from realnode.gpuways import injected
 from realnode.recorder import Recorder, Result, Row, StepFailed, StepSkipped
 
@@ -154,6 +156,63 @@ def burst(
     return summary
 
 
+def bare_starts(recorder: Recorder, pythons: Mapping[str, str], rounds: int) -> dict[str, float]:
+    """Each Python's start alone (``-I -S -c pass``, the whole process), ``rounds`` rounds after one to
+    warm up, in turn as the containers are; the median ms of each."""
+    times: dict[str, list[float]] = {label: [] for label in pythons}
+    labels = list(pythons)
+    for number in range(rounds + 1):
+        shift = number % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            command: Sequence[str] = [pythons[label], "-I", "-S", "-c", "pass"]
+            result = recorder.run(command, 20, env={"PATH": HOST_PATH}, quiet=True)
+            if not result.ok:
+                raise StepFailed(f"{label}: {result.why()}")
+            if number:
+                times[label].append(result.ms)
+    return {label: round(statistics.median(found), 2) for label, found in times.items()}
+
+
+def runtime_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> None:
+    """Container starts with cdictk's hook through the node runtime and under the node's Python
+    (the venv's), interleaved with starts without a GPU; both interpreters' bare start; the runtime's
+    size on the node."""
+    with recorder.step(f"node runtime: start time, {args.rounds} rounds") as row:
+        recorder.need(40)
+        runtime = state.runtime
+        if state.containers is None or not state.runs:
+            raise StepSkipped("needs the image and a runc that runs")
+        if runtime is None or "runtime" not in state.loaded:
+            raise StepSkipped("needs the node runtime and its spec")
+        base, ours, theirs = "no GPU", "cdictk's hook, node runtime", "cdictk's hook, node's Python"
+        configs = {
+            base: oci_config("/", ["/bin/true"]),
+            ours: injected(recorder, state, "runtime", ["/bin/true"]),
+        }
+        if "cdictk" in state.loaded:
+            configs[theirs] = injected(recorder, state, "cdictk", ["/bin/true"])
+        samples = interleaved(recorder, row, state.containers, configs, args.rounds)
+        figures = added(samples, base)
+        node_python = state.venv.base if state.venv is not None else sys.executable
+        bare = bare_starts(
+            recorder, {"node runtime": runtime.current("python3"), "node's Python": node_python}, args.rounds
+        )
+        report: dict[str, Any] = dict(figures)
+        found = ratio(figures, ours, theirs)
+        if found is not None:
+            report["ratio_runtime_over_python"] = {"added": found}
+        report["bare_start_ms"] = {**bare, "node's Python is": node_python}
+        report["size"] = {"bytes": runtime.size, "files": runtime.files}
+        row.data["figures"] = report
+        recorder.sections.setdefault("node_runtime", {})["timing"] = report
+        names = {base: "no GPU", ours: "node runtime", theirs: "node's Python"}
+        bare_said = ", ".join(f"{label} {ms:.1f} ms" for label, ms in bare.items())
+        row.detail = (
+            f"{describe(figures, base, names, args.rounds)}; bare start (-I -S -c pass): {bare_said}; "
+            f"{runtime.size / (1 << 20):.1f} MiB on the node"
+        )
+
+
 def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> None:
     labels = {"none": "no GPU", "cdictk": "cdictk's spec + hook", "nvidia": "NVIDIA's spec + hooks"}
     with recorder.step(f"start time, {args.rounds} rounds interleaved") as row:
@@ -174,6 +233,7 @@ def run_timing(recorder: Recorder, args: argparse.Namespace, state: State) -> No
             report["ratio_cdictk_over_nvidia"] = {"added": found}
         row.data["figures"] = report
         recorder.sections["timing"] = report
+    runtime_timing(recorder, args, state)
     with recorder.step(f"burst: {args.burst} GPU containers, {args.parallel} at a time") as row:
         recorder.need(40)
         if state.containers is None or not state.runs or "cdictk" not in state.loaded:

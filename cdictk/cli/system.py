@@ -1,5 +1,6 @@
-"""``cdictk system``: prepare a node (device nodes, /dev/char links, as nvidia-ctk does), and install
-cdictk's node runtime there, alone or with what a node without Kubernetes needs around it."""
+"""``cdictk system create-device-nodes | create-dev-char-symlinks``: prepare a node, as nvidia-ctk does;
+``install-runtime | uninstall-runtime``: cdictk's node runtime; ``install | uninstall``: the runtime with
+what a node without Kubernetes needs around it; ``check-node``: whether GPU containers can start."""
 
 from __future__ import annotations
 
@@ -30,6 +31,11 @@ def _errors(problems: list[Problem]) -> int:
     for problem in problems:
         print(f"cdictk: error: {problem}", file=sys.stderr)
     return 1 if problems else 0
+
+
+def _os_problem(exc: OSError) -> Problem:
+    """One line for a file system's refusal: the path and why."""
+    return Problem(str(exc.filename or ""), "", exc.strerror or str(exc))
 
 
 def _root_options(command: F) -> F:
@@ -85,8 +91,9 @@ def _load_modules(roots: Roots, modprobe: str | None, *, dry_run: bool) -> None:
 
 @click.group("system")
 def system_group() -> None:
-    """Prepare a node for GPU containers: NVIDIA device nodes and /dev/char links (as nvidia-ctk system);
-    install cdictk's node runtime, alone or with what a node without Kubernetes needs around it."""
+    """Prepare a node for GPU containers: NVIDIA device nodes and /dev/char links (as nvidia-ctk system),
+    cdictk's node runtime (alone, or with what a node without Kubernetes needs around it), and a check
+    that GPU containers can start."""
 
 
 @system_group.command("create-device-nodes")
@@ -259,6 +266,8 @@ def install_runtime_command(*, bundle: str | None, prefix: str, target: str | No
         installed = install(os.path.abspath(source), Target(prefix, target or "", host_root), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
+    except OSError as exc:  # a read-only or full file system, a directory that went away
+        return _errors([_os_problem(exc)])
     _say(installed.line())
     return 0
 
@@ -285,8 +294,68 @@ def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
         removed = uninstall(Target(prefix, target or ""), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
+    except OSError as exc:
+        return _errors([_os_problem(exc)])
     _say(f"{target or prefix}: {'node runtime removed' if removed else 'no node runtime there'}")
     return 0
+
+
+@system_group.command("check-node")
+@click.option(
+    "--host-root",
+    default="/",
+    show_default=True,
+    metavar="DIR",
+    help="The node's / as seen here (a container mounting it at /host): where the hooks, the runtime and "
+    "the engines' configs are looked for.",
+)
+@click.option(
+    "--spec",
+    "specs",
+    multiple=True,
+    metavar="FILE",
+    help="A spec that must be there and load, with every hook it names a program on the node "
+    "(a path as seen here). Repeatable.",
+)
+@click.option(
+    "--prefix",
+    metavar="DIR",
+    help="The node runtime's prefix on the node (/opt/cdictk): its current version's hook must run.",
+)
+@click.option(
+    "--engine",
+    "engines",
+    multiple=True,
+    type=click.Choice(sorted(ENGINES)),
+    help="An engine whose config on the node must turn CDI on, name only cdictk-runtimes that are there, "
+    "and be loaded: its daemon started after the config last changed. Repeatable.",
+)
+@click.option(
+    "--proc-root",
+    default="/proc",
+    show_default=True,
+    metavar="DIR",
+    help="This process's procfs: when the engine's daemon started.",
+)
+def check_node_command(
+    *, host_root: str, specs: tuple[str, ...], prefix: str | None, engines: tuple[str, ...], proc_root: str
+) -> int:
+    """Say in one line whether GPU containers can start on this node now, and if not, what is missing.
+
+    What is asked for is checked: each --spec, the node runtime under --prefix, each --engine. Quick
+    enough for a readiness probe (the DaemonSet's); unlike `cdictk info`, it asks neither NVML nor the
+    driver. Exit status 0 and the line on stdout when all holds; 1 and the line on stderr otherwise.
+    """
+    from cdictk.info.readiness import check_node  # noqa: PLC0415
+
+    if not (specs or prefix or engines):
+        raise click.UsageError("name something to check: --spec, --prefix or --engine")
+    for path, flag in ((host_root, "--host-root"), (prefix or "/", "--prefix")):
+        if not os.path.isabs(path):
+            return _errors([Problem("", flag, f"must be an absolute path, not {path!r}")])
+    readiness = check_node(host_root, specs, prefix, engines, proc_root)
+    click.echo(readiness.line(), err=not readiness.ok)
+    return 0 if readiness.ok else 1
 
 
 @system_group.command("install")
@@ -378,6 +447,8 @@ def install_command(  # click passes every option by keyword
         install_node(os.path.abspath(source), Target(prefix), choices, _say, dry_run=dry_run)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
+    except OSError as exc:
+        return _errors([_os_problem(exc)])
     return 0
 
 
@@ -398,6 +469,8 @@ def uninstall_command(*, prefix: str, dry_run: bool) -> int:
         removed = uninstall_node(Target(prefix), _say, dry_run=dry_run)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
+    except OSError as exc:
+        return _errors([_os_problem(exc)])
     if not dry_run:
         _say(f"{prefix}: {'node runtime and its setup removed' if removed else 'no node runtime there'}")
     return 0

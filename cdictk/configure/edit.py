@@ -2,16 +2,23 @@
 
 Engine-neutral: the engine's record (:mod:`cdictk.configure.engines`) gives its default
 paths, refuses what it has no place for, and plans the edits; this module locks, reads and commits.
+
+``--remove`` takes cdictk's entries out of a config another hand may have changed since, keeping
+theirs. When the main config is still exactly what configure made of its backup (nobody changed it
+since), the backup itself is put back instead, byte for byte (an empty one: the file removed), and
+the backup goes: the file is as it was before cdictk, not merely equivalent to it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 from collections.abc import Callable
 
 from cdictk.configure import writer
-from cdictk.configure.change import Plan, Request, RuntimeChange
-from cdictk.configure.engines import ENGINES
+from cdictk.configure.change import Edit, Plan, Request, RuntimeChange
+from cdictk.configure.engines import ENGINES, Engine
 from cdictk.errors import CdictkError
 
 
@@ -38,7 +45,42 @@ def configure(request: Request, report: Callable[[str], None]) -> bool:
         drop = writer.read(drop_in, follow_symlinks=request.follow_symlinks) if drop_in else None
         if drop is not None and os.path.realpath(drop.path) == os.path.realpath(main.path):
             raise CdictkError(drop.path, "--drop-in-config", "is the main config itself")
-        return _commit_all(engine.plan(main, drop, change), request, report)
+        plan = engine.plan(main, drop, change)
+        original = _original(engine, main, drop, change) if change.remove else None
+        if original is None:
+            return _commit_all(plan, request, report)
+        edits = tuple(
+            (current, Edit(current.path, original or None) if current.path == main.path else edit)
+            for current, edit in plan.edits
+        )
+        changed = _commit_all(Plan(edits, plan.own), request, report)
+        if not request.dry_run:
+            backup = main.path + writer.BACKUP_SUFFIX
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(backup)
+            report(f"{main.path}: as it was before cdictk first changed it; {backup} removed")
+        return changed
+
+
+def _original(
+    engine: Engine, main: writer.Current, drop: writer.Current | None, change: RuntimeChange
+) -> str | None:
+    """The backup's text when the main config is what configure made of it; else None."""
+    backup = writer.read_backup(main.path)
+    if backup is None or main.text is None:
+        return None
+    try:
+        text = backup.decode("utf-8")
+        made = engine.plan(
+            writer.Current(main.path, text or None),
+            None if drop is None else writer.Current(drop.path, None),
+            dataclasses.replace(change, remove=False),
+        )
+    except (UnicodeDecodeError, CdictkError):
+        return None
+    if not any(current.path == main.path and edit.text == main.text for current, edit in made.edits):
+        return None
+    return text
 
 
 def _commit_all(plan: Plan, request: Request, report: Callable[[str], None]) -> bool:

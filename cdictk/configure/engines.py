@@ -88,13 +88,17 @@ class Engine(NamedTuple):
     def plan(self, main: Current, drop_in: Current | None, change: RuntimeChange) -> Plan:
         return self.load().plan(main, drop_in, change)
 
-    def inspect(self, host_root: str) -> Inspection | None:
-        """What the engine's config under ``host_root`` says; None when there is no config to read."""
-
+    def config_files(self, host_root: str) -> list[str]:
+        """The files info reads under ``host_root``: the main config, then the drop-ins in name order
+        (those that may not exist too)."""
         paths = [join(host_root, self.config)]
         if self.drop_in_glob is not None:
             paths += sorted(glob.glob(join(host_root, self.drop_in_glob)))
-        files = [(path, text) for path in paths if (text := _read(path)) is not None]
+        return paths
+
+    def inspect(self, host_root: str) -> Inspection | None:
+        """What the engine's config under ``host_root`` says; None when there is no config to read."""
+        files = [(path, text) for path in self.config_files(host_root) if (text := _read(path)) is not None]
         return self.load().inspect(files) if files else None
 
 

@@ -19,6 +19,7 @@ is forked, and the child should not wait for what only the parent needs.
 from __future__ import annotations
 
 import contextlib
+import gc
 import marshal
 import os
 import select
@@ -64,6 +65,10 @@ class NvmlQuery:
         reader, writer = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child: answer, then leave without running the parent's exit handlers
+            # No collection here: a parent object freed by this child's collector runs its finalizer
+            # in a process without the parent's threads (grpcio's asyncio stack joins its poller
+            # thread, which never ends here).
+            gc.disable()
             os.close(asked)
             os.close(reader)
             os._exit(_child(questions, writer))

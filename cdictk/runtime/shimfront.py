@@ -25,16 +25,14 @@ was then: still missing, or not newer than the front itself; and never when ``CD
 another file. Otherwise every command goes through Python, which reads the settings again
 (``cdictk runtime install-launchers`` brings the shortcuts back).
 
-The Kubernetes DaemonSet's init container writes the same front on its node, from its own image
-(``python -m cdictk.runtime.shimfront``, :func:`main`): the paths in it are the node's, and the
-settings are read from the node's root as the container sees it (``--root``).
+The node runtime's install writes the same front in ``PREFIX/bin`` (:mod:`cdictk.noderuntime.install`),
+from the DaemonSet's image too: the paths in it are the node's, and the settings are read from the
+node's root as the container sees it (``root``).
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 from collections.abc import Sequence
 
 from cdictk.runtime.requests import VISIBLE_DEVICES, VOLUME_MOUNT_ROOT
@@ -219,47 +217,3 @@ def _asks_nothing(found: list[str]) -> list[str]:
         "    return 1",
         "}",
     ]
-
-
-PROG = "python -m cdictk.runtime.shimfront"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Print the front's text (:func:`written_front`), for an install that runs elsewhere than the
-    front will: the DaemonSet's init container writes the node's. The caller writes the file once this
-    has read the settings, so that the front's mtime is its guard's."""
-
-    parser = argparse.ArgumentParser(
-        prog=PROG,
-        description="Print the shell front of cdictk-runtime, from the settings file as it is now.",
-    )
-    parser.add_argument("--front", required=True, metavar="PATH", help="where the front will be")
-    parser.add_argument("--launcher", required=True, metavar="PATH", help="the shim's Python launcher")
-    parser.add_argument(
-        "--config", default=CONFIG_PATH, metavar="PATH", help=f"the settings file (default {CONFIG_PATH})"
-    )
-    parser.add_argument(
-        "--root", default="/", metavar="DIR", help="read the settings file under DIR (the node's /)"
-    )
-    parser.add_argument("--written-by", default=f"`{PROG}`", metavar="WHO", help="for the front's mark line")
-    args = parser.parse_args(argv)
-    paths = {"--front": args.front, "--launcher": args.launcher, "--config": args.config, "--root": args.root}
-    for flag, value in paths.items():
-        if not os.path.isabs(value):
-            parser.error(f"{flag}: must be an absolute path, not {value!r}")
-    if not os.path.isdir(args.root):
-        parser.error(f"--root: {args.root}: not a directory")
-    if "\n" in args.written_by:
-        parser.error("--written-by: must be one line")
-    text, problem = written_front(
-        args.front, args.launcher, written_by=args.written_by, config=args.config, root=args.root
-    )
-    if problem is not None:
-        print(f"{PROG}: warning: {problem}; the front sends every command through Python", file=sys.stderr)
-    sys.stdout.buffer.write(text.encode("utf-8", "surrogateescape"))
-    sys.stdout.buffer.flush()
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

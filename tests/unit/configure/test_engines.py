@@ -118,3 +118,63 @@ def test_a_drop_in_goes_beside_the_config_it_was_asked_to_edit(engine: Engine) -
 def test_the_drop_ins_beside_a_config_elsewhere() -> None:
     assert ENGINES["containerd"].drop_in_for("/x/config.toml") == "/x/conf.d/99-cdictk.toml"
     assert ENGINES["crio"].drop_in_for("/x/crio.conf") == "/x/crio.conf.d/99-cdictk.toml"
+
+
+# ---------------------------------------------------------------- --remove: the file as it was
+
+ORIGINALS = {
+    "containerd": 'version = 2\n\n# the node\'s own\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause:3.9"\n',
+    "crio": '[crio.runtime]\n# the node\'s own\ndefault_runtime = "crun"\n',
+    "docker": '{\n    "log-driver": "journald"\n}\n',
+}
+
+
+def changes(tmp_path: Path, engine: Engine, **more: Any) -> tuple[Path, Request, Request]:
+    """The engine's main config under ``tmp_path``; configure's request on it (in place for an engine
+    without drop-ins), and its --remove."""
+    config = tmp_path / os.path.basename(engine.config)
+    asked = request(engine, config=str(config), set_as_default=True, **more)
+    if engine.enable_cdi_refused is None:
+        asked = replace(asked, enable_cdi=True)
+    return config, asked, replace(asked, remove=True)
+
+
+@EACH
+@pytest.mark.parametrize("existed", [True, False], ids=["a-file", "no-file"])
+def test_remove_puts_back_the_file_nobody_changed_since(
+    engine: Engine, tmp_path: Path, existed: bool
+) -> None:
+    config, asked, remove = changes(tmp_path, engine)
+    if existed:
+        config.write_text(ORIGINALS[engine.name])
+    before = sorted(os.listdir(tmp_path))
+    assert configure(asked, lambda line: None)
+    said: list[str] = []
+    assert configure(remove, said.append)
+    if existed:
+        assert config.read_bytes() == ORIGINALS[engine.name].encode()
+    backup = f"{config}.cdictk.orig"
+    if engine.name != "crio":  # CRI-O's drop-in copies from the main file, which stays as it is
+        assert said[-1] == f"{config}: as it was before cdictk first changed it; {backup} removed"
+    # nothing of cdictk's is left, but the directory a drop-in went to
+    assert sorted(name for name in os.listdir(tmp_path) if not (tmp_path / name).is_dir()) == before
+    assert not configure(remove, lambda line: None)  # and once more: nothing to do
+
+
+@EACH
+def test_remove_keeps_what_another_hand_changed_since(engine: Engine, tmp_path: Path) -> None:
+    config, asked, remove = changes(tmp_path, engine)
+    config.write_text(ORIGINALS[engine.name])
+    configure(asked, lambda line: None)
+    edited = config.read_text()
+    if engine.name == "docker":
+        edited = edited.replace('"log-driver"', '"debug": true,\n  "log-driver"')
+    else:
+        edited += "# an operator's line\n"
+    config.write_text(edited)
+    said: list[str] = []
+    configure(remove, said.append)
+    assert "an operator's line" in config.read_text() or '"debug": true' in config.read_text()
+    assert not any("as it was before cdictk" in line for line in said)
+    # still the copy of what was there first (CRI-O's main file was never changed: none)
+    assert os.path.exists(f"{config}.cdictk.orig") is (engine.name != "crio")

@@ -1,12 +1,13 @@
-"""deploy/kubernetes: the DaemonSet manifest, its image recipe and its init container's script.
+"""deploy/kubernetes: the DaemonSet manifest, its cleanup manifest, its image recipe and its node script.
 
-Every document of the manifest is validated against the Kubernetes OpenAPI schemas that the
+Every document of the manifests is validated against the Kubernetes OpenAPI schemas that the
 kubernetes-validate package bundles (offline, strict: unknown fields are errors). Then what the schemas
-cannot know: the watcher's and the device plugin's command lines (the plugin's read by its own click
-command, its settings file by its own loader), the mounts behind their paths, that the init container's
-script, the Containerfile and the manifest agree on every path (the Containerfile gathering and running
-what `make image` does), and that the script does what it says
-(run with stand-ins for cdictk, chroot and nsenter).
+cannot know: the containers' command lines (each read by its own click command, the device plugin's
+settings file by its own loader), the mounts behind their paths, that the node script, the
+Containerfile and the manifests agree on every path (the Containerfile gathering and running what
+`make image` does), and that the script does what it says on a fake node root: this checkout's cdictk
+installs a small node runtime there, configures its containerd config and checks it (stand-ins only
+for the device nodes and for nsenter), and its removal leaves the root as it was.
 """
 
 from __future__ import annotations
@@ -27,11 +28,14 @@ from typing import Any
 import pytest
 import yaml
 
+from cdictk.bundlepaths import BIN, CURRENT, HOOK, SHIM
 from nodeimage import imageroot, lockfile, makeimage
 from tests import REPO
+from tests.fakeruntime import fake_runtime, id_of
 
 KUBE = REPO / "deploy" / "kubernetes"
 MANIFEST = KUBE / "cdictk-daemonset.yaml"
+CLEANUP = KUBE / "cdictk-cleanup.yaml"
 CONTAINERFILE = KUBE / "Containerfile"
 SCRIPT = KUBE / "cdictk-node-setup.sh"
 README = REPO / "deploy" / "README.md"
@@ -40,12 +44,14 @@ NAMESPACE = "cdictk"
 CONTAINERS = ("cdi-watch", "device-plugin", "node-labels")
 FEATURES_D = "/etc/kubernetes/node-feature-discovery/features.d"  # nfd-worker's local feature files
 PLUGIN_SETTINGS = "cdictk-device-plugin"  # the device plugin's ConfigMap
+# The watcher's command: cdictk with its args, and GENERATE_ARGS split at spaces, never globbed.
+WATCH_COMMAND = ["/bin/sh", "-c", 'set -f; exec cdictk "$@" $GENERATE_ARGS', "cdi-watch"]
 # The oldest Kubernetes the manifest is checked against; the newest the package bundles is added.
 OLDEST_KUBERNETES = "1.30.0"
 
 
-def documents() -> list[dict[str, Any]]:
-    with MANIFEST.open(encoding="utf-8") as handle:
+def documents(path: Path = MANIFEST) -> list[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
         docs = [doc for doc in yaml.safe_load_all(handle) if doc is not None]
     assert all(isinstance(doc, dict) for doc in docs)
     return docs
@@ -66,8 +72,12 @@ def pod_spec(docs: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     return spec
 
 
-def all_containers() -> list[dict[str, Any]]:
-    spec = pod_spec()
+def cleanup_pod() -> dict[str, Any]:
+    return pod_spec(documents(CLEANUP))
+
+
+def all_containers(spec: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    spec = pod_spec() if spec is None else spec
     containers: list[dict[str, Any]] = spec.get("initContainers", []) + spec["containers"]
     return containers
 
@@ -101,8 +111,8 @@ def labeller_labels() -> set[str]:
     return set(node_labels(NodeView("580.95.05", 13000, (gpu,)), "none", Sharing()))
 
 
-def init() -> dict[str, Any]:
-    containers = pod_spec()["initContainers"]
+def init(spec: dict[str, Any] | None = None) -> dict[str, Any]:
+    containers = (pod_spec() if spec is None else spec)["initContainers"]
     assert len(containers) == 1
     found: dict[str, Any] = containers[0]
     return found
@@ -119,7 +129,7 @@ def expand(value: str, env: dict[str, str]) -> str:
 
 
 def environment(spec: dict[str, Any]) -> dict[str, str]:
-    """What a container's $(NAME) references can see: its envFrom ConfigMaps and its env."""
+    """What a container's $(NAME) references and its processes see: its envFrom ConfigMaps and its env."""
     env: dict[str, str] = {}
     for source in spec.get("envFrom", []):
         assert source["configMapRef"]["name"] == NAMESPACE
@@ -129,8 +139,9 @@ def environment(spec: dict[str, Any]) -> dict[str, str]:
 
 
 def argv(spec: dict[str, Any]) -> list[str]:
+    """A container's args, expanded: cdictk's, after the image's entrypoint or the watcher's shell."""
     env = environment(spec)
-    return [expand(arg, env) for arg in spec.get("command", []) + spec.get("args", [])]
+    return [expand(arg, env) for arg in spec.get("args", [])]
 
 
 def option(args: list[str], name: str) -> str:
@@ -138,19 +149,27 @@ def option(args: list[str], name: str) -> str:
     return args[args.index(name) + 1]
 
 
-def mount_at(spec: dict[str, Any], path: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def mount_at(
+    spec: dict[str, Any], path: str, pod: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """The volumeMount at ``path`` in a container, and the pod volume it mounts."""
     mounts = [m for m in spec.get("volumeMounts", []) if m["mountPath"] == path]
     assert len(mounts) == 1, f"{spec['name']}: {len(mounts)} mounts at {path}"
-    volumes = [v for v in pod_spec()["volumes"] if v["name"] == mounts[0]["name"]]
+    volumes = [v for v in (pod_spec() if pod is None else pod)["volumes"] if v["name"] == mounts[0]["name"]]
     assert len(volumes) == 1, mounts[0]["name"]
     return mounts[0], volumes[0]
 
 
 def script_defaults() -> dict[str, str]:
-    """The ``: "${NAME:=default}"`` settings at the top of the init container's script."""
+    """The ``: "${NAME:=default}"`` settings at the top of the node script."""
     text = SCRIPT.read_text(encoding="utf-8")
     return dict(re.findall(r'^: "\$\{([A-Z_]+):=([^}]*)\}"', text, flags=re.MULTILINE))
+
+
+def script_settings() -> set[str]:
+    """Every variable the node script reads: its settings."""
+    text = SCRIPT.read_text(encoding="utf-8")
+    return set(re.findall(r"\$\{?([A-Z][A-Z_]+)", text))
 
 
 def pyproject() -> dict[str, Any]:
@@ -183,7 +202,8 @@ def test_every_document_is_valid_kubernetes(version: str) -> None:
     validator = kubernetes_validate()
     docs = documents()
     assert {doc["kind"] for doc in docs} == {"Namespace", "ServiceAccount", "ConfigMap", "DaemonSet"}
-    for doc in docs:
+    assert [doc["kind"] for doc in documents(CLEANUP)] == ["DaemonSet"]
+    for doc in docs + documents(CLEANUP):
         try:
             validator.validate(doc, version, strict=True)
         except validator.ValidationError as error:
@@ -225,6 +245,15 @@ def test_everything_is_in_one_namespace_allowed_privileged_pods() -> None:
     account = the("ServiceAccount", docs)
     assert pod_spec(docs)["serviceAccountName"] == account["metadata"]["name"]
     assert pod_spec(docs)["automountServiceAccountToken"] is False
+    # the cleanup runs in the same namespace, with the same account, while the ConfigMap is there
+    cleanup = the("DaemonSet", documents(CLEANUP))
+    assert cleanup["metadata"] == {
+        "name": "cdictk-cleanup",
+        "namespace": NAMESPACE,
+        "labels": {"app.kubernetes.io/name": "cdictk-cleanup"},
+    }
+    assert cleanup_pod()["serviceAccountName"] == account["metadata"]["name"]
+    assert cleanup_pod()["automountServiceAccountToken"] is False
 
 
 def test_the_pods_land_on_gpu_nodes() -> None:
@@ -246,6 +275,12 @@ def test_the_pods_land_on_gpu_nodes() -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists"} in tolerations
     daemonset = the("DaemonSet")
     assert daemonset["spec"]["selector"]["matchLabels"].items() <= spec_labels().items()
+    # the cleanup goes to the same nodes, and selects its own pods only
+    for key in ("affinity", "tolerations"):
+        assert cleanup_pod()[key] == spec[key], key
+    cleanup = the("DaemonSet", documents(CLEANUP))
+    assert cleanup["spec"]["selector"]["matchLabels"] == cleanup["spec"]["template"]["metadata"]["labels"]
+    assert cleanup["spec"]["selector"]["matchLabels"] != daemonset["spec"]["selector"]["matchLabels"]
 
 
 def spec_labels() -> dict[str, str]:
@@ -256,8 +291,8 @@ def spec_labels() -> dict[str, str]:
 def test_the_watcher_writes_the_spec_on_the_node() -> None:
     spec = watcher()
     args = argv(spec)
-    assert args[:3] == ["cdi", "generate", "--watch"]  # after the image's entrypoint, cdictk
-    assert "command" not in spec
+    assert args[:3] == ["cdi", "generate", "--watch"]  # after cdictk, which the shell execs
+    assert spec["command"] == WATCH_COMMAND
     output = option(args, "--output")
     assert output == OUTPUT
     # the output directory is the node's /var/run/cdi, writable
@@ -275,11 +310,45 @@ def test_the_watcher_writes_the_spec_on_the_node() -> None:
     # device nodes: the node's /dev, mounted at /dev, which is already the node's path
     assert option(args, "--dev-root") == "/"
     assert mount_at(spec, "/dev")[1]["hostPath"]["path"] == "/dev"
-    # the hooks: the node's Python, a node path given as it is
+    # procfs and sysfs: the container's own, which show the node's driver and devices
+    assert (option(args, "--proc-root"), option(args, "--sys-root")) == ("/proc", "/sys")
+    # the hooks: the node runtime's stable hook, a node path given as it is (install-runtime's layout)
     hook = option(args, "--hook-path")
-    assert hook == settings()["HOOK_PYTHON"] and os.path.isabs(hook) and not hook.startswith(host_root + "/")
+    assert (
+        hook
+        == os.path.join(settings()["RUNTIME_PREFIX"], CURRENT, BIN, HOOK)
+        == "/opt/cdictk/current/bin/cdictk-hook"
+    )
+    assert not hook.startswith(host_root + "/")
     for arg in args:
         assert "$(" not in arg, f"{arg}: a variable no ConfigMap key defines"
+
+
+def test_the_watchers_command_line_is_one_generate_takes_with_more_flags_from_the_configmap(
+    tmp_path: Path,
+) -> None:
+    """The shell adds GENERATE_ARGS split at spaces, unglobbed, after the manifest's arguments."""
+    from cdictk.cli.generate import generate_command
+
+    record = tmp_path / "cdictk"
+    record.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\n')
+    record.chmod(0o755)
+    (tmp_path / "uuid").touch()  # a glob that would match, were globs expanded
+    more = "--device-name-strategy uuid  --csv.ignore-pattern  u*id --cdi-version 0.5.0"
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", **settings(), "GENERATE_ARGS": more}
+    done = subprocess.run(
+        [*WATCH_COMMAND, *argv(watcher())], env=env, cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    args = done.stdout.splitlines()
+    assert args == [*argv(watcher()), *more.split()]
+    context = generate_command.make_context("generate", args[2:])
+    assert "u*id" in context.params.values() or ("u*id",) in context.params.values()
+    assert context.params["hook_path"] == option(argv(watcher()), "--hook-path")
+    env["GENERATE_ARGS"] = settings()["GENERATE_ARGS"]  # none by default
+    done = subprocess.run(
+        [*WATCH_COMMAND, *argv(watcher())], env=env, capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines() == argv(watcher())
 
 
 def covering_mount(spec: dict[str, Any], path: str) -> dict[str, Any]:
@@ -341,7 +410,8 @@ def test_the_device_plugin_serves_the_kubelets_directory() -> None:
 
 def test_the_device_plugin_sees_the_node_as_the_watcher_does() -> None:
     args, watching = argv(plugin()), argv(watcher())
-    assert option(args, "--driver-root") == option(watching, "--driver-root")
+    for name in ("--driver-root", "--proc-root", "--sys-root"):
+        assert option(args, name) == option(watching, name), name
     assert option(args, "--dev-root") == option(watching, "--dev-root") == "/"
     host_root = option(watching, "--host-root")
     assert mount_at(plugin(), host_root)[0] == mount_at(watcher(), host_root)[0]
@@ -385,7 +455,8 @@ def test_the_labeller_writes_into_nfds_directory_from_the_plugins_settings() -> 
         plugin(), os.path.dirname(context.params["config_file"])
     )
     # the node as the watcher sees it
-    assert option(args, "--driver-root") == option(argv(watcher()), "--driver-root")
+    for name in ("--driver-root", "--proc-root", "--sys-root"):
+        assert option(args, name) == option(argv(watcher()), name), name
     assert option(args, "--dev-root") == "/"
     host_root = option(argv(watcher()), "--host-root")
     assert mount_at(spec, host_root)[0] == mount_at(watcher(), host_root)[0]
@@ -405,40 +476,56 @@ def test_every_variable_a_container_uses_is_defined() -> None:
                 assert name in env, (spec["name"], name)
 
 
-def test_readiness_checks_the_spec_the_watcher_writes() -> None:
-    probe = watcher()["readinessProbe"]["exec"]["command"]
-    assert probe == ["cdictk", "cdi", "validate", option(argv(watcher()), "--output")]
+def test_readiness_is_the_scripts_check_of_what_the_watcher_writes() -> None:
+    """The probe: the node script's check, with the watcher's spec, node and runtime."""
+    probe = watcher()["readinessProbe"]
+    assert probe["exec"]["command"] == ["/bin/sh", imageroot.layout().init, "check"]
+    assert probe["timeoutSeconds"] < probe["periodSeconds"]
+    defaults = script_defaults()
+    args = argv(watcher())
+    assert defaults["SPEC"] == option(args, "--output")
+    assert defaults["HOST_ROOT"] == option(args, "--host-root")
+    assert option(args, "--hook-path").startswith(settings()["RUNTIME_PREFIX"] + "/")
+    assert environment(watcher()) == settings()  # CONTAINERD and RUNTIME_PREFIX reach the probe
     assert "livenessProbe" not in watcher()
 
 
 def test_volumes_and_mounts_match() -> None:
-    volumes = {volume["name"] for volume in pod_spec()["volumes"]}
-    mounted: set[str] = set()
-    for spec in all_containers():
-        names = [mount["name"] for mount in spec["volumeMounts"]]
-        paths = [mount["mountPath"] for mount in spec["volumeMounts"]]
-        assert len(set(paths)) == len(paths), spec["name"]
-        assert set(names) <= volumes, (spec["name"], set(names) - volumes)
-        mounted |= set(names)
-    assert mounted == volumes, volumes - mounted
+    for pod in (pod_spec(), cleanup_pod()):
+        volumes = {volume["name"] for volume in pod["volumes"]}
+        mounted: set[str] = set()
+        for spec in all_containers(pod):
+            names = [mount["name"] for mount in spec.get("volumeMounts", [])]
+            paths = [mount["mountPath"] for mount in spec.get("volumeMounts", [])]
+            assert len(set(paths)) == len(paths), spec["name"]
+            assert set(names) <= volumes, (spec["name"], set(names) - volumes)
+            mounted |= set(names)
+        assert mounted == volumes, volumes - mounted
     for spec in all_containers():
         assert mount_at(spec, "/tmp")[1].get("emptyDir") is not None  # the root file system is read-only
 
 
 def test_containers_are_privileged_read_only_and_bounded() -> None:
-    for spec in all_containers():
+    done = cleanup_pod()["containers"]
+    for spec in [*all_containers(), init(cleanup_pod())]:
         context = spec["securityContext"]
         assert context["privileged"] is True, spec["name"]
         assert context["readOnlyRootFilesystem"] is True, spec["name"]
+    for spec in all_containers() + all_containers(cleanup_pod()):
         assert spec["resources"]["requests"]["memory"] and spec["resources"]["requests"]["cpu"]
         assert spec["resources"]["limits"]["memory"]
+    # the cleanup's container that stays does nothing: no privilege, no mount
+    assert [spec["name"] for spec in done] == ["done"]
+    assert done[0]["securityContext"] == {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False}
+    assert "volumeMounts" not in done[0] and done[0]["command"] == ["sleep", "infinity"]
     # hostPID is for `nsenter --target 1` when the init container restarts containerd
-    assert pod_spec()["hostPID"] is (settings()["CONTAINERD"] == "restart")
-    assert "hostNetwork" not in pod_spec()
+    for pod in (pod_spec(), cleanup_pod()):
+        assert pod["hostPID"] is (settings()["CONTAINERD"] == "restart")
+        assert "hostNetwork" not in pod
 
 
 def test_the_image_is_the_documented_one() -> None:
-    images = {spec["image"] for spec in all_containers()}
+    images = {spec["image"] for spec in all_containers() + all_containers(cleanup_pod())}
     assert len(images) == 1
     image = images.pop()
     version = pyproject()["project"]["version"]
@@ -449,34 +536,90 @@ def test_the_image_is_the_documented_one() -> None:
         assert f"podman push {image}" in document.read_text(encoding="utf-8"), document.name
 
 
-# ---------------------------------------------------------------- the init container and its script
+# ---------------------------------------------------------------- the init containers and the script
 
 
-def test_init_container_runs_the_script_with_the_manifests_paths() -> None:
-    spec = init()
-    command = spec["command"]
-    assert command[0] == "/bin/sh"
+def test_the_configmaps_settings_are_the_scripts_with_the_same_defaults() -> None:
     defaults = script_defaults()
-    env = environment(spec)
-    # the ConfigMap's settings are the script's, with the same defaults
-    assert set(settings()) <= set(defaults)
+    read = script_settings()
+    assert read <= set(defaults), read - set(defaults)  # every setting has a default in the script
     for name, value in settings().items():
-        assert defaults[name] == value, name
-    assert not set(env) - set(settings()), "no test-only override reaches the pod"
+        if name in read:
+            assert defaults[name] == value, name
+    # the others are the containers' own: each one used in a command line
+    used = {
+        name
+        for spec in all_containers()
+        for arg in spec.get("args", [])
+        for name in re.findall(r"\$\(([A-Z_]+)\)", arg)
+    }
+    used |= {"GENERATE_ARGS"} if "$GENERATE_ARGS" in WATCH_COMMAND[2] else set()
+    assert set(settings()) - read <= used, set(settings()) - read - used
+    assert settings()["CONTAINERD"] in ("restart", "configure", "skip")
+    # the node runtime is the one the image carries
+    assert defaults["NODE_RUNTIME"] == imageroot.layout().bundle
+
+
+def test_the_setup_init_container_mounts_what_the_script_writes() -> None:
+    spec = init()
+    assert spec["command"] == ["/bin/sh", imageroot.layout().init, "setup"]
+    defaults = script_defaults()
+    assert environment(spec) == settings(), "the ConfigMap alone: no test-only override reaches the pod"
     # the node's / where the script looks for it (read-only), and the same as the watcher's
     host_mount, host_volume = mount_at(spec, defaults["HOST_ROOT"])
     assert host_volume["hostPath"]["path"] == "/" and host_mount["readOnly"] is True
     assert defaults["HOST_ROOT"] == option(argv(watcher()), "--host-root")
-    # the node's copy of the package: the node path is the image's own prefix (the hook names it)
-    install_mount, install_volume = mount_at(spec, defaults["NODE_INSTALL_DIR"])
-    assert install_volume["hostPath"]["path"] == defaults["PREFIX"]
-    assert not install_mount.get("readOnly", False)
+    # the node runtime's directory, writable, at the path the script installs to
+    runtime_mount, runtime_volume = mount_at(spec, defaults["RUNTIME_TARGET"])
+    assert runtime_volume["hostPath"] == {"path": settings()["RUNTIME_PREFIX"], "type": "DirectoryOrCreate"}
+    assert not runtime_mount.get("readOnly", False)
     # containerd's directory at the same path as on the node: configure writes that path into imports
     containerd_mount, containerd_volume = mount_at(spec, defaults["CONTAINERD_DIR"])
     assert containerd_volume["hostPath"]["path"] == defaults["CONTAINERD_DIR"] == "/etc/containerd"
     assert not containerd_mount.get("readOnly", False)
     assert mount_at(spec, "/dev")[1]["hostPath"]["path"] == "/dev"
-    assert settings()["CONTAINERD"] in ("restart", "configure", "skip")
+
+
+def test_the_cleanup_init_container_mounts_what_the_script_removes() -> None:
+    pod = cleanup_pod()
+    spec = init(pod)
+    assert spec["command"] == ["/bin/sh", imageroot.layout().init, "remove"]
+    defaults = script_defaults()
+    env = environment(spec)
+    # the same settings as the DaemonSet's, so that it undoes what they did; the runtime seen through
+    # the directory that holds it, so that the prefix itself goes too
+    assert {name: value for name, value in env.items() if name != "RUNTIME_TARGET"} == settings()
+    prefix = settings()["RUNTIME_PREFIX"]
+    target = env["RUNTIME_TARGET"]
+    assert os.path.basename(target) == os.path.basename(prefix)
+    parent_mount, parent_volume = mount_at(spec, os.path.dirname(target), pod)
+    assert parent_volume["hostPath"] == {"path": os.path.dirname(prefix), "type": "Directory"}
+    assert not parent_mount.get("readOnly", False)
+    # containerd's directory as the DaemonSet mounted it: the same paths in its imports
+    assert mount_at(spec, defaults["CONTAINERD_DIR"], pod) == mount_at(init(), defaults["CONTAINERD_DIR"])
+    host_mount, host_volume = mount_at(spec, defaults["HOST_ROOT"], pod)
+    assert host_volume["hostPath"]["path"] == "/" and host_mount["readOnly"] is True
+    # the spec and the labels file, where the watcher and the labeller wrote them
+    for path, writer in ((defaults["SPEC"], watcher()), (defaults["LABELS"], labeller())):
+        directory = os.path.dirname(path)
+        mount, volume = mount_at(spec, directory, pod)
+        assert not mount.get("readOnly", False)
+        assert volume["hostPath"]["path"] == mount_at(writer, directory)[1]["hostPath"]["path"]
+    assert defaults["LABELS"] == option(argv(labeller()), "--output")
+
+
+def test_the_removal_the_manifests_describe_is_the_readmes() -> None:
+    header = CLEANUP.read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    commands = [
+        line.strip("# ").split("#")[0].strip()
+        for line in header.splitlines()
+        if line.startswith("#   kubectl")
+    ]
+    assert len(commands) == 4
+    for command in commands:
+        assert command in readme, command
+    assert "cdictk-cleanup.yaml" in MANIFEST.read_text(encoding="utf-8")
 
 
 def test_script_is_valid_posix_shell() -> None:
@@ -486,341 +629,298 @@ def test_script_is_valid_posix_shell() -> None:
     assert SCRIPT.read_text(encoding="utf-8").startswith("#!/bin/sh\n")
 
 
-STUB_CDICTK = """#!/bin/sh
+# This checkout's cdictk, but for what would change this machine: the device nodes (mknod and
+# modprobe in /dev) are said and left alone.
+STUB_CDICTK = f"""#!/bin/sh
 echo "cdictk $*" >> "$STUB_LOG"
 case "$1 $2" in
-"system create-device-nodes") exit "${STUB_NODES_STATUS:-0}" ;;
-"runtime configure")
-    while [ $# -gt 0 ]; do
-        case $1 in --config) config=$2 ;; --drop-in-config) drop_in=$2 ;; esac
-        shift
-    done
-    if [ "$STUB_CONFIGURE" = change ]; then
-        mkdir -p "$(dirname "$drop_in")"
-        echo "imports = [\\"$drop_in\\"]  # $$" >> "$config"
-        echo "enable_cdi = true" > "$drop_in"
-    fi ;;
+"system create-device-nodes") exit "${{STUB_NODES_STATUS:-0}}" ;;
 esac
-"""
-STUB_CHROOT = """#!/bin/sh
-echo "chroot $*" >> "$STUB_LOG"
-shift
-exec "$@"
+exec {shlex.quote(sys.executable)} -m cdictk "$@"
 """
 STUB_NSENTER = """#!/bin/sh
 echo "nsenter $*" >> "$STUB_LOG"
+exit "${STUB_RESTART_STATUS:-0}"
 """
-# The image's Python, which has cdictk (this checkout's) and writes the front.
-STUB_PYTHON = f"""#!/bin/sh
-exec {shlex.quote(sys.executable)} "$@"
+ORIGINAL_CONFIG = """\
+version = 2
+
+# the node's own settings
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
 """
-OLD_PYTHON = """#!/bin/sh
-# A Python older than 3.11: the version check exits 1.
-exit 1
-"""
+NODE_PREFIX = "/opt/cdictk"
 
 
 class Node:
-    """A node for the script: stand-in programs on PATH, its directories in a temporary tree."""
+    """A node's / under a temporary directory, with a /bin/sh, containerd's config and NFD's and CDI's
+    directories, as the DaemonSet's mounts show them to the script; stand-ins on PATH."""
 
     def __init__(self, tmp_path: Path) -> None:
         self.tmp = tmp_path
         self.bin = tmp_path / "bin"
         self.bin.mkdir()
-        stubs = (
-            ("cdictk", STUB_CDICTK),
-            ("chroot", STUB_CHROOT),
-            ("nsenter", STUB_NSENTER),
-            ("python", STUB_PYTHON),
-        )
-        for name, text in stubs:
+        for name, text in (("cdictk", STUB_CDICTK), ("nsenter", STUB_NSENTER)):
             (self.bin / name).write_text(text, encoding="utf-8")
             (self.bin / name).chmod(0o755)
         self.log = tmp_path / "log"
-        self.log.touch()
+        self.runtime = fake_runtime(tmp_path / "runtime")
         self.host = tmp_path / "host"
-        self.host.mkdir()
-        self.install = tmp_path / "node-opt-cdictk"
-        self.containerd = tmp_path / "etc-containerd"
-        # the package as installed in the image, under its prefix (there /opt/cdictk): this checkout's,
-        # links (cdi/schemas) made files as in a wheel
-        self.prefix = tmp_path / "prefix"
-        self.package = self.prefix / "lib" / "cdictk"
-        shutil.copytree(REPO / "cdictk", self.package, ignore=shutil.ignore_patterns("__pycache__"))
-        self.copy = self.install / "lib" / "cdictk"
-        # The node sees its /opt/cdictk at the image's prefix: the launcher the script writes there is
-        # what the stand-in chroot (which changes no root) finds under the prefix.
-        (self.install / "libexec").mkdir(parents=True)
-        (self.prefix / "libexec").symlink_to(self.install / "libexec")
+        for directory in ("bin", "etc/containerd", "var/run/cdi", FEATURES_D.lstrip("/"), "opt"):
+            (self.host / directory).mkdir(parents=True)
+        (self.host / "bin" / "sh").write_text("#!/bin/sh\n")
+        (self.host / "bin" / "sh").chmod(0o755)
+        self.config = self.host / "etc" / "containerd" / "config.toml"
+        self.config.write_text(ORIGINAL_CONFIG)
+        self.prefix = self.host / "opt" / "cdictk"
+        self.spec = self.host / "var" / "run" / "cdi" / "nvidia.yaml"
+        self.labels = self.host / FEATURES_D.lstrip("/") / "cdictk-gpu"
 
-    def run(self, **settings: str) -> subprocess.CompletedProcess[str]:
+    def run(self, *mode: str, **settings: str) -> subprocess.CompletedProcess[str]:
         env = {
             "PATH": f"{self.bin}:{os.environ['PATH']}",
             "STUB_LOG": str(self.log),
-            "STUB_CONFIGURE": "same",
             "HOST_ROOT": str(self.host),
-            "NODE_INSTALL_DIR": str(self.install),
-            "PREFIX": str(self.prefix),
-            "CDICTK_PACKAGE": str(self.package),
-            "CONTAINERD_DIR": str(self.containerd),
-            "HOOK_PYTHON": sys.executable,
+            "RUNTIME_TARGET": str(self.prefix),
+            "NODE_RUNTIME": str(self.runtime),
+            "CONTAINERD_DIR": str(self.config.parent),
+            "SPEC": str(self.spec),
+            "LABELS": str(self.labels),
             **settings,
         }
         self.log.write_text("", encoding="utf-8")
         return subprocess.run(
-            ["/bin/sh", str(SCRIPT)], env=env, capture_output=True, text=True, timeout=120, check=False
+            ["/bin/sh", str(SCRIPT), *mode], env=env, capture_output=True, text=True, timeout=120, check=False
         )
 
-    def calls(self) -> list[str]:
-        return self.log.read_text(encoding="utf-8").splitlines()
-
     def called(self, program: str) -> list[list[str]]:
-        return [_words(line)[1:] for line in self.calls() if line.split()[0] == program]
+        lines = self.log.read_text(encoding="utf-8").splitlines()
+        return [shlex.split(line)[1:] for line in lines if line.split()[0] == program]
+
+    def tree(self) -> dict[str, bytes | str]:
+        """Every path under the node's /: a file's bytes, a link's target, a directory's "dir"."""
+        found: dict[str, bytes | str] = {}
+        for path in sorted(self.host.rglob("*")):
+            key = str(path.relative_to(self.host))
+            found[key] = (
+                f"-> {os.readlink(path)}"
+                if path.is_symlink()
+                else "dir"
+                if path.is_dir()
+                else path.read_bytes()
+            )
+        return found
+
+    def write_spec(self) -> None:
+        """The watcher's spec: a device, and the node runtime's hook."""
+        hook = os.path.join(NODE_PREFIX, CURRENT, BIN, HOOK)
+        self.spec.write_text(
+            "cdiVersion: 0.5.0\nkind: nvidia.com/gpu\ndevices:\n- name: '0'\n  containerEdits:\n"
+            f"    deviceNodes: [{{path: /dev/nvidia0}}]\ncontainerEdits:\n  hooks:\n"
+            f"  - {{hookName: createContainer, path: {hook}, args: [cdictk-hook, batch]}}\n"
+        )
 
 
-def _words(line: str) -> list[str]:
-    """A logged command line; the stand-ins log "$*", so Python code given with -c may not re-split."""
-    try:
-        return shlex.split(line)
-    except ValueError:
-        return line.split()
+def said(result: subprocess.CompletedProcess[str]) -> list[str]:
+    """The script's own lines."""
+    return [line.removeprefix("cdictk-node-setup: ") for line in result.stderr.splitlines()]
 
 
-def same_tree(left: Path, right: Path) -> bool:
-    result = subprocess.run(
-        ["diff", "-r", "-q", "-x", "__pycache__", str(left), str(right)], capture_output=True, check=False
-    )
-    return result.returncode == 0
-
-
-def test_script_prepares_the_node_and_restarts_containerd_once(tmp_path: Path) -> None:
+def test_setup_installs_the_runtime_configures_containerd_and_restarts_it_once(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    first = node.run(STUB_CONFIGURE="change")
+    first = node.run("setup")
     assert first.returncode == 0, first.stderr
-    cdictk = node.called("cdictk")
-    # 1. device nodes, with the node's driver root and /dev
-    assert cdictk[0][:4] == ["system", "create-device-nodes", "--control-devices", "--load-kernel-modules"]
-    assert option(cdictk[0], "--driver-root") == f"{node.host}/"
-    assert option(cdictk[0], "--dev-root") == "/"
-    # 2. the package on the node, and the node's Python ran its hook entry point from there
-    assert same_tree(node.package, node.copy)
-    chroots = node.called("chroot")
-    runs = {sys.executable, f"{node.prefix}/libexec/cdictk-runtime"}  # the node's Python, or its launcher
-    assert chroots and all(call[0] == str(node.host) and call[1] in runs for call in chroots)
-    assert [str(node.package / "hooks" / "__main__.py"), "--help"] in [call[-2:] for call in chroots]
-    # 3. containerd: configured, then restarted in the node's mount namespace
-    configure = cdictk[1]
-    assert configure[:4] == ["runtime", "configure", "--runtime", "containerd"]
-    assert option(configure, "--config") == f"{node.containerd}/config.toml"
-    assert option(configure, "--drop-in-config") == f"{node.containerd}/conf.d/99-cdictk.toml"
-    assert "--enable-cdi" in configure
-    assert option(configure, "--runtime-path") == f"{node.prefix}/libexec/cdictk-runtime"
-    # the node's cdictk-runtime: a shell front (below) before the node's Python, isolated, on the
-    # copied package; the paths that adds are in a file beside it, never in its source
-    launcher = node.install / "libexec" / "cdictk-runtime.py"
-    assert launcher.read_text().startswith(f"#!{sys.executable} -IS\n")
-    assert str(node.package.parent) not in launcher.read_text()
-    assert (node.install / "libexec" / "cdictk-runtime.py.path").read_text().splitlines()[0] == str(
-        node.package.parent
-    )
-    front = node.install / "libexec" / "cdictk-runtime"
-    assert front.read_text().startswith("#!/bin/sh\n")
-    for path in (launcher, front):
-        usage = subprocess.run([str(path), "--help"], capture_output=True, text=True, check=False)
-        assert usage.returncode == 0 and usage.stdout.startswith("usage: cdictk-runtime")
+    runtime = id_of(node.runtime)
+    drop_in = node.config.parent / "conf.d" / "99-cdictk.toml"
+    assert said(first) == [
+        "device nodes: the NVIDIA control nodes are in /dev",
+        f"node runtime: {NODE_PREFIX}/versions/{runtime}: node runtime {runtime} installed (copied)",
+        f"containerd: CDI turned on and {NODE_PREFIX}/bin/{SHIM} registered ({drop_in}); restarted",
+    ]
+    # 1. device nodes, with the node's driver root, its /dev and the containers' procfs
+    (nodes,) = [call for call in node.called("cdictk") if call[:2] == ["system", "create-device-nodes"]]
+    assert nodes[2:4] == ["--control-devices", "--load-kernel-modules"]
+    assert option(nodes, "--driver-root") == f"{node.host}/"
+    assert (option(nodes, "--dev-root"), option(nodes, "--proc-root")) == ("/", "/proc")
+    # 2. the runtime under the node's prefix, its links and the shim's front naming the node's paths
+    assert os.readlink(node.prefix / CURRENT) == f"versions/{runtime}"
+    front = (node.prefix / BIN / SHIM).read_text()
+    assert f"python='{NODE_PREFIX}/current/bin/{SHIM}'" in front and str(node.host) not in front
+    # 3. containerd: the drop-in imported, CDI on, the runtime's stable front registered; restarted
+    assert tomllib.loads(node.config.read_text())["imports"] == [str(drop_in)]
+    cri = tomllib.loads(drop_in.read_text())["plugins"]["io.containerd.grpc.v1.cri"]
+    assert cri["enable_cdi"] is True
+    assert cri["containerd"]["runtimes"]["cdictk"]["options"]["BinaryName"] == f"{NODE_PREFIX}/bin/{SHIM}"
     assert node.called("nsenter") == [
         ["--target", "1", "--mount", "--", "systemctl", "restart", "containerd"]
     ]
 
-    # again, nothing changed: no restart, and the package on the node is left as it is
-    inode = node.copy.stat().st_ino
-    second = node.run(STUB_CONFIGURE="same")
-    assert second.returncode == 0, second.stderr
+    # again: nothing changes, nothing restarts
+    before = node.tree()
+    again = node.run()
+    assert again.returncode == 0, again.stderr
+    assert said(again)[1:] == [
+        f"node runtime: {NODE_PREFIX}/versions/{runtime}: node runtime {runtime} installed (there already, intact)",
+        f"containerd: CDI on and {NODE_PREFIX}/bin/{SHIM} registered already ({drop_in}); no restart",
+    ]
     assert node.called("nsenter") == []
-    assert "unchanged" in second.stderr
-    assert node.copy.stat().st_ino == inode
-    assert len(node.called("cdictk")) == 2
+    after = node.tree()
+    front_key = str((node.prefix / BIN / SHIM).relative_to(node.host))
+    assert {k: v for k, v in after.items() if k != front_key} == {
+        k: v for k, v in before.items() if k != front_key
+    }
 
 
-FAKE_RUNTIME = """#!/bin/sh
-printf "%s\\n" "${0##*/}" "$@"
-"""
-NODE_CONFIG = "/etc/cdictk/config.toml"
-
-
-def _bundle(path: Path, env: list[str], annotations: dict[str, str] | None = None) -> Path:
-    path.mkdir()
-    config = {"ociVersion": "1.0.2", "process": {"args": ["sh"], "env": env}, "root": {"path": "rootfs"}}
-    if annotations:
-        config["annotations"] = annotations
-    (path / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return path
-
-
-class NodeFront:
-    """The front the script wrote on the node, run here: the node's settings file as this machine sees
-    it (the stand-in chroot changes no root; the front's own paths are under the test's prefix), the
-    Python launcher behind it a stand-in that says it ran, and low-level runtimes that say so too."""
-
-    def __init__(self, node: Node) -> None:
-        libexec = node.install / "libexec"
-        self.front = libexec / "cdictk-runtime"
-        self.text = self.front.read_text(encoding="utf-8")
-        node_config = f"'{NODE_CONFIG}'"  # absent when every command goes through Python
-        self.here = node.tmp / "front-as-run-here"
-        self.here.write_text(self.text.replace(node_config, f"'{node.host}{NODE_CONFIG}'"), encoding="utf-8")
-        (libexec / "cdictk-runtime.py").write_text(
-            '#!/bin/sh\nprintf "%s\\n" python "$@"\n', encoding="utf-8"
-        )
-        self.bin = node.tmp / "runtimes"
-        self.bin.mkdir()
-        for name in ("runc", "crun", "node-runc"):
-            (self.bin / name).write_text(FAKE_RUNTIME, encoding="utf-8")
-            (self.bin / name).chmod(0o755)
-        self.bundles = node.tmp / "bundles"
-        self.bundles.mkdir()
-
-    def run(self, *args: str) -> list[str]:
-        """Who ran (a runtime's name, or python), and with what arguments."""
-        result = subprocess.run(
-            ["/bin/sh", str(self.here), *args],
-            capture_output=True,
-            text=True,
-            env={"PATH": f"{self.bin}:/usr/bin:/bin"},
-            cwd=self.bundles,
-            check=True,
-        )
-        return result.stdout.splitlines()
-
-    def create(self, name: str, env: list[str], annotations: dict[str, str] | None = None) -> list[str]:
-        bundle = _bundle(self.bundles / name, env, annotations)
-        return self.run("--root", "/run/runc", "create", "--bundle", str(bundle), name)
-
-
-def test_script_puts_the_shell_front_before_the_nodes_python(tmp_path: Path) -> None:
+def test_the_check_says_what_is_missing_until_gpu_containers_can_start(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    libexec = node.install / "libexec"
-    (libexec / "cdictk-runtime").write_text("#!/usr/bin/python3 -IS\n# the launcher, before\n")
-    (libexec / "cdictk-runtime.path").write_text("/opt/cdictk/lib\n")
-    result = node.run()
-    assert result.returncode == 0, result.stderr
-    # both files, 0755, written as the node names them; nothing of this container's view in the front
-    assert sorted(path.name for path in libexec.iterdir()) == [
-        "cdictk-runtime",
-        "cdictk-runtime.py",
-        "cdictk-runtime.py.path",
-    ]
-    for name in ("cdictk-runtime", "cdictk-runtime.py"):
-        assert (libexec / name).stat().st_mode & 0o7777 == 0o755, name
-    front = NodeFront(node)
-    assert front.text.splitlines()[:3] == [
-        "#!/bin/sh",
-        "# Written by cdictk-node-setup (the cdictk DaemonSet); why: cdictk/runtime/shimfront.py",
-        f"python='{node.prefix}/libexec/cdictk-runtime.py'",
-    ]
-    assert str(node.host) not in front.text and str(node.install) not in front.text
-    # no settings file on the node: the defaults, while it is still missing
-    assert "for runtime in 'runc' 'crun'; do" in front.text
-    assert f"! [ -e '{NODE_CONFIG}' ] && ! [ -L '{NODE_CONFIG}' ]" in front.text
-    # state goes to the runtime without Python; a create that may ask for a GPU goes to Python
-    assert front.run("state", "x") == ["runc", "state", "x"]
-    asks = ["NVIDIA_VISIBLE_DEVICES=0"]
-    assert front.create("gpu", asks) == ["python", "--root", "/run/runc", "create", "--bundle",
-                                         str(front.bundles / "gpu"), "gpu"]  # fmt: skip
-    assert front.create("plain", ["PATH=/bin"])[0] == "runc"
-    # a settings file that appears on the node later sends everything to Python
-    (node.host / "etc" / "cdictk").mkdir(parents=True)
-    (node.host / "etc" / "cdictk" / "config.toml").write_text("")
-    assert front.run("state", "x")[0] == "python"
-
-
-def test_the_fronts_runtimes_and_prefixes_are_the_nodes_settings(tmp_path: Path) -> None:
-    node = Node(tmp_path)
-    config = node.host / "etc" / "cdictk" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text(
-        '[runtime]\nruntimes = ["node-runc"]\n[requests]\nannotation-prefixes = ["example.com/"]\n',
-        encoding="utf-8",
+    result = node.run("check")
+    assert result.returncode == 1
+    assert result.stderr == (
+        f"not ready: no spec at {node.spec} yet; no node runtime in {NODE_PREFIX}; "
+        "containerd's config does not turn CDI on\n"
     )
-    past = os.stat(config).st_mtime - 60
-    os.utime(config, (past, past))
-    result = node.run()
-    assert result.returncode == 0, result.stderr
-    front = NodeFront(node)
-    assert "for runtime in 'node-runc'; do" in front.text and "cdi.k8s.io" not in front.text
-    node_front = f"'{node.prefix}/libexec/cdictk-runtime'"
-    assert f"[ -f '{NODE_CONFIG}' ] && ! [ '{NODE_CONFIG}' -nt {node_front} ]" in front.text
-    assert front.run("kill", "x", "KILL") == ["node-runc", "kill", "x", "KILL"]
-    assert front.create("annotated", [], {"example.com/gpu": "nvidia.com/gpu=0"})[0] == "python"
-    assert front.create("other", [], {"cdi.k8s.io/gpu": "nvidia.com/gpu=0"})[0] == "node-runc"
-    assert front.create("env", ["NVIDIA_VISIBLE_DEVICES=all"])[0] == "python"
-    os.utime(config, None)  # edited on the node since: the shim reads it again, every time
-    assert front.run("state", "x")[0] == "python"
+    assert node.run("setup").returncode == 0
+    assert node.run("check").stderr == f"not ready: no spec at {node.spec} yet\n"
+    node.write_spec()
+    result = node.run("check")
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == (
+        f"ready: {node.spec} (1 device); node runtime {id_of(node.runtime)} runs; "
+        "containerd: config version 2: CDI on, cdictk-runtime registered\n"
+    )
+    # containerd left to others: its config is not asked about
+    node.config.write_text(ORIGINAL_CONFIG)
+    shutil.rmtree(node.config.parent / "conf.d")
+    assert node.run("check").stderr == "not ready: containerd's config does not turn CDI on\n"
+    assert node.run("check", CONTAINERD="skip").stdout == (
+        f"ready: {node.spec} (1 device); node runtime {id_of(node.runtime)} runs\n"
+    )
 
 
-def test_the_front_sends_everything_to_python_when_the_nodes_settings_are_unusable(tmp_path: Path) -> None:
+def test_remove_leaves_the_node_as_it_was(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    config = node.host / "etc" / "cdictk" / "config.toml"
-    config.parent.mkdir(parents=True)
-    config.write_text("[runtime]\nruntimes = []\n", encoding="utf-8")
-    result = node.run()
+    before = node.tree()
+    assert node.run("setup").returncode == 0
+    node.write_spec()
+    node.labels.write_text("nvidia.com/gpu.present=true\n")
+    result = node.run("remove")
     assert result.returncode == 0, result.stderr
-    assert "runtime.runtimes must name at least one runtime" in result.stderr
-    front = NodeFront(node)
-    assert "exec_runtime" not in front.text
-    assert front.run("state", "x")[0] == "python"
+    drop_in = node.config.parent / "conf.d" / "99-cdictk.toml"
+    assert said(result) == [
+        f"containerd: {node.config} as it was before cdictk, {drop_in} removed; restarted",
+        f"spec: {node.spec} removed",
+        f"node labels: {node.labels} removed",
+        f"node runtime: {node.prefix}: node runtime removed",
+    ]
+    assert node.called("nsenter") == [
+        ["--target", "1", "--mount", "--", "systemctl", "restart", "containerd"]
+    ]
+    assert node.tree() == before
+    # again: nothing there, nothing restarted
+    again = node.run("remove")
+    assert again.returncode == 0, again.stderr
+    assert said(again) == [
+        f"containerd: nothing of cdictk's in {node.config}; no restart",
+        f"spec: no {node.spec}",
+        f"node labels: no {node.labels}",
+        f"node runtime: {node.prefix}: no node runtime there",
+    ]
+    assert node.called("nsenter") == [] and node.tree() == before
 
 
-def test_script_replaces_a_stale_copy(tmp_path: Path) -> None:
+def test_remove_keeps_what_the_node_changed_in_containerds_config_since(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    node.copy.mkdir(parents=True)
-    (node.copy / "stale.py").write_text("old = True\n", encoding="utf-8")
-    result = node.run()
-    assert result.returncode == 0, result.stderr
-    assert same_tree(node.package, node.copy)
-    assert not (node.copy / "stale.py").exists()
-    assert sorted(path.name for path in node.copy.parent.iterdir()) == ["cdictk"]  # no .new or .old left
+    assert node.run("setup").returncode == 0
+    with node.config.open("a") as config:
+        config.write("# added on the node since\n")
+    assert node.run("remove").returncode == 0
+    text = node.config.read_text()
+    assert "# added on the node since" in text and "imports" not in text
+    assert tomllib.loads(text) == tomllib.loads(ORIGINAL_CONFIG)
 
 
-@pytest.mark.parametrize(("mode", "configures"), [("configure", True), ("skip", False)])
-def test_script_leaves_the_restart_to_you_or_containerd_alone(
-    tmp_path: Path, mode: str, configures: bool
-) -> None:
+@pytest.mark.parametrize("mode", ["configure", "skip"])
+def test_the_restart_left_to_you_or_containerd_left_alone(tmp_path: Path, mode: str) -> None:
     node = Node(tmp_path)
-    result = node.run(CONTAINERD=mode, STUB_CONFIGURE="change")
+    result = node.run("setup", CONTAINERD=mode)
     assert result.returncode == 0, result.stderr
     assert node.called("nsenter") == []
-    assert any(call[:2] == ["runtime", "configure"] for call in node.called("cdictk")) is configures
-    if configures:
-        assert "restart containerd on this node" in result.stderr
+    configured = any(call[:2] == ["runtime", "configure"] for call in node.called("cdictk"))
+    assert configured is (mode == "configure")
+    if mode == "configure":
+        assert said(result)[-1].endswith("restart containerd on this node to load it (CONTAINERD=configure)")
+    else:
+        assert said(result)[-1] == "containerd: left alone (CONTAINERD=skip): its config must turn CDI on"
+        assert node.config.read_text() == ORIGINAL_CONFIG
+        assert sorted(os.listdir(node.config.parent)) == ["config.toml"]
+    removed = node.run("remove", CONTAINERD=mode)
+    assert removed.returncode == 0 and node.called("nsenter") == []
+    assert node.config.read_text() == ORIGINAL_CONFIG
 
 
-def test_script_goes_on_without_device_nodes(tmp_path: Path) -> None:
+def test_setup_goes_on_without_device_nodes(tmp_path: Path) -> None:
     node = Node(tmp_path)
     result = node.run(STUB_NODES_STATUS="1")
     assert result.returncode == 0, result.stderr
-    assert "warning: device nodes incomplete" in result.stderr
-    assert any(call[:2] == ["runtime", "configure"] for call in node.called("cdictk"))
+    assert (
+        said(result)[0]
+        == "device nodes: warning: incomplete (above); the spec is written once the driver is there"
+    )
+    assert os.path.islink(node.prefix / CURRENT)
 
 
-def test_script_stops_when_the_nodes_python_cannot_run_the_hooks(tmp_path: Path) -> None:
+def test_setup_stops_when_the_runtime_does_not_run_here(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    old = tmp_path / "python3.9"
-    old.write_text(OLD_PYTHON, encoding="utf-8")
-    old.chmod(0o755)
-    result = node.run(HOOK_PYTHON=str(old))
+    shutil.rmtree(node.runtime)
+    fake_runtime(node.runtime, fails=True)
+    result = node.run()
     assert result.returncode == 1
-    assert f"error: {old} on the node cannot run cdictk's hooks" in result.stderr
-    assert "HOOK_PYTHON" in result.stderr
+    assert (
+        said(result)[-2].startswith("node runtime: cdictk: error: ")
+        and "boom: no C library" in said(result)[-2]
+    )
+    assert said(result)[-1] == (
+        f"error: node runtime: not installed in {NODE_PREFIX} (above): GPU containers cannot start here"
+    )
     assert not any(call[:2] == ["runtime", "configure"] for call in node.called("cdictk"))
+    assert not os.path.lexists(node.prefix / CURRENT)
 
 
-def test_script_refuses_an_unknown_containerd_mode(tmp_path: Path) -> None:
+def test_setup_says_when_containerd_cannot_be_restarted(tmp_path: Path) -> None:
     node = Node(tmp_path)
-    result = node.run(CONTAINERD="reload")
+    result = node.run(STUB_RESTART_STATUS="1")
     assert result.returncode == 1
-    assert "CONTAINERD=reload" in result.stderr
-    assert node.calls() == []
+    assert said(result)[-1].endswith(
+        "but `systemctl restart containerd` failed on the node: restart it yourself, and set CONTAINERD: configure"
+    )
+
+
+def test_the_front_is_written_from_the_nodes_settings(tmp_path: Path) -> None:
+    """The shim's front execs the runtimes the node's /etc/cdictk/config.toml names, not the image's."""
+    node = Node(tmp_path)
+    settings_file = node.host / "etc" / "cdictk" / "config.toml"
+    settings_file.parent.mkdir(parents=True)
+    settings_file.write_text('[runtime]\nruntimes = ["node-runc"]\n', encoding="utf-8")
+    assert node.run().returncode == 0
+    front = (node.prefix / BIN / SHIM).read_text()
+    assert "for runtime in 'node-runc'; do" in front and "'crun'" not in front
+
+
+@pytest.mark.parametrize(
+    ("args", "settings", "error"),
+    [
+        ((), {"CONTAINERD": "reload"}, "error: CONTAINERD=reload: want restart, configure or skip"),
+        (("uninstall",), {}, "error: uninstall: want setup, check or remove"),
+    ],
+)
+def test_script_refuses_what_it_does_not_know(
+    tmp_path: Path, args: tuple[str, ...], settings: dict[str, str], error: str
+) -> None:
+    node = Node(tmp_path)
+    before = node.tree()
+    result = node.run(*args, **settings)
+    assert (result.returncode, said(result)) == (1, [error])
+    assert node.log.read_text() == "" and node.tree() == before
 
 
 # ---------------------------------------------------------------- the Containerfile

@@ -10,7 +10,7 @@ import pytest
 
 from cdictk.noderuntime import manifest
 from nodeimage import ImageError, imageroot, makeimage, nodetarball
-from tests.unit.noderuntime.test_install import fake_runtime
+from tests.fakeruntime import fake_runtime
 
 
 def image_dir(root: Path) -> Path:

@@ -1,6 +1,6 @@
 """The runtime on a node: installed under a prefix, versions swapped after their self-test, older ones
 removed, the stable paths in PREFIX/bin, and uninstalled. The runtimes here are small trees whose
-launcher is a shell script: the self-test is what that script answers."""
+launcher is a shell script (tests/fakeruntime.py): the self-test is what that script answers."""
 
 from __future__ import annotations
 
@@ -11,42 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.bundlepaths import ENTRIES
 from cdictk.noderuntime.install import InstallError, Target, install, uninstall
-from cdictk.noderuntime.manifest import read, render, runtime_id, scan
+from tests.fakeruntime import fake_runtime, host_root, id_of
 
 STABLE_LINKS = ("cdictk", "cdictk-precreate", "nvidia-container-runtime-hook")
-
-
-def fake_runtime(path: Path, mark: str = "v1", *, fails: bool = False) -> Path:
-    """A runtime tree whose every launcher name is one script; it fails its self-test with ``fails``."""
-    for directory in ("bin", "libexec", "lib"):
-        (path / directory).mkdir(parents=True)
-    script = path / "bin" / "python3"
-    script.write_text(
-        f"#!/bin/sh\n# {mark}\n" + ("echo 'boom: no C library' >&2; exit 3\n" if fails else "exit 0\n")
-    )
-    script.chmod(0o755)
-    for name in ENTRIES:
-        os.link(script, path / "bin" / name)
-    (path / "libexec" / "selftest.py").write_text("")
-    (path / "lib" / "libc.so.6").write_text(mark)
-    for each in (path, *(p for p in path.rglob("*") if p.is_dir())):
-        each.chmod(0o755)
-    (path / "MANIFEST").write_bytes(render(scan(str(path))))
-    return path
-
-
-def host_root(path: Path, *, shell: bool = True) -> Path:
-    (path / "bin").mkdir(parents=True)
-    if shell:
-        (path / "bin" / "sh").write_text("#!/bin/sh\n")
-        (path / "bin" / "sh").chmod(0o755)
-    return path
-
-
-def id_of(runtime: Path) -> str:
-    return runtime_id(read(str(runtime))[0])
 
 
 def versions(prefix: Path) -> list[str]:
@@ -259,3 +227,22 @@ def test_the_command_without_a_runtime_to_install(tmp_path: Path) -> None:
     done = cdictk("system", "install-runtime", "--bundle", str(tmp_path), "--prefix", "relative")
     assert done.returncode == 1 and len(done.stderr.splitlines()) == 1, done.stderr
     assert "--prefix: 'relative': must be an absolute, normalised path" in done.stderr
+
+
+def test_the_commands_say_a_file_systems_refusal_in_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A prefix on a read-only file system (a node whose /opt is part of its read-only root)."""
+    from cdictk.cli.main import main
+    from cdictk.noderuntime import install as module
+
+    def refused(*args: object) -> None:
+        raise OSError(30, "Read-only file system", "/host-opt-cdictk/.lock")
+
+    monkeypatch.setattr(module, "install", refused)
+    monkeypatch.setattr(module, "uninstall", refused)
+    runtime = str(fake_runtime(tmp_path / "runtime"))
+    assert main(["system", "install-runtime", "--bundle", runtime, "--target", "/host-opt-cdictk"]) == 1
+    assert main(["system", "uninstall-runtime", "--target", "/host-opt-cdictk"]) == 1
+    line = "cdictk: error: /host-opt-cdictk/.lock: Read-only file system\n"
+    assert capsys.readouterr().err == line * 2

@@ -1,6 +1,6 @@
 """``cdictk system install | uninstall``: the runtime and the node set up around it, every path checked
 before anything changes, each step recorded and undone. The node is a temporary tree (its places
-moved there), the runtime a small one whose launcher is a shell script (test_install.py), and
+moved there), the runtime a small one whose launcher is a shell script (tests/fakeruntime.py), and
 ``systemctl`` a script on PATH that records what it is asked."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from cdictk.noderuntime.install import InstallError, Target
 from cdictk.noderuntime.nodesetup import Choices, Places, install_node, podman_hook, uninstall_node, unit_text
 from cdictk.noderuntime.setuprecord import load
 from tests import REPO
-from tests.unit.noderuntime.test_install import fake_runtime, host_root, id_of
+from tests.fakeruntime import fake_runtime, host_root, id_of
 
 
 class Node:

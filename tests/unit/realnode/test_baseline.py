@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from realnode.baseline import build_cuda, build_image, spec_smi
+from realnode.baseline import build_cuda, build_image, cdictk_spec, host_baseline, spec_smi
 from realnode.checkstate import State
 from realnode.recorder import Recorder, Row, StepSkipped
 
@@ -26,3 +26,14 @@ def test_each_step_says_what_it_needs_rather_than_failing_on_it(tmp_path: Path) 
         build_cuda(recorder, Row("CUDA program", "", 0.0, ""), state, None)
     with pytest.raises(StepSkipped, match="needs the bundle"):
         build_image(recorder, Row("image", "", 0.0, ""), state)
+
+
+def test_the_node_runtimes_spec_stands_in_where_the_nodes_python_made_none(tmp_path: Path) -> None:
+    state = State(str(tmp_path))
+    assert cdictk_spec(state) is None
+    with pytest.raises(StepSkipped, match="needs the bundle and cdictk's spec"):
+        host_baseline(Recorder(str(tmp_path), "r.json", "c.log", 600), Row("host", "", 0.0, ""), state, "x")
+    state.loaded["runtime"] = {"devices": [{"name": "0"}]}
+    assert cdictk_spec(state) == state.loaded["runtime"]
+    state.loaded["cdictk"] = {"devices": [{"name": "1"}]}
+    assert cdictk_spec(state) == state.loaded["cdictk"]

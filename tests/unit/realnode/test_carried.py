@@ -62,7 +62,7 @@ def test_a_bundle_is_made_ready_in_the_work_dir(tmp_path: Path) -> None:
         (bundle / name).parent.mkdir(parents=True, exist_ok=True)
         with lzma.open(bundle / f"{name}.xz", "wb") as handle:
             handle.write(data)
-    for name in ("bin/cuda-probe", "lib/libseccomp.so.2", "src/cuda_check.cu"):
+    for name in ("bin/cuda-probe", "lib/libseccomp.so.2", "src/cuda_check.cu", "runtime/node-runtime.tar.xz"):
         (bundle / name).parent.mkdir(parents=True, exist_ok=True)
         (bundle / name).write_text(name)
     (bundle / "wheels").mkdir()
@@ -73,6 +73,7 @@ def test_a_bundle_is_made_ready_in_the_work_dir(tmp_path: Path) -> None:
         "cuda_source": "src/cuda_check.cu",
         "wheels": "wheels",
         "libseccomp": "lib/libseccomp.so.2",
+        "node_runtime": "runtime/node-runtime.tar.xz",
     }
     (bundle / MANIFEST).write_text(
         json.dumps({"files": files, "nvidia": {"nvidia-ctk": "nvidia/nvidia-ctk.xz"}})
@@ -88,6 +89,8 @@ def test_a_bundle_is_made_ready_in_the_work_dir(tmp_path: Path) -> None:
         assert Path(carried.nvidia["nvidia-ctk"]).read_bytes() == b"ctk"
         assert carried.cuda_source == str(bundle / "src/cuda_check.cu")  # read in place
         assert carried.wheels == str(bundle / "wheels")
+        # unpacked by its own row, which can fail alone
+        assert carried.runtime == str(bundle / "runtime/node-runtime.tar.xz")
     finally:
         if carried.seccomp_link:
             os.unlink(carried.seccomp_link)
@@ -107,5 +110,5 @@ def test_a_static_runc_needs_no_link(tmp_path: Path) -> None:
     }
     (bundle / MANIFEST).write_text(json.dumps({"files": files}))
     carried = prepare(str(bundle), str(tmp_path / "work"))
-    assert carried.seccomp_link is None and carried.nvidia == {}
+    assert carried.seccomp_link is None and carried.nvidia == {} and carried.runtime is None
     assert Path(carried.runc).read_bytes() == b"static"

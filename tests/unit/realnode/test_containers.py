@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from realnode.containers import CONTAINER_PATH, Containers, oci_config, settings_text, verdict
+from realnode.containers import CONTAINER_PATH, Containers, oci_config, runtime_shim, settings_text, verdict
 from realnode.nodefacts import Roots
 from realnode.recorder import Recorder
 
@@ -79,6 +79,26 @@ def test_the_shims_settings_name_the_checks_runc_and_spec_dir_and_a_fake_nodes_r
         "proc-root": "/n/proc",
         "sys-root": "/n/sys",
     }
+
+
+def test_the_node_runtimes_shim_and_prestart_hook_are_its_stable_paths_with_private_settings(
+    tmp_path: Path,
+) -> None:
+    found = runtime_shim(
+        "/w/opt-cdictk", runc="/w/bin/runc", spec_dir="/w/cdi/runtime", roots=Roots(), work=str(tmp_path)
+    )
+    assert found.runtime == ["/w/opt-cdictk/bin/cdictk-runtime"]  # the front, as an engine names it
+    assert found.prestart == (
+        "/w/opt-cdictk/bin/nvidia-container-runtime-hook",
+        ["nvidia-container-runtime-hook", "prestart"],
+    )
+    settings = tmp_path / "cdictk-config-runtime.toml"
+    assert found.env == {
+        "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "CDICTK_CONFIG": str(settings),  # which also sends the front's every command to the runtime
+        "CDICTK_CACHE_DIR": str(tmp_path / "cdictk-config-runtime-cache"),
+    }
+    assert tomllib.loads(settings.read_text())["runtime"]["spec-dirs"] == ["/w/cdi/runtime"]
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
-"""realnode/timing.py: the interleaved start times, their arithmetic, and the burst."""
+"""realnode/timing.py: the interleaved start times, their arithmetic, the node runtime's row, and the burst."""
 
 from __future__ import annotations
 
+import argparse
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -11,8 +13,9 @@ from typing import Any
 import pytest
 
 from realnode import timing
+from realnode.checkstate import NodeRuntime, State
 from realnode.recorder import Recorder, Result, Row, StepFailed
-from realnode.timing import added, burst, describe, interleaved, ratio
+from realnode.timing import added, bare_starts, burst, describe, interleaved, ratio, runtime_timing
 
 NONE, OURS, THEIRS = "no GPU", "cdictk's spec + hook", "NVIDIA's spec + hooks"
 NAMES = {NONE: "no GPU", OURS: "cdictk", THEIRS: "NVIDIA"}
@@ -201,3 +204,43 @@ def test_a_burst_with_failures_fails_the_row_with_the_first_one(recorder: Record
         burst(recorder, row, containers, config("probe"), total=8, parallel=2)  # type: ignore[arg-type]
     assert row.data["failed"] == 2 and "libcuda" in row.tail
     assert len(containers.deleted) == 8
+
+
+def test_a_bare_start_is_each_pythons_whole_run_in_turn(recorder: Recorder) -> None:
+    found = bare_starts(recorder, {"node runtime": sys.executable, "node's Python": sys.executable}, 2)
+    assert set(found) == {"node runtime", "node's Python"} and all(ms > 0 for ms in found.values())
+    log = Path(recorder.log.name).read_text(encoding="utf-8")
+    assert log.count(f"$ {sys.executable} -I -S -c pass") == 6  # a round to warm up, then 2
+    with pytest.raises(StepFailed, match=r"^node runtime: python3: exit 127"):
+        bare_starts(recorder, {"node runtime": "/nonexistent/bin/python3"}, 1)
+
+
+def test_the_node_runtimes_row_puts_its_hook_beside_the_node_pythons_with_its_size(
+    recorder: Recorder, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    args = argparse.Namespace(rounds=1)
+    state = State(str(tmp_path))
+    runtime_timing(recorder, args, state)
+    assert recorder.rows[-1].detail == "needs the image and a runc that runs"
+    state.containers, state.runs = FakeContainers({}), True  # type: ignore[assignment]
+    runtime_timing(recorder, args, state)
+    assert recorder.rows[-1].detail == "needs the node runtime and its spec"
+
+    state.runtime = NodeRuntime("/w/opt-cdictk", "5837c45dca602371", 39 << 20, 1394)
+    state.loaded = {"runtime": {}, "cdictk": {}}
+    runs = {"/bin/true": [50.0, 50.0], "runtime": [90.0, 90.0], "cdictk": [99.0, 100.0]}
+    state.containers = FakeContainers(runs)  # type: ignore[assignment]
+    monkeypatch.setattr(timing, "injected", lambda recorder, state, spec, args: config(spec))
+    monkeypatch.setattr(timing, "bare_starts", lambda recorder, pythons, rounds: dict.fromkeys(pythons, 15.0))
+    runtime_timing(recorder, args, state)
+    row = recorder.rows[-1]
+    assert (row.name, row.status) == ("node runtime: start time, 1 rounds", "pass")
+    assert row.detail == (
+        "medians of 1 rounds: no GPU 50.0 ms (quartiles 0.0 ms apart), node runtime +40.0 ms, "
+        "node's Python +50.0 ms, node runtime/node's Python 0.80; under 20 rounds: a first look, not a "
+        "figure to quote; bare start (-I -S -c pass): node runtime 15.0 ms, node's Python 15.0 ms; "
+        "39.0 MiB on the node"
+    )
+    figures = recorder.sections["node_runtime"]["timing"]
+    assert figures["ratio_runtime_over_python"] == {"added": 0.8}
+    assert figures["size"] == {"bytes": 39 << 20, "files": 1394}

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -383,21 +382,21 @@ def test_a_new_setting_is_weighed_against_the_front() -> None:
     }
 
 
-# --- the front written for another machine: python -m cdictk.runtime.shimfront ---------------------
+# --- the front written for another machine: the node runtime's install, from the DaemonSet's image ----
 
 
-def _written(root: Path, *extra: str) -> tuple[str, str]:
-    """What ``python -m cdictk.runtime.shimfront`` prints for a node whose / is ``root``: the front
-    and its launcher at /opt/cdictk/libexec as the node names them; and what it says on stderr."""
-    args = ["--front", "/opt/cdictk/libexec/cdictk-runtime", "--launcher", "/opt/cdictk/libexec/x.py"]
-    result = subprocess.run(
-        [sys.executable, "-I", "-m", "cdictk.runtime.shimfront", *args, "--root", str(root), *extra],
-        capture_output=True,
-        text=True,
-        check=True,
-        cwd="/",
+def _written(
+    root: Path, config: str = settings.CONFIG_PATH, written_by: str = "the test"
+) -> tuple[str, str | None]:
+    """What :func:`written_front` gives for a node whose / is ``root``: the front and its launcher at
+    /opt/cdictk/bin as the node names them; and why the front sends everything to Python, if it does."""
+    return shimfront.written_front(
+        "/opt/cdictk/bin/cdictk-runtime",
+        "/opt/cdictk/x.py",
+        written_by=written_by,
+        config=config,
+        root=str(root),
     )
-    return result.stdout, result.stderr
 
 
 def _node_settings(root: Path, text: str) -> Path:
@@ -407,13 +406,13 @@ def _node_settings(root: Path, text: str) -> Path:
     return config
 
 
-def test_the_module_prints_the_front_with_the_nodes_paths_and_settings(tmp_path: Path) -> None:
-    text, err = _written(tmp_path, "--written-by", "the test")
-    assert err == ""
+def test_the_front_has_the_nodes_paths_and_settings(tmp_path: Path) -> None:
+    text, problem = _written(tmp_path)
+    assert problem is None
     assert text.splitlines()[:3] == [
         "#!/bin/sh",
         "# Written by the test; why: cdictk/runtime/shimfront.py",
-        "python='/opt/cdictk/libexec/x.py'",
+        "python='/opt/cdictk/x.py'",
     ]
     assert "for runtime in 'runc' 'crun'; do" in text  # no settings file under the root: the defaults
     assert "! [ -e '/etc/cdictk/config.toml' ] && ! [ -L '/etc/cdictk/config.toml' ]" in text
@@ -421,27 +420,27 @@ def test_the_module_prints_the_front_with_the_nodes_paths_and_settings(tmp_path:
     _node_settings(
         tmp_path, '[runtime]\nruntimes = ["crun"]\n[requests]\nannotation-prefixes = ["a.example/"]\n'
     )
-    text, err = _written(tmp_path)
-    assert err == ""
+    text, problem = _written(tmp_path)
+    assert problem is None
     assert "for runtime in 'crun'; do" in text and "-e 'a.example/' -e 'NVIDIA_VISIBLE_DEVICES'" in text
-    front = "'/opt/cdictk/libexec/cdictk-runtime'"
+    front = "'/opt/cdictk/bin/cdictk-runtime'"
     assert f"[ -f '/etc/cdictk/config.toml' ] && ! [ '/etc/cdictk/config.toml' -nt {front} ]" in text
     assert str(tmp_path) not in text
 
 
-def test_the_module_reads_the_settings_file_it_is_given(tmp_path: Path) -> None:
+def test_the_settings_file_it_is_given_is_read_under_the_root(tmp_path: Path) -> None:
     config = tmp_path / "srv" / "cdictk.toml"
     config.parent.mkdir()
     config.write_text('[runtime]\nruntimes = ["/usr/bin/runc"]\n')
-    text, _ = _written(tmp_path, "--config", "/srv/cdictk.toml")
+    text, _ = _written(tmp_path, config="/srv/cdictk.toml")
     assert "for runtime in '/usr/bin/runc'; do" in text and "[ -f '/srv/cdictk.toml' ]" in text
 
 
 def test_unusable_settings_send_every_command_through_python(tmp_path: Path) -> None:
     _node_settings(tmp_path, "[runtime]\nruntimes = 3\n")
-    text, err = _written(tmp_path)
+    text, problem = _written(tmp_path)
     assert "exec_runtime" not in text and text.endswith('exec "$python" "$@"\n')
-    assert "runtime.runtimes must be a list" in err and "every command through Python" in err
+    assert problem is not None and "runtime.runtimes must be a list" in problem
 
 
 @pytest.mark.parametrize("link", ["file", "directory"])
@@ -458,9 +457,9 @@ def test_a_symlink_under_the_root_is_not_followed(tmp_path: Path, link: str) -> 
         (root / "etc" / "cdictk" / "config.toml").symlink_to(elsewhere / "config.toml")
     else:
         (root / "etc" / "cdictk").symlink_to(elsewhere)
-    text, err = _written(root)
+    text, problem = _written(root)
     assert "exec_runtime" not in text
-    assert "a symlink on the way" in err
+    assert problem is not None and "a symlink on the way" in problem
 
 
 def test_the_root_itself_may_be_a_symlink(tmp_path: Path) -> None:
@@ -469,30 +468,8 @@ def test_the_root_itself_may_be_a_symlink(tmp_path: Path) -> None:
     assert "for runtime in 'crun'; do" in _written(tmp_path / "root")[0]
 
 
-@pytest.mark.parametrize(
-    ("args", "said"),
-    [
-        (["--front", "cdictk-runtime", "--launcher", "/l"], "--front: must be an absolute path"),
-        (
-            ["--front", "/f", "--launcher", "/l", "--root", "/nonexistent"],
-            "--root: /nonexistent: not a directory",
-        ),
-        (["--front", "/f", "--launcher", "/l", "--written-by", "a\nb"], "--written-by: must be one line"),
-        (["--launcher", "/l"], "--front"),
-    ],
-)
-def test_the_module_refuses_what_it_cannot_write_a_front_from(
-    args: list[str], said: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with pytest.raises(SystemExit) as exited:
-        shimfront.main(args)
-    assert exited.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == "" and said in captured.err
-
-
-def test_install_launchers_and_the_module_write_the_same_front(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_install_launchers_and_the_node_runtime_write_the_same_front(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One text, whoever writes it: only the mark line says who."""
     monkeypatch.setattr(settings, "CONFIG_PATH", str(tmp_path / "config.toml"))
@@ -500,6 +477,10 @@ def test_install_launchers_and_the_module_write_the_same_front(
     written = front.read_text().splitlines()
     assert written[1] == shimfront.mark_line("`cdictk runtime install-launchers`")
     assert written[1].startswith(launchers._MARK)
-    args = ["--front", str(front), "--launcher", f"{front}.py", "--config", str(tmp_path / "config.toml")]
-    assert shimfront.main([*args, "--written-by", "`cdictk runtime install-launchers`"]) == 0
-    assert capsys.readouterr().out.splitlines() == written
+    text, _ = shimfront.written_front(
+        str(front),
+        f"{front}.py",
+        written_by="`cdictk runtime install-launchers`",
+        config=str(tmp_path / "config.toml"),
+    )
+    assert text.splitlines() == written
