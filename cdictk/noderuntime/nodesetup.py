@@ -34,14 +34,13 @@ import shutil
 import stat
 import subprocess
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from cdictk.bundlepaths import BIN, CURRENT, DEFAULT_PREFIX, HOOK, SHIM
 from cdictk.configure.change import Request
 from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES
 from cdictk.configure.restart import restart
-from cdictk.configure.writer import BACKUP_SUFFIX
 from cdictk.errors import CdictkError
 from cdictk.fsutil import atomic_write, read_capped, writable_directory
 from cdictk.noderuntime import manifest
@@ -409,63 +408,41 @@ def _register(steps: _Steps, name: str, choices: Choices, prefix: str) -> None:
     """The engine's config: the runtime's shim registered, CDI on; restarted when that changed it."""
     engine = ENGINES[name]
     config = choices.config or engine.config
-    backup = config + BACKUP_SUFFIX
-    files = (config, backup)
-    existed = {path for path in files if os.path.lexists(path)}
     drop_in = engine.drop_in_for(config)
     for directory in {os.path.dirname(config), *([os.path.dirname(drop_in)] if drop_in else [])}:
         steps.make_directory(directory)
-    request = Request(
-        engine=engine.name,
-        config=config,
-        drop_in=None,
-        name="cdictk",
-        path=os.path.join(prefix, BIN, SHIM),
-        enable_cdi=engine.enable_cdi_refused is None,
-        dry_run=steps.dry_run,
-    )
-    changed = configure(request, steps.say)
+    changed = configure(_request(name, config, prefix, remove=False, dry_run=steps.dry_run), steps.say)
     if steps.dry_run:
         return
-    before = next((item for item in steps.record.engines if item.config == config), None)
-    created = tuple(path for path in files if path not in existed and os.path.lexists(path))
-    written = sha256(_read_file(config) or b"")
-    entry = Registered(engine.name, config, choices.restart, written, created)
-    if before is not None:  # what the first install created is what the uninstall takes away
-        entry = replace(entry, created=tuple(sorted({*before.created, *created})))
-        steps.record.engines.remove(before)
-    steps.record.engines.append(entry)
+    steps.record.engines = [item for item in steps.record.engines if item.config != config]
+    steps.record.engines.append(Registered(name, config, choices.restart))
     steps.save()
     if changed:
-        steps.say(restart(engine.name, choices.restart))
+        steps.say(restart(name, choices.restart))
 
 
 def _unregister(steps: _Steps, item: Registered, prefix: str) -> None:
-    """The engine's entry out, its CDI setting as before; the config and its backup gone where the
-    install made them and nobody changed the config since."""
-    untouched = sha256(_read_file(item.config) or b"") == item.written
-    request = Request(
-        engine=item.engine,
-        config=item.config,
-        drop_in=None,
-        name="cdictk",
-        path=os.path.join(prefix, BIN, SHIM),
-        enable_cdi=ENGINES[item.engine].enable_cdi_refused is None,
-        remove=True,
-        dry_run=steps.dry_run,
-    )
+    """The engine's entry out and its CDI setting as before; configure puts a config nobody changed
+    since back byte for byte (one it made: removed) and drops its copy."""
+    request = _request(item.engine, item.config, prefix, remove=True, dry_run=steps.dry_run)
     changed = configure(request, steps.say)
-    backup = item.config + BACKUP_SUFFIX
-    for path in item.created:
-        as_before = path == backup and _read_file(item.config) == _read_file(backup)
-        if (untouched or as_before) and os.path.lexists(path):
-            if not steps.dry_run:
-                os.unlink(path)
-            steps.tell(f"{path}: removed", f"{path}: would be removed")
     steps.record.engines.remove(item)
     steps.save()
     if changed and not steps.dry_run:
         steps.say(restart(item.engine, item.restart))
+
+
+def _request(engine: str, config: str, prefix: str, *, remove: bool, dry_run: bool) -> Request:
+    return Request(
+        engine=engine,
+        config=config,
+        drop_in=None,
+        name="cdictk",
+        path=os.path.join(prefix, BIN, SHIM),
+        enable_cdi=ENGINES[engine].enable_cdi_refused is None,
+        remove=remove,
+        dry_run=dry_run,
+    )
 
 
 def _start_units(steps: _Steps, units: tuple[str, ...], *, reload_rules: bool) -> None:

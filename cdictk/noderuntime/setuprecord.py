@@ -20,20 +20,16 @@ from cdictk.noderuntime.install import InstallError
 RECORD = ".setup.json"
 _MAX_BYTES = 1 << 20
 _VERSION = 1
-_ENGINE_KEYS = frozenset({"engine", "config", "restart", "written", "created"})
+_ENGINE_KEYS = frozenset({"engine", "config", "restart"})
 
 
 @dataclass(frozen=True, slots=True)
 class Registered:
-    """An engine whose config the install changed: how it is restarted, the SHA-256 of its main config
-    as the install left it, and the files the install's edit created (the config, its backup), which
-    the uninstall removes again while the config is as the install left it."""
+    """An engine whose config the install changed, and how it is restarted after a change."""
 
     engine: str
     config: str
     restart: str
-    written: str = ""
-    created: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -82,11 +78,8 @@ def _parse(data: object) -> Record:
     for item in data["engines"]:
         if not isinstance(item, dict) or set(item) != _ENGINE_KEYS:
             raise ValueError(f"engines: want objects of {', '.join(sorted(_ENGINE_KEYS))}")
-        created = tuple(_strings(item["created"]))
-        fields = {key: _string(item[key]) for key in _ENGINE_KEYS - {"created"}}
-        record.engines.append(Registered(**fields, created=created))
-    engine_paths = [path for item in record.engines for path in (item.config, *item.created)]
-    for path in [*record.made, *record.files, *record.links, *engine_paths]:
+        record.engines.append(Registered(**{key: _string(item[key]) for key in _ENGINE_KEYS}))
+    for path in [*record.made, *record.files, *record.links, *(item.config for item in record.engines)]:
         if not os.path.isabs(path) or os.path.normpath(path) != path:
             raise ValueError(f"{path!r} is not an absolute, normalised path")
     return record
@@ -124,14 +117,7 @@ def save(prefix_here: str, record: Record) -> None:
         "links": record.links,
         "units": record.units,
         "engines": [
-            {
-                "engine": item.engine,
-                "config": item.config,
-                "restart": item.restart,
-                "written": item.written,
-                "created": list(item.created),
-            }
-            for item in record.engines
+            {"engine": item.engine, "config": item.config, "restart": item.restart} for item in record.engines
         ],
     }
     text = json.dumps(document, indent=2) + "\n"  # for the operator who reads it too

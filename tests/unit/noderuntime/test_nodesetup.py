@@ -16,7 +16,7 @@ import pytest
 from cdictk.noderuntime import nodesetup
 from cdictk.noderuntime.install import InstallError, Target
 from cdictk.noderuntime.nodesetup import Choices, Places, install_node, podman_hook, uninstall_node, unit_text
-from cdictk.noderuntime.setuprecord import load
+from cdictk.noderuntime.setuprecord import Registered, load
 from tests import REPO
 from tests.fakeruntime import fake_runtime, host_root, id_of
 
@@ -128,7 +128,7 @@ def test_install_then_uninstall_leaves_the_node_as_it_was(node: Node, runtime: P
     assert (
         f"{node.root}/run/cdi/nvidia.yaml: removed (its hooks run {prefix}/current/bin/cdictk-hook)" in said
     )
-    assert f"{config}.cdictk.orig: removed" in said  # the config is as it was: its copy goes
+    assert f"{config}: as it was before cdictk first changed it; {config}.cdictk.orig removed" in said
     assert (node.root / "run" / "cdi").is_dir()  # made by someone else: left
     (node.root / "run" / "cdi").rmdir()
     (node.root / "run").rmdir()
@@ -145,7 +145,7 @@ def test_an_engine_config_the_install_created_goes_with_it(node: Node, runtime: 
     node.install(runtime, engine="docker", config=str(config), spec_service="none")
     assert json.loads(config.read_text())["features"] == {"cdi": True}
     record = load(str(node.prefix))
-    assert record.engines[0].created == (str(config), f"{config}.cdictk.orig")
+    assert record.engines == [Registered("docker", str(config), "none")]
     assert record.made == [str(node.root / "usr"), str(node.root / "usr/local"), str(node.bin),
                            str(node.etc), str(node.etc / "docker")]  # fmt: skip
     node.uninstall()

@@ -17,11 +17,7 @@ def full() -> Record:
         files={"/etc/systemd/system/a.service": sha256(b"a")},
         links={"/usr/local/bin/cdictk": "/opt/cdictk/bin/cdictk"},
         units=["a.service"],
-        engines=[
-            Registered(
-                "docker", "/etc/docker/daemon.json", "signal", sha256(b"{}"), ("/etc/docker/daemon.json",)
-            )
-        ],
+        engines=[Registered("docker", "/etc/docker/daemon.json", "signal")],
     )
 
 
