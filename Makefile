@@ -14,13 +14,15 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 SOURCES = cdictk tests bench examples realnode nodeimage
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
-	bench-generate bench-k8s bench-deviceplugin bench-node-runtime demo real-node-bundle node-launcher image
+	bench-generate bench-k8s bench-deviceplugin bench-node-runtime bench-node-tarball demo real-node-bundle \
+	node-launcher image node-tarball
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
 	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
-	@echo "     bench-node-runtime | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher | image"
+	@echo "     bench-node-runtime | bench-node-tarball | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher"
+	@echo "     image | node-tarball"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -129,6 +131,13 @@ bench-deviceplugin: $(VENV)/.cdictk-test-installed
 bench-node-runtime: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.noderuntime --rounds $(ROUNDS)
 
+# The node tarball (make node-tarball first): its size, and its unpacking, first install, install again
+# and uninstall on fresh busybox-only nodes, medians of TARBALL_ROUNDS (each step a whole command; a
+# round takes seconds, not milliseconds). Needs root and busybox-static.
+TARBALL_ROUNDS ?= 5
+bench-node-tarball: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m bench.nodetarball --rounds $(TARBALL_ROUNDS)
+
 # The node runtime's static launcher (gcc -static -Os, glibc's static library from libc6-dev), for
 # `python -m cdictk.noderuntime build --launcher build/node-runtime/cdictk-launcher` in the image.
 node-launcher: $(VENV)/.cdictk-installed
@@ -153,3 +162,10 @@ ROOTFS_CACHE ?= $(or $(CDICTK_ROOTFS_CACHE),/var/cache/cdictk-tests/rootfs)
 image: $(VENV)/.cdictk-installed
 	./tests/fetch-rootfs.sh $(ROOTFS_CACHE) bookworm-python
 	$(PYTHON) -m nodeimage build --rootfs $(ROOTFS_CACHE)/minbase-bookworm-python --out build/image
+
+# The node tarball, for nodes without Kubernetes (README.md, "For node operators"): the node runtime of
+# the image above, built once there, as build/cdictk-node-VERSION-ARCH.tar.gz, one directory that is
+# the runtime; on the node, `./cdictk-node-VERSION/bin/cdictk system install` sets it up. Builds the
+# image first; the same image gives the same bytes.
+node-tarball: image
+	$(PYTHON) -m nodeimage tarball --image build/image --out build

@@ -1,5 +1,6 @@
-"""The command line of ``python -m nodeimage build | lock``: the DaemonSet's image built here (``make
-image``), and its lock file written anew."""
+"""The command line of ``python -m nodeimage build | tarball | lock``: the DaemonSet's image built here
+(``make image``), its node runtime as the node tarball (``make node-tarball``), and the image's lock file
+written anew."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from nodeimage import ImageError, lockfile, makeimage
+from nodeimage import ImageError, lockfile, makeimage, nodetarball
 
 PROG = "python -m nodeimage"
 ROOTFS_CACHE = Path(os.environ.get("CDICTK_ROOTFS_CACHE", "/var/cache/cdictk-tests/rootfs"))
@@ -19,7 +20,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=PROG,
         description="Build cdictk's DaemonSet image as an OCI layout and archive, from a cached Debian root "
-        "and without a registry or a container engine; or write its lock file anew.",
+        "and without a registry or a container engine; its node runtime as a tarball for nodes without "
+        "Kubernetes; or write its lock file anew.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     image = commands.add_parser(
@@ -46,6 +48,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="NAME:TAG",
         help="the image's name (default: the image deploy/kubernetes/cdictk-daemonset.yaml runs)",
     )
+    tarball = commands.add_parser(
+        "tarball",
+        help="the node runtime of the image built in IMAGE as the node tarball",
+        description="Write OUT/cdictk-node-VERSION-ARCH.tar.gz: one directory, cdictk-node-VERSION, that is "
+        "the node runtime the image built in IMAGE carries (build first). On a node: tar xzf it, then "
+        "./cdictk-node-VERSION/bin/cdictk system install. Prints the tarball, the runtime's ID and the "
+        "tarball's size in bytes. The same runtime gives the same bytes.",
+    )
+    tarball.add_argument(
+        "--image", type=Path, default=Path("build/image"), metavar="IMAGE", help="default build/image"
+    )
+    tarball.add_argument("--out", type=Path, default=Path("build"), metavar="DIR", help="default build")
     lock = commands.add_parser(
         "lock",
         help=f"write {makeimage.LOCK.relative_to(makeimage.REPO)} anew from pyproject.toml (needs PyPI)",
@@ -63,6 +77,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             temp.write_text(text, encoding="utf-8")
             os.replace(temp, args.output)
             print(args.output)
+            return 0
+        if args.command == "tarball":
+            made = nodetarball.build(args.image, args.out)
+            print(f"{made.path} {made.runtime_id} {made.size}")
             return 0
         if not args.rootfs.is_dir():
             raise ImageError(

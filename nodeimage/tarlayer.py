@@ -110,15 +110,22 @@ def _add_file(tar: tarfile.TarFile, info: tarfile.TarInfo, path: str, status: os
 
 
 def write_tar(
-    root: Path, out: io.RawIOBase | io.BufferedIOBase, *, epoch: int, prune: Prune = Prune()
+    root: Path, out: io.RawIOBase | io.BufferedIOBase, *, epoch: int, prune: Prune = Prune(), top: str = ""
 ) -> None:
-    """The tar of ``root`` (what :data:`Prune` leaves in) to the stream ``out``."""
+    """The tar of ``root`` (what :data:`Prune` leaves in) to the stream ``out``; with ``top``, ``root``
+    itself is a directory of that name, which holds the rest (a release tarball's one directory)."""
     first_of: dict[tuple[int, int], str] = {}
+    above = f"{top}/" if top else ""
     with tarfile.open(
         fileobj=out, mode="w|", format=tarfile.PAX_FORMAT, encoding="utf-8", errors="surrogateescape"
     ) as tar:
-        for name, status in entries(root, prune):
-            path = os.path.join(root, name)
+        if top:
+            info = _header(top, os.lstat(root), epoch)
+            info.type = tarfile.DIRTYPE
+            tar.addfile(info)
+        for relative, status in entries(root, prune):
+            name = above + relative
+            path = os.path.join(root, relative)
             info = _header(name, status, epoch)
             kind = stat.S_IFMT(status.st_mode)
             if kind == stat.S_IFDIR:
@@ -145,13 +152,16 @@ def write_tar(
                 raise ImageError(f"{path} is a {what}: an image layer carries none")
 
 
-def write_layer(root: Path, out: Path, *, epoch: int, prune: Prune = Prune()) -> Layer:
-    """``root`` as a gzip-compressed layer at ``out`` (created, or replaced)."""
+def write_layer(
+    root: Path, out: Path, *, epoch: int, prune: Prune = Prune(), top: str = "", level: int = GZIP_LEVEL
+) -> Layer:
+    """``root`` as a gzip-compressed layer at ``out`` (created, or replaced); ``top`` as for
+    :func:`write_tar`, ``level`` gzip's."""
     with open(out, "wb") as raw:
         blob = _Hashing(raw)
-        with gzip.GzipFile(filename="", mode="wb", fileobj=blob, compresslevel=GZIP_LEVEL, mtime=0) as packed:
+        with gzip.GzipFile(filename="", mode="wb", fileobj=blob, compresslevel=level, mtime=0) as packed:
             tar = _Hashing(packed)
-            write_tar(root, tar, epoch=epoch, prune=prune)
+            write_tar(root, tar, epoch=epoch, prune=prune, top=top)
         raw.flush()
         os.fsync(raw.fileno())
     return Layer(f"sha256:{blob.sha.hexdigest()}", f"sha256:{tar.sha.hexdigest()}", blob.count)

@@ -1,6 +1,6 @@
 """``cdictk system create-device-nodes | create-dev-char-symlinks``: prepare a node, as nvidia-ctk does;
-``install-runtime | uninstall-runtime``: cdictk's node runtime; ``check-node``: whether GPU containers
-can start."""
+``install-runtime | uninstall-runtime``: cdictk's node runtime; ``install | uninstall``: the runtime with
+what a node without Kubernetes needs around it; ``check-node``: whether GPU containers can start."""
 
 from __future__ import annotations
 
@@ -92,7 +92,8 @@ def _load_modules(roots: Roots, modprobe: str | None, *, dry_run: bool) -> None:
 @click.group("system")
 def system_group() -> None:
     """Prepare a node for GPU containers: NVIDIA device nodes and /dev/char links (as nvidia-ctk system),
-    cdictk's node runtime, and a check that GPU containers can start."""
+    cdictk's node runtime (alone, or with what a node without Kubernetes needs around it), and a check
+    that GPU containers can start."""
 
 
 @system_group.command("create-device-nodes")
@@ -267,9 +268,7 @@ def install_runtime_command(*, bundle: str | None, prefix: str, target: str | No
         return _errors([Problem("", "", str(exc))])
     except OSError as exc:  # a read-only or full file system, a directory that went away
         return _errors([_os_problem(exc)])
-    how = "copied" if installed.copied else "there already, intact"
-    was = f"; current was {installed.replaced}" if installed.replaced else ""
-    _say(f"{installed.path}: node runtime {installed.runtime_id} installed ({how}){was}")
+    _say(installed.line())
     return 0
 
 
@@ -357,3 +356,121 @@ def check_node_command(
     readiness = check_node(host_root, specs, prefix, engines, proc_root)
     click.echo(readiness.line(), err=not readiness.ok)
     return 0 if readiness.ok else 1
+
+
+@system_group.command("install")
+@click.option(
+    "--bundle",
+    metavar="DIR",
+    help="The runtime to install. Default: the runtime this command runs from (the node tarball's).",
+)
+@click.option(
+    "--prefix",
+    default="/opt/cdictk",
+    show_default=True,
+    metavar="DIR",
+    help="Where the node has the runtime; the links, units, hooks and engine config name it.",
+)
+@click.option(
+    "--bin-dir",
+    default="/usr/local/bin",
+    show_default=True,
+    metavar="DIR",
+    help="A directory on PATH for the link to PREFIX/bin/cdictk (and with --legacy-hook, "
+    "nvidia-container-runtime-hook); '' for none.",
+)
+@click.option(
+    "--spec-service",
+    type=click.Choice(["watch", "refresh", "none"]),
+    default="watch",
+    show_default=True,
+    help="The systemd units that keep /var/run/cdi/nvidia.yaml current: watch (cdictk-cdi-watch.service, "
+    "MIG changes included), refresh (cdictk-cdi-refresh.path and .service, and the udev rule: at boot, on "
+    "driver changes) or none (no units; a node without systemd).",
+)
+@click.option(
+    "--runtime",
+    "engine",
+    type=click.Choice(list(ENGINES)),
+    help="The engine to register PREFIX/bin/cdictk-runtime with, CDI turned on (as cdictk runtime "
+    "configure --enable-cdi). Default: none.",
+)
+@click.option("--config", metavar="FILE", help="That engine's main config. Default: its own.")
+@click.option(
+    "--restart",
+    type=click.Choice(["none", "signal", "systemd"]),
+    default="none",
+    show_default=True,
+    help="How the engine loads a changed config (as cdictk runtime configure --restart).",
+)
+@click.option(
+    "--legacy-hook",
+    is_flag=True,
+    help="Link nvidia-container-runtime-hook in --bin-dir, for `docker run --gpus` (restart dockerd).",
+)
+@click.option(
+    "--podman-hook",
+    is_flag=True,
+    help="Write podman's precreate hook, /etc/containers/oci/hooks.d/cdictk-precreate.json.",
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Say what would be done, with the engine config's diff; change nothing."
+)
+def install_command(  # click passes every option by keyword
+    *, bundle: str | None, prefix: str, bin_dir: str, spec_service: str, engine: str | None,
+    config: str | None, restart: str, legacy_hook: bool, podman_hook: bool, dry_run: bool,
+) -> int:  # fmt: skip
+    """Install cdictk's node runtime under PREFIX and set the node up around it: what a node without
+    Kubernetes needs, and nothing of its own Python, C library or shell.
+
+    In order, one line each: the runtime, as install-runtime installs it; the link in --bin-dir; with
+    --legacy-hook and --podman-hook, those hooks; with --runtime, the engine's config
+    (PREFIX/bin/cdictk-runtime registered, CDI on) and --restart; the systemd units of --spec-service, running
+    PREFIX/bin/cdictk, enabled and restarted (so that this version writes the spec), and
+    /etc/cdictk/cdi-refresh.env (their settings, all commented out) when missing. A file or link in the
+    way that an earlier install did not write stops it before anything changes. Installing again (a new
+    version) replaces what it wrote. What it did is kept in PREFIX/.setup.json: `cdictk system
+    uninstall` undoes it.
+    """
+    from cdictk.bundlepaths import running_bundle  # noqa: PLC0415
+    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415
+    from cdictk.noderuntime.nodesetup import Choices, install_node  # noqa: PLC0415
+
+    source = bundle or running_bundle()
+    if source is None:
+        return _errors([Problem("", "--bundle", "this cdictk runs from no node runtime: name one")])
+    choices = Choices(
+        bin_dir=bin_dir, spec_service=spec_service, engine=engine, config=config, restart=restart,
+        legacy_hook=legacy_hook, podman_hook=podman_hook,
+    )  # fmt: skip
+    try:
+        install_node(os.path.abspath(source), Target(prefix), choices, _say, dry_run=dry_run)
+    except InstallError as exc:
+        return _errors([Problem("", "", str(exc))])
+    except OSError as exc:
+        return _errors([_os_problem(exc)])
+    return 0
+
+
+@system_group.command("uninstall")
+@click.option(
+    "--prefix", default="/opt/cdictk", show_default=True, metavar="DIR", help="Where the node has it."
+)
+@click.option("--dry-run", is_flag=True, help="Say what would be removed; change nothing.")
+def uninstall_command(*, prefix: str, dry_run: bool) -> int:
+    """Undo `cdictk system install`: the units disabled and removed, the engine's entry taken out (its
+    CDI setting as before), the hooks, links and directories the install made, the specs whose hooks
+    run the runtime, and the runtime itself. A file changed since the install wrote it is left, and said.
+    """
+    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415
+    from cdictk.noderuntime.nodesetup import uninstall_node  # noqa: PLC0415
+
+    try:
+        removed = uninstall_node(Target(prefix), _say, dry_run=dry_run)
+    except InstallError as exc:
+        return _errors([Problem("", "", str(exc))])
+    except OSError as exc:
+        return _errors([_os_problem(exc)])
+    if not dry_run:
+        _say(f"{prefix}: {'node runtime and its setup removed' if removed else 'no node runtime there'}")
+    return 0

@@ -90,6 +90,11 @@ class Installed:
     copied: bool  # False: it was there already, intact
     replaced: str | None  # the ID current named before, when another
 
+    def line(self) -> str:
+        how = "copied" if self.copied else "there already, intact"
+        was = f"; current was {self.replaced}" if self.replaced else ""
+        return f"{self.path}: node runtime {self.runtime_id} installed ({how}){was}"
+
 
 def check_target(target: Target) -> None:
     for flag, path in (
@@ -305,10 +310,10 @@ def _current_id(here: str) -> str | None:
 
 
 def _swap_current(here: str, runtime_id: str) -> None:
-    _replace_link(os.path.join(here, CURRENT), f"{VERSIONS}/{runtime_id}")
+    replace_link(os.path.join(here, CURRENT), f"{VERSIONS}/{runtime_id}")
 
 
-def _replace_link(path: str, target: str) -> None:
+def replace_link(path: str, target: str) -> None:
     """``path`` -> ``target``, by a rename over whatever is there: never missing, never half-made."""
     try:
         if os.readlink(path) == target:
@@ -335,7 +340,7 @@ def _write_bin(target: Target) -> None:
         if name == SHIM and _has_shell(target.host_root):
             _write_front(target, path)
             continue
-        _replace_link(path, link)  # over the front of an earlier install too, in one rename
+        replace_link(path, link)  # over the front of an earlier install too, in one rename
 
 
 def _has_shell(host_root: str) -> bool:

@@ -5,8 +5,8 @@ lazy import is still a dependency, only a cheaper one. The order is the one docs
 
     helpers  <- hooks
     helpers  <- cdi <- node <- nvcdi <- runtime <- info <- api <- cli
-    runtime  <- noderuntime (the node runtime: built, installed) <- cli
-    node     <- configure (engine configs) <- info, cli
+    runtime  <- noderuntime (the node runtime: built, installed, the node set up around it) <- cli
+    node     <- configure (engine configs) <- info, noderuntime, cli
     hooks    <- nvcdi (the hook program and its steps), runtime (the prestart hook runs them)
 
 A layer may import itself and what it lists below; a module that fits no layer fails the test.
@@ -56,8 +56,9 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "runtime": (("cdictk.runtime",), ("helpers", "cdi", "node", "nvcdi", "hooks")),
     "configure": (("cdictk.configure",), ("helpers", "node")),
     "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime", "configure")),
-    # The node runtime: built from the image's Python, installed on the node (the shim's front is runtime's).
-    "noderuntime": (("cdictk.noderuntime",), ("helpers", "node", "runtime")),
+    # The node runtime: built from the image's Python, installed on the node (the shim's front is runtime's),
+    # and a node without Kubernetes set up around it (the engine's config is configure's).
+    "noderuntime": (("cdictk.noderuntime",), ("helpers", "node", "runtime", "configure")),
     "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),
     # The Kubernetes node agents: gRPC front-ends over the library API (and the node's facts).
     "deviceplugin": (("cdictk.deviceplugin",), ("helpers", "node", "api")),

@@ -1,8 +1,8 @@
-"""deploy/systemd and deploy/udev: the spec-refresh units as shipped.
+"""deploy/systemd and deploy/udev: the spec-refresh units as shipped, and as `cdictk system install` writes them.
 
 ``systemd-analyze verify`` runs on the real files, byte for byte, under ``--root`` (a temporary root
 holding the system's own units, the shipped ones in ``etc/systemd/system`` and stand-ins for the two
-programs they run), since this machine has neither cdictk at /usr/local/bin nor systemd as PID 1.
+programs they run), since this machine has neither cdictk at /opt/cdictk/bin nor systemd as PID 1.
 verify exits 0 on unknown keys and unparsable values (it only warns), so every line it prints about
 our units counts as a failure; broken copies prove that each kind of mistake is caught.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.noderuntime.nodesetup import unit_text
 from tests import REPO
 
 SYSTEMD = REPO / "deploy" / "systemd"
@@ -27,7 +28,7 @@ PATH_UNIT = "cdictk-cdi-refresh.path"
 WATCH = "cdictk-cdi-watch.service"
 UNITS = (REFRESH, PATH_UNIT, WATCH)
 SERVICES = (REFRESH, WATCH)
-CDICTK = "/usr/local/bin/cdictk"
+CDICTK = "/opt/cdictk/bin/cdictk"
 # Every program the units run; the verify root has these and nothing else of ours.
 PROGRAMS = {CDICTK, "/bin/sh"}
 OUTPUT = "/var/run/cdi/nvidia.yaml"
@@ -84,8 +85,8 @@ def systemd_analyze() -> str:
     return found
 
 
-def make_root(tmp_path: Path, units: dict[str, str]) -> Path:
-    """A root for ``systemd-analyze --root``: the system's units, ``units`` and stand-in programs."""
+def make_root(tmp_path: Path, units: dict[str, str], programs: frozenset[str] = frozenset(PROGRAMS)) -> Path:
+    """A root for ``systemd-analyze --root``: the system's units, ``units`` and stand-ins of ``programs``."""
     root = tmp_path / "root"
     copied: set[str] = set()
     for directory in SYSTEM_UNIT_DIRS:
@@ -99,7 +100,7 @@ def make_root(tmp_path: Path, units: dict[str, str]) -> Path:
     local.mkdir(parents=True)
     for name, text in units.items():
         (local / name).write_text(text, encoding="utf-8")
-    for path in PROGRAMS:
+    for path in programs:
         stand_in = root / path.lstrip("/")
         stand_in.parent.mkdir(parents=True, exist_ok=True)
         stand_in.write_text("#!/bin/sh\nexit 0\n", encoding="utf-8")
@@ -111,10 +112,12 @@ def shipped() -> dict[str, str]:
     return {name: (SYSTEMD / name).read_text(encoding="utf-8") for name in UNITS}
 
 
-def verify(tmp_path: Path, units: dict[str, str]) -> list[str]:
+def verify(
+    tmp_path: Path, units: dict[str, str], programs: frozenset[str] = frozenset(PROGRAMS)
+) -> list[str]:
     """What ``systemd-analyze verify`` finds wrong with ``units``: [] when they are clean."""
     analyze = systemd_analyze()
-    root = make_root(tmp_path, units)
+    root = make_root(tmp_path, units, programs)
     result = subprocess.run(
         [analyze, "verify", "--man=no", f"--root={root}", *units],
         capture_output=True,
@@ -137,6 +140,17 @@ def test_the_shipped_units_pass_verify(tmp_path: Path) -> None:
         assert (tmp_path / "root/etc/systemd/system" / name).read_text(encoding="utf-8") == text
 
 
+def test_the_units_as_the_install_writes_them_pass_verify(tmp_path: Path) -> None:
+    """`cdictk system install` writes them marked and with its prefix: still clean, and running it."""
+    written = {name: unit_text(name, "/srv/cdictk").decode() for name in UNITS}
+    programs = frozenset({"/srv/cdictk/bin/cdictk", "/bin/sh"})
+    assert verify(tmp_path, written, programs) == []
+    for name in SERVICES:
+        commands = [value for key, value in parse(written[name])["Service"] if key in EXEC_KEYS]
+        assert {program(command) for command in commands} == programs
+    assert "PathChanged=/srv/cdictk/bin/cdictk" in written[PATH_UNIT]
+
+
 BROKEN = [
     # (unit, what to replace, with what, what verify must say, as a regular expression)
     (
@@ -148,8 +162,8 @@ BROKEN = [
     (REFRESH, "Type=oneshot", "Type=oneshoot", "oneshoot"),
     (WATCH, "[Service]", "[Servce]", "Unknown section 'Servce'"),
     (WATCH, "Restart=on-failure", "Restart=on-failures", "on-failures"),
-    (WATCH, f"ExecStart={CDICTK} ", "ExecStart=/usr/local/bin/cdicktk ", "/usr/local/bin/cdicktk"),
-    (PATH_UNIT, "PathChanged=/usr/local", "PathChange=/usr/local", "Unknown key (name )?'PathChange'"),
+    (WATCH, f"ExecStart={CDICTK} ", "ExecStart=/opt/cdictk/bin/cdicktk ", "/opt/cdictk/bin/cdicktk"),
+    (PATH_UNIT, "PathChanged=/opt/cdictk", "PathChange=/opt/cdictk", "Unknown key (name )?'PathChange'"),
     (
         PATH_UNIT,
         "Unit=cdictk-cdi-refresh.service",

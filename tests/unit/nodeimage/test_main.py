@@ -11,6 +11,7 @@ import pytest
 from nodeimage import ImageError, lockfile, makeimage
 from nodeimage.main import main
 from tests import REPO
+from tests.unit.nodeimage.test_nodetarball import image_dir
 
 
 def test_help_explains_both_commands() -> None:
@@ -76,3 +77,16 @@ def test_lock_writes_the_file_whole(
     assert output.read_text() == "# from pyproject.toml\n"
     assert capsys.readouterr().out == f"{output}\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["requirements.lock"]
+
+
+def test_tarball_prints_the_tarball_its_runtime_and_size(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    image = image_dir(tmp_path / "image")
+    assert main(["tarball", "--image", str(image), "--out", str(tmp_path / "out")]) == 0
+    path, runtime_id, size = capsys.readouterr().out.split()
+    assert Path(path).parent == tmp_path / "out" and Path(path).stat().st_size == int(size)
+    assert len(runtime_id) == 16
+    assert main(["tarball", "--image", str(tmp_path / "none"), "--out", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("python -m nodeimage tarball: error: ") and err.endswith(": make image builds it\n")

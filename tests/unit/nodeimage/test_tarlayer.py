@@ -165,3 +165,24 @@ def test_a_device_node_is_refused_overlayfs_whiteouts_included(tmp_path: Path) -
     os.mknod(tree / "etc" / "whiteout", stat.S_IFCHR | 0o600, os.makedev(0, 0))
     with pytest.raises(ImageError, match=r"/etc/whiteout is a character device"):
         write_layer(tree, tmp_path / "layer.tar.gz", epoch=EPOCH)
+
+
+def test_a_top_directory_holds_the_tree_and_its_links(tmp_path: Path) -> None:
+    """A release tarball's one directory: the tree's root under that name, first, the rest below it."""
+    tree = make_tree(tmp_path / "tree")
+    os.utime(tree, (EPOCH + 10, EPOCH + 10))
+    layer = tmp_path / "layer.tar.gz"
+    write_layer(tree, layer, epoch=EPOCH, top="tool-1.0", level=9)
+    found = members(layer)
+    assert found[0].name == "tool-1.0" and found[0].isdir() and found[0].mtime == EPOCH
+    assert all(member.name.startswith("tool-1.0/") for member in found[1:])
+    assert [member.name.removeprefix("tool-1.0/") for member in found[1:]] == [
+        member.name for member in members(write_tree(tree, tmp_path / "plain.tar.gz"))
+    ]
+    link = next(member for member in found if member.name == "tool-1.0/usr/bin/tool-link")
+    assert link.islnk() and link.linkname == "tool-1.0/usr/bin/tool"
+
+
+def write_tree(tree: Path, out: Path) -> Path:
+    write_layer(tree, out, epoch=EPOCH)
+    return out

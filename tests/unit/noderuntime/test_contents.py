@@ -101,3 +101,17 @@ def test_a_top_level_module_distribution() -> None:
 def test_a_missing_requirement_is_one_line() -> None:
     with pytest.raises(ContentsError, match="no-such-distribution: not installed for this Python"):
         distributions("no-such-distribution")
+
+
+def test_cdictk_carries_the_units_its_install_writes() -> None:
+    """`cdictk system install` writes the systemd units and udev rule from the runtime's own cdictk."""
+    cdictk = importlib.metadata.distribution("cdictk")
+    targets = {copy.target for copy in package_files(cdictk, "site", imported=True)}
+    for name in (
+        "systemd/cdictk-cdi-watch.service",
+        "systemd/cdictk-cdi-refresh.service",
+        "systemd/cdictk-cdi-refresh.path",
+        "systemd/cdi-refresh.env",
+        "udev/99-cdictk-cdi-refresh.rules",
+    ):
+        assert f"site/cdictk/noderuntime/{name}" in targets
