@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64, Links, read_links
 from cdictk.node.ldcachereader import FLAG_ARCH_MASK, LdCacheError, read_ld_cache
+from cdictk.node.roots import join, resolve
 
-_MAX_LINKS = 40
 # The loader's default directories after the cache, per architecture: the multiarch pair Debian and
 # Ubuntu use, then the lib64 pair and the plain pair.
 _TRIPLETS = {FLAG_X8664_LIB64: "x86_64-linux-gnu", FLAG_AARCH64_LIB64: "aarch64-linux-gnu"}
@@ -160,30 +160,7 @@ class _Search:
 
 def in_root(root: str, path: str) -> str:
     """``path`` of the image whose ``/`` is ``root``, with every symlink on the way followed inside it
-    (an absolute target starts again at ``root``), as a path here."""
-    if root == "/":
-        return os.path.realpath(path)
-    base = os.path.realpath(root)
-    parts = [part for part in path.split("/") if part]
-    resolved: list[str] = []
-    hops = 0
-    while parts:
-        part = parts.pop(0)
-        if part == ".":
-            continue
-        if part == "..":
-            if resolved:
-                resolved.pop()
-            continue
-        here = os.path.join(base, *resolved, part)
-        if os.path.islink(here):
-            hops += 1
-            if hops > _MAX_LINKS:
-                raise ClosureError(f"{path}: too many symlinks under {root}")
-            target = os.readlink(here)
-            if target.startswith("/"):
-                resolved = []
-            parts = [piece for piece in target.split("/") if piece] + parts
-            continue
-        resolved.append(part)
-    return os.path.join(base, *resolved)
+    (an absolute target starts again at ``root``), as a path here; where it cannot be followed (a
+    missing component, a loop), ``path`` under ``root`` as written, which then does not exist."""
+    inside = resolve(root, path)
+    return join(root, path if inside is None else inside)

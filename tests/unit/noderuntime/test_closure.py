@@ -127,6 +127,5 @@ def test_in_root_keeps_every_link_inside(tmp_path: Path) -> None:
     assert in_root(str(tmp_path), "/abs/file") == str(tmp_path / "a/b/file")
     assert in_root(str(tmp_path), "/up/b/../b/./file") == str(tmp_path / "a/b/file")
     assert in_root(str(tmp_path), "/missing/x") == str(tmp_path / "missing/x")
-    with pytest.raises(ClosureError, match="too many symlinks"):
-        in_root(str(tmp_path), "/loop")
+    assert in_root(str(tmp_path), "/loop") == str(tmp_path / "loop")  # not followed: no file is found there
     assert in_root("/", "/proc/self/..") == os.path.realpath("/proc")
