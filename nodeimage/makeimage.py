@@ -64,9 +64,15 @@ def source_epoch(repo: Path = REPO) -> int:
             raise ImageError(f"SOURCE_DATE_EPOCH={given!r}: want seconds since 1970")
         return int(given)
     if (repo / ".git").exists():
-        done = subprocess.run(
-            ["git", "-C", str(repo), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=False
-        )
+        try:
+            done = subprocess.run(
+                ["git", "-C", str(repo), "log", "-1", "--format=%ct"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        except FileNotFoundError:
+            raise ImageError(f"{repo}: a git clone, and no git here: set SOURCE_DATE_EPOCH") from None
         if done.returncode != 0 or not done.stdout.strip().isdigit():
             raise ImageError(f"git log in {repo} gave no commit time: set SOURCE_DATE_EPOCH")
         return int(done.stdout)

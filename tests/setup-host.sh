@@ -7,7 +7,8 @@
 #    podman only recommends;
 #    python3-yaml, so that a launcher made for Debian's own Python is tested with the PyYAML apt puts
 #    outside its site-packages; systemd, whose systemd-analyze verifies deploy/'s units;
-#    containernetworking-plugins, whose bridge the DaemonSet test's nodes give their pods;
+#    containernetworking-plugins, whose bridge the DaemonSet test's nodes give their pods; git, which
+#    the image build's tests run in a clone of their own (a copy of the tree may have none);
 #  - containerd 2.x and dockerd 28.x from Debian sid, unpacked (not installed) into a cache by
 #    tests/fetch-daemons.sh: bookworm's own have no CDI. CDICTK_DAEMONS_CACHE moves the cache; the
 #    tests read the same variable;
@@ -23,7 +24,7 @@
 set -euo pipefail
 
 # debian-archive-keyring: on Ubuntu too, to check what comes from Debian (sid's daemons, the rootfs).
-packages=(runc crun podman containerd busybox-static gcc patch debootstrap debian-archive-keyring python3-yaml
+packages=(runc crun podman containerd busybox-static gcc patch git debootstrap debian-archive-keyring python3-yaml
   systemd buildah uidmap containernetworking-plugins)
 
 if [[ $(id -u) -ne 0 ]]; then

@@ -31,18 +31,27 @@ def test_the_epoch_is_source_date_epoch_else_the_last_commits(
     with pytest.raises(ImageError, match=r"SOURCE_DATE_EPOCH='yesterday': want seconds since 1970"):
         makeimage.source_epoch()
     monkeypatch.delenv("SOURCE_DATE_EPOCH")
-    committed = subprocess.run(
-        ["git", "-C", str(REPO), "log", "-1", "--format=%ct"], capture_output=True, text=True, check=True
-    )
-    assert makeimage.source_epoch() == int(committed.stdout)
+    # A clone: its last commit's time (a clone of its own: the tests may run in a copy without git).
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "pyproject.toml").write_text("")
+    os.utime(clone / "pyproject.toml", (9000, 9000))
+    git = ["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "pyproject.toml"], check=True)
+    dated = {**os.environ, "GIT_COMMITTER_DATE": "@4000 +0000", "GIT_AUTHOR_DATE": "@4000 +0000"}
+    subprocess.run([*git, "commit", "-q", "-m", "one"], check=True, env=dated)
+    assert makeimage.source_epoch(clone) == 4000
     # A copy without git (a release's tarball): the newest of the files the wheel is built from.
+    copy = tmp_path / "copy"
+    copy.mkdir()
     with pytest.raises(ImageError, match=r"none of pyproject.toml, README.md, schemas, cdictk is there"):
-        makeimage.source_epoch(tmp_path)
-    (tmp_path / "cdictk").mkdir()
+        makeimage.source_epoch(copy)
+    (copy / "cdictk").mkdir()
     for name, when in (("pyproject.toml", 1000), ("cdictk/new.py", 3000), ("cdictk/old.py", 2000)):
-        (tmp_path / name).write_text("")
-        os.utime(tmp_path / name, (when, when))
-    assert makeimage.source_epoch(tmp_path) == 3000
+        (copy / name).write_text("")
+        os.utime(copy / name, (when, when))
+    assert makeimage.source_epoch(copy) == 3000
 
 
 def test_the_image_is_named_as_the_daemonset_runs_it(tmp_path: Path) -> None:
