@@ -93,7 +93,7 @@ bench-shim: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.shim --rounds $(ROUNDS)
 
 # A container start through the legacy prestart hook against the same start through the shim, and
-# against runc with the spec injected beforehand (aim: at most 1.5 times the shim). Needs root.
+# against runc with the spec injected beforehand (aim: at most 1.2 times the shim). Needs root.
 bench-prestart: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.prestart --rounds $(ROUNDS)
 
@@ -105,7 +105,7 @@ NVIDIA_CTK ?= $(firstword $(wildcard /opt/nvidia-tools/nvidia-ctk) $(shell comma
 bench-generate: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.generate --repeat $(ROUNDS) $(if $(NVIDIA_CTK),--nvidia-ctk $(NVIDIA_CTK))
 
-# The library API's figures (issue 20): a claim's spec built and written, 1,000 claims, gc over 10,000
+# The library API's figures: a claim's spec built and written, 1,000 claims, gc over 10,000
 # specs, SpecCache's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.
 bench-api: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.api

@@ -109,7 +109,7 @@ def test_an_ignored_request_is_a_warning(tmp_path: Path) -> None:
 
 
 def test_a_spec_of_another_user_is_skipped_with_a_warning(tmp_path: Path) -> None:
-    """Issue 17, item 1: a planted spec's createRuntime hook must not reach config.json."""
+    """A planted spec's createRuntime hook must not reach config.json."""
     if os.geteuid() != 0:
         pytest.skip("files of another owner need root (chown)")
     node = settings(tmp_path)
@@ -161,7 +161,7 @@ def test_the_spec_made_in_memory_is_kept_until_the_node_changes(
 
 
 def test_a_mount_no_longer_roots_alone_stops_the_container_and_applies_nothing(tmp_path: Path) -> None:
-    """Months after generate: the MPS directory the spec names is now a user's (issue 25, item 2)."""
+    """Months after generate: the MPS directory the spec names is now a user's."""
     if os.geteuid() != 0:
         pytest.skip("needs root to give a directory to another user")
     os.chmod(tmp_path, 0o755)
