@@ -41,8 +41,8 @@ KUBERNETES = REPO / "deploy" / "kubernetes"
 LOCK = KUBERNETES / "requirements.lock"
 INIT_SCRIPT = KUBERNETES / "cdictk-node-setup.sh"
 MANIFEST = KUBERNETES / "cdictk-daemonset.yaml"
-# What cdictk's wheel is built from (cdictk/cdi/schemas links into schemas/).
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "schemas", "cdictk")
+# What cdictk's wheel is built from: its schema, proto files and units are package data under cdictk/.
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "cdictk")
 GOARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -128,7 +128,7 @@ def _walk(repo: Path, top: str) -> list[str]:
         return [top] if os.path.lexists(repo / top) else []
     found = []
     for directory, subdirectories, files in os.walk(repo / top):
-        # A link to a directory (cdictk/cdi/schemas) is copied as the link it is.
+        # A link to a directory is copied as the link it is.
         links = [name for name in subdirectories if os.path.islink(os.path.join(directory, name))]
         skipped = {"__pycache__", *links}
         subdirectories[:] = [d for d in subdirectories if d not in skipped and not d.endswith(".egg-info")]

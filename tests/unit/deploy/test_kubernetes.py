@@ -1007,15 +1007,10 @@ def test_the_wheel_stage_copies_all_the_wheel_is_built_from(tmp_path: Path) -> N
     project = pyproject()
     assert (stage / "pyproject.toml").is_file()
     assert (stage / project["project"]["readme"]).is_file()
-    setuptools = project["tool"]["setuptools"]
-    for package in setuptools["packages"]:
-        assert (stage / package.replace(".", "/") / "__init__.py").is_file(), package
-    for package, patterns in setuptools["package-data"].items():
+    for package, patterns in project["tool"]["setuptools"]["package-data"].items():
         for pattern in patterns:
             assert list((stage / package.replace(".", "/")).glob(pattern)), f"{package}: {pattern}"
-    for path in stage.rglob("*"):  # links (cdictk/cdi/schemas) resolve inside what was copied
-        if path.is_symlink():
-            assert path.resolve().is_relative_to(stage.resolve()), path
+    assert not [path for path in stage.rglob("*") if path.is_symlink()]
     assert sorted(str(path.relative_to(stage)) for path in stage.iterdir()) == sorted(makeimage.WHEEL_SOURCES)
 
 
