@@ -1,15 +1,19 @@
 """pyproject.toml: setuptools finds every package and takes every file under cdictk/ into the wheel (an
-editable install hides a miss, since it imports from the checkout)."""
+editable install hides a miss, since it imports from the checkout); the version is cdictk/__init__.py's.
+tests/e2e/test_wheel.py builds the wheel and sdist and runs the installed wheel."""
 
 from __future__ import annotations
 
 import fnmatch
 import os
+import re
 import tomllib
 from typing import Any
 
 from setuptools import find_namespace_packages
 
+import cdictk
+from nodeimage import makeimage
 from tests import REPO
 
 
@@ -46,3 +50,31 @@ def test_every_file_under_cdictk_is_code_or_package_data() -> None:
     # What the runtime reads, among them (cdictk.api's users type-check against it: PEP 561).
     for path in ("py.typed", "cdi/schemas/cdi-spec.schema.json", "noderuntime/launcher.c"):
         assert (REPO / "cdictk" / path).is_file(), path
+
+
+def test_the_version_is_cdictk_dunder_version_alone() -> None:
+    project = pyproject()
+    assert "version" not in project["project"] and project["project"]["dynamic"] == ["version"]
+    assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "cdictk.__version__"}
+    assert re.fullmatch(r"\d+\.\d+\.\d+", cdictk.__version__)
+    assert makeimage.project()["version"] == cdictk.__version__
+
+
+# The version spelt out where nothing can read it: the node tarball's, the image archive's and the
+# image's names in the docs, the manifests and the Containerfile.
+SPELT = re.compile(
+    r"cdictk-node-(\d+(?:\.\d+)+)|cdictk-(\d+(?:\.\d+)+)\.oci|example\.com/cdictk:(\d+(?:\.\d+)+)"
+)
+SPELT_IN = ("README.md", "docs/*.md", "deploy/README.md", "deploy/kubernetes/*", "nodeimage/*.py")
+
+
+def test_where_the_version_is_spelt_out_it_is_this_one() -> None:
+    found = {
+        f"{path.relative_to(REPO)}: {next(group for group in match.groups() if group)}"
+        for pattern in SPELT_IN
+        for path in REPO.glob(pattern)
+        if path.is_file()
+        for match in SPELT.finditer(path.read_text(encoding="utf-8", errors="replace"))
+    }
+    assert found, "no name with the version found: the pattern no longer matches the docs"
+    assert {line for line in found if not line.endswith(f": {cdictk.__version__}")} == set()

@@ -528,8 +528,7 @@ def test_the_image_is_the_documented_one() -> None:
     images = {spec["image"] for spec in all_containers() + all_containers(cleanup_pod())}
     assert len(images) == 1
     image = images.pop()
-    version = pyproject()["project"]["version"]
-    assert image.rsplit(":", 1)[1] == version, "the image tag is the project's version"
+    assert image.rsplit(":", 1)[1] == makeimage.project()["version"], "the image tag is the project's version"
     build = f"podman build -f deploy/kubernetes/Containerfile -t {image} ."
     for document in (README, CONTAINERFILE, MANIFEST):
         assert build in document.read_text(encoding="utf-8"), document.name
@@ -1007,6 +1006,7 @@ def test_the_wheel_stage_copies_all_the_wheel_is_built_from(tmp_path: Path) -> N
     project = pyproject()
     assert (stage / "pyproject.toml").is_file()
     assert (stage / project["project"]["readme"]).is_file()
+    assert makeimage.project(stage) == makeimage.project()
     for package, patterns in project["tool"]["setuptools"]["package-data"].items():
         for pattern in patterns:
             assert list((stage / package.replace(".", "/")).glob(pattern)), f"{package}: {pattern}"
