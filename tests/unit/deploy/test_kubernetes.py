@@ -185,8 +185,8 @@ def kubernetes_validate() -> Any:
         return importlib.import_module("kubernetes_validate")
     except ImportError:
         if os.environ.get("CI"):
-            pytest.fail("kubernetes-validate is not installed; it is in the project's test extras")
-        pytest.skip("kubernetes-validate is not installed (pip install -e '.[test]')")
+            pytest.fail("kubernetes-validate is not installed; it is in the project's dev dependency group")
+        pytest.skip("kubernetes-validate is not installed (pip install --group dev)")
 
 
 def kubernetes_versions() -> list[str]:
