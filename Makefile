@@ -37,9 +37,12 @@ $(VENV)/.cdictk-installed: pyproject.toml | $(VENV)/bin/python
 	$(EDITABLE) .
 	touch $@
 
-# The same with the test extras (pytest, ruff, mypy, ...), for the test, lint and bench targets.
+# The same with the kubernetes extra and the developer's tools (pyproject.toml's dev dependency group:
+# pytest, ruff, mypy, build, ...), for the test, lint and bench targets. pip reads dependency groups from
+# 25.1 on: an older one in the venv (Debian 12's python3-venv brings 23.0) is upgraded first.
 $(VENV)/.cdictk-test-installed: pyproject.toml | $(VENV)/bin/python
-	$(EDITABLE) '.[test]'
+	$(PYTHON) -m pip install -q 'pip>=25.1'
+	$(EDITABLE) '.[kubernetes]' --group dev
 	touch $@ $(VENV)/.cdictk-installed
 
 setup: $(VENV)/.cdictk-test-installed

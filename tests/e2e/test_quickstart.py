@@ -267,7 +267,7 @@ def test_the_readmes_two_commands_run_on_a_pristine_debian(machine: Machine) -> 
     assert same_spec(printed_spec(again.stdout), printed_spec(fresh.stdout))
 
     # The test command: what the tests drive is installed by the command itself (runc, crun, podman,
-    # buildah, the daemons from sid, the test extras), and the tests that use each pass, none skipped.
+    # buildah, the daemons from sid, the developer's tools), and the tests that use each pass, none skipped.
     selected = shlex.join(["--no-cov", "-p", "no:cacheprovider", *PRISTINE_TESTS])
     result = machine.run(f"PYTEST_ADDOPTS={shlex.quote(selected)} {second}", timeout=900)
     # stdout's end holds pytest's summary; pip's warnings about index locations would push it out.
