@@ -11,7 +11,7 @@ package-source settings this machine has (apt sources and proxy, pip's index set
 certificates), as a user's own machine would have its own.
 
 The first command's spec must validate, and run again from the venv it made, activated, it must
-install nothing. The second must install what the tests drive (OS packages, the test extras) and pass
+install nothing. The second must install what the tests drive (OS packages, the developer's tools) and pass
 the tests of :data:`PRISTINE_TESTS`, none skipped: one or a few per thing it installs, so that a
 missing install step fails here. The whole suite is not run again in there: CI runs the same command
 on its own fresh machine, from empty caches, and so runs tests/fetch-rootfs.sh's debootstraps and
@@ -76,7 +76,7 @@ PRISTINE_TESTS = (
     "tests/unit/nodeimage/test_makeimage.py",  # git (the image's epoch is the last commit's)
     "tests/unit/cli/test_runtime.py",  # patch (a configure diff applies)
     "tests/unit/deploy/test_systemd.py",  # systemd-analyze verifies the units
-    "tests/unit/test_readme.py",  # mypy from the test extras checks the README's API example
+    "tests/unit/test_readme.py",  # mypy from the dev group checks the README's API example
     "tests/e2e/test_runtimes.py",  # gcc (the fake node), runc, crun, the minbase rootfs
     "tests/e2e/test_podman.py",  # podman and what it recommends
     "tests/e2e/test_daemons.py",  # bookworm's containerd 1.6, sid's containerd 2 and dockerd
