@@ -68,7 +68,12 @@ def _log(line: str) -> None:
     help="Refused (the CDI spec carries the device nodes); taken so that NVIDIA's "
     "PASS_DEVICE_SPECS=true fails here rather than being ignored.",
 )
-@click.option("--cdi-kind", metavar="VENDOR/CLASS", help="The node spec's kind. Default: nvidia.com/gpu.")
+@click.option(
+    "--cdi-kind",
+    metavar="VENDOR/CLASS",
+    help="The node spec's kind, by the rules cdictk cdi generate checks --vendor and --class by. "
+    "Default: nvidia.com/gpu.",
+)
 @click.option(
     "--cdi-annotation-prefix",
     metavar="PREFIX",

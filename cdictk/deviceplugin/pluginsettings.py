@@ -233,11 +233,12 @@ def _one_resource_per_name(settings: Settings, source: str) -> None:
 
 def check_kind(value: object, key: str, source: str = "") -> str:
     """``value`` if it is a CDI kind (``vendor/class``), else a SettingsError naming ``key``: the one
-    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``, by the spec loader's rules."""
+    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``. The kind of the node's spec, so
+    by the rules ``cdictk cdi generate`` writes it by: the CDI specification's limits too."""
     if not isinstance(value, str):
         raise SettingsError(source, key, f"{value!r} is not a string")
     try:
-        return cdi_kind(value)
+        return cdi_kind(value, spec_limits=True)
     except InvalidNameError as exc:
         raise SettingsError(source, key, exc.problem.reason) from exc
 
