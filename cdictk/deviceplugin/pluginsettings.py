@@ -14,12 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
 from cdictk.api import InvalidNameError
 from cdictk.api import check_kind as cdi_kind
 from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
 from cdictk.errors import CdictkError
+from cdictk.strictyaml import parse_yaml
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 # What Allocate answers with. envvar (NVIDIA's default) is refused: see docs/kubernetes.md.
@@ -85,35 +84,17 @@ class Settings:
         return f"{rule.name}.shared" if self.rename_by_default else rule.name
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice is an error: its default keeps the last
-    one, so a second ``migStrategy`` further down a ConfigMap would silently win."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def load(path: str) -> Settings:
     """The settings of the YAML file at ``path`` (defaults for what it leaves out)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+            text = handle.read()
     except OSError as exc:
         raise SettingsError(path, "", exc.strerror or str(exc)) from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise SettingsError(
-            path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})"
-        ) from exc
+    try:
+        data = parse_yaml(text, path)
+    except CdictkError as exc:
+        raise SettingsError(path, exc.problem.field, exc.problem.reason) from exc.__cause__ or exc
     return from_data(data if data is not None else {}, path)
 
 
