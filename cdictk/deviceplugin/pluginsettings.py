@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from cdictk import settingsfile
 from cdictk.api import InvalidNameError
 from cdictk.api import check_kind as cdi_kind
 from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
-from cdictk.errors import CdictkError
-from cdictk.strictyaml import parse_yaml
+from cdictk.settingsfile import SettingsError
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 # What Allocate answers with. envvar (NVIDIA's default) is refused: see docs/kubernetes.md.
@@ -33,11 +33,6 @@ ENVVAR_REFUSED = (
     "envvar is refused: an NVIDIA_VISIBLE_DEVICES that counts as a request lets any image that sets it "
     "reach GPUs; use cdi-cri, cdi-annotations or volume-mounts"
 )
-
-
-class SettingsError(CdictkError):
-    def __init__(self, source: str, key: str, reason: str) -> None:
-        super().__init__(source, key, reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,15 +81,7 @@ class Settings:
 
 def load(path: str) -> Settings:
     """The settings of the YAML file at ``path`` (defaults for what it leaves out)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise SettingsError(path, "", exc.strerror or str(exc)) from exc
-    try:
-        data = parse_yaml(text, path)
-    except CdictkError as exc:
-        raise SettingsError(path, exc.problem.field, exc.problem.reason) from exc.__cause__ or exc
+    data = settingsfile.parse_yaml(settingsfile.read_text(path), path)
     return from_data(data if data is not None else {}, path)
 
 

@@ -36,6 +36,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.strictyaml",
             "cdictk.libyaml",
             "cdictk.yamlscalar",
+            "cdictk.settingsfile",
             "cdictk.ociconfig",
             "cdictk.sorting",
             "cdictk.rootfs",

@@ -52,6 +52,17 @@ def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> N
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
+def test_a_settings_file_nested_20000_deep_is_one_line_and_status_1(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("flags: " + "{plugin: " * 20000 + "x" + "}" * 20000 + "\n")
+    result = subprocess.run(
+        [*CDICTK, "--config", str(deep)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1, result
+    assert result.stderr.startswith(f"cdictk: error: {deep}: ") and "nest" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
 def test_without_the_kubernetes_extra_it_says_what_to_install() -> None:
     # grpc made unimportable, as on a node without `cdictk[kubernetes]`
     code = (

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdictk.deviceplugin.pluginsettings import Replicas, SettingsError, from_data, list_strategies, load
+from cdictk.deviceplugin.pluginsettings import Replicas, from_data, list_strategies, load
+from cdictk.settingsfile import SettingsError
 
 
 def test_nvidia_shaped_file(tmp_path: Path) -> None:
