@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from cdictk.cli.rootflags import root_options
 from cdictk.errors import CdictkError
 from cdictk.node.modes import GPU_SPEC, MODES, NVML_SOURCES, Mode
 from cdictk.node.nvml import NvmlQuery
@@ -36,37 +37,10 @@ def _warn(message: str) -> None:
     type=click.Choice(("yaml", "json")),
     help="Output format. Default: json for a .json output, else yaml.",
 )
-@click.option(
-    "--driver-root",
-    "driver_root",
-    default="/",
-    show_default=True,
-    metavar="DIR",
-    help="Root of the driver's files (libraries, binaries, configs), e.g. /usr/local/nvidia (with "
+@root_options(
+    driver="Root of the driver's files (libraries, binaries, configs), e.g. /usr/local/nvidia (with "
     "--dev-root /) or /run/nvidia/driver. A root without a driver whose run/nvidia/driver holds one (a "
     "driver container) uses that tree, with a warning.",
-)
-@click.option(
-    "--dev-root",
-    "dev_root",
-    metavar="DIR",
-    help="Root holding dev/nvidia*. Default: the driver root.",
-)
-@click.option(
-    "--proc-root",
-    "proc_root",
-    default="/proc",
-    show_default=True,
-    metavar="DIR",
-    help="Where procfs is mounted.",
-)
-@click.option(
-    "--sys-root",
-    "sys_root",
-    default="/sys",
-    show_default=True,
-    metavar="DIR",
-    help="Where sysfs is mounted.",
 )
 @click.option(
     "--host-root",
