@@ -106,6 +106,7 @@ def own_mounts() -> str:
         return f.read()
 
 
+@pytest.mark.root
 def run_child(tmp_path: Path, **cfg: Any) -> dict[str, Any]:
     """Run CHILD in its own mount namespace; check that nothing it mounted reached this process."""
     require_root()

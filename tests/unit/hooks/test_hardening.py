@@ -30,14 +30,9 @@ from tests import REPO
 MUSL_ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(os.uname().machine, "x86_64")
 
 
-def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespaces, bind mounts)")
-
-
+@pytest.mark.root
 def isolated(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a private mount namespace; the mounts it makes vanish with it."""
-    require_root()
     return subprocess.run(
         [
             "unshare",
@@ -160,11 +155,11 @@ int main(void) {
 CAP_MKNOD, CAP_SYS_ADMIN, CAP_DAC_READ_SEARCH, CAP_SYS_MODULE = 27, 21, 2, 16
 
 
+@pytest.mark.root
 def test_ldconfig_sandbox_drops_capabilities(tmp_path: Path) -> None:
     """A static program in ldconfig's place (as an ldconfig exploited by a crafted ELF file in the
     image would be) mounts a fresh procfs and opens the host-wide /proc/sys/kernel/core_pattern for
     writing: a usermode helper run as root in the host's namespaces on the next crash."""
-    require_root()
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc")
     (tmp_path / "evil.c").write_text(EVIL_C)
@@ -203,8 +198,8 @@ def test_rootfs_spelled_as_host_root_is_refused(root: str) -> None:
         ocistate.container_state({"bundle": "/run/bundle", "root": root})
 
 
+@pytest.mark.root
 def test_rootfs_that_is_the_host_root_through_a_link_is_refused(tmp_path: Path) -> None:
-    require_root()
     (tmp_path / "bundle").mkdir()
     os.symlink("/", tmp_path / "bundle/rootfs")
     victim = tmp_path / "created-on-the-host"

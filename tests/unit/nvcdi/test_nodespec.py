@@ -25,6 +25,7 @@ from tests.conftest import require_node_tools, roots_of
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 from tests.fakenode.platforms import PLATFORMS, build_platform
 from tests.owners import OTHER
+from tests.rootmarker import root_only
 
 SYSTEM = 120  # a system account's uid, as nvidia-persistenced's on Debian
 UID_MIN = 1000  # this machine's login.defs, as every Debian's
@@ -146,6 +147,7 @@ def test_every_host_path_of_every_preset_and_mode_is_roots_alone(
 
 
 @pytest.fixture
+@root_only
 def node(tmp_path: Path, stub_cache: str) -> FakeNode:
     require_node_tools()
     made = build_node(str(tmp_path / "node"), "eight", stub_cache)
@@ -157,12 +159,14 @@ def mounts_of(made: NodeSpec) -> dict[str, list[str]]:
     return {mount.container_path: mount.options for mount in made.spec.container_edits.mounts}
 
 
+@pytest.mark.root
 def test_the_mps_directory_is_mounted_read_only_when_roots(node: FakeNode) -> None:
     made = generate(roots_of(node), Mode.AUTO)
     assert mounts_of(made)["/tmp/nvidia-mps"][0] == "ro"
     assert mounts_of(made)["/run/nvidia-persistenced/socket"][0] == "ro"
 
 
+@pytest.mark.root
 def test_a_users_mps_directory_is_left_out_with_one_line(node: FakeNode) -> None:
     mps = node.root + "/tmp/nvidia-mps"
     os.chown(mps, OTHER, OTHER)
@@ -173,6 +177,7 @@ def test_a_users_mps_directory_is_left_out_with_one_line(node: FakeNode) -> None
     ]
 
 
+@pytest.mark.root
 def test_a_users_link_in_place_of_the_mps_directory_never_becomes_a_host_path(node: FakeNode) -> None:
     """Planted before generate: the link's target (root's /etc) must not reach the spec either."""
     mps = node.root + "/tmp/nvidia-mps"
@@ -186,12 +191,14 @@ def test_a_users_link_in_place_of_the_mps_directory_never_becomes_a_host_path(no
     assert any(line.startswith(f"{mps}: owned by uid {OTHER}") for line in made.warnings), made.warnings
 
 
+@pytest.mark.root
 def test_a_roots_link_to_the_mps_directory_is_followed(node: FakeNode) -> None:
     os.rename(node.root + "/tmp/nvidia-mps", node.root + "/tmp/mps-real")
     os.symlink("mps-real", node.root + "/tmp/nvidia-mps")
     assert mounts_of(generate(roots_of(node), Mode.AUTO))["/tmp/nvidia-mps"][0] == "ro"
 
 
+@pytest.mark.root
 def test_a_device_with_a_users_node_is_left_out_whole(node: FakeNode) -> None:
     os.chown(node.root + "/dev/nvidia3", OTHER, OTHER)
     made = generate(roots_of(node), Mode.AUTO)
