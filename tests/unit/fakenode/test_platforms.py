@@ -14,8 +14,9 @@ from tests import REPO
 from tests.conftest import PlatformFactory, require_node_tools
 from tests.fakenode.platforms import PLATFORMS
 
+pytestmark = pytest.mark.root
 
-@pytest.mark.root
+
 @pytest.mark.parametrize("name", sorted(PLATFORMS))
 def test_each_platform_has_its_nodes_and_files(make_platform: PlatformFactory, name: str) -> None:
     node = make_platform(name)
@@ -27,7 +28,6 @@ def test_each_platform_has_its_nodes_and_files(make_platform: PlatformFactory, n
     assert os.path.isfile(os.path.join(node.proc, "modules"))
 
 
-@pytest.mark.root
 def test_the_libraries_are_elf(make_platform: PlatformFactory) -> None:
     for name in ("wsl", "jetson"):
         node = make_platform(name)

@@ -30,7 +30,6 @@ from tests import REPO
 MUSL_ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(os.uname().machine, "x86_64")
 
 
-@pytest.mark.root
 def isolated(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a private mount namespace; the mounts it makes vanish with it."""
     return subprocess.run(
@@ -72,6 +71,7 @@ print(json.dumps({"rc": rc, "content": content}))
 """
 
 
+@pytest.mark.root
 def test_musl_path_file_linked_to_procfs_is_not_copied_into_the_container(tmp_path: Path) -> None:
     """The image links /etc/ld-musl-<arch>.path to /proc/iomem (or /proc/timer_list, 0400 and masked
     by runc only after the hooks): the hook, root with all capabilities, reads it and writes its
@@ -102,6 +102,7 @@ print(json.dumps({"rc": rc}))
 """
 
 
+@pytest.mark.root
 def test_hook_writes_do_not_land_in_a_host_directory_bind_mounted_read_write(tmp_path: Path) -> None:
     """A spec may bind a host directory read-write (libnvidia-container binds the MPS pipe directory
     so at /tmp/nvidia-mps; cdictk's own specs bind it read-only). With /etc/ld.so.conf.d and /usr/lib/<triplet> linked into it, the hook (root, unconfined by the
@@ -274,6 +275,7 @@ print(json.dumps(outcome))
 """
 
 
+@pytest.mark.root
 def test_the_walk_and_chmod_do_not_cross_into_a_mounted_volume(tmp_path: Path) -> None:
     root, volume = tmp_path / "rootfs", tmp_path / "volume"
     (root / "etc").mkdir(parents=True)

@@ -27,6 +27,8 @@ from tests.fakenode.platforms import PLATFORMS, build_platform
 from tests.owners import OTHER
 from tests.rootmarker import root_only
 
+pytestmark = pytest.mark.root
+
 SYSTEM = 120  # a system account's uid, as nvidia-persistenced's on Debian
 UID_MIN = 1000  # this machine's login.defs, as every Debian's
 
@@ -159,14 +161,12 @@ def mounts_of(made: NodeSpec) -> dict[str, list[str]]:
     return {mount.container_path: mount.options for mount in made.spec.container_edits.mounts}
 
 
-@pytest.mark.root
 def test_the_mps_directory_is_mounted_read_only_when_roots(node: FakeNode) -> None:
     made = generate(roots_of(node), Mode.AUTO)
     assert mounts_of(made)["/tmp/nvidia-mps"][0] == "ro"
     assert mounts_of(made)["/run/nvidia-persistenced/socket"][0] == "ro"
 
 
-@pytest.mark.root
 def test_a_users_mps_directory_is_left_out_with_one_line(node: FakeNode) -> None:
     mps = node.root + "/tmp/nvidia-mps"
     os.chown(mps, OTHER, OTHER)
@@ -177,7 +177,6 @@ def test_a_users_mps_directory_is_left_out_with_one_line(node: FakeNode) -> None
     ]
 
 
-@pytest.mark.root
 def test_a_users_link_in_place_of_the_mps_directory_never_becomes_a_host_path(node: FakeNode) -> None:
     """Planted before generate: the link's target (root's /etc) must not reach the spec either."""
     mps = node.root + "/tmp/nvidia-mps"
@@ -191,14 +190,12 @@ def test_a_users_link_in_place_of_the_mps_directory_never_becomes_a_host_path(no
     assert any(line.startswith(f"{mps}: owned by uid {OTHER}") for line in made.warnings), made.warnings
 
 
-@pytest.mark.root
 def test_a_roots_link_to_the_mps_directory_is_followed(node: FakeNode) -> None:
     os.rename(node.root + "/tmp/nvidia-mps", node.root + "/tmp/mps-real")
     os.symlink("mps-real", node.root + "/tmp/nvidia-mps")
     assert mounts_of(generate(roots_of(node), Mode.AUTO))["/tmp/nvidia-mps"][0] == "ro"
 
 
-@pytest.mark.root
 def test_a_device_with_a_users_node_is_left_out_whole(node: FakeNode) -> None:
     os.chown(node.root + "/dev/nvidia3", OTHER, OTHER)
     made = generate(roots_of(node), Mode.AUTO)
