@@ -1,1 +1,1 @@
-"""Benchmarks: each prints figures and ratios (see docs/development.md, Benchmarks)."""
+"""Benchmarks: each prints figures and ratios (bench/README.md says what each measures)."""

@@ -1,4 +1,4 @@
-"""The library API's figures (issue 20, item 3) on the fake eight-GPU node, in process.
+"""The library API's figures on the fake eight-GPU node, in process.
 
 - a two-device claim's spec (GPU 1 and MIG device 0:1) built and written from warm discovery (aim
   2 ms), median and 90th percentile of ``--repeat`` claims;

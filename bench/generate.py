@@ -2,7 +2,7 @@
 
 Builds the "single" and "eight" presets (and 16 and 32 full GPUs for the scaling line) under a temp dir,
 then times the installed `cdictk` console script writing a fresh spec, N times each, round-robin. Prints
-median and best in ms, the ratio to the 200 ms budget (issue 26: the eight-GPU node within it), the cost
+median and best in ms, the ratio to the 200 ms budget (the eight-GPU node within it), the cost
 per device, and the cost per driver library (the one-GPU node again with 64 more driver libraries beside
 its own). Needs root (the nodes are mknod'd). With ``--nvidia-ctk PATH`` (NVIDIA's, built ad hoc from its
 source), both generators also run on each node in the same loop, each wrapped alike in the private mount

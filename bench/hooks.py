@@ -37,7 +37,7 @@ from tests.e2e.conftest import DEBIAN_ROOTFS, FETCH_ROOTFS, ROOTFS_CACHE, oci_co
 
 START_AIM_MS = 25.0
 IMPORT_AIM_MS = 10.0
-RATIO_AIM = 0.5  # cdictk's hooks add at most half of what NVIDIA's add (issue 19)
+RATIO_AIM = 0.5  # cdictk's hooks add at most half of what NVIDIA's add
 
 
 def timed(command: list[str], stdin: bytes | None = None) -> float:

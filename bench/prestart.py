@@ -16,7 +16,7 @@ exit; the delete after it is untimed), each on a fresh copy of the rootfs:
 - the same with ``NVIDIA_REQUIRE_CUDA`` in the image's environment, as every CUDA image has: the
   hook asks NVML (the fake node's, in a child process) for the driver's CUDA version.
 
-Aim: the prestart path at most 1.2 times the shim path (issue 19; it was 1.5). Both run through what
+Aim: the prestart path at most 1.2 times the shim path. Both run through what
 ``cdictk runtime install-launchers`` writes for this Python, with a warm parse cache;
 time it in a virtual environment with ``pip install .``. Needs root. Prints median and best in ms.
 Usage: python -m bench.prestart [--rounds N]   (repository root, in the venv)

@@ -18,6 +18,7 @@ and wheels give the same image digest.
 
 from __future__ import annotations
 
+import ast
 import os
 import platform
 import shutil
@@ -29,6 +30,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -41,8 +43,8 @@ KUBERNETES = REPO / "deploy" / "kubernetes"
 LOCK = KUBERNETES / "requirements.lock"
 INIT_SCRIPT = KUBERNETES / "cdictk-node-setup.sh"
 MANIFEST = KUBERNETES / "cdictk-daemonset.yaml"
-# What cdictk's wheel is built from (cdictk/cdi/schemas links into schemas/).
-WHEEL_SOURCES = ("pyproject.toml", "README.md", "schemas", "cdictk")
+# What cdictk's wheel is built from: its schema, proto files and units are package data under cdictk/.
+WHEEL_SOURCES = ("pyproject.toml", "README.md", "cdictk")
 GOARCH = {"x86_64": "amd64", "aarch64": "arm64"}
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -83,8 +85,25 @@ def source_epoch(repo: Path = REPO) -> int:
 
 
 def project(repo: Path = REPO) -> dict[str, str]:
-    data = tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))["project"]
-    return {key: str(data[key]) for key in ("name", "version", "description", "license")}
+    """The name, version, description and license of the wheel ``repo`` builds."""
+    pyproject = tomllib.loads((repo / "pyproject.toml").read_text(encoding="utf-8"))
+    about = {key: str(pyproject["project"][key]) for key in ("name", "description", "license")}
+    return {**about, "version": version(repo, pyproject)}
+
+
+def version(repo: Path, pyproject: dict[str, Any]) -> str:
+    """The version pyproject.toml takes from a module's attribute ([tool.setuptools.dynamic]), read
+    from that module's source as setuptools reads it: a string literal assigned at the top level."""
+    attr = pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    module, _, name = attr.rpartition(".")
+    base = repo.joinpath(*module.split("."))
+    source = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            value = node.value
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                return value.value
+    raise ImageError(f'{source}: no {name} = "VERSION" of its own (pyproject.toml\'s version is {attr})')
 
 
 def manifest_reference(manifest: Path = MANIFEST) -> str:
@@ -128,7 +147,7 @@ def _walk(repo: Path, top: str) -> list[str]:
         return [top] if os.path.lexists(repo / top) else []
     found = []
     for directory, subdirectories, files in os.walk(repo / top):
-        # A link to a directory (cdictk/cdi/schemas) is copied as the link it is.
+        # A link to a directory is copied as the link it is.
         links = [name for name in subdirectories if os.path.islink(os.path.join(directory, name))]
         skipped = {"__pycache__", *links}
         subdirectories[:] = [d for d in subdirectories if d not in skipped and not d.endswith(".egg-info")]

@@ -9,7 +9,7 @@ dataclass named as the message, with the proto's field names: :class:`Codec` tur
 back, field by field, so mypy checks every use and an unknown or misspelt field fails in tests.
 
 ``python -m cdictk.deviceplugin.protocol --compile PROTO`` writes ``PROTO`` minus ``.proto`` plus
-``.binpb`` (needs grpcio-tools, a test extra); the unit tests compile every .proto again and compare.
+``.binpb`` (needs grpcio-tools, a dev tool); the unit tests compile every .proto again and compare.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def compile_proto(proto: str) -> bytes:
     """The FileDescriptorSet of ``proto`` (no imports, no source info), as protoc writes it."""
     import tempfile  # noqa: PLC0415 - only the compile step needs these
 
-    from grpc_tools import protoc  # type: ignore[import-untyped]  # noqa: PLC0415 - a test extra
+    from grpc_tools import protoc  # type: ignore[import-untyped]  # noqa: PLC0415 - a developer's tool
 
     directory, name = os.path.split(os.path.abspath(proto))
     with tempfile.TemporaryDirectory() as scratch:

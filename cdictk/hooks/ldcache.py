@@ -55,7 +55,7 @@ CACHE_MODE = 0o644
 GENERATOR = b"cdictk hook update-ldcache (ldconfig's format)"
 CONF_MODE = 0o644
 # Far above what a sandboxed run takes, even on a cold page cache with thousands of libraries
-# (docs/development.md), and a bound on what an image that makes it walk forever adds to a start.
+# (bench/README.md), and a bound on what an image that makes it walk forever adds to a start.
 LDCONFIG_TIMEOUT = 2.0
 MAX_OLD_CACHE = 64 << 20  # the image's cache, read for its writer's name and, before 2.33, its format
 

@@ -146,7 +146,7 @@ def next_version(version: str) -> str:
 
 
 def build_next_image(node_image: makeimage.Built, work: Path) -> makeimage.Built:
-    """Version N+1 of the image: this clone's files with the next patch version in pyproject.toml, built
+    """Version N+1 of the image: this clone's files with the next patch version in cdictk/__init__.py, built
     as `make image` builds it, from the same root at the same source epoch (so its Debian layer is N's,
     which the node has already), with N's wheels."""
     repo, out = work / "repo", work / "out"
@@ -159,10 +159,11 @@ def build_next_image(node_image: makeimage.Built, work: Path) -> makeimage.Built
         else:
             shutil.copy2(source, repo / name, follow_symlinks=False)
     following = next_version(makeimage.project(REPO)["version"])
-    pyproject = repo / "pyproject.toml"
-    text, count = re.subn(r'(?m)^version = "[^"]*"$', f'version = "{following}"', pyproject.read_text())
-    assert count == 1, "pyproject.toml has no version line of its own"
-    pyproject.write_text(text)
+    module = repo / "cdictk" / "__init__.py"
+    text, count = re.subn(r'(?m)^__version__ = "[^"]*"$', f'__version__ = "{following}"', module.read_text())
+    assert count == 1, "cdictk/__init__.py has no version line of its own"
+    module.write_text(text)
+    assert makeimage.project(repo)["version"] == following
     # A copy without git has the newest time among its files as its source epoch: N's, here.
     epoch = makeimage.source_epoch(REPO)
     for directory, subdirectories, files in os.walk(repo):

@@ -82,8 +82,8 @@ def test_generated_spec_through_inject(
 def test_a_wrapper_script_on_the_host_path_is_not_what_the_container_gets(
     runtime: Runtime, rootfs: Path, make_node: NodeFactory, tmp_path: Path
 ) -> None:
-    """Issue 18, on a real GKE-style H100 node: /usr/bin/nvidia-smi is a script that execs
-    /usr/local/nvidia/bin/nvidia-smi; mounted as the binary, it failed in every container."""
+    """As on a GKE-style node: /usr/bin/nvidia-smi is a script that execs
+    /usr/local/nvidia/bin/nvidia-smi; mounted as the binary, it would fail in every container."""
     node = make_node("single")
     driver_bin = Path(node.root, "usr/local/nvidia/bin")
     driver_bin.mkdir(parents=True)

@@ -1,9 +1,9 @@
-"""The host side of the trust boundary (issue 25), each attack replayed by a real user of the node.
+"""The host side of the trust boundary, each attack replayed by a real user of the node.
 
 A user made for the session (``login_user``) does what any account on a shared node can: make
 ``/tmp/nvidia-mps`` in the sticky world-writable ``/tmp`` and swap it for a link, own a directory a
-spec would be written through. Each test fails on the code before issue 25: the container wrote into,
-or read, the directory standing in for the host's ``/etc``, or root wrote where the user pointed.
+spec would be written through. Each test fails without the checks: the container writes into,
+or reads, the directory standing in for the host's ``/etc``, or root writes where the user pointed.
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ def test_a_users_mps_directory_swapped_for_a_link_never_reaches_the_hosts_etc(
     runtime: Runtime, rootfs: Path, open_node: FakeNode, login_user: LoginUser, tmp_path: Path
 ) -> None:
     """Attack 1: the user makes /tmp/nvidia-mps before the spec is written, then swaps it for a link to
-    /etc. Before issue 25 the spec mounted it read-write and the container wrote into the host's /etc."""
+    /etc. Without the check the spec mounts it read-write and the container writes into the host's /etc."""
     mps = open_node.root + "/tmp/nvidia-mps"
     made = login_user.run("mkdir", mps)
     assert made.returncode == 0, made.stderr
@@ -110,8 +110,8 @@ def test_a_users_mps_directory_swapped_for_a_link_never_reaches_the_hosts_etc(
 def test_a_link_planted_before_generate_never_becomes_a_host_path(
     open_node: FakeNode, login_user: LoginUser, tmp_path: Path
 ) -> None:
-    """Attack 1, the other order: ``/tmp/nvidia-mps -> /etc``, planted first. Before issue 25 the link's
-    target (the node's /etc: the driver root is the fake node's) went straight into the spec's hostPath."""
+    """Attack 1, the other order: ``/tmp/nvidia-mps -> /etc``, planted first. Without the check the link's
+    target (the node's /etc: the driver root is the fake node's) goes straight into the spec's hostPath."""
     mps = open_node.root + "/tmp/nvidia-mps"
     planted = login_user.run("ln", "-s", "/etc", mps)
     assert planted.returncode == 0, planted.stderr
@@ -150,7 +150,7 @@ def test_generate_never_writes_through_a_users_directory_or_link(
     open_node: FakeNode, login_user: LoginUser
 ) -> None:
     """Attack 3: the user makes /tmp/pub and links /tmp/pub/specs to a directory of root's; root runs
-    ``generate --output /tmp/pub/specs/nvidia.yaml``. Before issue 25 root wrote into the link's
+    ``generate --output /tmp/pub/specs/nvidia.yaml``. Without the check root writes into the link's
     target, or into the user's directory (``wrote ...``, exit 0), where they could swap it at will."""
     pub = Path(f"/tmp/cdictk-e2e-pub-{uuid.uuid4().hex[:8]}")
     target = standin(open_node)

@@ -70,7 +70,7 @@ def test_no_request_and_bad_requests(podman: Podman, hooks_dir: Path) -> None:
     assert "VISIBLE=" not in out
 
 
-# Whose annotations (issue 25, item 3): podman copies the image's own into the config.
+# Whose annotations: podman copies the image's own into the config.
 
 EVIL = "localhost/cdictk-e2e-evil-annotation:latest"
 
@@ -113,7 +113,7 @@ def probe(podman: Podman, image: str, *args: str) -> tuple[int, str]:
 def test_an_images_own_annotation_grants_no_gpu_through_the_hook(
     podman: Podman, hooks_dir: Path, evil_image: str
 ) -> None:
-    """Before issue 25 the hook took the image's annotation as podman's request: every GPU."""
+    """The image's own annotation is not podman's request: taken as one, it would give every GPU."""
     code, out = probe(podman, evil_image, "--hooks-dir", str(hooks_dir))
     assert "ls: /dev/nvidia0: No such file or directory" in out and code == 0, out
     assert "ls: /dev/nvidia1: No such file or directory" in out

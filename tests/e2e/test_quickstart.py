@@ -233,7 +233,7 @@ def test_the_readme_first_command_runs_on_a_pristine_debian(machine: Machine) ->
 
 def test_the_readme_test_command_passes_on_a_pristine_debian(machine: Machine) -> None:
     """Everything the tests drive is installed by the command itself: runc, crun, podman, the daemons
-    from sid, the minbase rootfs (debootstrap, inside the machine), the test extras."""
+    from sid, the minbase rootfs (debootstrap, inside the machine), the developer's tools."""
     result = machine.run(readme_commands()[1], timeout=1200)
     # stdout's end holds pytest's summary; pip's warnings about index locations would push it out.
     output = (

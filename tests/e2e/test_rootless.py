@@ -3,8 +3,8 @@
 A user made for the session, with subordinate ids, runs ``podman run --device cdictk.test/gpu=0`` on
 the Debian image: the GPU's node is there (ENXIO, no driver behind it) and the image's ld cache lists
 the driver's libraries, which the hook wrote as the user, inside a user namespace where root's files
-show as the overflow uid (issue 25, item 6). Before, the hook refused the host's ldconfig ("owned by
-uid 65534, not root") and the container did not start.
+show as the overflow uid. Judged by real root's rule, the host's ldconfig would be refused ("owned by
+uid 65534, not root") and the container would not start.
 
 What a rootless engine needs from the node: podman 4.3 reads specs only from /etc/cdi and
 /var/run/cdi (the spec goes to /var/run/cdi under a test-only vendor and is removed after); crun gives

@@ -131,7 +131,7 @@ def test_visible_devices_all_and_annotations(
 def test_an_image_alone_gets_no_gpu_by_default(
     runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
 ) -> None:
-    """Issue 17, item 8: CUDA images set NVIDIA_VISIBLE_DEVICES=all; a pod that asked for none got all."""
+    """CUDA images set NVIDIA_VISIBLE_DEVICES=all: a pod that asked for no GPU must not get them all."""
     bundle = gpu_bundle(tmp_path, rootfs, env=("NVIDIA_VISIBLE_DEVICES=all",))
     result = run(runtime, spec_dir, bundle, extra="")
     assert result.returncode == 0, result.stderr
@@ -150,7 +150,7 @@ def test_an_image_alone_gets_no_gpu_by_default(
 def test_a_spec_of_another_user_never_reaches_the_config(
     runtime: Runtime, rootfs: Path, spec_dir: Path, tmp_path: Path
 ) -> None:
-    """Issue 17, item 1: a planted spec's createRuntime hook ran as root through cdictk-runtime."""
+    """A planted spec's createRuntime hook must never run as root through cdictk-runtime."""
     marker = tmp_path / "hook-ran"
     evil = tmp_path / "evil.sh"
     evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
@@ -384,7 +384,7 @@ def test_create_start_state_delete_as_an_engine_drives_it(
 def test_a_container_that_asks_for_nothing_is_created_without_python(
     runtime: Runtime, rootfs: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Issue 19: the shell front finds no request in config.json and execs the runtime itself, for run
+    """The shell front finds no request in config.json and execs the runtime itself, for run
     and for an engine's create, start, state and delete; a request still goes to Python. The front is
     written from a settings file of the test's (no CDICTK_CONFIG, which would send everything to
     Python), and its Python launcher is replaced by one that only fails: whatever starts, starts

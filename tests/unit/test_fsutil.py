@@ -300,7 +300,7 @@ def test_sweeping_by_prefix_takes_dead_writers_temp_files_of_that_prefix_only(tm
     assert sorted(os.listdir(tmp_path)) == sorted(p.name for p in (live, *others))
 
 
-# The directory a writer writes into (issue 25, item 4): root's alone, or refused with one line.
+# The directory a writer writes into: root's alone, or refused with one line.
 
 
 @pytest.fixture

@@ -24,6 +24,7 @@ CONCERNS = {
     "test_packaging.py",  # what a wheel holds
     "test_quickstart_script.py",  # ./quickstart
     "test_readme.py",  # README.md and docs/
+    "test_docs.py",  # every page's size, links and wording
     "test_examples.py",  # the programs in examples/
     "cdi/test_reference_corpus.py",  # the CDI reference library's outcomes replayed (tests/cdiref)
     "cli/test_generate_faults.py",  # cdi generate on broken nodes

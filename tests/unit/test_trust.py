@@ -59,7 +59,7 @@ def test_a_sticky_parent_is_fine_but_not_as_the_directory_read(root_dir: Path) -
 
 
 def test_a_root_symlink_is_judged_by_where_it_leads(root_dir: Path) -> None:
-    """The attack of issue 17: a link in a root spec dir to a 0666 file of a user."""
+    """A planted spec: a link in a root spec dir to a 0666 file of a user."""
     home = root_dir / "home"
     home.mkdir()
     target = plain_file(home, 0o666)

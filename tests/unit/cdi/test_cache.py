@@ -305,7 +305,7 @@ def test_a_spec_made_in_memory_is_held_above_the_dirs(tmp_path: Path) -> None:
 
 @pytest.mark.root
 def test_inject_refuses_every_device_when_a_host_path_is_a_users(tmp_path: Path) -> None:
-    """``cdictk cdi inject`` and the library's inject: all or nothing, one line (issue 25, item 2)."""
+    """``cdictk cdi inject`` and the library's inject: all or nothing, one line, when a host path is a user's."""
     os.chmod(tmp_path, 0o755)
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -1,7 +1,7 @@
 """The CDI reference library's outcomes, replayed through cdictk (tests/cdiref).
 
 tests/data/cdi-reference/ holds seeded cases and what ``tags.cncf.io/container-device-interface`` v1.1.0
-made of them (``python -m tests.cdiref.regenerate``, docs/development.md). Every case must come out of
+made of them (``python -m tests.cdiref.regenerate``, docs/testing.md). Every case must come out of
 cdictk the same (which files load, which devices resolve from which file, the injected config after
 JSON parsing) or differ only as a row of docs/compatibility.md says, recognised by its id.
 """

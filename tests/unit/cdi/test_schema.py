@@ -35,7 +35,10 @@ def spec(**edits: Any) -> dict[str, Any]:
 def test_schema_is_a_valid_2020_12_schema_and_is_the_packaged_one() -> None:
     schema = load_schema()
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema == json.loads((REPO / "schemas" / "cdi-spec.schema.json").read_text())
+    packaged = REPO / "cdictk" / "cdi" / "schemas" / "cdi-spec.schema.json"
+    assert schema == json.loads(packaged.read_text())
+    # The top-level schemas/, where a reader of the repository looks for it, is the package's folder.
+    assert (REPO / "schemas").resolve() == packaged.parent
 
 
 def test_schema_and_model_know_the_same_fields() -> None:

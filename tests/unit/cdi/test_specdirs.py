@@ -1,6 +1,6 @@
 """Which files of a spec dir are read: specs only, and only the ones root alone could have written.
 
-The attack of issue 17: a spec file in a spec dir, or a symlink there to a file of an unprivileged
+The attack: a spec file in a spec dir, or a symlink there to a file of an unprivileged
 user, was loaded, and its createRuntime hook (a program of that user's) ran as root.
 """
 
@@ -115,7 +115,7 @@ def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path
     assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]
 
 
-# A FUSE mount reports whatever owners and contents its daemon chooses (issue 25).
+# A FUSE mount reports whatever owners and contents its daemon chooses.
 
 
 def fuse_over(monkeypatch: pytest.MonkeyPatch, path: Path, owner: str) -> None:

@@ -323,7 +323,7 @@ def test_version_through_python_m() -> None:
 
 
 def plant(spec_dir: Path) -> Path:
-    """A spec of another user, with a hook of theirs: the attack of issue 17, item 1."""
+    """A spec of another user, with a hook of theirs, which root would run."""
     path = spec_dir / "planted.yaml"
     path.write_text(
         SPEC.replace('name: "1"', 'name: "planted"')

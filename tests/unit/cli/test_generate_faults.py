@@ -140,7 +140,7 @@ def test_a_hung_nvml_ends_generate_within_its_deadline_and_keeps_the_spec(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """Issue 18: nvmlInit that never returns (a driver stuck after Xid errors) hung generate forever."""
+    """nvmlInit that never returns (a driver stuck after Xid errors) must not hang generate."""
     import time
 
     from cdictk.node import nvml
@@ -300,9 +300,9 @@ def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
 def test_an_output_through_a_users_directory_or_link_is_refused(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
-    """Issue 25, attack 3: ``--output /tmp/pub/specs/nvidia.yaml`` with ``/tmp/pub`` a user's and
-    ``specs`` their link to wherever; before, root wrote where it pointed, or into the user's directory
-    (``wrote ...``, exit 0) where they could swap the file at will."""
+    """``--output /tmp/pub/specs/nvidia.yaml`` with ``/tmp/pub`` a user's and
+    ``specs`` their link to wherever: root must write neither where it points nor into the user's
+    directory (``wrote ...``, exit 0), where they could swap the file at will."""
     node = make_node("single")
     os.chmod(tmp_path, 0o755)
     pub, somewhere = tmp_path / "pub", tmp_path / "somewhere"

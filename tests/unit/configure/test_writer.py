@@ -110,7 +110,7 @@ def test_a_killed_runs_temp_file_is_removed_by_the_next_run(tmp_path: Path) -> N
 
 @pytest.mark.root
 def test_a_config_directory_a_user_could_change_is_refused(tmp_path: Path) -> None:
-    """Issue 25, item 4: configure writes what engines run as root; never into a user's directory."""
+    """configure writes what engines run as root; never into a user's directory."""
     os.chmod(tmp_path, 0o755)
     etc = tmp_path / "containerd"
     etc.mkdir()

@@ -226,7 +226,7 @@ def _remove_message_queue(queue: int) -> None:
     ctypes.CDLL(None).msgctl(ctypes.c_int(queue), ctypes.c_int(0), None)  # IPC_RMID
 
 
-# The host program in a user namespace of a rootless engine (issue 25, item 6)
+# The host program in a user namespace of a rootless engine
 
 _NS_FIRST = 200000  # the subordinate ids of the namespace's uids 1-999
 _ROOTLESS_MAP = f"0 {OTHER} 1\n1 {_NS_FIRST + 1} 999\n"  # as rootless podman maps the user and its ids

@@ -312,7 +312,7 @@ def test_a_registered_runtime_whose_program_is_missing_is_a_warning(tmp_path: Pa
 def test_a_planted_spec_is_a_failure_with_its_fix(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 17: a spec of another user is skipped, and info says so and how to repair it."""
+    """A spec of another user is skipped, and info says so and how to repair it."""
     node = make_node("single")
     output = generate(node, tmp_path / "cdi")
     planted = tmp_path / "cdi" / "extra.yaml"
@@ -342,7 +342,7 @@ def test_a_planted_spec_is_a_failure_with_its_fix(
 def test_suggested_commands_are_quoted(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 17: a spec named 'y;id;.yaml' gave '... --output /.../y;id;.yaml', which runs id when pasted."""
+    """A spec named 'y;id;.yaml' must not give '... --output /.../y;id;.yaml', which runs id when pasted."""
     node = make_node("single")
     spec_dir = tmp_path / "cdi"
     output = generate(node, spec_dir)
@@ -359,7 +359,7 @@ def test_suggested_commands_are_quoted(
 def test_a_users_mps_directory_is_reported_and_a_spec_mounting_it_fails(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 25: a user made /tmp/nvidia-mps. generate leaves it out, and info says so with the fix; a
+    """A user made /tmp/nvidia-mps. generate leaves it out, and info says so with the fix; a
     spec written before (or by another producer) that mounts it is a failure, whatever its kind."""
     node = make_node("eight")
     os.chmod(node.root + "/tmp", 0o1777)

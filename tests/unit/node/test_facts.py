@@ -164,7 +164,7 @@ def test_firmware_goes_to_lib_firmware_whatever_the_hosts_layout(make_node: Node
 
 @pytest.mark.root
 def test_the_gl_loaders_links_are_made_when_the_host_lacks_them(make_node: NodeFactory) -> None:
-    """Issue 18: GBM and GLVND's indirect GLX look these names up; NVIDIA makes them, and so do we."""
+    """GBM and GLVND's indirect GLX look these names up; NVIDIA makes them, and so do we."""
     node = make_node("single")
     os.unlink(f"{node.lib_dir}/gbm/nvidia-drm_gbm.so")
     os.unlink(f"{node.lib_dir}/libGLX_indirect.so.0")
@@ -222,7 +222,7 @@ def test_driver_files(make_node: NodeFactory) -> None:
 
 @pytest.mark.root
 def test_a_lost_gpu_is_left_out_and_the_others_stay_as_nvml_reports_them(make_node: NodeFactory) -> None:
-    """Issue 18: GPU 3 "lost" made discovery fall back to procfs for all GPUs, MIG devices gone."""
+    """One lost GPU (3) must not make discovery fall back to procfs for all GPUs, MIG devices and all."""
     node = make_node("eight")
     healthy = discover(roots_of(node), Mode.AUTO)
     config = node.nvml_config()

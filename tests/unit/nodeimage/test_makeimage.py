@@ -45,7 +45,7 @@ def test_the_epoch_is_source_date_epoch_else_the_last_commits(
     # A copy without git (a release's tarball): the newest of the files the wheel is built from.
     copy = tmp_path / "copy"
     copy.mkdir()
-    with pytest.raises(ImageError, match=r"none of pyproject.toml, README.md, schemas, cdictk is there"):
+    with pytest.raises(ImageError, match=r"none of pyproject.toml, README.md, cdictk is there"):
         makeimage.source_epoch(copy)
     (copy / "cdictk").mkdir()
     for name, when in (("pyproject.toml", 1000), ("cdictk/new.py", 3000), ("cdictk/old.py", 2000)):
@@ -181,3 +181,16 @@ def test_assembling_the_same_trees_twice_gives_the_same_image(tmp_path: Path) ->
         trees, settings, reference="r:1", epoch=EPOCH, out=tmp_path / "one" / "oci", archive=tmp_path / "b"
     )
     assert sorted(path.name for path in (tmp_path / "one").iterdir()) == ["a.tar", "oci"]
+
+
+def test_the_version_is_the_one_setuptools_reads_from_cdictk(tmp_path: Path) -> None:
+    """pyproject.toml's version is dynamic: the literal ``__version__`` of cdictk/__init__.py."""
+    (tmp_path / "cdictk").mkdir()
+    shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    module = tmp_path / "cdictk" / "__init__.py"
+    module.write_text('"""doc"""\n\nimport os\n__version__ = "7.8.9"\nOTHER = "1"\n')
+    assert makeimage.project(tmp_path)["version"] == "7.8.9"
+    assert makeimage.project(tmp_path)["name"] == "cdictk"
+    module.write_text("__version__ = compute()\n")
+    with pytest.raises(ImageError, match=r'__init__.py: no __version__ = "VERSION" of its own'):
+        makeimage.project(tmp_path)

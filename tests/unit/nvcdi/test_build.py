@@ -109,7 +109,7 @@ def test_by_path_links_become_a_device_hook_only_with_a_hook_program() -> None:
 
 @pytest.mark.parametrize("profile", ["1g.24gb+gfx", "1g.24gb+me,gfx", "1g.24gb+me+gfx"])
 def test_a_gfx_mig_device_gets_its_parents_drm_nodes_and_links(profile: str) -> None:
-    """Issue 18: a +gfx instance (RTX PRO 6000 Blackwell) does graphics; NVIDIA gives it the DRM nodes,
+    """A +gfx instance (RTX PRO 6000 Blackwell) does graphics; NVIDIA gives it the DRM nodes,
     whatever other attributes the profile has (NVIDIA joins them with commas)."""
     migs = (MigDevice(0, 0, 1, 0, "MIG-g", profile), MigDevice(0, 1, 2, 0, "MIG-c", "1g.24gb+me"))
     base = facts(
@@ -129,7 +129,7 @@ def test_a_gfx_mig_device_gets_its_parents_drm_nodes_and_links(profile: str) -> 
 
 
 def test_the_dgx_display_gpu_is_no_device_unless_asked_for() -> None:
-    """Issue 18: NVIDIA's enumeration skips a DGX Station's display GPU; it is not in 'all' either."""
+    """NVIDIA's enumeration skips a DGX Station's display GPU; it is not in 'all' either."""
     gpus = [
         Gpu(0, 0, "GPU-0", "0000:01:00.0", "NVIDIA A100"),
         Gpu(1, 1, "GPU-1", "0000:02:00.0", "DGX Display"),

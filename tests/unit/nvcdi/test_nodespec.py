@@ -1,4 +1,4 @@
-"""The one way to a node's spec: every host path it names is root's alone (issue 25, item 1).
+"""The one way to a node's spec: every host path it names is root's alone.
 
 The property is checked here with a walker of the test's own (not cdictk.hostpaths'), on the spec of
 every fake-node preset in every GPU mode and of every platform node, each after a user planted what a

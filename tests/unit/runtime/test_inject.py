@@ -110,7 +110,7 @@ def test_an_ignored_request_is_a_warning(tmp_path: Path) -> None:
 
 @pytest.mark.root
 def test_a_spec_of_another_user_is_skipped_with_a_warning(tmp_path: Path) -> None:
-    """Issue 17, item 1: a planted spec's createRuntime hook must not reach config.json."""
+    """A planted spec's createRuntime hook must not reach config.json."""
     node = settings(tmp_path)
     planted = tmp_path / "cdi" / "planted.yaml"
     planted.write_text(
@@ -162,7 +162,7 @@ def test_the_spec_made_in_memory_is_kept_until_the_node_changes(
 
 @pytest.mark.root
 def test_a_mount_no_longer_roots_alone_stops_the_container_and_applies_nothing(tmp_path: Path) -> None:
-    """Months after generate: the MPS directory the spec names is now a user's (issue 25, item 2)."""
+    """Months after generate: the MPS directory the spec names is now a user's."""
     os.chmod(tmp_path, 0o755)
     mps = tmp_path / "tmp" / "nvidia-mps"
     mps.mkdir(parents=True)

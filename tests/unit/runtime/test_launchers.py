@@ -437,7 +437,7 @@ def test_an_interpreter_reached_through_someone_elses_directory_is_refused(tmp_p
     assert not (tmp_path / "bin").exists()
 
 
-# What Python reads as root besides the import path: issue 17. A venv of this Python's base
+# What Python reads as root besides the import path. A venv of this Python's base
 # interpreter in tmp_path, with a copy of cdictk in its site-packages, all root's; each test loosens
 # one thing as another user could have, and the install must refuse it.
 

@@ -108,7 +108,7 @@ def test_visible_devices_values(value: str, expected: list[str]) -> None:
 
 
 def test_env_and_mounts_name_only_the_kinds_the_policy_lists() -> None:
-    """Issue 17, item 2: an image asked for example.com/x=a through NVIDIA_VISIBLE_DEVICES, and got it."""
+    """An image must not get example.com/x=a by asking through NVIDIA_VISIBLE_DEVICES."""
     assert error(config("NVIDIA_VISIBLE_DEVICES=0,example.com/x=a")) == (
         'NVIDIA_VISIBLE_DEVICES: "example.com/x=a": kind example.com/x cannot be asked for this way '
         "(requests.env-kinds names those besides nvidia.com/gpu; or use a CDI annotation)"
@@ -126,7 +126,7 @@ def test_env_and_mounts_name_only_the_kinds_the_policy_lists() -> None:
 
 
 def test_a_cuda_image_alone_gets_no_gpu_by_default() -> None:
-    """Issue 17, item 8: CUDA images set NVIDIA_VISIBLE_DEVICES=all; a pod that asked for none got all."""
+    """CUDA images set NVIDIA_VISIBLE_DEVICES=all: a pod that asked for no GPU must not get them all."""
     result = request(config("NVIDIA_VISIBLE_DEVICES=all", bounding=UNPRIVILEGED), Policy())
     assert (result.devices, result.source) == ([], "") and "ignored" in result.notes[0]
 
@@ -626,7 +626,7 @@ def test_policy_defaults_are_nvidia_s_but_closed_to_image_env() -> None:
     assert policy.annotation_prefixes == ("cdi.k8s.io/",)
     assert policy.default_kind == "nvidia.com/gpu"
     assert policy.env_kinds == {"nvidia.com/gpu"}
-    assert policy.accept_env_unprivileged is False  # NVIDIA's is True: issue 17, item 2
+    assert policy.accept_env_unprivileged is False  # NVIDIA's is True
     assert policy.accept_volume_mounts is False
     assert "default_kind='nvidia.com/gpu'" in repr(policy)
     with pytest.raises(AttributeError):
@@ -718,7 +718,7 @@ def test_device_ids() -> None:
     assert [text for text in bad if is_device_id(text)] == []
 
 
-# --- whose annotations (issue 25, item 3) --------------------------------------------------------------
+# --- whose annotations: engines that copy the image's or the pod author's ------------------------------
 
 
 def test_an_images_annotation_under_podman_asks_for_nothing() -> None:

@@ -79,7 +79,7 @@ def test_a_log_file_that_is_a_symlink_or_relative_is_not_written(
 def test_a_log_file_in_a_directory_others_could_change_is_not_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As every writer (issue 25): a user could have linked the name to a file of root's first."""
+    """As every writer: a user could have linked the name to a file of root's first."""
     os.chmod(tmp_path, 0o755)
     shared = tmp_path / "shared"
     shared.mkdir()
