@@ -34,6 +34,8 @@ from tests.e2e.conftest import DEBIAN_ROOTFS, Runtime
 from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.fakenode.node import LIB_DIR, FakeNode
 
+pytestmark = pytest.mark.root
+
 V = "580.95.05"
 HOOK_ENV = ["LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
 OUR_FOLDERS = {LIB_DIR, f"{LIB_DIR}/vdpau"}

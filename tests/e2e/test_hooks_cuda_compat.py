@@ -36,6 +36,8 @@ from tests.e2e.test_hooks import (
 from tests.fakenode.node import LIB_DIR
 from tests.unit.hooks.cudalibs import OWNER, _gcc, _note_source
 
+pytestmark = pytest.mark.root
+
 # The module-scoped fake "single" node and its generated spec, as tests/e2e/test_hooks.py makes them.
 generated = test_hooks.generated
 

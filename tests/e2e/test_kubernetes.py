@@ -42,6 +42,8 @@ from tests.e2e.kubelet.kubelet import LOG_PATH, Kubelet, Pod, containerd_config,
 from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.node import FakeNode
 
+pytestmark = pytest.mark.root
+
 DEBIAN = "localhost/cdictk-e2e-debian:1"
 CUDA_STYLE = "localhost/cdictk-e2e-cuda-style:1"  # busybox with NVIDIA_VISIBLE_DEVICES=all, as CUDA images
 GPU = "nvidia.com/gpu"

@@ -32,6 +32,8 @@ from tests.e2e.daemons import (
 from tests.e2e.test_runtimes import cdictk
 from tests.fakenode.node import LIB_DIR, FakeNode
 
+pytestmark = pytest.mark.root
+
 V = "580.95.05"
 LIBCUDA = f"{LIB_DIR}/libcuda.so.{V}"
 INSIDE = (

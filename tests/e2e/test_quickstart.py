@@ -34,7 +34,7 @@ from cdictk.cdi.validate import validate_file
 from tests.e2e.conftest import overlay
 from tests.readme import PROJECT, README, quick_start_commands
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 CLONE = "/root/cdictk"  # where the user cloned it, inside the chroot
 MIRROR = "http://deb.debian.org/debian/dists/bookworm/Release"

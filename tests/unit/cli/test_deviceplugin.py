@@ -195,6 +195,7 @@ def test_help_explains_the_strategies() -> None:
         assert words.replace(" ", "") in text
 
 
+@pytest.mark.root
 def test_a_plugin_dir_too_long_for_its_sockets_is_one_line_and_status_1(make_node: NodeFactory) -> None:
     """Found at start, as every other bad setting, rather than by each registration failing."""
     node = make_node("eight")
@@ -218,6 +219,7 @@ def plugin_dir() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.root
 def test_serves_follows_a_mig_change_quietly_and_stops_on_sigterm(
     make_node: NodeFactory, tmp_path: Path, plugin_dir: str
 ) -> None:

@@ -16,6 +16,8 @@ from cdictk.labels.featurefile import HEADER
 from tests.conftest import NodeFactory
 from tests.unit.cli.test_generate_watch import DEADLINE, wait_for
 
+pytestmark = pytest.mark.root
+
 # The eight-GPU node (GPU 0 in MIG mode with a 3g.40gb and two 1g.10gb devices) with --mig-strategy none.
 EIGHT_NONE = """\
 nvidia.com/cuda.driver-version.full=580.95.05

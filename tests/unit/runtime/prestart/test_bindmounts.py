@@ -24,7 +24,7 @@ from cdictk.errors import HookError
 from cdictk.rootfs import Rootfs
 from cdictk.runtime.prestart.bindmounts import attach_all, clone_sources, close_all
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+pytestmark = pytest.mark.root
 
 LIB = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
 DEADLINE_S = 30.0
