@@ -140,6 +140,7 @@ def test_nvidias_variables_set_what_their_flags_set(monkeypatch: pytest.MonkeyPa
     assert ran[2].mig_strategy == "single"
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     "kind",
     [
