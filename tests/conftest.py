@@ -14,12 +14,24 @@ from cdictk.node.roots import Roots
 from tests.fakenode.node import FakeNode, Preset, build_node
 from tests.fakenode.platforms import PlatformNode, build_platform
 from tests.fakenode.tools import MissingTool, node_tools
+from tests.mountns import enter_own_mount_namespace
 from tests.rootmarker import pytest_collection_modifyitems, root_only  # noqa: F401 (the marker's check, a hook)
 
 # pytester runs the root marker's check on test files of its own (tests/unit/test_root_marker.py).
 pytest_plugins = ["pytester"]
 
 NodeFactory = Callable[..., FakeNode]
+MOUNT_NAMESPACE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session runs in a mount namespace of its own (tests/mountns.py), entered before any test
+    or thread starts: the mount tables the tests compare change only through what they do."""
+    config.stash[MOUNT_NAMESPACE] = enter_own_mount_namespace()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return config.stash.get(MOUNT_NAMESPACE, "mount namespace: the host's")
 
 
 @pytest.hookimpl(hookwrapper=True)

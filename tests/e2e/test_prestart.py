@@ -126,7 +126,7 @@ def assert_hook_failed(runtime: Runtime, result: subprocess.CompletedProcess[str
 
 @pytest.fixture
 def host_mounts() -> Iterator[None]:
-    """No mount the hook makes may show up in the host's mount namespace."""
+    """No mount the hook makes may show up in the mount namespace runc runs in (the session's)."""
     before = Path("/proc/self/mountinfo").read_text().count(LIBCUDA)
     yield
     assert Path("/proc/self/mountinfo").read_text().count(LIBCUDA) == before

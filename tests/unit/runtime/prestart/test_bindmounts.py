@@ -79,7 +79,7 @@ def in_private_mount_namespace(scenario: Callable[[], Any]) -> Any:
         os.close(read_end)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, f"the child failed: {status}"
-    assert mountinfo() == before, "a mount leaked into the host's mount namespace"
+    assert mountinfo() == before, "a mount leaked out of the child's namespace"
     kind, value = json.loads(b"".join(chunks))
     if kind == "error":
         raise AssertionError(f"in the child:\n{value}")
