@@ -85,9 +85,13 @@ def parse_qualified_name(text: str) -> QualifiedName:
         raise InvalidNameError(str(exc)) from exc
 
 
-def check_kind(kind: str) -> str:
-    """``kind`` (``vendor/class``) if the reference library accepts it; InvalidNameError saying why not."""
-    problem = _names.kind_problem(kind)
+def check_kind(kind: str, *, spec_limits: bool = False) -> str:
+    """``kind`` (``vendor/class``) if the reference library accepts it; InvalidNameError saying why not.
+
+    ``spec_limits`` adds the CDI specification's limits, which the library does not check (a vendor
+    without "_", at most 253 characters; a class of at most 63): those of a kind a spec is written for.
+    """
+    problem = _names.kind_problem(kind, spec_limits=spec_limits)
     if problem is not None:
         raise InvalidNameError(problem)
     return kind

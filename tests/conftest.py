@@ -14,8 +14,24 @@ from cdictk.node.roots import Roots
 from tests.fakenode.node import FakeNode, Preset, build_node
 from tests.fakenode.platforms import PlatformNode, build_platform
 from tests.fakenode.tools import MissingTool, node_tools
+from tests.mountns import enter_own_mount_namespace
+from tests.rootmarker import pytest_collection_modifyitems, root_only  # noqa: F401 (the marker's check, a hook)
+
+# pytester runs the root marker's check on test files of its own (tests/unit/test_root_marker.py).
+pytest_plugins = ["pytester"]
 
 NodeFactory = Callable[..., FakeNode]
+MOUNT_NAMESPACE = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The session runs in a mount namespace of its own (tests/mountns.py), entered before any test
+    or thread starts: the mount tables the tests compare change only through what they do."""
+    config.stash[MOUNT_NAMESPACE] = enter_own_mount_namespace()
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return config.stash.get(MOUNT_NAMESPACE, "mount namespace: the host's")
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -50,11 +66,10 @@ def private_runtime_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch:
 
 
 @pytest.fixture
+@root_only
 def root_dir(tmp_path: Path) -> Path:
     """A root-owned 0755 directory (tmp_path's parents are root's, /tmp sticky), for tests that give
-    files to another user: skipped unless root, who alone can."""
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
+    files to another user, which root alone can."""
     base = tmp_path / "base"
     base.mkdir(mode=0o755)
     base.chmod(0o755)
@@ -77,6 +92,7 @@ def stub_cache(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 @pytest.fixture
+@root_only
 def make_node(tmp_path: Path, stub_cache: str) -> NodeFactory:
     """``make_node("single")`` or ``make_node("eight")``: a fresh fake node under this test's tmp_path."""
     require_node_tools()
@@ -99,7 +115,7 @@ def node_with_spec(
     tmp_path_factory: pytest.TempPathFactory, stub_cache: str, name: str, preset: str = "single"
 ) -> tuple[FakeNode, Path]:
     """A fake node and a spec dir holding ``nvidia.yaml`` as ``cdictk cdi generate`` writes it for the node,
-    for module-scoped fixtures (``name`` names their directories)."""
+    for module-scoped fixtures (``name`` names their directories; declare them :func:`root_only`)."""
     require_node_tools()
     node = build_node(str(tmp_path_factory.mktemp(f"{name}-node") / "node"), preset, stub_cache)
     spec_dir = tmp_path_factory.mktemp(f"{name}-cdi")
@@ -115,6 +131,7 @@ PlatformFactory = Callable[[str], PlatformNode]
 
 
 @pytest.fixture
+@root_only
 def make_platform(tmp_path: Path, stub_cache: str) -> PlatformFactory:
     """``make_platform("wsl")`` (or jetson, imex, nvswitch, gds, mofed, gdrcopy): a fresh fake node of
     another generate mode under this test's tmp_path (tests/fakenode/platforms.py)."""

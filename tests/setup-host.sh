@@ -36,6 +36,11 @@ if ! command -v apt-get >/dev/null || ! command -v dpkg-query >/dev/null; then
     "package manager; the end-to-end tests skip what is missing" >&2
   exit 0
 fi
+# `make test` and `make test-slow` may start side by side: one setup at a time,
+# on a lock held on this script, since apt-get fails rather than waits on dpkg's lock, and the daemon
+# cache is unpacked in place; the second finds everything there and only prints it.
+exec 9<"$0"
+flock 9
 
 missing=()
 for p in "${packages[@]}"; do

@@ -15,8 +15,8 @@ import math
 from typing import Any, TypeVar
 
 from cdictk.cdi.model import FIELDS, Field, Kind, Spec
-from cdictk.cdi.yamlscalar import Timestamp, go_text
 from cdictk.errors import CdictkError
+from cdictk.yamlscalar import Timestamp, go_text
 
 _RANGES = {Kind.INT64: (-(1 << 63), (1 << 63) - 1), Kind.UINT32: (0, (1 << 32) - 1)}
 

@@ -11,9 +11,9 @@ import functools
 import json
 from typing import Any
 
-from cdictk.cdi.libyaml import safe_dumper
 from cdictk.cdi.model import FIELDS, Kind, Omit, Spec
-from cdictk.cdi.yamlscalar import is_ambiguous
+from cdictk.libyaml import safe_dumper
+from cdictk.yamlscalar import is_ambiguous
 
 _STR_TAG = "tag:yaml.org,2002:str"
 

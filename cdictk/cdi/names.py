@@ -3,10 +3,10 @@
 CDI names: vendor, class and device-name syntax, and fully qualified ``vendor.com/class=name``.
 
 The syntax is the reference library's: letters first for vendor and class, no length limits, a colon
-allowed inside device names. :func:`kind_spec_problem` adds the CDI specification's stricter rules for
-``kind``, which only ``cdictk cdi validate`` applies. The one checker of CDI names: the spec loader,
-the spec cache and the runtime shim's requests all use it, so it runs on every container start and is
-written with ``str`` methods, without :mod:`re`, :mod:`typing` or :mod:`dataclasses`.
+allowed inside device names; :func:`kind_problem` adds, when asked, the CDI specification's stricter
+limits for a ``kind``. The one checker of CDI names: the spec loader, the spec cache, the runtime
+shim's requests, the spec generator and the device plugin all use it, so it runs on every container
+start and is written with ``str`` methods, without :mod:`re`, :mod:`typing` or :mod:`dataclasses`.
 """
 
 from __future__ import annotations
@@ -104,26 +104,26 @@ def split_kind(kind: str) -> tuple[str, str]:
     return vendor, cls
 
 
-def kind_problem(kind: str) -> str | None:
-    """Why ``kind`` (``vendor/class``) is invalid, or None."""
+def kind_problem(kind: str, *, spec_limits: bool = False) -> str | None:
+    """Why ``kind`` (``vendor/class``) is invalid, or None: the one check of a CDI kind.
+
+    Without ``spec_limits``, the reference library's rules, which every runtime applies when it loads a
+    spec or resolves a name: specs and requests are checked by them. ``spec_limits`` adds the CDI
+    specification's own, which the library checks neither of (its own tests use
+    ``yet_another-vendor2.com``): the vendor a DNS subdomain of at most 253 characters (so no "_"), the
+    class at most 63 characters. Those hold for every kind cdictk is asked to write or serve (``cdictk
+    cdi generate``, the device plugin) and are what ``cdictk cdi validate`` reports.
+    """
     if not isinstance(kind, str):
         return f"{kind!r} is not a string"
     vendor, cls = split_kind(kind)
     if not vendor:
         return f"invalid kind {quote(kind)}: want vendor/class, for example nvidia.com/gpu"
-    return vendor_or_class_problem("vendor", vendor) or vendor_or_class_problem("class", cls)
-
-
-def kind_spec_problem(kind: str) -> str | None:
-    """Why a ``kind`` that :func:`kind_problem` accepts still breaks the CDI specification, or None.
-
-    The specification wants the vendor a DNS subdomain of at most 253 characters and the class at most
-    63 characters. The reference library checks neither (its own tests use ``yet_another-vendor2.com``),
-    so runtimes use such specs and loading must accept them; only validation reports them.
-    """
-    vendor, cls = split_kind(kind)
+    problem = vendor_or_class_problem("vendor", vendor) or vendor_or_class_problem("class", cls)
+    if problem or not spec_limits:
+        return problem
     if "_" in vendor:
-        return f'invalid vendor "{vendor}": the CDI specification wants a DNS subdomain, without "_"'
+        return f'invalid vendor {quote(vendor)}: the CDI specification wants a DNS subdomain, without "_"'
     if len(vendor) > _MAX_VENDOR:
         return (
             f"invalid vendor: {len(vendor)} characters, over the CDI specification's limit of {_MAX_VENDOR}"

@@ -1,11 +1,9 @@
 """Spec file bytes -> plain data, strictly.
 
-JSON goes through the standard library's parser; anything else through libyaml's event stream (PyYAML's
-C parser), from which we build the values ourselves so that we can refuse what a spec never needs and a
-hostile file could abuse: duplicate keys, anchors and aliases (billion-laughs expansion), explicit tags,
-complex keys and deep nesting. Plain scalars are typed by YAML 1.1 rules, as the Go library types them.
-Of several documents only the first is read, and nothing after it is even parsed, as the Go library
-does (``cdictk cdi validate`` warns about the rest). Errors name the file, the field path and the line.
+JSON goes through the standard library's parser (:mod:`cdictk.strictjson`), anything else through
+cdictk's strict YAML reader (:mod:`cdictk.strictyaml`: no duplicate keys, anchors, tags or deep
+nesting; plain scalars typed as the Go library types them). ``cdictk cdi validate`` warns about YAML
+after the first document, which no reader of specs sees.
 """
 
 from __future__ import annotations
@@ -13,19 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from cdictk import strictjson
-from cdictk.cdi.libyaml import safe_loader
-from cdictk.cdi.yamlscalar import go_text, resolve_plain
 from cdictk.errors import CdictkError
-
-MAX_DEPTH = 64
-_STR_TAG = "tag:yaml.org,2002:str"
-
-
-class _AwaitingKey:
-    """Marks a mapping whose next scalar is a key."""
-
-
-_KEY = _AwaitingKey()
+from cdictk.strictyaml import parse_yaml
 
 
 def parse_document(data: bytes, file: str, *, json_only: bool = False) -> Any:
@@ -49,135 +36,3 @@ def parse_document(data: bytes, file: str, *, json_only: bool = False) -> Any:
         if json_only:
             raise
         return document
-
-
-def parse_yaml(text: str, file: str) -> Any:
-    import yaml  # noqa: PLC0415 (lazy: JSON-only callers never pay for PyYAML)
-
-    loader = safe_loader()(text)
-    try:
-        return _build_document(loader, file)
-    except yaml.MarkedYAMLError as exc:
-        where = _line(exc.problem_mark or exc.context_mark)
-        raise CdictkError(file, "", f"invalid YAML: {exc.problem or exc.context}{where}") from exc
-    except yaml.YAMLError as exc:
-        raise CdictkError(file, "", f"invalid YAML: {exc}") from exc
-    finally:
-        loader.dispose()
-
-
-def _line(mark: Any) -> str:
-    return f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
-
-
-def _build_document(loader: Any, file: str) -> Any:  # a PyYAML loader; its event API is untyped
-    from yaml import events  # noqa: PLC0415
-
-    loader.get_event()  # stream start
-    if loader.check_event(events.StreamEndEvent):
-        return None
-    loader.get_event()  # document start
-    root = _build_value(loader, file)
-    loader.get_event()  # document end; what follows is not read
-    return root
-
-
-def more_documents(text: str) -> bool:
-    """Whether YAML ``text`` holds anything after its first document (broken YAML included), which no
-    reader of specs sees; False when the first document itself does not parse."""
-    import yaml  # noqa: PLC0415
-    from yaml import events  # noqa: PLC0415
-
-    loader = safe_loader()(text)
-    try:
-        try:
-            while not loader.check_event(events.DocumentEndEvent, events.StreamEndEvent):
-                loader.get_event()
-            if loader.check_event(events.StreamEndEvent):
-                return False
-            loader.get_event()
-        except yaml.YAMLError:
-            return False
-        try:
-            return not loader.check_event(events.StreamEndEvent)
-        except yaml.YAMLError:
-            return True
-    finally:
-        loader.dispose()
-
-
-def _build_value(loader: Any, file: str) -> Any:
-    from yaml import events  # noqa: PLC0415
-
-    stack: list[Any] = []  # open mappings and sequences, outermost first
-    keys: list[Any] = []  # per open mapping: the key whose value comes next, or _KEY
-    get_event = loader.get_event
-    while True:
-        event = get_event()
-        kind = type(event)
-        if kind is events.ScalarEvent:
-            _refuse_anchor(event, stack, keys, file)
-            tag = event.tag
-            if tag is None or tag == "!":
-                value: Any = resolve_plain(event.value) if event.implicit[0] else event.value
-            elif tag == _STR_TAG:
-                value = event.value
-            else:
-                raise _error(file, stack, keys, f"explicit YAML tag {tag} is not allowed", event)
-        elif kind is events.MappingStartEvent or kind is events.SequenceStartEvent:
-            _refuse_anchor(event, stack, keys, file)
-            if event.tag is not None and event.tag != "!":
-                raise _error(file, stack, keys, f"explicit YAML tag {event.tag} is not allowed", event)
-            if stack and keys[-1] is _KEY:
-                raise _error(file, stack, keys, "a mapping key must be a scalar", event)
-            if len(stack) >= MAX_DEPTH:
-                raise _error(file, stack, keys, f"nested deeper than {MAX_DEPTH} levels", event)
-            stack.append({} if kind is events.MappingStartEvent else [])
-            keys.append(_KEY if kind is events.MappingStartEvent else None)
-            continue
-        elif kind is events.MappingEndEvent or kind is events.SequenceEndEvent:
-            value = stack.pop()
-            keys.pop()
-        elif kind is events.AliasEvent:
-            raise _error(file, stack, keys, f"YAML alias *{event.anchor} is not allowed", event)
-        else:
-            raise _error(file, stack, keys, f"unexpected YAML event {kind.__name__}", event)
-
-        if not stack:
-            return value
-        top = stack[-1]
-        if type(top) is list:
-            top.append(value)
-            continue
-        key = keys[-1]
-        if key is _KEY:
-            key = _mapping_key(value, file, stack, keys, event)
-            if key in top:
-                keys[-1] = key
-                raise _error(file, stack, keys, "duplicate key", event)
-            keys[-1] = key
-        else:
-            top[key] = value
-            keys[-1] = _KEY
-
-
-def _mapping_key(value: Any, file: str, stack: list[Any], keys: list[Any], event: Any) -> str:
-    text = go_text(value)
-    if text is not None:
-        return text
-    raise _error(file, stack, keys, f"mapping key {value!r} must be a string", event)
-
-
-def _refuse_anchor(event: Any, stack: list[Any], keys: list[Any], file: str) -> None:
-    if event.anchor is not None:
-        raise _error(file, stack, keys, f"YAML anchor &{event.anchor} is not allowed", event)
-
-
-def _error(file: str, stack: list[Any], keys: list[Any], reason: str, event: Any) -> CdictkError:
-    path = ""
-    for frame, key in zip(stack, keys, strict=True):
-        if type(frame) is list:
-            path += f"[{len(frame)}]"
-        elif key is not _KEY:
-            path += f".{key}" if path else str(key)
-    return CdictkError(file, path, reason + _line(event.start_mark))

@@ -23,14 +23,15 @@ from cdictk import fsutil
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Spec
 from cdictk.cdi.mountcheck import spec_problems
-from cdictk.cdi.names import kind_spec_problem, split_kind
-from cdictk.cdi.parse import more_documents, parse_document
+from cdictk.cdi.names import kind_problem, split_kind
+from cdictk.cdi.parse import parse_document
 from cdictk.cdi.registry import load_registry
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.schema import schema_problems
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths
 from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, minimum_version, reference_minimum_version
 from cdictk.errors import CdictkError, Problem
+from cdictk.strictyaml import more_documents
 
 
 @dataclass(slots=True)
@@ -68,7 +69,7 @@ def validate_file(path: str) -> Report:
     report.problems += spec_problems(report.spec, path)
     reported = {problem.field for problem in report.problems}
     if "kind" not in reported:
-        kind = kind_spec_problem(report.spec.kind)
+        kind = kind_problem(report.spec.kind, spec_limits=True)
         if kind:
             # The schema's pattern refuses the same kinds without saying what is wrong with them.
             report.problems.append(Problem(path, "kind", kind))

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from cdictk.cli.rootflags import NVIDIA_DRIVER_ROOT_VARIABLES, root_options
 from cdictk.errors import CdictkError
 
 
@@ -68,7 +69,12 @@ def _log(line: str) -> None:
     help="Refused (the CDI spec carries the device nodes); taken so that NVIDIA's "
     "PASS_DEVICE_SPECS=true fails here rather than being ignored.",
 )
-@click.option("--cdi-kind", metavar="VENDOR/CLASS", help="The node spec's kind. Default: nvidia.com/gpu.")
+@click.option(
+    "--cdi-kind",
+    metavar="VENDOR/CLASS",
+    help="The node spec's kind, by the rules cdictk cdi generate checks --vendor and --class by. "
+    "Default: nvidia.com/gpu.",
+)
 @click.option(
     "--cdi-annotation-prefix",
     metavar="PREFIX",
@@ -90,24 +96,14 @@ def _log(line: str) -> None:
     metavar="DIR",
     help="The kubelet's device plugin directory. Default: /var/lib/kubelet/device-plugins.",
 )
-@click.option(
-    "--driver-root",
-    metavar="DIR",
-    # NVIDIA's plugin names the node's path NVIDIA_DRIVER_ROOT and the path it sees it at in its own
-    # container DRIVER_ROOT_CTR_PATH (CONTAINER_DRIVER_ROOT before); we look, so the latter comes first.
-    envvar=["DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT", "NVIDIA_DRIVER_ROOT"],
-    show_envvar=True,
-    help="Root of the driver's files, as this process sees them. Default: /.",
+@root_options(
+    driver="Root of the driver's files, as this process sees them. Default: /.",
+    proc="Where procfs is mounted. Default: /proc.",
+    sys="Where sysfs is mounted (NUMA nodes). Default: /sys.",
+    defaults=False,  # the settings file's values lie beneath
+    driver_variables=NVIDIA_DRIVER_ROOT_VARIABLES,
+    dev_variable="NVIDIA_DEV_ROOT",
 )
-@click.option(
-    "--dev-root",
-    metavar="DIR",
-    envvar="NVIDIA_DEV_ROOT",
-    show_envvar=True,
-    help="Root holding dev/nvidia*. Default: the driver root.",
-)
-@click.option("--proc-root", metavar="DIR", help="Where procfs is. Default: /proc.")
-@click.option("--sys-root", metavar="DIR", help="Where sysfs is (NUMA nodes). Default: /sys.")
 @click.option(
     "--xid-recovery",
     metavar="SECONDS|never",

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+from cdictk.cli.rootflags import root_options
 from cdictk.errors import CdictkError
 from cdictk.node.modes import GPU_SPEC, MODES, NVML_SOURCES, Mode
 from cdictk.node.nvml import NvmlQuery
@@ -36,37 +37,10 @@ def _warn(message: str) -> None:
     type=click.Choice(("yaml", "json")),
     help="Output format. Default: json for a .json output, else yaml.",
 )
-@click.option(
-    "--driver-root",
-    "driver_root",
-    default="/",
-    show_default=True,
-    metavar="DIR",
-    help="Root of the driver's files (libraries, binaries, configs), e.g. /usr/local/nvidia (with "
+@root_options(
+    driver="Root of the driver's files (libraries, binaries, configs), e.g. /usr/local/nvidia (with "
     "--dev-root /) or /run/nvidia/driver. A root without a driver whose run/nvidia/driver holds one (a "
     "driver container) uses that tree, with a warning.",
-)
-@click.option(
-    "--dev-root",
-    "dev_root",
-    metavar="DIR",
-    help="Root holding dev/nvidia*. Default: the driver root.",
-)
-@click.option(
-    "--proc-root",
-    "proc_root",
-    default="/proc",
-    show_default=True,
-    metavar="DIR",
-    help="Where procfs is mounted.",
-)
-@click.option(
-    "--sys-root",
-    "sys_root",
-    default="/sys",
-    show_default=True,
-    metavar="DIR",
-    help="Where sysfs is mounted.",
 )
 @click.option(
     "--host-root",
@@ -272,20 +246,23 @@ def generate_command(
     # (--watch asks NVML anew each time it looks.)
     nvml = NvmlQuery() if recipe.gpus in NVML_SOURCES and not watching else None
     try:
+        from cdictk.cdi.names import kind_problem  # noqa: PLC0415
         from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415
         from cdictk.node.roots import Roots  # noqa: PLC0415
         from cdictk.nvcdi import specfile  # noqa: PLC0415
         from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
         from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
         from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
-        from cdictk.nvcdi.options import SpecOptions, kind_problem  # noqa: PLC0415
+        from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
 
         # The non-GPU modes' own defaults (Recipe.cls, Recipe.output); an explicit option wins.
         cls = recipe.cls if cls is None else cls
         output = recipe.output if output is None else output
-        wrong = kind_problem(vendor, cls)
+        wrong = kind_problem(f"{vendor}/{cls}", spec_limits=True)
         if wrong is not None:
-            raise CdictkError("", f"--{wrong[0]}", wrong[1])
+            # The kind is cut at its first "/": one in --vendor is the vendor's fault.
+            part = "class" if wrong.startswith("invalid class") and "/" not in vendor else "vendor"
+            raise CdictkError("", f"--{part}", wrong)
         unknown = [name for name in disabled_hooks if name not in (*HOOK_NAMES, "all")]
         if unknown:
             raise CdictkError(

@@ -7,15 +7,12 @@ import os
 
 import click
 
+from cdictk.cli.rootflags import root_options
+
 
 @click.command("info")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-@click.option(
-    "--driver-root", default="/", show_default=True, metavar="DIR", help="Root of the driver's files."
-)
-@click.option("--dev-root", metavar="DIR", help="Root holding dev/nvidia*. Default: the driver root.")
-@click.option("--proc-root", default="/proc", show_default=True, metavar="DIR", help="Where procfs is.")
-@click.option("--sys-root", default="/sys", show_default=True, metavar="DIR", help="Where sysfs is.")
+@root_options()
 @click.option(
     "--spec-dir",
     "spec_dirs",

@@ -10,6 +10,7 @@ import time
 
 import click
 
+from cdictk.cli.rootflags import NVIDIA_DRIVER_ROOT_VARIABLES, root_options
 from cdictk.errors import CdictkError
 from cdictk.labels.featurefile import DEFAULT_NAME, FEATURES_DIR
 from cdictk.labels.gfdrules import MIG_STRATEGIES, Sharing
@@ -53,23 +54,10 @@ def _warn(message: str) -> None:
     show_envvar=True,
     help="As the device plugin's (over the settings file's): none, single or mixed. Default: none.",
 )
-@click.option(
-    "--driver-root",
-    metavar="DIR",
-    default="/",
-    envvar=["DRIVER_ROOT_CTR_PATH", "CONTAINER_DRIVER_ROOT", "NVIDIA_DRIVER_ROOT"],
-    show_envvar=True,
-    show_default=True,
-    help="Root of the driver's files (NVML), as this process sees them.",
-)
-@click.option("--dev-root", metavar="DIR", help="Root holding dev/nvidia*. Default: the driver root.")
-@click.option("--proc-root", metavar="DIR", default="/proc", show_default=True, help="Where procfs is.")
-@click.option(
-    "--sys-root",
-    metavar="DIR",
-    default="/sys",
-    show_default=True,
-    help="Where sysfs is: the GPUs' PCI classes and configuration spaces, the DMI product name.",
+@root_options(
+    driver="Root of the driver's files (NVML), as this process sees them.",
+    sys="Where sysfs is mounted: the GPUs' PCI classes and configuration spaces, the DMI product name.",
+    driver_variables=NVIDIA_DRIVER_ROOT_VARIABLES,
 )
 @click.option(
     "--watch",

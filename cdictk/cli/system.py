@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from cdictk.cli.rootflags import root_options
 from cdictk.configure.engines import ENGINES
 from cdictk.errors import Problem
 
@@ -39,24 +40,12 @@ def _os_problem(exc: OSError) -> Problem:
 
 
 def _root_options(command: F) -> F:
+    """The roots of the node whose devices are made (no sysfs), and how its modules are loaded."""
     for option in reversed(
         (
-            click.option(
-                "--driver-root",
-                default="/",
-                show_default=True,
-                metavar="DIR",
-                help="Root of the driver's files, e.g. /run/nvidia/driver; its modprobe loads the modules.",
-            ),
-            click.option(
-                "--dev-root", metavar="DIR", help="Root holding dev/nvidia*. Default: the driver root."
-            ),
-            click.option(
-                "--proc-root",
-                default="/proc",
-                show_default=True,
-                metavar="DIR",
-                help="Where procfs is mounted.",
+            root_options(
+                driver="Root of the driver's files, e.g. /run/nvidia/driver; its modprobe loads the modules.",
+                sys=None,
             ),
             click.option(
                 "--load-kernel-modules",
@@ -330,12 +319,8 @@ def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
     help="An engine whose config on the node must turn CDI on, name only cdictk-runtimes that are there, "
     "and be loaded: its daemon started after the config last changed. Repeatable.",
 )
-@click.option(
-    "--proc-root",
-    default="/proc",
-    show_default=True,
-    metavar="DIR",
-    help="This process's procfs: when the engine's daemon started.",
+@root_options(
+    driver=None, dev=None, sys=None, proc="This process's procfs: when the engine's daemon started."
 )
 def check_node_command(
     *, host_root: str, specs: tuple[str, ...], prefix: str | None, engines: tuple[str, ...], proc_root: str

@@ -14,12 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
-
+from cdictk import settingsfile
 from cdictk.api import InvalidNameError
 from cdictk.api import check_kind as cdi_kind
 from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
-from cdictk.errors import CdictkError
+from cdictk.settingsfile import SettingsError
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 # What Allocate answers with. envvar (NVIDIA's default) is refused: see docs/kubernetes.md.
@@ -34,11 +33,6 @@ ENVVAR_REFUSED = (
     "envvar is refused: an NVIDIA_VISIBLE_DEVICES that counts as a request lets any image that sets it "
     "reach GPUs; use cdi-cri, cdi-annotations or volume-mounts"
 )
-
-
-class SettingsError(CdictkError):
-    def __init__(self, source: str, key: str, reason: str) -> None:
-        super().__init__(source, key, reason)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,35 +79,9 @@ class Settings:
         return f"{rule.name}.shared" if self.rename_by_default else rule.name
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, except that a key given twice is an error: its default keeps the last
-    one, so a second ``migStrategy`` further down a ConfigMap would silently win."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=True)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep)
-
-
 def load(path: str) -> Settings:
     """The settings of the YAML file at ``path`` (defaults for what it leaves out)."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = yaml.load(handle, Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
-    except OSError as exc:
-        raise SettingsError(path, "", exc.strerror or str(exc)) from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}: " if mark is not None else ""
-        raise SettingsError(
-            path, "", f"{where}not valid YAML ({getattr(exc, 'problem', None) or exc})"
-        ) from exc
+    data = settingsfile.parse_yaml(settingsfile.read_text(path), path)
     return from_data(data if data is not None else {}, path)
 
 
@@ -233,11 +201,12 @@ def _one_resource_per_name(settings: Settings, source: str) -> None:
 
 def check_kind(value: object, key: str, source: str = "") -> str:
     """``value`` if it is a CDI kind (``vendor/class``), else a SettingsError naming ``key``: the one
-    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``, by the spec loader's rules."""
+    check of the settings file's ``cdi.kind`` and of ``--cdi-kind``. The kind of the node's spec, so
+    by the rules ``cdictk cdi generate`` writes it by: the CDI specification's limits too."""
     if not isinstance(value, str):
         raise SettingsError(source, key, f"{value!r} is not a string")
     try:
-        return cdi_kind(value)
+        return cdi_kind(value, spec_limits=True)
     except InvalidNameError as exc:
         raise SettingsError(source, key, exc.problem.reason) from exc
 

@@ -18,7 +18,8 @@ from cdictk.configure.change import Inspection
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.info.checks import Finding, Status
 from cdictk.node.roots import join
-from cdictk.runtime.settings import CONFIG_PATH, Settings, SettingsError, load_settings
+from cdictk.runtime.settings import CONFIG_PATH, Settings, load_settings
+from cdictk.settingsfile import SettingsError
 
 
 def check_engines(host_root: str) -> list[Finding]:

@@ -62,6 +62,10 @@ STDLIB_LEFT_OUT = frozenset(
     }
 )
 _LEFT_OUT_DIRS = frozenset({"__pycache__", "test", "tests", "idle_test"})
+# The build-time folder (config-3.11-x86_64-linux-gnu on Debian: a Makefile, and with libpython3.11
+# installed links to the shared library outside the standard library): what compiles against this
+# Python, never what runs it.
+_BUILD_CONFIG = re.compile(r"config-\d+\.\d+(-.+)?")
 # Extension modules (by the name before the first dot) that stay out.
 EXTENSIONS_LEFT_OUT = re.compile(
     r"(_test\w*|_?xx\w*|_ctypes_test|_curses\w*|_dbm|_gdbm|_sqlite3|readline|nis|ossaudiodev|_tkinter"
@@ -96,7 +100,8 @@ def stdlib_files(stdlib: str, dynload: str, target: str) -> list[Copy]:
     that is in ``stdlib`` (Debian's ``_sysconfigdata`` alias), else refused."""
     found = []
     for relative in _walk(stdlib, ""):
-        if relative.split("/")[0] in STDLIB_LEFT_OUT:
+        top = relative.split("/")[0]
+        if top in STDLIB_LEFT_OUT or _BUILD_CONFIG.fullmatch(top):
             continue
         source = os.path.join(stdlib, relative)
         if os.path.islink(source):

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cdictk.cdi.model import ContainerEdits, Device, Spec
-from cdictk.cdi.names import device_name_problem
+from cdictk.cdi.names import device_name_problem, kind_problem
 from cdictk.cdi.version import minimum_version
 from cdictk.errors import CdictkError
 from cdictk.node.facts import NodeFacts
@@ -32,7 +32,7 @@ from cdictk.node.roots import Roots
 from cdictk.nvcdi.hooks import hook_program
 from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.nodespec import NodeSpec, node_spec
-from cdictk.nvcdi.options import SpecOptions, kind_problem
+from cdictk.nvcdi.options import SpecOptions
 
 
 class UnknownDeviceError(CdictkError):
@@ -69,9 +69,11 @@ class NodeSpecs:
         host_root: str = "/",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        problem = kind_problem(vendor, device_class)
+        problem = kind_problem(f"{vendor}/{device_class}", spec_limits=True)
         if problem is not None:
-            raise CdictkError("", problem[0], problem[1])
+            # The kind is cut at its first "/": one in the vendor is the vendor's fault.
+            part = "class" if problem.startswith("invalid class") and "/" not in vendor else "vendor"
+            raise CdictkError("", part, problem)
         try:
             self._mode = Mode(mode)
         except ValueError as exc:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cdictk.cdi.names import kind_spec_problem, vendor_or_class_problem
 from cdictk.node.devnodes import NodeInfo
 from cdictk.nvcdi import hooks, naming
 from cdictk.nvcdi.naming import Strategy
@@ -30,19 +29,3 @@ class Parts:
 
     nodes: list[NodeInfo] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)
-
-
-def kind_problem(vendor: str, cls: str) -> tuple[str, str] | None:
-    """What is wrong with the kind a spec is asked for ("vendor" or "class", why), or None.
-
-    The reference library's rules and the CDI specification's own limits: cdictk never writes a spec
-    that ``cdictk cdi validate`` refuses.
-    """
-    for what, value in (("vendor", vendor), ("class", cls)):
-        problem = vendor_or_class_problem(what, value)
-        if problem:
-            return what, problem
-    problem = kind_spec_problem(f"{vendor}/{cls}")
-    if problem:
-        return ("class" if problem.startswith("invalid class") else "vendor"), problem
-    return None

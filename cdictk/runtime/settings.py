@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from cdictk.fsutil import read_fd
+from cdictk.settingsfile import SettingsError, parse_toml, read_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from cdictk.parsecache import ParseCache
 
 CONFIG_PATH = "/etc/cdictk/config.toml"
-MAX_CONFIG = 1 << 20
 
 DEFAULT_CONFIG = """\
 # cdictk's runtime settings (/etc/cdictk/config.toml). Every key is shown at its default.
@@ -91,10 +90,6 @@ _KEYS: dict[str, dict[str, type]] = {
 }
 
 
-class SettingsError(Exception):
-    """The configuration file cannot be used: one line naming the file and the key."""
-
-
 class Settings:
     __slots__ = (
         "accept_copied_annotations",
@@ -142,29 +137,14 @@ def load_settings(path: str | None = None, cache: ParseCache | None = None) -> S
     """
     path = path or config_path()
     settings = Settings()
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK | os.O_NOCTTY)
-    except FileNotFoundError:
+    text = read_text(path, missing_ok=True)
+    if not text:  # the defaults, without importing the TOML parser
         return settings
-    except OSError as exc:
-        raise SettingsError(f"{path}: {exc.strerror}") from None
-    try:
-        data = read_fd(fd, MAX_CONFIG)  # one read may stop short: a FUSE or network file, a growing one
-    except OSError as exc:  # a directory, a FIFO (non-blocking), an unreadable device
-        raise SettingsError(f"{path}: {exc.strerror}") from None
-    finally:
-        os.close(fd)
-    if data is None:
-        raise SettingsError(f"{path}: larger than {MAX_CONFIG} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SettingsError(f"{path}: {exc}") from None
     key = [path, text]
     name = _entry_name(path)
     document = cache.load(name, key) if cache is not None else None
     if not isinstance(document, dict):
-        document = _parse(text, path)
+        document = parse_toml(text, path)
         _apply(settings, document, path)
         if cache is not None:
             cache.store(name, key, document)  # only a document that was accepted
@@ -179,41 +159,32 @@ def _entry_name(path: str) -> str:
     return entry_name("settings", path)
 
 
-def _parse(text: str, path: str) -> dict[str, object]:
-    import tomllib  # noqa: PLC0415 - only when there is a file to read, and no cached parse of it
-
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SettingsError(f"{path}: {exc}") from None
-
-
 def _apply(settings: Settings, document: Mapping[str, object], path: str) -> None:
     for section, table in document.items():
         keys = _KEYS.get(section)
         if keys is None or not isinstance(table, dict):
-            raise SettingsError(f"{path}: unknown section [{section}] (known: {', '.join(_KEYS)})")
+            raise SettingsError(path, f"[{section}]", f"unknown section (known: {', '.join(_KEYS)})")
         for key, value in table.items():
             kind = keys.get(key)
             if kind is None:
-                raise SettingsError(f"{path}: unknown key {section}.{key} (known: {', '.join(keys)})")
+                raise SettingsError(path, f"{section}.{key}", f"unknown key (known here: {', '.join(keys)})")
             if not isinstance(value, kind) or (
                 isinstance(value, list) and not all(isinstance(item, str) and item for item in value)
             ):
                 wanted = "a list of non-empty strings" if kind is list else kind.__name__
-                raise SettingsError(f"{path}: {section}.{key} must be {wanted}")
+                raise SettingsError(path, f"{section}.{key}", f"must be {wanted}")
             setattr(settings, key.replace("-", "_"), value)
     if not settings.runtimes:
-        raise SettingsError(f"{path}: runtime.runtimes must name at least one runtime")
+        raise SettingsError(path, "runtime.runtimes", "must name at least one runtime")
     from cdictk.cdi.names import kind_problem  # noqa: PLC0415
 
     problem = kind_problem(settings.default_kind)
     if problem:
-        raise SettingsError(f"{path}: requests.default-kind: {problem}")
+        raise SettingsError(path, "requests.default-kind", problem)
     for extra in settings.env_kinds:
         problem = kind_problem(extra)
         if problem:
-            raise SettingsError(f"{path}: requests.env-kinds: {extra}: {problem}")
+            raise SettingsError(path, "requests.env-kinds", f"{extra}: {problem}")
     for key in ("driver_root", "dev_root", "proc_root", "sys_root"):
         if not getattr(settings, key).startswith("/"):
-            raise SettingsError(f"{path}: node.{key.replace('_', '-')} must be an absolute path")
+            raise SettingsError(path, f"node.{key.replace('_', '-')}", "must be an absolute path")

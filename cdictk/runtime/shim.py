@@ -61,7 +61,8 @@ class ShimError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     from cdictk.parsecache import ParseCache  # noqa: PLC0415
-    from cdictk.runtime.settings import SettingsError, load_settings  # noqa: PLC0415
+    from cdictk.runtime.settings import load_settings  # noqa: PLC0415
+    from cdictk.settingsfile import SettingsError  # noqa: PLC0415
 
     args = list(sys.argv[1:] if argv is None else argv)
     if args in (["--help"], ["-h"]):

@@ -37,8 +37,9 @@ from collections.abc import Sequence
 
 from cdictk.runtime.requests import VISIBLE_DEVICES, VOLUME_MOUNT_ROOT
 from cdictk.runtime.runtimelog import GLOBAL_VALUES  # the front must read argv as the shim does
-from cdictk.runtime.settings import CONFIG_PATH, SettingsError, load_settings
+from cdictk.runtime.settings import CONFIG_PATH, load_settings
 from cdictk.runtime.shim import CREATING
+from cdictk.settingsfile import SettingsError
 
 # Printable ASCII that JSON writers put in a string as it is: not '"' or '\' (always escaped), nor
 # '<', '>' and '&' (Go's encoder escapes them by default).

@@ -33,6 +33,8 @@ from tests.e2e.daemons import (
 from tests.e2e.test_runtimes import make_bundle
 from tests.fakenode.node import FakeNode, mig_cap_minor
 
+pytestmark = pytest.mark.root
+
 PODMAN_SPEC_DIR = "/var/run/cdi"
 
 

@@ -38,6 +38,8 @@ from tests.e2e.daemons import (
 )
 from tests.fakenode.node import FakeNode
 
+pytestmark = pytest.mark.root
+
 INSIDE = "cat /dev/nvidia0; ls /dev/nvidia1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES"
 
 

@@ -21,6 +21,8 @@ from tests.e2e.daemons import (
     sid_containerd_dir,
 )
 
+pytestmark = pytest.mark.root
+
 MARKER = "cdictk-e2e-marker"
 
 PROBE_RUNTIME_V2 = f"""\

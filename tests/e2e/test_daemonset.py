@@ -87,7 +87,8 @@ spec:
       resources:
         limits: {nvidia.com/gpu: 1}
 """
-pytestmark = pytest.mark.slow  # make image's image (CDICTK_IMAGE_DIR in CI) and a build of N+1
+# slow: make image's image (CDICTK_IMAGE_DIR in CI) and a build of N+1
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 TIMINGS: dict[str, dict[str, float]] = {}  # per node: where the time went (printed by conftest)
 NOTES: list[str] = []  # what else the summary says
 

@@ -17,6 +17,8 @@ from tests.e2e.conftest import Runtime
 from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.fakenode.platforms import JETSON_LIB, WSL_STORE, PlatformNode
 
+pytestmark = pytest.mark.root
+
 # mode -> (the device to inject, what the container runs)
 INSIDE = {
     "wsl": (

@@ -21,6 +21,8 @@ from tests.e2e.conftest import ENXIO, IMAGE, Podman, Runtime
 from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.fakenode.node import LIB_DIR, FakeNode
 
+pytestmark = pytest.mark.root
+
 V = "580.95.05"
 PODMAN_SPEC_DIR = Path("/var/run/cdi")
 INSIDE = (

@@ -22,6 +22,8 @@ from cdictk.nvcdi.hooks import hook_program
 from tests.e2e.conftest import Runtime
 from tests.e2e.test_runtimes import make_bundle
 
+pytestmark = pytest.mark.root
+
 EVIL_C = r"""
 #include <fcntl.h>
 #include <stdio.h>

@@ -34,6 +34,8 @@ from tests.e2e.conftest import DEBIAN_ROOTFS, Runtime
 from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.fakenode.node import LIB_DIR, FakeNode
 
+pytestmark = pytest.mark.root
+
 V = "580.95.05"
 HOOK_ENV = ["LC_ALL=C", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"]
 OUR_FOLDERS = {LIB_DIR, f"{LIB_DIR}/vdpau"}
@@ -198,18 +200,9 @@ def tree_digest(*roots: Path) -> dict[str, tuple[object, ...]]:
     return listing
 
 
-def host_mounts(basetemp: Path) -> set[str]:
-    """This mount namespace's mounts, less those of other pytest sessions that may run beside this one."""
-    others = f"{basetemp.parent}/"
-    mine = f"{basetemp}/"
-    mounts = set()
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        point = fields[4].replace("\\040", " ") + "/"
-        if point.startswith(others) and not point.startswith(mine):
-            continue
-        mounts.add(line)
-    return mounts
+def host_mounts() -> set[str]:
+    """The mounts of the session's mount namespace (tests/mountns.py): only this session changes it."""
+    return set(Path("/proc/self/mountinfo").read_text().splitlines())
 
 
 @dataclass
@@ -217,11 +210,10 @@ class HostWatch:
     """A before/after check that the host kept its files and mounts."""
 
     roots: tuple[Path, ...]
-    basetemp: Path
 
     def __post_init__(self) -> None:
         self.files = tree_digest(*self.roots)
-        self.mounts = host_mounts(self.basetemp)
+        self.mounts = host_mounts()
 
     def check(self) -> None:
         after = tree_digest(*self.roots)
@@ -229,7 +221,7 @@ class HostWatch:
             path for path in self.files.keys() | after.keys() if self.files.get(path) != after.get(path)
         )
         assert not changed, f"host files changed: {changed}"
-        mounts = host_mounts(self.basetemp)
+        mounts = host_mounts()
         assert mounts == self.mounts, (
             f"host mounts changed: added {sorted(mounts - self.mounts)}, removed {sorted(self.mounts - mounts)}"
         )
@@ -245,10 +237,10 @@ def host_sentinel(directory: Path) -> Path:
     return directory
 
 
-def watch(tmp_path: Path, generated: Generated, tmp_path_factory: pytest.TempPathFactory) -> HostWatch:
+def watch(tmp_path: Path, generated: Generated) -> HostWatch:
     """A host sentinel directory and the node's driver root, recorded now."""
     sentinel = host_sentinel(tmp_path / "host-sentinel")
-    return HostWatch((sentinel, Path(generated.node.root)), tmp_path_factory.getbasetemp())
+    return HostWatch((sentinel, Path(generated.node.root)))
 
 
 def run_ok(runtime: Runtime, bundle: Path) -> str:
@@ -289,7 +281,6 @@ def test_hooks_prepare_the_debian_image(
     debian_rootfs: Path,
     generated: Generated,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     bundle, hooks = gpu_bundle(tmp_path / "bundle", debian_rootfs, generated.spec_dir)
     links = links_of(hooks)
@@ -297,7 +288,7 @@ def test_hooks_prepare_the_debian_image(
     assert links and folders, hooks
     set_script(bundle, check_script(links))
     image_conf_d = set(os.listdir(DEBIAN_ROOTFS / "etc" / "ld.so.conf.d"))
-    host = watch(tmp_path, generated, tmp_path_factory)
+    host = watch(tmp_path, generated)
 
     check_inside(run_ok(runtime, bundle), links, folders, image_conf_d)
     # The same bundle again, with the container's first changes still in its rootfs: the links and the
@@ -312,7 +303,6 @@ def test_image_links_to_host_paths_stay_in_the_container(
     debian_rootfs: Path,
     generated: Generated,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     sentinel = host_sentinel(tmp_path / "host-sentinel")
     # An image that points where the hooks write at the host's own files, by absolute path: a hook that
@@ -325,7 +315,7 @@ def test_image_links_to_host_paths_stay_in_the_container(
     libcuda = debian_rootfs / LIB_DIR.lstrip("/") / "libcuda.so"
     assert not os.path.lexists(libcuda)
     libcuda.symlink_to(sentinel / "libcuda.so")
-    host = HostWatch((sentinel, Path(generated.node.root)), tmp_path_factory.getbasetemp())
+    host = HostWatch((sentinel, Path(generated.node.root)))
 
     bundle, _ = gpu_bundle(tmp_path / "bundle", debian_rootfs, generated.spec_dir)
     set_script(bundle, "ls -l /etc/ld.so.conf.d /etc/ld.so.cache; echo '== end'")
@@ -339,7 +329,6 @@ def test_busybox_image_gets_the_hosts_ldconfig(
     rootfs: Path,
     generated: Generated,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """No ldconfig, no ld.so.conf, no glibc in the image: the ld cache can only come from the host's ldconfig."""
     image = tmp_path / "busybox"
@@ -350,7 +339,7 @@ def test_busybox_image_gets_the_hosts_ldconfig(
     links = links_of(hooks)
     lines = [f'echo {shlex.quote(link)} "-> $(readlink {shlex.quote(link)})"' for _, link in links]
     set_script(bundle, "; ".join([*lines, "echo '== end'"]))
-    host = watch(tmp_path, generated, tmp_path_factory)
+    host = watch(tmp_path, generated)
 
     out = run_ok(runtime, bundle)
     assert "== end" in out, out

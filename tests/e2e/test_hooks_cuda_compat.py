@@ -36,6 +36,8 @@ from tests.e2e.test_hooks import (
 from tests.fakenode.node import LIB_DIR
 from tests.unit.hooks.cudalibs import OWNER, _gcc, _note_source
 
+pytestmark = pytest.mark.root
+
 # The module-scoped fake "single" node and its generated spec, as tests/e2e/test_hooks.py makes them.
 generated = test_hooks.generated
 
@@ -91,11 +93,10 @@ def test_newer_compat_libcuda_comes_first(
     debian_rootfs: Path,
     generated: Generated,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     add_compat_libcuda(debian_rootfs, NEWER, compat_note("13.1", [535, 550, 570, 575, 580]), tmp_path / "gcc")
     bundle = compat_bundle(debian_rootfs, generated, tmp_path)
-    host = watch(tmp_path, generated, tmp_path_factory)
+    host = watch(tmp_path, generated)
 
     # The same container twice: the second start finds the first one's drop-in and keeps just that one.
     for start in ("first", "second"):
@@ -120,12 +121,11 @@ def test_older_compat_libcuda_is_left_out(
     debian_rootfs: Path,
     generated: Generated,
     tmp_path: Path,
-    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     # The note even lists driver 580: only the library's version, older than the driver, says no.
     add_compat_libcuda(debian_rootfs, OLDER, compat_note("12.9", [535, 550, 570, 575, 580]), tmp_path / "gcc")
     bundle = compat_bundle(debian_rootfs, generated, tmp_path)
-    host = watch(tmp_path, generated, tmp_path_factory)
+    host = watch(tmp_path, generated)
 
     out = run_ok(runtime, bundle)
     libcuda, drop_ins = inside(out)

@@ -23,6 +23,8 @@ from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.e2e.test_shim import shim
 from tests.fakenode.node import FakeNode, build_node
 
+pytestmark = pytest.mark.root
+
 WRITE_MPS = "cat /tmp/nvidia-mps/secret; echo owned > /tmp/nvidia-mps/owned; echo end"
 ACCEPT_ENV = "[requests]\naccept-env-unprivileged = true\n"
 

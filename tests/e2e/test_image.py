@@ -33,7 +33,7 @@ from tests.e2e.daemons import (
     sid_containerd_dir,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 VERSION_LINE = f"cdictk, version {makeimage.project()['version']}\n"
 # What the device plugin container imports, and PyYAML's C loader, which the spec's parsing wants.

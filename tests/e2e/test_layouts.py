@@ -20,6 +20,8 @@ from tests.e2e.conftest import Runtime, overlay, require_root, require_tool
 from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.unit.cli.test_generate_layouts import LAYOUTS
 
+pytestmark = pytest.mark.root
+
 PROBE_SOURCE = Path(__file__).resolve().parent / "cuda_probe.c"
 V = "580.95.05"
 

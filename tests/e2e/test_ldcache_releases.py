@@ -49,7 +49,7 @@ from tests.e2e.test_hooks_cuda_compat import COMPAT_DIR, HOST_DRIVER, NEWER, add
 from tests.fakenode.node import FakeNode
 from tests.unit.test_elfdso import NOTES_C
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 # Each release and its glibc: the loader of 2.35 and older skips a library tagged for a newer kernel.
 RELEASES = {"bullseye": 31, "jammy": 35, "bookworm": 36, "noble": 39, "trixie": 41}

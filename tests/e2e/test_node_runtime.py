@@ -49,6 +49,8 @@ from tests.e2e.conftest import (
 from tests.e2e.runtimebuild import build_runtime, node_run, run, variant
 from tests.fakenode.node import LIB_DIR, build_node
 
+pytestmark = pytest.mark.root
+
 PREFIX = "/opt/cdictk"
 HOOK = f"{PREFIX}/current/bin/cdictk-hook"
 GPU_NODE = "/gpunode"  # the fake GPU node's files, in the node's root

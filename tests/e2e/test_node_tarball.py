@@ -48,7 +48,7 @@ from tests.e2e.test_node_runtime import (
 )
 from tests.fakenode.node import build_node
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 TOP = nodetarball.name()
 SYSTEMCTL_LOG = "/var/log/systemctl.log"

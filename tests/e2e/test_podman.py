@@ -19,6 +19,8 @@ from cdictk.cdi.dump import dump_json
 from tests.e2e.conftest import ENXIO, IMAGE, FakeGpuHost, Podman, e2e_spec
 from tests.e2e.test_runtimes import cdictk
 
+pytestmark = pytest.mark.root
+
 PODMAN_SPEC_DIR = Path("/var/run/cdi")
 KIND = "cdictk.test/gpu"
 

@@ -15,6 +15,8 @@ from cdictk.cdi.dump import dump_yaml
 from cdictk.runtime.launchers import install_launchers
 from tests.e2e.conftest import ENXIO, IMAGE, FakeGpuHost, Podman, e2e_spec
 
+pytestmark = pytest.mark.root
+
 SHIPPED = Path(__file__).resolve().parents[2] / "hooks" / "oci-hooks.d" / "cdictk-precreate.json"
 
 

@@ -32,6 +32,8 @@ from tests.e2e.daemons import (
 from tests.e2e.test_runtimes import cdictk
 from tests.fakenode.node import LIB_DIR, FakeNode
 
+pytestmark = pytest.mark.root
+
 V = "580.95.05"
 LIBCUDA = f"{LIB_DIR}/libcuda.so.{V}"
 INSIDE = (
@@ -124,7 +126,7 @@ def assert_hook_failed(runtime: Runtime, result: subprocess.CompletedProcess[str
 
 @pytest.fixture
 def host_mounts() -> Iterator[None]:
-    """No mount the hook makes may show up in the host's mount namespace."""
+    """No mount the hook makes may show up in the mount namespace runc runs in (the session's)."""
     before = Path("/proc/self/mountinfo").read_text().count(LIBCUDA)
     yield
     assert Path("/proc/self/mountinfo").read_text().count(LIBCUDA) == before

@@ -40,7 +40,7 @@ from tests.e2e.conftest import ROOTFS_CACHE, overlay
 from tests.e2e.daemons import DAEMONS_CACHE
 from tests.readme import PROJECT, README, quick_start_commands
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 CLONE = "/root/cdictk"  # where the user cloned it, inside the chroot
 MIRROR = "http://deb.debian.org/debian/dists/bookworm/Release"

@@ -28,6 +28,8 @@ from tests import REPO
 from tests.e2e.conftest import busybox_problem, require_root, require_tool
 from tests.fakenode.node import FakeNode, build_node
 
+pytestmark = pytest.mark.root
+
 NVIDIA_TOOLS = os.environ.get("CDICTK_NVIDIA_TOOLS", "")
 STEPS = (
     "node facts",

@@ -36,6 +36,8 @@ import cdictk
 from tests.e2e.conftest import ENXIO, LoginUser, Podman, require_tool
 from tests.fakenode.node import FakeNode, build_node
 
+pytestmark = pytest.mark.root
+
 VENDOR, CLASS = "cdictk.test", "gpu"
 KIND = f"{VENDOR}/{CLASS}"
 SPEC_DIR = Path("/var/run/cdi")

@@ -7,7 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.e2e.conftest import ENXIO, EPERM, FakeGpuHost, Runtime, oci_config
+
+pytestmark = pytest.mark.root
 
 INSIDE = (
     "ls -l /dev/nvidia0 /dev/nvidiactl; cat /dev/nvidia0; cat /dev/nvidiactl; "

@@ -25,6 +25,8 @@ from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.fakenode.node import LIB_DIR
 from tests.unit.runtime.test_runtimelog import last_runtime_error
 
+pytestmark = pytest.mark.root
+
 INSIDE = "cat /dev/nvidia0; cat /dev/nvidia1; echo VISIBLE=$NVIDIA_VISIBLE_DEVICES; echo end"
 
 

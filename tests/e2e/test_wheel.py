@@ -35,7 +35,7 @@ from tests.e2e.test_runtimes import make_bundle
 from tests.fakenode.node import build_node
 from tests.fakenode.tools import MissingTool, node_tools
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.root]
 
 # What the wheel must carry besides code, whatever else the tree holds: what cdictk reads at run time.
 PACKAGE_DATA = (

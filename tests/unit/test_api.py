@@ -33,12 +33,14 @@ from cdictk.api import (
 from cdictk.cli.main import main
 from tests.conftest import require_node_tools
 from tests.fakenode.node import FakeNode, build_node, mig_cap_minor
+from tests.rootmarker import root_only
 
 CLAIM = "8f6c1b2e-3a4d-4e5f-9a0b-1c2d3e4f5a6b"
 CONFIG: dict[str, Any] = {"ociVersion": "1.2.0", "process": {"cwd": "/", "env": ["PATH=/bin"]}}
 
 
 @pytest.fixture(scope="module")
+@root_only
 def node(tmp_path_factory: pytest.TempPathFactory, stub_cache: str) -> FakeNode:
     require_node_tools()
     return build_node(str(tmp_path_factory.mktemp("api") / "node"), "eight", stub_cache)
@@ -69,12 +71,14 @@ def node_paths(edits: api.ContainerEdits) -> list[str]:
     return [node.path for node in edits.device_nodes]
 
 
+@pytest.mark.root
 def test_device_edits_by_index_and_by_uuid_are_the_same(specs: NodeSpecs, node: FakeNode) -> None:
     by_index = specs.device_edits("1")
     assert by_index == specs.device_edits(node.preset.gpus[1].uuid)
     assert node_paths(by_index)[0] == "/dev/nvidia1"
 
 
+@pytest.mark.root
 def test_a_mig_device_carries_its_parent_and_its_capability_nodes(specs: NodeSpecs, node: FakeNode) -> None:
     mig = node.preset.migs[1]
     edits = specs.device_edits("0:1")
@@ -86,6 +90,7 @@ def test_a_mig_device_carries_its_parent_and_its_capability_nodes(specs: NodeSpe
     ]
 
 
+@pytest.mark.root
 def test_a_gpu_in_mig_mode_and_an_unknown_id_are_refused(specs: NodeSpecs) -> None:
     with pytest.raises(UnknownDeviceError, match=r"GPU 0 is in MIG mode \(its MIG devices: 0:0, 0:1, 0:2\)"):
         specs.device_edits("0")
@@ -93,6 +98,7 @@ def test_a_gpu_in_mig_mode_and_an_unknown_id_are_refused(specs: NodeSpecs) -> No
         specs.claim_spec(CLAIM, ["1", "9"])
 
 
+@pytest.mark.root
 def test_common_edits_hold_the_driver_and_answers_are_copies(specs: NodeSpecs) -> None:
     common = specs.common_edits()
     assert "NVIDIA_VISIBLE_DEVICES=void" in common.env
@@ -103,6 +109,7 @@ def test_common_edits_hold_the_driver_and_answers_are_copies(specs: NodeSpecs) -
     assert specs.common_edits().env and specs.device_edits("1").device_nodes
 
 
+@pytest.mark.root
 def test_a_claim_spec_names_its_devices_after_the_claim(specs: NodeSpecs) -> None:
     spec = specs.claim_spec(CLAIM, ["1", "0:2", "1"])
     assert spec.kind == "nvidia.com/gpu"
@@ -113,6 +120,7 @@ def test_a_claim_spec_names_its_devices_after_the_claim(specs: NodeSpecs) -> Non
     api.validate(spec)
 
 
+@pytest.mark.root
 def test_a_whole_spec_has_every_device_and_all(specs: NodeSpecs, node: FakeNode) -> None:
     names = [device.name for device in specs.spec().devices]
     assert names[-1] == "all"
@@ -120,6 +128,7 @@ def test_a_whole_spec_has_every_device_and_all(specs: NodeSpecs, node: FakeNode)
     assert [device.name for device in specs.spec(["2"]).devices] == ["2", node.preset.gpus[2].uuid, "all"]
 
 
+@pytest.mark.root
 def test_specs_fit_an_older_reader_when_asked(node: FakeNode) -> None:
     old = NodeSpecs(node.root, proc_root=node.proc, sys_root=node.sys, cdi_version="0.5.0")
     assert specs_version(old.claim_spec(CLAIM, ["1", "0:1"])) == "0.5.0"
@@ -127,6 +136,7 @@ def test_specs_fit_an_older_reader_when_asked(node: FakeNode) -> None:
     assert any("cdiVersion 0.5.0 has no additionalGids" in warning for warning in old.warnings())
 
 
+@pytest.mark.root
 def test_a_producer_that_sees_the_node_elsewhere_writes_the_nodes_paths(node: FakeNode) -> None:
     seen_at = NodeSpecs(node.root, proc_root=node.proc, sys_root=node.sys, host_root=node.root)
     spec = seen_at.claim_spec(CLAIM, ["1"])
@@ -142,6 +152,7 @@ def specs_version(spec: api.Spec) -> str:
     return spec.cdi_version
 
 
+@pytest.mark.root
 def test_discovery_is_kept_until_max_age_or_refresh(node: FakeNode, monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[int] = []
     real = cdictk.nvcdi.nodespec.node_spec
@@ -165,6 +176,7 @@ def test_discovery_is_kept_until_max_age_or_refresh(node: FakeNode, monkeypatch:
     assert len(calls) == 3
 
 
+@pytest.mark.root
 def test_a_bad_kind_or_claim_uid_is_refused(specs: NodeSpecs, node: FakeNode) -> None:
     with pytest.raises(CdictkError, match='class: invalid class "gpu=": must end with a letter or digit'):
         NodeSpecs(node.root, device_class="gpu=")
@@ -175,6 +187,7 @@ def test_a_bad_kind_or_claim_uid_is_refused(specs: NodeSpecs, node: FakeNode) ->
 # --- TransientSpecs ----------------------------------------------------------------------------------
 
 
+@pytest.mark.root
 def test_write_gives_the_names_for_the_kubelet_and_a_file_runtimes_read(
     specs: NodeSpecs, spec_dir: str, cache: SpecCache
 ) -> None:
@@ -189,6 +202,7 @@ def test_write_gives_the_names_for_the_kubelet_and_a_file_runtimes_read(
     assert store.list() == [CLAIM]
 
 
+@pytest.mark.root
 def test_remove_is_idempotent(specs: NodeSpecs, spec_dir: str) -> None:
     store = TransientSpecs(spec_dir)
     store.write(CLAIM, specs.claim_spec(CLAIM, ["1"]))
@@ -198,6 +212,7 @@ def test_remove_is_idempotent(specs: NodeSpecs, spec_dir: str) -> None:
     assert os.listdir(spec_dir) == []
 
 
+@pytest.mark.root
 def test_a_create_only_write_accepts_a_retry_and_refuses_another_spec(
     specs: NodeSpecs, spec_dir: str
 ) -> None:
@@ -210,6 +225,7 @@ def test_a_create_only_write_accepts_a_retry_and_refuses_another_spec(
     assert len(os.listdir(spec_dir)) == 1
 
 
+@pytest.mark.root
 def test_a_spec_of_another_kind_or_an_invalid_one_is_not_written(specs: NodeSpecs, spec_dir: str) -> None:
     with pytest.raises(
         CdictkError, match=re.escape('spec of kind "nvidia.com/gpu" given to the producer of "x.com/y"')
@@ -222,6 +238,7 @@ def test_a_spec_of_another_kind_or_an_invalid_one_is_not_written(specs: NodeSpec
     assert not os.path.exists(spec_dir) or os.listdir(spec_dir) == []
 
 
+@pytest.mark.root
 def test_gc_removes_stale_claims_of_this_producer_only(specs: NodeSpecs, spec_dir: str) -> None:
     gpus, migs = TransientSpecs(spec_dir), TransientSpecs(spec_dir, "nvidia.com", "mig")
     for claim in ("a", "b", "c"):
@@ -247,6 +264,7 @@ def test_gc_removes_stale_claims_of_this_producer_only(specs: NodeSpecs, spec_di
     assert gpus.gc(["b"]) == []
 
 
+@pytest.mark.root
 def test_two_producers_side_by_side_in_one_cache(specs: NodeSpecs, spec_dir: str, cache: SpecCache) -> None:
     gpus, migs = TransientSpecs(spec_dir), TransientSpecs(spec_dir, "nvidia.com", "mig")
     mig_spec = specs.claim_spec(CLAIM, ["0:0"])
@@ -257,6 +275,7 @@ def test_two_producers_side_by_side_in_one_cache(specs: NodeSpecs, spec_dir: str
     assert cache.devices() == [f"nvidia.com/mig={CLAIM}-0:0"]
 
 
+@pytest.mark.root
 def test_a_symlinked_world_writable_or_foreign_spec_dir_is_refused(
     specs: NodeSpecs, tmp_path: Path, root_dir: Path
 ) -> None:
@@ -282,6 +301,7 @@ def test_a_symlinked_world_writable_or_foreign_spec_dir_is_refused(
     assert os.listdir(real) == []
 
 
+@pytest.mark.root
 def test_a_reader_never_sees_half_a_spec(specs: NodeSpecs, spec_dir: str) -> None:
     store = TransientSpecs(spec_dir)
     small = specs.claim_spec(CLAIM, ["1"])
@@ -304,6 +324,7 @@ def test_a_reader_never_sees_half_a_spec(specs: NodeSpecs, spec_dir: str) -> Non
     assert seen <= {1, 10}
 
 
+@pytest.mark.root
 def test_threads_share_one_node_specs_and_one_store(specs: NodeSpecs, spec_dir: str) -> None:
     store = TransientSpecs(spec_dir)
     failures: list[BaseException] = []
@@ -329,6 +350,7 @@ def test_threads_share_one_node_specs_and_one_store(specs: NodeSpecs, spec_dir: 
 # --- SpecCache ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.root
 def test_the_cache_sees_new_changed_and_removed_specs_and_rereads_only_those(
     specs: NodeSpecs, spec_dir: str, cache: SpecCache
 ) -> None:
@@ -347,6 +369,7 @@ def test_the_cache_sees_new_changed_and_removed_specs_and_rereads_only_those(
     assert cache.reads == reads + 1  # nothing changed: nothing read
 
 
+@pytest.mark.root
 def test_a_spec_dir_made_after_the_cache_is_watched(specs: NodeSpecs, tmp_path: Path) -> None:
     later = str(tmp_path / "later")
     cache = SpecCache([later])
@@ -358,6 +381,7 @@ def test_a_spec_dir_made_after_the_cache_is_watched(specs: NodeSpecs, tmp_path: 
         cache.devices()
 
 
+@pytest.mark.root
 def test_without_auto_refresh_only_refresh_rescans(specs: NodeSpecs, spec_dir: str) -> None:
     os.makedirs(spec_dir)
     cache = SpecCache([spec_dir], auto_refresh=False)
@@ -367,6 +391,7 @@ def test_without_auto_refresh_only_refresh_rescans(specs: NodeSpecs, spec_dir: s
     assert cache.devices() == [f"nvidia.com/gpu={CLAIM}-1"]
 
 
+@pytest.mark.root
 def test_inject_is_cdi_inject(specs: NodeSpecs, spec_dir: str, cache: SpecCache, tmp_path: Path) -> None:
     names = TransientSpecs(spec_dir).write(CLAIM, specs.claim_spec(CLAIM, ["1", "0:1"]))
     injected = cache.inject(CONFIG, names)
@@ -379,6 +404,7 @@ def test_inject_is_cdi_inject(specs: NodeSpecs, spec_dir: str, cache: SpecCache,
     assert "/dev/nvidia-caps/nvidia-cap" in json.dumps(injected["linux"]["devices"])
 
 
+@pytest.mark.root
 def test_inject_is_all_or_nothing(specs: NodeSpecs, spec_dir: str, cache: SpecCache) -> None:
     names = TransientSpecs(spec_dir).write(CLAIM, specs.claim_spec(CLAIM, ["1"]))
     with pytest.raises(
@@ -427,6 +453,7 @@ def test_annotations_both_ways() -> None:
         api.devices_from_annotations({"cdi.k8s.io/x": "v.com/c=a, v.com/c=b"})  # not trimmed, as in Go
 
 
+@pytest.mark.root
 def test_validate_reports_every_problem_and_shows_the_first(specs: NodeSpecs) -> None:
     spec = specs.claim_spec(CLAIM, ["1"])
     spec.cdi_version = "0.3.0"  # the capability-free claim needs 0.5.0 for its host paths

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests import REPO
 from tests.conftest import NodeFactory
 from tests.fakenode.node import FakeNode
@@ -31,6 +33,7 @@ def agent(node: FakeNode, tmp_path: Path, calls: list[dict[str, object]]) -> sub
     return subprocess.run(command, capture_output=True, text=True, check=False)
 
 
+@pytest.mark.root
 def test_the_node_agent_prepares_unprepares_and_stays_clean_across_restarts(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -68,6 +71,7 @@ def test_the_node_agent_prepares_unprepares_and_stays_clean_across_restarts(
     assert sorted(os.listdir(spec_dir)) == ["example.com-fpga_claim-z.json", "nvidia.com-gpu_claim-b.json"]
 
 
+@pytest.mark.root
 def test_the_node_agent_fails_in_one_line(make_node: NodeFactory, tmp_path: Path) -> None:
     node = make_node("eight")
     result = agent(node, tmp_path, [{"prepare": "claim-a", "devices": ["0"]}])

@@ -92,10 +92,9 @@ def test_keep_mode_false_sets_the_given_mode(tmp_path: Path) -> None:
     assert path.read_text() == "new" and stat.S_IMODE(path.stat().st_mode) == 0o644
 
 
+@pytest.mark.root
 def test_a_file_written_with_its_own_mode_belongs_to_the_writer(tmp_path: Path) -> None:
     """A spec (hooks run as root) must not go to whoever planted the file it replaces."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give the old file another owner")
     path = tmp_path / "nvidia.yaml"
     path.write_text("planted")
     os.chown(path, 65534, 65534)
@@ -303,8 +302,6 @@ def test_sweeping_by_prefix_takes_dead_writers_temp_files_of_that_prefix_only(tm
 
 # The directory a writer writes into: root's alone, or refused with one line.
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: directories of other owners")
-
 
 @pytest.fixture
 def base(tmp_path: Path) -> Path:
@@ -312,7 +309,7 @@ def base(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@needs_root
+@pytest.mark.root
 def test_a_users_directory_is_refused_and_nothing_is_written(base: Path) -> None:
     (base / "pub").mkdir()
     os.chown(base / "pub", OTHER, OTHER)
@@ -324,7 +321,7 @@ def test_a_users_directory_is_refused_and_nothing_is_written(base: Path) -> None
     assert os.listdir(base / "pub") == []
 
 
-@needs_root
+@pytest.mark.root
 def test_a_users_link_to_a_roots_directory_is_never_written_through(base: Path) -> None:
     """``/tmp/pub/specs -> /somewhere``: root would write wherever the user points the link."""
     (base / "somewhere").mkdir()
@@ -341,7 +338,7 @@ def test_a_users_link_to_a_roots_directory_is_never_written_through(base: Path) 
     assert os.listdir(base / "somewhere") == ["nvidia.yaml"]
 
 
-@needs_root
+@pytest.mark.root
 def test_a_users_directory_between_two_roots_links_is_never_written_through(base: Path) -> None:
     """``out -> userdir/hop -> target``: both links root's, the directory between them a user's, who
     may swap ``hop`` for a link of theirs at will. Before: the links' own path and where they end up
@@ -358,7 +355,7 @@ def test_a_users_directory_between_two_roots_links_is_never_written_through(base
     assert os.listdir(base / "target") == []
 
 
-@needs_root
+@pytest.mark.root
 def test_dot_dot_after_a_link_is_where_the_link_led_not_where_the_text_says(base: Path) -> None:
     """``x/ul/../victim``: the kernel goes up from where ``ul`` leads, a user's directory. Before: the
     text was folded to ``x/victim`` (root's), checked, and root wrote into the user's ``victim``."""
@@ -378,7 +375,7 @@ def test_dot_dot_after_a_link_is_where_the_link_led_not_where_the_text_says(base
     assert os.listdir(base / "home" / "victim") == [] and os.listdir(base / "x" / "victim") == []
 
 
-@needs_root
+@pytest.mark.root
 def test_group_writable_refused_sticky_only_as_the_directory_written_into(base: Path) -> None:
     (base / "shared").mkdir()
     os.chmod(base / "shared", 0o775)
@@ -391,7 +388,7 @@ def test_group_writable_refused_sticky_only_as_the_directory_written_into(base: 
     check_directory(str(base / "shared" / "sub"))  # root's, in a sticky one: only root may swap it
 
 
-@needs_root
+@pytest.mark.root
 def test_a_file_a_user_planted_in_a_sticky_directory_keeps_neither_owner_nor_mode(base: Path) -> None:
     """A user makes ``/tmp/x/config.toml`` (0666, theirs) before root edits it: keeping its owner and
     mode gave root's file back to the user. Before: owned by the user, mode 0666, after the write."""
@@ -413,7 +410,7 @@ def test_a_file_a_user_planted_in_a_sticky_directory_keeps_neither_owner_nor_mod
     assert (planted.stat().st_uid, stat.S_IMODE(planted.stat().st_mode)) == (OTHER, 0o600)
 
 
-@needs_root
+@pytest.mark.root
 def test_nothing_is_made_under_a_users_directory_and_a_users_new_one_is_refused(base: Path) -> None:
     (base / "home").mkdir()
     os.chown(base / "home", OTHER, OTHER)

@@ -13,7 +13,7 @@ from tests.owners import OTHER
 
 SYSTEM = 120
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: files of other owners")
+pytestmark = pytest.mark.root
 
 
 @pytest.fixture

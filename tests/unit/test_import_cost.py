@@ -25,6 +25,7 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools", "grpc", "google.pr
         "cdictk.runtime.shim",
         "cdictk.runtime.requests",
         "cdictk.runtime.settings",
+        "cdictk.settingsfile",
         "cdictk.node.ldcachereader",
     ],
 )
@@ -153,6 +154,7 @@ OFF_THE_START_PATH = {
     ("cdictk.runtime.inject", "cdictk.nvcdi.options"): "the same",
     ("cdictk.cli.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
     ("cdictk.cdi.mountcheck", "cdictk.cdi.dump"): "never on a start: cdi validate's and info's findings",
+    ("cdictk.settingsfile", "cdictk.strictyaml"): "never on a start: YAML settings (the device plugin's)",
 }
 
 

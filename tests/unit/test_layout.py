@@ -33,6 +33,7 @@ CONCERNS = {
     "cli/test_generate_modes.py",  # cdi generate in the modes beside the GPU host's
     "hooks/test_hardening.py",  # every hook against hostile images
     "info/test_info.py",  # cdictk info as a whole
+    "test_root_marker.py",  # the root marker and its check (tests/rootmarker.py)
 }
 
 # Modules without a test file of their own (cdictk/ path -> the tests/unit file that covers it): an

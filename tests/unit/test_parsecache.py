@@ -118,7 +118,7 @@ def test_a_directory_swapped_for_a_link_after_the_check_is_not_read_through(
     assert ParseCache(str(directory)).load("e", [1]) == "good"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the parent to another user")
+@pytest.mark.root
 def test_a_directory_under_a_parent_someone_else_owns_is_not_used(tmp_path: Path) -> None:
     parent = tmp_path / "user"
     cache = ParseCache(str(parent / "c"))

@@ -96,10 +96,9 @@ def test_the_demo_as_a_user_says_it_needs_root_before_anything_else(world_readab
     )
 
 
+@pytest.mark.root
 def test_a_directory_that_is_not_a_venv_is_never_cleared(tmp_path: Path) -> None:
     """VENV=DIR naming a directory with other files in it: `python3 -m venv --clear` would empty it."""
-    if os.geteuid() != 0:
-        pytest.skip("runs as root, with no apt-get on PATH, so that nothing can be installed")
     project = tmp_path / "clone"
     project.mkdir()
     shutil.copy2(QUICKSTART, project / "quickstart")

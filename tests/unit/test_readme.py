@@ -95,6 +95,7 @@ def api_example() -> tuple[str, str]:
     return code, output
 
 
+@pytest.mark.root
 def test_the_api_example_runs_as_written_on_the_fake_node(make_node: NodeFactory, tmp_path: Path) -> None:
     node = make_node("eight")
     code, output = api_example()

@@ -32,11 +32,6 @@ def fresh_declarations(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(syscalls, "_declared", {})
 
 
-def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("namespaces and mounts need root (run the tests as root)")
-
-
 def in_child(work: Callable[[], Any]) -> Any:
     """What ``work`` returns (JSON), run in a forked child in a private mount namespace of its own;
     its exception's last line, raised here as an AssertionError."""
@@ -277,9 +272,9 @@ def test_the_new_mount_api_declares_the_wrappers_or_falls_back(libc: str, tmp_pa
     assert hasattr(declared, "argtypes") == (libc == "glibc")  # a C function, or the syscall(2) closure
 
 
+@pytest.mark.root
 def test_a_read_only_tmpfs_attached_by_descriptor(libc: str, tmp_path: Path) -> None:
     """fsopen, fsconfig, fsmount, mount_setattr, open_tree and move_mount, as the hooks use them."""
-    require_root()
     target = tmp_path / "target"
     target.mkdir()
 
@@ -309,8 +304,8 @@ def test_a_read_only_tmpfs_attached_by_descriptor(libc: str, tmp_path: Path) -> 
     assert os.listdir(target) == []  # the mount went with the child's namespace
 
 
+@pytest.mark.root
 def test_mount_setattr_recursive_and_cleared(tmp_path: Path) -> None:
-    require_root()
     (tmp_path / "top").mkdir()
 
     def work() -> list[bool]:
@@ -330,8 +325,8 @@ def test_mount_setattr_recursive_and_cleared(tmp_path: Path) -> None:
 # namespaces, mounts, pivot_root
 
 
+@pytest.mark.root
 def test_mount_umount2_and_pivot_root(tmp_path: Path) -> None:
-    require_root()
     new_root = tmp_path / "new"
     new_root.mkdir()
 
@@ -347,8 +342,8 @@ def test_mount_umount2_and_pivot_root(tmp_path: Path) -> None:
     assert in_child(work) == ["marker"]
 
 
+@pytest.mark.root
 def test_mount_errors_name_the_target(tmp_path: Path) -> None:
-    require_root()
     missing = str(tmp_path / "missing")
 
     def work() -> list[Any]:
@@ -361,8 +356,8 @@ def test_mount_errors_name_the_target(tmp_path: Path) -> None:
     assert in_child(work) == [errno.ENOENT, missing]
 
 
+@pytest.mark.root
 def test_setns_joins_a_namespace_again() -> None:
-    require_root()
 
     def work() -> bool:
         before = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
@@ -374,8 +369,8 @@ def test_setns_joins_a_namespace_again() -> None:
     assert in_child(work) is True
 
 
+@pytest.mark.root
 def test_capset_and_prctl_drop_what_they_name() -> None:
-    require_root()
 
     def work() -> dict[str, str]:
         syscalls.prctl(syscalls.PR_SET_NO_NEW_PRIVS, 1)

@@ -11,6 +11,8 @@ import pytest
 from cdictk.trust import owners_of_trust, path_problem, paths_problem
 from tests.owners import OTHER, ROOT_ONLY, plain_file
 
+pytestmark = pytest.mark.root
+
 if TYPE_CHECKING:
     from cdictk.trust import Seen
 

@@ -10,6 +10,8 @@ import pytest
 from cdictk.trustscan import first_problem, repairs, tree_problem
 from tests.owners import OTHER, ROOT_ONLY, plain_file
 
+pytestmark = pytest.mark.root
+
 
 def test_repairs_name_every_entry_at_fault(root_dir: Path) -> None:
     inner = root_dir / "cdi"

@@ -260,12 +260,11 @@ def _describe(exc: BaseException) -> str:
     """``exc`` as one line: control characters (a file name, a value from the image) are escaped."""
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.runtime.inject import InjectError  # noqa: PLC0415
-    from cdictk.runtime.settings import SettingsError  # noqa: PLC0415
 
     if isinstance(exc, OSError):
         where = f"{exc.filename}: " if exc.filename else ""
         text = f"{where}{exc.strerror or exc}"
-    elif isinstance(exc, (HookError, CdictkError, SettingsError, InjectError)):
+    elif isinstance(exc, (HookError, CdictkError, InjectError)):  # a SettingsError is a CdictkError
         text = str(exc)
     else:
         text = f"internal error: {type(exc).__name__}: {exc}"

@@ -303,10 +303,9 @@ def test_a_spec_made_in_memory_is_held_above_the_dirs(tmp_path: Path) -> None:
     assert both.spec_of("nvidia.com/gpu=0") == "<memory>"
 
 
+@pytest.mark.root
 def test_inject_refuses_every_device_when_a_host_path_is_a_users(tmp_path: Path) -> None:
     """``cdictk cdi inject`` and the library's inject: all or nothing, one line, when a host path is a user's."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give a directory to another user")
     os.chmod(tmp_path, 0o755)
     shared = tmp_path / "shared"
     shared.mkdir()

@@ -77,6 +77,7 @@ def test_inject_leaves_the_input_alone_and_is_all_or_nothing(dirs: tuple[Path, P
     assert json.dumps(config) == before
 
 
+@pytest.mark.root
 def test_an_untrusted_spec_is_an_error_unless_accepted(root_dir: Path) -> None:
     (root_dir / "a.yaml").write_text(SPEC % ("a", "X=1"))
     os.chown(root_dir / "a.yaml", 1000, 1000)

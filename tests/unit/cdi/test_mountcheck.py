@@ -14,7 +14,7 @@ from cdictk.cdi.mountcheck import check_host_paths, spec_problems
 from cdictk.errors import CdictkError
 from tests.owners import OTHER
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root: files of other owners")
+pytestmark = pytest.mark.root
 
 
 def edits(**blocks: Any) -> dict[str, Any]:

@@ -4,7 +4,6 @@ from cdictk.cdi.names import (
     QualifiedName,
     device_name_problem,
     kind_problem,
-    kind_spec_problem,
     parse_qualified_name,
     split_kind,
     vendor_or_class_problem,
@@ -118,6 +117,13 @@ def test_kinds() -> None:
         ("vendor.com/" + "c" * 64, "invalid class: 64 characters, over the CDI specification's limit of 63"),
     ],
 )
-def test_kind_spec_problem_is_stricter_than_the_library(kind: str, problem: str | None) -> None:
+def test_the_specifications_limits_are_stricter_than_the_library(kind: str, problem: str | None) -> None:
     assert kind_problem(kind) is None  # the reference library, and so runtimes, accept every one
-    assert kind_spec_problem(kind) == problem
+    assert kind_problem(kind, spec_limits=True) == problem
+
+
+def test_the_specifications_limits_come_after_the_librarys_rules() -> None:
+    assert kind_problem("_vendor.com/gpu", spec_limits=True) == (
+        'invalid vendor "_vendor.com": must start with a letter'
+    )
+    assert kind_problem("gpu", spec_limits=True) == kind_problem("gpu")

@@ -15,6 +15,9 @@ from cdictk.cdi.cache import load_specs
 from cdictk.cdi.registry import load_registry
 from cdictk.cdi.specdirs import spec_paths, untrusted
 from cdictk.errors import Problem
+from tests.rootmarker import root_only
+
+pytestmark = pytest.mark.root
 
 OTHER = 12345  # another user: a uid nobody on the machine has
 
@@ -29,9 +32,8 @@ devices:
 
 
 @pytest.fixture
+@root_only
 def spec_dir(tmp_path: Path) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
     directory = tmp_path / "cdi"
     directory.mkdir(mode=0o755)
     (directory / "good.yaml").write_text(SPEC.format(name="good"))

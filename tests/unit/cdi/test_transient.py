@@ -94,6 +94,7 @@ def test_gc_takes_dead_writers_temp_files(tmp_path: Path) -> None:
     assert os.listdir(tmp_path) == [".vendor.com-fpga_c1.json.0123456789ab.tmp"]
 
 
+@pytest.mark.root
 def test_a_spec_dir_that_others_could_change_is_refused(root_dir: Path) -> None:
     real = root_dir / "real"
     real.mkdir(mode=0o755)

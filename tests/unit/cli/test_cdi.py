@@ -333,11 +333,10 @@ def plant(spec_dir: Path) -> Path:
     return path
 
 
+@pytest.mark.root
 def test_inject_skips_a_spec_of_another_user_and_warns(
     capsys: pytest.CaptureFixture[str], spec_dir: Path, tmp_path: Path
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
     plant(spec_dir)
     config = tmp_path / "config.json"
     config.write_text('{"ociVersion": "1.0.2", "process": {"env": []}}')
@@ -350,9 +349,8 @@ def test_inject_skips_a_spec_of_another_user_and_warns(
     assert "/home/user/evil" in config.read_text()
 
 
+@pytest.mark.root
 def test_list_and_validate_name_the_skipped_file(capsys: pytest.CaptureFixture[str], spec_dir: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
     planted = plant(spec_dir)
     code, out, err = run(capsys, "cdi", "list", "--spec-dir", str(spec_dir))
     assert code == 0 and "vendor.com/gpu=planted" not in out and "vendor.com/gpu=0" in out

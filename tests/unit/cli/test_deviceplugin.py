@@ -17,9 +17,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from cdictk.cdi.load import load_spec
 from cdictk.cli.deviceplugin import device_plugin_command
+from cdictk.cli.main import main
 from cdictk.deviceplugin import plugin as plugin_module
 from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.errors import CdictkError
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.fakenode.nvml import FakeMig
@@ -46,6 +49,17 @@ def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> N
     result = subprocess.run([*CDICTK, *args], capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 1, result
     assert said in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_settings_file_nested_20000_deep_is_one_line_and_status_1(tmp_path: Path) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("flags: " + "{plugin: " * 20000 + "x" + "}" * 20000 + "\n")
+    result = subprocess.run(
+        [*CDICTK, "--config", str(deep)], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1, result
+    assert result.stderr.startswith(f"cdictk: error: {deep}: ") and "nest" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
@@ -126,6 +140,55 @@ def test_nvidias_variables_set_what_their_flags_set(monkeypatch: pytest.MonkeyPa
     assert ran[2].mig_strategy == "single"
 
 
+@pytest.mark.root
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "nvidia.com/gpu",
+        "k8s.gpu.example.com/mig-1g.10gb",
+        "vendor.com/class_1",
+        "my_vendor.com/gpu",  # the reference library takes it, the CDI specification does not
+        "v" * 250 + ".com/gpu",
+        "vendor.com/" + "c" * 64,
+        "1vendor.com/gpu",
+        "vendor.com/gpu-",
+    ],
+)
+def test_the_device_plugin_serves_the_kinds_cdi_generate_writes(
+    kind: str,
+    make_node: NodeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """One kind check for both: the plugin's kind is the node spec's, which cdi generate writes."""
+    ran: list[Settings] = []
+
+    class Recorded:
+        def __init__(self, settings: Settings, log: object) -> None:
+            ran.append(settings)
+
+        def run(self, stop: object) -> None:
+            pass
+
+    monkeypatch.setattr(plugin_module, "DevicePlugin", Recorded)
+    monkeypatch.setattr(signal, "signal", lambda *_: None)
+    plugin = CliRunner().invoke(device_plugin_command, ["--cdi-kind", kind], env={})
+    node = make_node("single")
+    vendor, _, cls = kind.partition("/")
+    output = tmp_path / "spec.yaml"
+    code = main(["cdi", "generate", *node.cli_args(), "--vendor", vendor, "--class", cls, "-o", str(output)])
+    generated = capsys.readouterr().err
+    if code == 0:
+        assert plugin.exit_code == 0 and ran[0].cdi_kind == kind, plugin.output
+        assert load_spec(str(output)).kind == kind
+    else:
+        assert plugin.exit_code == 1 and not ran
+        assert isinstance(plugin.exception, CdictkError)
+        # The same reason after each command's own flag.
+        assert generated.count("\n") == 1 and generated.endswith(f": {plugin.exception.problem.reason}\n")
+
+
 def test_help_explains_the_strategies() -> None:
     result = subprocess.run([*CDICTK, "--help"], capture_output=True, text=True, timeout=60, check=True)
     text = "".join(result.stdout.split())  # click wraps lines, at hyphens too
@@ -133,6 +196,7 @@ def test_help_explains_the_strategies() -> None:
         assert words.replace(" ", "") in text
 
 
+@pytest.mark.root
 def test_a_plugin_dir_too_long_for_its_sockets_is_one_line_and_status_1(make_node: NodeFactory) -> None:
     """Found at start, as every other bad setting, rather than by each registration failing."""
     node = make_node("eight")
@@ -156,6 +220,7 @@ def plugin_dir() -> Iterator[str]:
     shutil.rmtree(path, ignore_errors=True)
 
 
+@pytest.mark.root
 def test_serves_follows_a_mig_change_quietly_and_stops_on_sigterm(
     make_node: NodeFactory, tmp_path: Path, plugin_dir: str
 ) -> None:

@@ -49,6 +49,7 @@ def mount_paths(edits: ContainerEdits) -> dict[str, list[str]]:
     return {m.container_path: m.options for m in edits.mounts}
 
 
+@pytest.mark.root
 def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path) -> None:
     node = make_node("single")
     spec = write_spec(capsys, node, tmp_path)
@@ -135,6 +136,7 @@ def test_single_gpu_spec(capsys: pytest.CaptureFixture[str], make_node: NodeFact
     ]
 
 
+@pytest.mark.root
 def test_eight_gpus_with_mig(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -182,6 +184,7 @@ def test_eight_gpus_with_mig(
     assert mounts["/tmp/nvidia-mps"] == ipc
 
 
+@pytest.mark.root
 def test_output_is_deterministic_and_unchanged_specs_are_not_rewritten(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -199,6 +202,7 @@ def test_output_is_deterministic_and_unchanged_specs_are_not_rewritten(
     assert os.listdir(output.parent) == ["nvidia.yaml"]  # no temporary file left behind
 
 
+@pytest.mark.root
 def test_check_reports_stale_specs(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -220,6 +224,7 @@ def test_check_reports_stale_specs(
     assert output.read_bytes() == before
 
 
+@pytest.mark.root
 def test_json_format(capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path) -> None:
     node = make_node("single")
     output = tmp_path / "nvidia.json"
@@ -230,6 +235,7 @@ def test_json_format(capsys: pytest.CaptureFixture[str], make_node: NodeFactory,
     assert code == 0 and json.loads(out) == data
 
 
+@pytest.mark.root
 def test_naming_selection_and_hooks_flags(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -267,6 +273,7 @@ def test_naming_selection_and_hooks_flags(
     assert spec.container_edits.hooks == [] and all(not d.container_edits.hooks for d in spec.devices)
 
 
+@pytest.mark.root
 def test_older_cdi_version(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -282,6 +289,7 @@ def test_older_cdi_version(
     assert not (tmp_path / "old.yaml").exists()
 
 
+@pytest.mark.root
 def test_management_mode(capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path) -> None:
     node = make_node("eight")
     spec = write_spec(capsys, node, tmp_path, "--mode", "management")
@@ -293,6 +301,7 @@ def test_management_mode(capsys: pytest.CaptureFixture[str], make_node: NodeFact
     assert "--folder" in hook.args and "--disable-device-node-modification" not in hook.args
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -329,6 +338,7 @@ def test_node_without_gpus_writes_nothing(capsys: pytest.CaptureFixture[str], tm
     assert not output.exists()
 
 
+@pytest.mark.root
 def test_unwritable_output_leaves_the_old_spec(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -359,6 +369,7 @@ def test_help_explains() -> None:
         assert flag in result.stdout
 
 
+@pytest.mark.root
 def test_missing_optional_files_are_one_warning(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -382,6 +393,7 @@ def test_missing_optional_files_are_one_warning(
     ]
 
 
+@pytest.mark.root
 def test_separate_dev_root(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -398,6 +410,7 @@ def test_separate_dev_root(
     assert libcuda.host_path == f"{node.root}{LIB_DIR}/libcuda.so.{V}"
 
 
+@pytest.mark.root
 def test_nvidias_flag_spellings_are_accepted_as_they_are(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:

@@ -33,6 +33,7 @@ def generate(capsys: pytest.CaptureFixture[str], node: FakeNode, *args: str) -> 
     return code, out, err
 
 
+@pytest.mark.root
 def test_two_files_sharing_a_missing_soname_link_give_one_link_to_the_newest(make_node: NodeFactory) -> None:
     node = make_node("single")
     shutil.copy(
@@ -46,6 +47,7 @@ def test_two_files_sharing_a_missing_soname_link_give_one_link_to_the_newest(mak
     assert scan.links == sorted(scan.links)
 
 
+@pytest.mark.root
 def test_absolute_links_in_the_driver_root_never_reach_host_files(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -77,6 +79,7 @@ def test_absolute_links_in_the_driver_root_never_reach_host_files(
     ]
 
 
+@pytest.mark.root
 def test_names_a_spec_cannot_carry_are_left_out_with_a_warning(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -92,6 +95,7 @@ def test_names_a_spec_cannot_carry_are_left_out_with_a_warning(
     )
 
 
+@pytest.mark.root
 def test_mig_gpu_without_mig_devices_is_reported(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -105,6 +109,7 @@ def test_mig_gpu_without_mig_devices_is_reported(
     assert f"GPU 0 ({uuid}) is in MIG mode without MIG devices: left out" in err
 
 
+@pytest.mark.root
 def test_procfs_gpu_without_uuid_keeps_its_index_name(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -116,6 +121,7 @@ def test_procfs_gpu_without_uuid_keeps_its_index_name(
     assert "GPU 0 has no UUID (procfs did not list one): no uuid name for it" in err
 
 
+@pytest.mark.root
 def test_a_gpu_pynvml_cannot_decode_is_left_out_not_papered_over_with_procfs(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -127,6 +133,7 @@ def test_a_gpu_pynvml_cannot_decode_is_left_out_not_papered_over_with_procfs(
     assert err.startswith("cdictk: error: no NVIDIA GPUs found (nvml); NVML could not describe GPU 0: ")
 
 
+@pytest.mark.root
 def test_a_hung_nvml_ends_generate_within_its_deadline_and_keeps_the_spec(
     capsys: pytest.CaptureFixture[str],
     make_node: NodeFactory,
@@ -153,6 +160,7 @@ def test_a_hung_nvml_ends_generate_within_its_deadline_and_keeps_the_spec(
     assert output.read_bytes() == before
 
 
+@pytest.mark.root
 def test_driver_version_prefers_the_library_libcuda_so_1_points_at(make_node: NodeFactory) -> None:
     node = make_node("single")
     shutil.copy(f"{node.lib_dir}/libcuda.so.{V}", f"{node.lib_dir}/libcuda.so.999.1.1")
@@ -172,6 +180,7 @@ def test_default_hook_program_is_isolated_whatever_the_interpreter_is_called(
         hook_program()
 
 
+@pytest.mark.root
 def test_output_that_is_not_a_regular_file_is_refused_without_hanging(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -189,6 +198,7 @@ def test_output_that_is_not_a_regular_file_is_refused_without_hanging(
     assert not (tmp_path / "elsewhere.yaml").exists()
 
 
+@pytest.mark.root
 def test_relative_roots_give_absolute_host_paths(
     capsys: pytest.CaptureFixture[str],
     make_node: NodeFactory,
@@ -218,6 +228,7 @@ def test_relative_roots_give_absolute_host_paths(
     assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.root
 def test_unchanged_spec_with_the_wrong_mode_is_rewritten_0644(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -229,6 +240,7 @@ def test_unchanged_spec_with_the_wrong_mode_is_rewritten_0644(
     assert code == 0 and "wrote" in err and (output.stat().st_mode & 0o777) == 0o644
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -243,6 +255,7 @@ def test_flags_that_do_not_fit(
     assert code == 1 and message in err
 
 
+@pytest.mark.root
 def test_output_name_runtimes_would_ignore_is_warned_about(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -251,6 +264,7 @@ def test_output_name_runtimes_would_ignore_is_warned_about(
     assert code == 0 and "CDI runtimes only load .yaml and .json files from their spec directories" in err
 
 
+@pytest.mark.root
 def test_output_under_new_directories_is_never_world_writable_under_umask_000(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -268,11 +282,10 @@ def test_output_under_new_directories_is_never_world_writable_under_umask_000(
     assert left == 0o022  # the command set it, for whatever it creates without a mode of its own
 
 
+@pytest.mark.root
 def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give the spec to another user")
     node = make_node("single")
     output = tmp_path / "nvidia.yaml"
     generate(capsys, node, "-o", str(output))
@@ -283,14 +296,13 @@ def test_the_same_spec_owned_by_a_user_is_replaced_not_unchanged(
     assert output.stat().st_uid == 0
 
 
+@pytest.mark.root
 def test_an_output_through_a_users_directory_or_link_is_refused(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
     """``--output /tmp/pub/specs/nvidia.yaml`` with ``/tmp/pub`` a user's and
     ``specs`` their link to wherever: root must write neither where it points nor into the user's
     directory (``wrote ...``, exit 0), where they could swap the file at will."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: directories of another owner")
     node = make_node("single")
     os.chmod(tmp_path, 0o755)
     pub, somewhere = tmp_path / "pub", tmp_path / "somewhere"
@@ -315,6 +327,7 @@ def _generate_as_a_command(node: FakeNode, output: Path) -> subprocess.Completed
     return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
 
 
+@pytest.mark.root
 def test_a_users_nvml_put_in_a_listed_directory_after_ldconfig_never_runs(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -332,6 +345,7 @@ def test_a_users_nvml_put_in_a_listed_directory_after_ldconfig_never_runs(
     assert "NVML" not in result.stderr and "falling back" not in result.stderr  # the driver's NVML answered
 
 
+@pytest.mark.root
 def test_a_users_nvml_the_cache_names_is_refused_and_generate_goes_on_without_nvml(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:

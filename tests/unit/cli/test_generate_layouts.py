@@ -20,6 +20,8 @@ from tests.conftest import NodeFactory
 from tests.fakenode.node import FakeNode
 from tests.unit.cli.test_generate import device, generate, mount_paths, node_paths, write_spec
 
+pytestmark = pytest.mark.root
+
 V = "580.95.05"
 ELF_MAGIC = b"\x7fELF"
 LAYOUTS = ("single", "rhel", "runfile", "gke", "driver-container")

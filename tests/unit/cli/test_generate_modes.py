@@ -67,6 +67,7 @@ def hook_args(spec: Spec) -> list[str]:
     return hook.args[hook.args.index("batch") + 1 :]
 
 
+@pytest.mark.root
 def test_wsl(capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path) -> None:
     node = make_platform("wsl")
     output = tmp_path / "nvidia.yaml"
@@ -92,6 +93,7 @@ def test_wsl(capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory,
     ]
 
 
+@pytest.mark.root
 def test_jetson(capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path) -> None:
     node = make_platform("jetson")
     output = tmp_path / "nvidia.yaml"
@@ -133,6 +135,7 @@ def test_jetson(capsys: pytest.CaptureFixture[str], make_platform: PlatformFacto
     ]
 
 
+@pytest.mark.root
 def test_a_malformed_csv_line_is_one_error_and_nothing_is_written(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path
 ) -> None:
@@ -148,6 +151,7 @@ def test_a_malformed_csv_line_is_one_error_and_nothing_is_written(
     assert not output.exists()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", OTHER_DRIVERS)
 def test_other_drivers_get_their_own_class_and_spec_file(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path, name: str
@@ -182,6 +186,7 @@ def test_other_drivers_get_their_own_class_and_spec_file(
     assert spec.kind == "nvidia.com/gpu" and spec.container_edits.hooks == []
 
 
+@pytest.mark.root
 def test_imex_devices_by_channel(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path
 ) -> None:
@@ -210,6 +215,7 @@ def test_device_id_where_there_is_one_all_device_is_an_error(
     )
 
 
+@pytest.mark.root
 def test_jetson_device_ids(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path
 ) -> None:
@@ -264,6 +270,7 @@ def test_nothing_found_is_one_error_and_nothing_written(
     assert not output.exists()
 
 
+@pytest.mark.root
 def test_wsl_without_dxg_is_an_error(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory
 ) -> None:
@@ -284,6 +291,7 @@ def test_csv_options_need_the_csv_mode(capsys: pytest.CaptureFixture[str], tmp_p
     )
 
 
+@pytest.mark.root
 def test_auto_picks_wsl_and_csv_by_platform(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path
 ) -> None:
@@ -295,6 +303,7 @@ def test_auto_picks_wsl_and_csv_by_platform(
         assert [d.name for d in load_spec(str(tmp_path / f"{name}.yaml")).devices] == devices
 
 
+@pytest.mark.root
 def test_auto_on_a_jetson_whose_nvml_reports_discrete_gpus_uses_nvml_and_says_it_guessed(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -309,6 +318,7 @@ def test_auto_on_a_jetson_whose_nvml_reports_discrete_gpus_uses_nvml_and_says_it
     assert next(d.name for d in load_spec(str(tmp_path / "nvidia.yaml")).devices) == "0"
 
 
+@pytest.mark.root
 def test_auto_on_a_jetson_whose_nvml_reports_its_integrated_gpu_uses_the_csv_files(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, stub_cache: str, tmp_path: Path
 ) -> None:
@@ -341,6 +351,7 @@ def _change(name: str, node: PlatformNode) -> None:
     changes[name]()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", sorted(PLATFORMS))
 def test_check_for_every_mode(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path, name: str
@@ -358,6 +369,7 @@ def test_check_for_every_mode(
     )
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", sorted(PLATFORMS))
 def test_watch_for_every_mode(make_platform: PlatformFactory, tmp_path: Path, name: str) -> None:
     """What --watch runs every interval: the fingerprint notices the change, the spec follows it."""
@@ -386,6 +398,7 @@ def test_watch_for_every_mode(make_platform: PlatformFactory, tmp_path: Path, na
     assert sum(line.startswith(f"wrote {output} (") for line in said) == 2  # once, then after the change
 
 
+@pytest.mark.root
 def test_a_jetson_library_gets_its_soname_link_where_the_host_and_the_csv_lack_it(
     capsys: pytest.CaptureFixture[str], make_platform: PlatformFactory, tmp_path: Path
 ) -> None:

@@ -29,6 +29,7 @@ def wait_for(condition: object, what: str) -> float:
     raise AssertionError(f"{what}: not within {DEADLINE} s")
 
 
+@pytest.mark.root
 def test_a_mig_change_reaches_the_spec_and_nothing_else_rewrites_it(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -58,6 +59,7 @@ def test_a_mig_change_reaches_the_spec_and_nothing_else_rewrites_it(
     assert err.count("wrote ") == 3 and err.rstrip().endswith(f"stopped watching for {output}")
 
 
+@pytest.mark.root
 def test_a_driver_that_goes_away_keeps_the_spec_until_it_is_back(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -94,6 +96,7 @@ def test_watch_needs_a_file(extra: list[str], capsys: pytest.CaptureFixture[str]
     assert "--watch" in capsys.readouterr().err
 
 
+@pytest.mark.root
 def test_host_root_writes_the_nodes_paths(make_node: NodeFactory, capsys: pytest.CaptureFixture[str]) -> None:
     """A DaemonSet sees the node at /host: the spec must name /dev/nvidia0, not /host/dev/nvidia0."""
     node = make_node("single")
@@ -107,6 +110,7 @@ def test_host_root_writes_the_nodes_paths(make_node: NodeFactory, capsys: pytest
     assert stripped.count("- path: /dev/nvidia0") == plain.count("- path: /dev/nvidia0")
 
 
+@pytest.mark.root
 def test_a_spec_deleted_or_changed_under_the_watch_is_put_back(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -132,6 +136,7 @@ def test_a_spec_deleted_or_changed_under_the_watch_is_put_back(
     assert code == 0, err
 
 
+@pytest.mark.root
 def test_an_output_that_is_not_a_file_ends_the_watch(make_node: NodeFactory, tmp_path: Path) -> None:
     node = make_node("single")
     (tmp_path / "elsewhere").write_text("")

@@ -16,6 +16,8 @@ from cdictk.labels.featurefile import HEADER
 from tests.conftest import NodeFactory
 from tests.unit.cli.test_generate_watch import DEADLINE, wait_for
 
+pytestmark = pytest.mark.root
+
 # The eight-GPU node (GPU 0 in MIG mode with a 3g.40gb and two 1g.10gb devices) with --mig-strategy none.
 EIGHT_NONE = """\
 nvidia.com/cuda.driver-version.full=580.95.05
@@ -182,6 +184,12 @@ def test_watch_follows_a_mig_reconfiguration_and_removes_the_file_when_stopped(
         (["--watch", "--output", "-"], None, "--watch: needs a file to write"),
         ([], "flags:\n  migStrategy: all\n", "flags.migStrategy: must be one of none, single, mixed"),
         ([], "version: v1\nversion: v1\n", "duplicate key"),
+        (
+            [],
+            "sharing: " + "[" * 20000 + "]" * 20000 + "\n",
+            "settings.yaml: invalid YAML: exceeded maximum nesting",
+        ),
+        ([], "".join(f"{' ' * depth}flags:\n" for depth in range(200)), "nested deeper than 64 levels"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_1(

@@ -119,6 +119,7 @@ def test_follow_symlinks_edits_the_target(capsys: pytest.CaptureFixture[str], tm
     assert "imports" in (tmp_path / "real.toml").read_text()
 
 
+@pytest.mark.root
 def test_read_only_directory_leaves_the_file_as_it_was(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

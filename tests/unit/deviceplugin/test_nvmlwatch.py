@@ -280,6 +280,7 @@ def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 20.
     raise AssertionError(f"no {wanted} within {timeout} s: {heard}")
 
 
+@pytest.mark.root
 def test_the_child_on_a_fake_node_whose_nvml_has_no_events(make_node: NodeFactory) -> None:
     node = make_node("eight")
     node.write_nvml_config(dataclasses.replace(node.nvml_config(), events=False))
@@ -303,6 +304,7 @@ def test_the_child_on_a_fake_node_whose_nvml_has_no_events(make_node: NodeFactor
     assert stderr == ""
 
 
+@pytest.mark.root
 def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
     node = make_node("eight")
     library = str(Path(node.lib_dir) / "libnvidia-ml.so.1")
@@ -332,6 +334,7 @@ def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
         watching.wait()
 
 
+@pytest.mark.root
 def test_the_child_loads_no_library_that_is_not_roots_alone(make_node: NodeFactory, tmp_path: Path) -> None:
     """Whatever path it is given: it judges the file again where it would run it."""
     node = make_node("single")
@@ -349,6 +352,7 @@ def test_the_child_loads_no_library_that_is_not_roots_alone(make_node: NodeFacto
 PLUGIN = [sys.executable, "-m", "cdictk", "device-plugin"]
 
 
+@pytest.mark.root
 def test_the_plugins_nvml_child_never_runs_a_users_library_put_in_a_listed_directory(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -384,6 +388,7 @@ def test_the_plugins_nvml_child_never_runs_a_users_library_put_in_a_listed_direc
     assert process.returncode == 0, stderr
 
 
+@pytest.mark.root
 def test_the_plugin_stops_when_the_nvml_the_cache_names_is_a_users(
     make_node: NodeFactory, tmp_path: Path
 ) -> None:

@@ -23,6 +23,8 @@ from tests.e2e.kubelet.nodeplugin import serve
 from tests.fakenode.nvml import FakeMig
 from tests.unit.deviceplugin.conftest import GPU, PluginFactory, generate_spec
 
+pytestmark = pytest.mark.root
+
 UUID = "GPU-4b1d0c2e-7a3f-4c55-9e21-0000000000{:02d}"
 WHOLE = [UUID.format(i) for i in range(1, 8)]  # GPU 0 is in MIG mode
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdictk.deviceplugin.pluginsettings import Replicas, SettingsError, from_data, list_strategies, load
+from cdictk.deviceplugin.pluginsettings import Replicas, from_data, list_strategies, load
+from cdictk.settingsfile import SettingsError
 
 
 def test_nvidia_shaped_file(tmp_path: Path) -> None:
@@ -97,7 +98,9 @@ def test_a_file_that_cannot_be_read_or_parsed_is_one_line_with_its_cause_chained
     assert isinstance(missing.value.__cause__, FileNotFoundError)
     bad = tmp_path / "bad.yaml"
     bad.write_text("flags: [\n")
-    with pytest.raises(SettingsError, match=r"line \d+: not valid YAML") as unparsed:
+    with pytest.raises(
+        SettingsError, match=r"bad\.yaml: invalid YAML: .* \(line \d+, column \d+\)$"
+    ) as unparsed:
         load(str(bad))
     assert isinstance(unparsed.value.__cause__, yaml.YAMLError)
 
@@ -105,15 +108,35 @@ def test_a_file_that_cannot_be_read_or_parsed_is_one_line_with_its_cause_chained
 @pytest.mark.parametrize(
     ("text", "key", "line"),
     [
-        ("version: v1\nversion: v1\n", "version", 2),
-        ("flags:\n  migStrategy: none\n  plugin: {}\n  migStrategy: mixed\n", "migStrategy", 4),
+        ("version: v1\nversion: v1\n", "version", "line 2, column 1"),
+        (
+            "flags:\n  migStrategy: none\n  plugin: {}\n  migStrategy: mixed\n",
+            "flags.migStrategy",
+            "line 4, column 3",
+        ),
     ],
 )
 def test_a_key_given_twice_is_refused_not_the_last_one_taken(
-    tmp_path: Path, text: str, key: str, line: int
+    tmp_path: Path, text: str, key: str, line: str
 ) -> None:
     twice = tmp_path / "twice.yaml"
     twice.write_text(text)
     with pytest.raises(SettingsError) as raised:
         load(str(twice))
-    assert str(raised.value) == f"{twice}: line {line}: not valid YAML (duplicate key {key!r})"
+    assert str(raised.value) == f"{twice}: {key}: duplicate key ({line})"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "flags: " + "[" * 20000 + "]" * 20000 + "\n",
+        "".join(f"{' ' * depth}flags:\n" for depth in range(200)),
+    ],
+)
+def test_a_file_nested_20000_deep_is_one_line(tmp_path: Path, text: str) -> None:
+    deep = tmp_path / "deep.yaml"
+    deep.write_text(text)
+    with pytest.raises(SettingsError) as raised:
+        load(str(deep))
+    assert str(raised.value).startswith(f"{deep}: ") and "nest" in str(raised.value)
+    assert "\n" not in str(raised.value)

@@ -15,6 +15,8 @@ from tests.conftest import NodeFactory
 from tests.fakenode.node import LIB_DIR
 from tests.fakenode.planted import APP_DIR, APP_LIBRARY, USER, plant, ran, relist, user_lib_dir
 
+pytestmark = pytest.mark.root
+
 
 def test_the_users_directory_is_listed_and_a_file_planted_later_is_not(
     make_node: NodeFactory, tmp_path: Path

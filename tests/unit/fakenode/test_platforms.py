@@ -14,6 +14,8 @@ from tests import REPO
 from tests.conftest import PlatformFactory, require_node_tools
 from tests.fakenode.platforms import PLATFORMS
 
+pytestmark = pytest.mark.root
+
 
 @pytest.mark.parametrize("name", sorted(PLATFORMS))
 def test_each_platform_has_its_nodes_and_files(make_platform: PlatformFactory, name: str) -> None:

@@ -28,9 +28,8 @@ def executable(path: Path, text: str) -> Path:
     return path
 
 
+@pytest.mark.root
 def test_everything_here_is_found() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("mknod needs root")
     found = find_tools()
     assert isinstance(found, NodeTools), found
     assert os.path.isabs(found.gcc) and os.path.isabs(found.ldconfig)
@@ -97,6 +96,7 @@ def test_node_tools_raises_the_line(monkeypatch: pytest.MonkeyPatch) -> None:
         node_tools.cache_clear()
 
 
+@pytest.mark.root
 def test_demo_without_cdictk_dependencies_is_one_line() -> None:
     """`python3 -m tests.fakenode demo` with a Python that lacks click (Debian's, outside the venv)."""
     if isinstance(find_tools(), str):

@@ -7,8 +7,12 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from cdictk.hooks.appprofile import PROFILE, profile, update_application_profile
 from cdictk.rootfs import Rootfs
+
+pytestmark = pytest.mark.root
 
 
 def _node(dev: Path, name: str, minor: int) -> None:

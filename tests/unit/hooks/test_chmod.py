@@ -48,11 +48,6 @@ def mode_of(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
 
 
-def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("device nodes are made with mknod, which needs root (run the tests as root)")
-
-
 @pytest.mark.parametrize(
     ("text", "mode"), [("755", 0o755), ("0755", 0o755), ("0", 0), ("7777", 0o7777), ("04711", 0o4711)]
 )
@@ -79,8 +74,8 @@ def test_regular_file_and_directory(rootfs: Rootfs) -> None:
     assert mode_of(root / "etc" / "dir") == 0o2750
 
 
+@pytest.mark.root
 def test_device_node_and_fifo_are_not_opened(rootfs: Rootfs, alarm: None) -> None:
-    require_root()
     root = Path(rootfs.path)
     os.mknod(root / "dev" / "nvidia0", 0o600 | stat.S_IFCHR, os.makedev(195, 0))
     os.mkfifo(root / "dev" / "fifo", 0o600)

@@ -142,6 +142,7 @@ def host(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("fallback", [False, True], ids=["open_tree", "child-namespace"])
 def test_container_sees_a_read_only_copy_saying_0(tmp_path: Path, host: Path, fallback: bool) -> None:
     report = run_child(tmp_path, host=str(host), fallback=fallback, runs=2)
@@ -162,6 +163,7 @@ def test_container_sees_a_read_only_copy_saying_0(tmp_path: Path, host: Path, fa
     assert fields[-3:-1] == ["tmpfs", "cdictk"]
 
 
+@pytest.mark.root
 def test_host_saying_0_mounts_nothing(tmp_path: Path, host: Path) -> None:
     os.chmod(host, 0o644)
     host.write_text(HOST_OFF)
@@ -171,12 +173,14 @@ def test_host_saying_0_mounts_nothing(tmp_path: Path, host: Path) -> None:
     assert report["content"] == HOST_ON
 
 
+@pytest.mark.root
 def test_no_driver_on_the_host_mounts_nothing(tmp_path: Path) -> None:
     report = run_child(tmp_path, host=str(tmp_path / "no-such-params"))
     assert report["calls"] == [False]
     assert report["new_mounts"] == []
 
 
+@pytest.mark.root
 def test_container_without_params_is_left_alone(tmp_path: Path, host: Path) -> None:
     report = run_child(tmp_path, host=str(host), target="missing")
     assert report["calls"] == [False]
@@ -184,6 +188,7 @@ def test_container_without_params_is_left_alone(tmp_path: Path, host: Path) -> N
     assert report["tree_changed"] is False
 
 
+@pytest.mark.root
 def test_symlink_planted_at_the_target_is_refused(tmp_path: Path, host: Path) -> None:
     victim = tmp_path / "host-victim"
     victim.write_text("ModifyDeviceFiles: 1\n")
@@ -195,6 +200,7 @@ def test_symlink_planted_at_the_target_is_refused(tmp_path: Path, host: Path) ->
     assert host.read_text() == HOST_ON
 
 
+@pytest.mark.root
 def test_directory_at_the_target_is_refused(tmp_path: Path, host: Path) -> None:
     report = run_child(tmp_path, host=str(host), target="dir")
     [call] = report["calls"]
@@ -202,6 +208,7 @@ def test_directory_at_the_target_is_refused(tmp_path: Path, host: Path) -> None:
     assert report["new_mounts"] == []
 
 
+@pytest.mark.root
 def test_default_refuses_a_target_that_is_not_on_procfs(tmp_path: Path, host: Path) -> None:
     report = run_child(tmp_path, host=str(host), expected_fs="proc")
     [call] = report["calls"]

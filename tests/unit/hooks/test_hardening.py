@@ -30,14 +30,8 @@ from tests import REPO
 MUSL_ARCH = {"x86_64": "x86_64", "aarch64": "aarch64"}.get(os.uname().machine, "x86_64")
 
 
-def require_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root (mount namespaces, bind mounts)")
-
-
 def isolated(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a private mount namespace; the mounts it makes vanish with it."""
-    require_root()
     return subprocess.run(
         [
             "unshare",
@@ -77,6 +71,7 @@ print(json.dumps({"rc": rc, "content": content}))
 """
 
 
+@pytest.mark.root
 def test_musl_path_file_linked_to_procfs_is_not_copied_into_the_container(tmp_path: Path) -> None:
     """The image links /etc/ld-musl-<arch>.path to /proc/iomem (or /proc/timer_list, 0400 and masked
     by runc only after the hooks): the hook, root with all capabilities, reads it and writes its
@@ -107,6 +102,7 @@ print(json.dumps({"rc": rc}))
 """
 
 
+@pytest.mark.root
 def test_hook_writes_do_not_land_in_a_host_directory_bind_mounted_read_write(tmp_path: Path) -> None:
     """A spec may bind a host directory read-write (libnvidia-container binds the MPS pipe directory
     so at /tmp/nvidia-mps; cdictk's own specs bind it read-only). With /etc/ld.so.conf.d and /usr/lib/<triplet> linked into it, the hook (root, unconfined by the
@@ -160,11 +156,11 @@ int main(void) {
 CAP_MKNOD, CAP_SYS_ADMIN, CAP_DAC_READ_SEARCH, CAP_SYS_MODULE = 27, 21, 2, 16
 
 
+@pytest.mark.root
 def test_ldconfig_sandbox_drops_capabilities(tmp_path: Path) -> None:
     """A static program in ldconfig's place (as an ldconfig exploited by a crafted ELF file in the
     image would be) mounts a fresh procfs and opens the host-wide /proc/sys/kernel/core_pattern for
     writing: a usermode helper run as root in the host's namespaces on the next crash."""
-    require_root()
     if shutil.which("gcc") is None:
         pytest.skip("needs gcc")
     (tmp_path / "evil.c").write_text(EVIL_C)
@@ -203,8 +199,8 @@ def test_rootfs_spelled_as_host_root_is_refused(root: str) -> None:
         ocistate.container_state({"bundle": "/run/bundle", "root": root})
 
 
+@pytest.mark.root
 def test_rootfs_that_is_the_host_root_through_a_link_is_refused(tmp_path: Path) -> None:
-    require_root()
     (tmp_path / "bundle").mkdir()
     os.symlink("/", tmp_path / "bundle/rootfs")
     victim = tmp_path / "created-on-the-host"
@@ -279,6 +275,7 @@ print(json.dumps(outcome))
 """
 
 
+@pytest.mark.root
 def test_the_walk_and_chmod_do_not_cross_into_a_mounted_volume(tmp_path: Path) -> None:
     root, volume = tmp_path / "rootfs", tmp_path / "volume"
     (root / "etc").mkdir(parents=True)

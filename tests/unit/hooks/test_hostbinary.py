@@ -12,6 +12,7 @@ import pytest
 
 from cdictk.errors import HookError
 from cdictk.hooks import hostbinary
+from tests.rootmarker import root_only
 from tests.unit.hooks.sandbox_programs import HOST_LDCONFIG, Programs, programs
 
 MACHINE = {"x86_64": 62, "aarch64": 183, "ppc64le": 21, "s390x": 22, "riscv64": 243}.get(
@@ -21,6 +22,7 @@ PT_LOAD, PT_INTERP = 1, 3
 
 
 @pytest.fixture(scope="module")
+@root_only
 def built(tmp_path_factory: pytest.TempPathFactory) -> Programs:
     return programs(tmp_path_factory)
 
@@ -28,6 +30,7 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Programs:
 # The host program
 
 
+@pytest.mark.root
 def test_the_copy_is_sealed_close_on_exec_and_identical(built: Programs) -> None:
     fd = hostbinary.load_host_binary(str(built.probe), "probe")
     try:
@@ -48,6 +51,7 @@ def test_the_real_ldconfig_is_accepted() -> None:
     os.close(hostbinary.load_host_binary(HOST_LDCONFIG, "ldconfig"))
 
 
+@pytest.mark.root
 def test_unsafe_host_programs_are_refused(
     built: Programs, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -162,6 +166,7 @@ def test_an_unknown_machine_runs_nothing(monkeypatch: pytest.MonkeyPatch) -> Non
         check(elf())
 
 
+@pytest.mark.root
 def test_a_kernel_without_mfd_exec_gets_a_plain_memfd(
     built: Programs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -179,6 +184,7 @@ def test_a_kernel_without_mfd_exec_gets_a_plain_memfd(
     assert [bool(flags & 0x10) for flags in flags_seen] == [True, False]
 
 
+@pytest.mark.root
 def test_a_program_that_shrinks_while_copied_is_refused(
     built: Programs, monkeypatch: pytest.MonkeyPatch
 ) -> None:

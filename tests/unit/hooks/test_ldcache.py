@@ -25,6 +25,7 @@ from cdictk.hooks import ldcache
 from cdictk.hooks.ldcache import DRIVER_CONF, SYSTEM_CONF, update_ldcache
 from cdictk.rootfs import Rootfs
 from tests import REPO
+from tests.rootmarker import root_only
 from tests.unit.hooks.sandbox_programs import HOST_LDCONFIG, Programs, mountinfo, programs, run_isolated
 
 TRIPLET = ldcache._TRIPLETS.get(os.uname().machine, "x86_64-linux-gnu")
@@ -33,6 +34,7 @@ DRIVER_DIR = "/usr/local/nvidia/lib64"
 
 
 @pytest.fixture(scope="module")
+@root_only
 def built(tmp_path_factory: pytest.TempPathFactory) -> Programs:
     return programs(tmp_path_factory)
 
@@ -96,6 +98,7 @@ def snapshot(path: Path) -> dict[str, tuple[int, int, int]]:
 # What it does
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("indexer", ["writer", "ldconfig"])
 def test_the_cache_lists_driver_and_system_libraries_and_soname_links_exist(
     built: Programs, tmp_path: Path, indexer: str
@@ -123,6 +126,7 @@ def test_the_cache_lists_driver_and_system_libraries_and_soname_links_exist(
     )
 
 
+@pytest.mark.root
 def test_a_second_run_changes_nothing_but_the_cache(built: Programs, tmp_path: Path) -> None:
     root = make_rootfs(tmp_path, built)
     run(root, [DRIVER_DIR, DRIVER_DIR])
@@ -137,6 +141,7 @@ def test_a_second_run_changes_nothing_but_the_cache(built: Programs, tmp_path: P
     assert cache_of(root) == cache
 
 
+@pytest.mark.root
 def test_other_distributions_get_their_own_system_folders(built: Programs, tmp_path: Path) -> None:
     root = make_rootfs(tmp_path, built, debian=False)
     (root / "usr/lib64").mkdir()
@@ -146,6 +151,7 @@ def test_other_distributions_get_their_own_system_folders(built: Programs, tmp_p
     assert cache_of(root)["libevil.so.1"] == "/usr/lib64/libevil.so.1"
 
 
+@pytest.mark.root
 def test_the_images_release_decides_the_cache(built: Programs, tmp_path: Path) -> None:
     """A glibc 2.31 image (its libc.so.6 defines GLIBC_2.30 at most, a host library renamed stands in)
     gets 2.31's cache from the hook: no extension section, the ABI note in each entry; a dangling
@@ -177,6 +183,7 @@ def test_the_images_release_decides_the_cache(built: Programs, tmp_path: Path) -
     assert cache_of(root)["libdrv.so.1"] == f"{DRIVER_DIR}/libdrv.so.1"  # the host's ldconfig reads it
 
 
+@pytest.mark.root
 def test_the_images_own_ld_so_conf_is_kept(built: Programs, tmp_path: Path) -> None:
     root = make_rootfs(tmp_path, built)
     (root / "etc/ld.so.conf").write_text("# image\ninclude /etc/ld.so.conf.d/*.conf\n")
@@ -185,6 +192,7 @@ def test_the_images_own_ld_so_conf_is_kept(built: Programs, tmp_path: Path) -> N
     assert "libdrv.so.1" in cache_of(root)
 
 
+@pytest.mark.root
 def test_without_folders_ldconfig_still_runs_for_the_compat_drop_in(built: Programs, tmp_path: Path) -> None:
     root = make_rootfs(tmp_path, built)
     (root / "etc/ld.so.conf.d").mkdir()
@@ -194,6 +202,7 @@ def test_without_folders_ldconfig_still_runs_for_the_compat_drop_in(built: Progr
     assert cache_of(root)["libdrv.so.1"] == f"{DRIVER_DIR}/libdrv.so.1"
 
 
+@pytest.mark.root
 def test_a_dot_real_ldconfig_next_to_the_given_path_is_used(built: Programs, tmp_path: Path) -> None:
     wrapper = tmp_path / "ldconfig"
     wrapper.write_text('#!/bin/sh\nexec /sbin/ldconfig.real "$@"\n')  # Ubuntu's wrapper; not ELF
@@ -205,6 +214,7 @@ def test_a_dot_real_ldconfig_next_to_the_given_path_is_used(built: Programs, tmp
     assert "libdrv.so.1" in cache_of(root)
 
 
+@pytest.mark.root
 def test_musl_images_get_a_path_file_and_no_ldconfig(built: Programs, tmp_path: Path) -> None:
     arch = ldcache._MUSL_ARCHES.get(os.uname().machine)
     if arch is None:
@@ -226,6 +236,7 @@ def test_musl_images_get_a_path_file_and_no_ldconfig(built: Programs, tmp_path: 
     assert path_file.read_text() == f"/opt/app/lib\n/lib\n{DRIVER_DIR}\n"
 
 
+@pytest.mark.root
 def test_a_glibc_image_with_musl_installed_is_still_a_glibc_image(built: Programs, tmp_path: Path) -> None:
     arch = ldcache._MUSL_ARCHES.get(os.uname().machine)
     root = make_rootfs(tmp_path, built)
@@ -239,6 +250,7 @@ def test_a_glibc_image_with_musl_installed_is_still_a_glibc_image(built: Program
 # What it refuses
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("folder", ["usr/lib", "", "/a\nb", "/a\0b", "/a\tb", "/a#b", "/a\x7fb"])
 def test_unsafe_folders_are_refused(built: Programs, tmp_path: Path, folder: str) -> None:
     root = make_rootfs(tmp_path, built)
@@ -253,6 +265,7 @@ def test_the_host_root_is_refused() -> None:
             update_ldcache(rootfs, [DRIVER_DIR], "/nonexistent")
 
 
+@pytest.mark.root
 def test_unsafe_ldconfigs_are_refused_before_the_container_is_touched(
     built: Programs, tmp_path: Path
 ) -> None:
@@ -276,6 +289,7 @@ def test_unsafe_ldconfigs_are_refused_before_the_container_is_touched(
     assert not (root / "etc/ld.so.conf").exists()
 
 
+@pytest.mark.root
 def test_a_slow_ldconfig_is_killed_at_the_deadline(built: Programs, tmp_path: Path) -> None:
     root = needs_ldconfig(make_rootfs(tmp_path, built))
     start = time.monotonic()
@@ -284,6 +298,7 @@ def test_a_slow_ldconfig_is_killed_at_the_deadline(built: Programs, tmp_path: Pa
     assert time.monotonic() - start < 3
 
 
+@pytest.mark.root
 def test_a_failing_ldconfig_fails_the_hook(built: Programs, tmp_path: Path) -> None:
     root = needs_ldconfig(make_rootfs(tmp_path, built))
     # Its last stderr line joins the one-line error; nothing of it reaches the runtime's log apart.
@@ -331,6 +346,7 @@ def processes_rooted_in(root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("image", "link"), [(image, False) for image in KINDS] + [("fifo", True)])
 def test_an_ld_so_conf_that_is_not_a_regular_file_is_refused_before_ldconfig_runs(
     built: Programs, tmp_path: Path, image: str, link: bool
@@ -350,6 +366,7 @@ def test_an_ld_so_conf_that_is_not_a_regular_file_is_refused_before_ldconfig_run
     assert not (root / "etc/ld.so.cache").exists()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("ld_so_conf", "node", "image"),
     [
@@ -387,6 +404,7 @@ def test_an_included_fifo_or_device_is_refused_before_ldconfig_runs(
     assert not (root / "etc/ld.so.cache").exists()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     "ld_so_conf",
     [
@@ -409,6 +427,7 @@ def test_includes_that_multiply_are_stopped_at_the_default_deadline(
     assert processes_rooted_in(root) == []
 
 
+@pytest.mark.root
 def test_what_ldconfig_reads_without_blocking_is_accepted(built: Programs, tmp_path: Path) -> None:
     root = make_rootfs(tmp_path, built)
     confd = root / "etc/ld.so.conf.d"
@@ -436,6 +455,7 @@ def test_what_ldconfig_reads_without_blocking_is_accepted(built: Programs, tmp_p
 # Image attacks: every write stays inside the rootfs
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("inside_exists", [True, False])
 def test_ld_so_conf_d_linked_to_a_host_folder_is_read_inside_the_rootfs(
     built: Programs, tmp_path: Path, inside_exists: bool
@@ -453,6 +473,7 @@ def test_ld_so_conf_d_linked_to_a_host_folder_is_read_inside_the_rootfs(
     assert "libdrv.so.1" in cache_of(root)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("openat2", [True, False])
 @pytest.mark.parametrize("target", ["/", "../../../../../../../../.."])
 def test_etc_linked_to_the_root_stays_in_the_rootfs(
@@ -488,6 +509,7 @@ with Rootfs(root) as rootfs:
 """
 
 
+@pytest.mark.root
 def test_a_lib_folder_linked_through_proc_cannot_reach_the_host(built: Programs, tmp_path: Path) -> None:
     roots, hosts = [], []
     for name in ("control", "hook"):
@@ -522,6 +544,7 @@ assert open("/proc/self/mountinfo").read() == before, "a mount leaked"
 """
 
 
+@pytest.mark.root
 def test_a_bind_mounted_rootfs_works(built: Programs, tmp_path: Path) -> None:
     source = make_rootfs(tmp_path / "image", built)
     target = tmp_path / "bundle-rootfs"
@@ -542,6 +565,7 @@ with Rootfs(root) as rootfs:
 """
 
 
+@pytest.mark.root
 def test_a_library_folder_on_a_volume_gets_no_link_and_the_container_still_starts(
     built: Programs, tmp_path: Path
 ) -> None:

@@ -28,7 +28,10 @@ from cdictk.hooks import ldconf, ldscan
 from cdictk.hooks.ldrelease import Release
 from cdictk.hooks.ldsocache import CacheEntry, build_cache, read_generator
 from cdictk.rootfs import Rootfs
+from tests.rootmarker import root_only
 from tests.unit.hooks.sandbox_programs import HOST_LDCONFIG, Programs, programs, run_isolated
+
+pytestmark = pytest.mark.root
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 # Debian's ldconfig: the loader's search path after the configuration's directories.
@@ -38,6 +41,7 @@ HOST = Release(36, debian=True)  # what this test's oracle, Debian 12's ldconfig
 
 
 @pytest.fixture(scope="module")
+@root_only
 def built(tmp_path_factory: pytest.TempPathFactory) -> Programs:
     if not os.path.isdir(LIB) or not os.path.exists("/etc/debian_version"):
         pytest.skip("the byte-for-byte comparison uses an x86-64 Debian host's ldconfig and libraries")

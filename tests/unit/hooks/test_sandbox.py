@@ -22,10 +22,14 @@ from cdictk.errors import HookError
 from cdictk.hooks import hostbinary, sandbox
 from cdictk.rootfs import Rootfs
 from tests.owners import OTHER
+from tests.rootmarker import root_only
 from tests.unit.hooks.sandbox_programs import Programs, mountinfo, programs, run_isolated
+
+pytestmark = pytest.mark.root
 
 
 @pytest.fixture(scope="module")
+@root_only
 def built(tmp_path_factory: pytest.TempPathFactory) -> Programs:
     return programs(tmp_path_factory)
 

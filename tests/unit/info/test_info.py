@@ -49,6 +49,7 @@ def run_fix(command: str) -> int:
     return main(words[1:])
 
 
+@pytest.mark.root
 def test_a_healthy_node(make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     node = make_node("eight")
     generate(node, tmp_path / "cdi")
@@ -65,6 +66,7 @@ def test_a_healthy_node(make_node: NodeFactory, tmp_path: Path, capsys: pytest.C
     assert table.startswith("CHECK") and table.rstrip().endswith("GPU containers should start.")
 
 
+@pytest.mark.root
 def test_a_missing_node_is_a_failure_with_its_fix(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -83,6 +85,7 @@ def test_a_missing_node_is_a_failure_with_its_fix(
     assert code == 0 and finding(report, "device nodes")["status"] == "ok"
 
 
+@pytest.mark.root
 def test_renumbered_nodes_and_removed_mig_devices_make_the_spec_stale(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -101,6 +104,7 @@ def test_renumbered_nodes_and_removed_mig_devices_make_the_spec_stale(
     assert code == 1 and "device numbers changed: " in finding(report, "spec")["detail"]
 
 
+@pytest.mark.root
 def test_another_vendors_spec_is_never_overwritten_and_conflicts_fail(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -118,6 +122,7 @@ def test_another_vendors_spec_is_never_overwritten_and_conflicts_fail(
     assert code == 1 and "more than one file" in conflict["detail"]
 
 
+@pytest.mark.root
 def test_a_mig_change_and_a_driver_upgrade_make_the_spec_stale(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -137,6 +142,7 @@ def test_a_mig_change_and_a_driver_upgrade_make_the_spec_stale(
     assert code == 1 and str(library) in finding(report, "spec")["detail"]
 
 
+@pytest.mark.root
 def test_no_spec_an_invalid_spec_and_no_driver(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -168,6 +174,7 @@ def test_no_spec_an_invalid_spec_and_no_driver(
     assert finding(report, "gpus")["status"] == "fail" and report["gpus"] == []
 
 
+@pytest.mark.root
 def test_a_settings_file_the_shim_cannot_read_fails(
     make_node: NodeFactory,
     tmp_path: Path,
@@ -184,6 +191,7 @@ def test_a_settings_file_the_shim_cannot_read_fails(
     assert code == 1 and settings["status"] == "fail" and settings["fix"].startswith("fix it")
 
 
+@pytest.mark.root
 def test_a_gpu_nvml_reports_lost_is_named(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -262,6 +270,7 @@ def test_a_config_past_the_parsers_limits_is_a_warning_not_a_traceback(tmp_path:
         assert f"cannot parse {tmp_path / engine.config.lstrip('/')}: " in found[engine.label].detail
 
 
+@pytest.mark.root
 def test_a_mig_cap_node_not_made_yet_is_no_failure(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -299,12 +308,11 @@ def test_a_registered_runtime_whose_program_is_missing_is_a_warning(tmp_path: Pa
     assert "cdictk-runtime registered" in found["docker"].detail
 
 
+@pytest.mark.root
 def test_a_planted_spec_is_a_failure_with_its_fix(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A spec of another user is skipped, and info says so and how to repair it."""
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
     node = make_node("single")
     output = generate(node, tmp_path / "cdi")
     planted = tmp_path / "cdi" / "extra.yaml"
@@ -330,6 +338,7 @@ def test_a_planted_spec_is_a_failure_with_its_fix(
     assert info(node, tmp_path / "cdi", capsys)[0] == 0
 
 
+@pytest.mark.root
 def test_suggested_commands_are_quoted(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -346,13 +355,12 @@ def test_suggested_commands_are_quoted(
     assert f"'{hostile}'" in fix
 
 
+@pytest.mark.root
 def test_a_users_mps_directory_is_reported_and_a_spec_mounting_it_fails(
     make_node: NodeFactory, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A user made /tmp/nvidia-mps. generate leaves it out, and info says so with the fix; a
     spec written before (or by another producer) that mounts it is a failure, whatever its kind."""
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
     node = make_node("eight")
     os.chmod(node.root + "/tmp", 0o1777)
     old = generate(node, tmp_path / "old")  # while the directory was root's: it mounts it

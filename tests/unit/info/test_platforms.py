@@ -12,6 +12,8 @@ from cdictk.cli.main import main
 from tests.conftest import PlatformFactory
 from tests.fakenode.platforms import CSV_DIR, WSL_STORE, WSL_VERSION, PlatformNode
 
+pytestmark = pytest.mark.root
+
 
 @pytest.fixture(autouse=True)
 def no_settings_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -74,6 +74,7 @@ def test_a_directory_at_the_output_ends_the_watch(tmp_path: Path) -> None:
         watched(tmp_path, {"nvidia.com/gpu.count": "1"}, Clock(), []).regenerate()
 
 
+@pytest.mark.root
 def test_make_labels_with_a_timestamp(make_node: NodeFactory) -> None:
     node = make_node("single")
     made = make_labels(roots_of(node), LabelOptions("none", Sharing(), timestamp=1724632719))

@@ -10,6 +10,8 @@ import pytest
 from cdictk.labels.nodeview import NodeViewError, read_node
 from tests.conftest import NodeFactory, roots_of
 
+pytestmark = pytest.mark.root
+
 
 def test_the_eight_gpu_node(make_node: NodeFactory) -> None:
     node = make_node("eight")

@@ -129,6 +129,7 @@ def test_the_tegra_release_is_mounted_when_there(tmp_path: Path) -> None:
     assert found.files == [("/etc/nv_tegra_release", str(tmp_path / "etc/nv_tegra_release"), False)]
 
 
+@pytest.mark.root
 def test_dev_entries_are_char_devices_and_globs_match_each(tmp_path: Path) -> None:
     dev = tmp_path / "dev"
     (dev / "nvgpu/igpu0").mkdir(parents=True)

@@ -53,6 +53,7 @@ def links(node: FakeNode) -> dict[str, str]:
     return {name: os.readlink(os.path.join(directory, name)) for name in sorted(os.listdir(directory))}
 
 
+@pytest.mark.root
 def test_links_are_relative_as_udev_makes_them(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -68,6 +69,7 @@ def test_links_are_relative_as_udev_makes_them(
     assert err.splitlines()[-1] == f"{char_dir(node)}: 7 links created, 0 replaced, 0 already right"
 
 
+@pytest.mark.root
 def test_a_second_run_changes_nothing(capsys: pytest.CaptureFixture[str], make_node: NodeFactory) -> None:
     node = make_node("single")
     assert run(capsys, node)[0] == 0
@@ -79,6 +81,7 @@ def test_a_second_run_changes_nothing(capsys: pytest.CaptureFixture[str], make_n
         assert (after.st_ino, after.st_ctime_ns) == (info.st_ino, info.st_ctime_ns)
 
 
+@pytest.mark.root
 def test_a_wrong_symlink_is_replaced_and_its_target_untouched(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -98,6 +101,7 @@ def test_a_wrong_symlink_is_replaced_and_its_target_untouched(
     assert [name for name in os.listdir(char_dir(node)) if name.startswith(".")] == []  # no temp links left
 
 
+@pytest.mark.root
 def test_a_regular_file_at_a_link_name_is_refused(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -113,6 +117,7 @@ def test_a_regular_file_at_a_link_name_is_refused(
     assert Path(char_dir(node), "195:0").read_text() == "mine\n"
 
 
+@pytest.mark.root
 def test_a_symlinked_link_directory_is_refused(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -128,6 +133,7 @@ def test_a_symlinked_link_directory_is_refused(
     assert os.listdir(elsewhere) == []
 
 
+@pytest.mark.root
 def test_dry_run_changes_nothing(capsys: pytest.CaptureFixture[str], make_node: NodeFactory) -> None:
     node = make_node("single")
     code, _, err = run(capsys, node, "--dry-run")
@@ -173,6 +179,7 @@ def eight_all_links(node: FakeNode) -> dict[str, str]:
     return dict(sorted(expected.items()))
 
 
+@pytest.mark.root
 def test_create_all_with_create_device_nodes(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -202,6 +209,7 @@ def test_create_all_with_create_device_nodes(
     )
 
 
+@pytest.mark.root
 def test_create_all_skips_missing_nodes_without_create_device_nodes(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -223,6 +231,7 @@ def test_create_all_skips_missing_nodes_without_create_device_nodes(
     )
 
 
+@pytest.mark.root
 def test_create_all_refuses_a_wrong_node(capsys: pytest.CaptureFixture[str], make_node: NodeFactory) -> None:
     node = make_node("single")
     os.unlink(f"{node.root}/dev/nvidia0")
@@ -235,6 +244,7 @@ def test_create_all_refuses_a_wrong_node(capsys: pytest.CaptureFixture[str], mak
     assert "195:0" not in links(node)
 
 
+@pytest.mark.root
 def test_create_all_needs_the_driver_in_proc_devices(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -249,6 +259,7 @@ def test_create_all_needs_the_driver_in_proc_devices(
     assert not os.path.lexists(char_dir(node))
 
 
+@pytest.mark.root
 def test_load_kernel_modules_and_create_device_nodes_run_first(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:

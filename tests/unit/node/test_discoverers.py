@@ -56,12 +56,14 @@ def test_a_missing_node_blames_no_module_when_the_modules_are_unknown(tmp_path: 
     ]
 
 
+@pytest.mark.root
 def test_the_control_nodes_of_a_node_warn_about_nothing(make_node: NodeFactory) -> None:
     found = COMMON["control-nodes"](context_of(make_node("single"), modules={"nvidia", "nvidia_uvm"}))
     assert found.warnings == []
     assert {node.path for node in found.nodes} >= {"/dev/nvidiactl", "/dev/nvidia-uvm"}
 
 
+@pytest.mark.root
 def test_the_driver_libraries_and_a_libcuda_of_another_version(make_node: NodeFactory) -> None:
     node = make_node("single")
     context = context_of(node)
@@ -73,6 +75,7 @@ def test_the_driver_libraries_and_a_libcuda_of_another_version(make_node: NodeFa
     assert other.warnings == [f"libcuda.so.1.0.0 not found under {node.root}: CUDA in containers will fail"]
 
 
+@pytest.mark.root
 def test_a_library_whose_name_a_spec_cannot_carry_is_left_out_with_a_warning(make_node: NodeFactory) -> None:
     node = make_node("single")
     os.link(f"{node.lib_dir}/libcuda.so.{V}", f"{node.lib_dir}/libnvidia-bad::name.so.{V}")
@@ -81,6 +84,7 @@ def test_a_library_whose_name_a_spec_cannot_carry_is_left_out_with_a_warning(mak
     assert not any("::" in lib.path for lib in found.libraries)
 
 
+@pytest.mark.root
 def test_the_file_discoverers_find_the_nodes_files(make_node: NodeFactory) -> None:
     context = context_of(make_node("eight"))  # the preset whose daemons run: sockets and the MPS dir
     names = {name: {f.path for f in COMMON[name](context).files} for name in ("binaries", "ipc", "configs")}
@@ -97,6 +101,7 @@ def test_no_driver_store_is_an_error_in_wsl_mode(tmp_path: Path) -> None:
         COMMON["wsl-driver"](empty_context(tmp_path))
 
 
+@pytest.mark.root
 def test_a_wsl_driver_store(make_platform: PlatformFactory) -> None:
     platform = make_platform("wsl")
     roots = Roots(platform.root, platform.root, platform.proc, platform.sys)
@@ -105,6 +110,7 @@ def test_a_wsl_driver_store(make_platform: PlatformFactory) -> None:
     assert set(platform.files) <= mounted
 
 
+@pytest.mark.root
 def test_gds_files_only_where_nvidia_fs_nodes_are(tmp_path: Path, make_platform: PlatformFactory) -> None:
     assert COMMON["gds-files"](empty_context(tmp_path)) == Found()
     platform = make_platform("gds")
@@ -118,6 +124,7 @@ def test_gds_files_only_where_nvidia_fs_nodes_are(tmp_path: Path, make_platform:
     assert stat.S_ISDIR(os.lstat(platform.root + "/etc/cufile.json").st_mode)
 
 
+@pytest.mark.root
 def test_a_jetsons_csv_files(make_platform: PlatformFactory) -> None:
     platform = make_platform("jetson")
     roots = Roots(platform.root, platform.root, platform.proc, platform.sys)

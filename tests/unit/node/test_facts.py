@@ -21,6 +21,7 @@ from tests.fakenode.node import CAPS_MAJOR, LIB_DIR, UVM_MAJOR, mig_cap_minor
 V = "580.95.05"
 
 
+@pytest.mark.root
 def test_device_nodes(make_node: NodeFactory) -> None:
     node = make_node("single")
     roots = roots_of(node)
@@ -48,6 +49,7 @@ def test_device_nodes(make_node: NodeFactory) -> None:
     assert devnodes.cap_node(roots, 500, None) is None
 
 
+@pytest.mark.root
 def test_management_nodes_leave_out_other_drivers(make_node: NodeFactory) -> None:
     roots = roots_of(make_node("eight"))
     paths = [n.path for n in devnodes.all_nvidia_nodes(roots)]
@@ -56,6 +58,7 @@ def test_management_nodes_leave_out_other_drivers(make_node: NodeFactory) -> Non
     assert "/dev/nvidia-nvswitchctl" not in paths
 
 
+@pytest.mark.root
 def test_drm_nodes_and_by_path_links(make_node: NodeFactory) -> None:
     node = make_node("eight")
     drm = drm_for_gpu(roots_of(node), "0000:2a:00.0")
@@ -70,6 +73,7 @@ def test_drm_nodes_and_by_path_links(make_node: NodeFactory) -> None:
     assert drm_for_gpu(roots_of(node), "0000:ff:00.0").nodes == []
 
 
+@pytest.mark.root
 def test_procfs_facts(make_node: NodeFactory) -> None:
     roots = roots_of(make_node("eight"))
     assert procfs.read_driver_version(roots) == V
@@ -80,6 +84,7 @@ def test_procfs_facts(make_node: NodeFactory) -> None:
     assert minors is not None and minors.access[(0, 7, 0)] == mig_cap_minor(0, 7, 0) == 67
 
 
+@pytest.mark.root
 def test_ld_cache_directories(make_node: NodeFactory) -> None:
     node = make_node("single")
     warnings: list[str] = []
@@ -110,6 +115,7 @@ def test_which_files_are_driver_libraries(name: str, expected: bool) -> None:
     assert is_driver_library(name, V) is expected
 
 
+@pytest.mark.root
 def test_driver_libraries_sonames_and_links(make_node: NodeFactory) -> None:
     node = make_node("single")
     roots = roots_of(node)
@@ -131,6 +137,7 @@ def test_driver_libraries_sonames_and_links(make_node: NodeFactory) -> None:
     assert not any(link.endswith("libfoo.so.1") for _, link in links)
 
 
+@pytest.mark.root
 def test_missing_soname_link_is_added(make_node: NodeFactory) -> None:
     node = make_node("single")
     os.unlink(f"{node.lib_dir}/libcudadebugger.so.1")
@@ -139,6 +146,7 @@ def test_missing_soname_link_is_added(make_node: NodeFactory) -> None:
     assert (f"libcudadebugger.so.{V}", f"{LIB_DIR}/libcudadebugger.so.1") in scan.links
 
 
+@pytest.mark.root
 def test_firmware_goes_to_lib_firmware_whatever_the_hosts_layout(make_node: NodeFactory) -> None:
     node = make_node("single")
     custom = Path(node.root, "opt/fw/nvidia", V)
@@ -154,6 +162,7 @@ def test_firmware_goes_to_lib_firmware_whatever_the_hosts_layout(make_node: Node
     ]
 
 
+@pytest.mark.root
 def test_the_gl_loaders_links_are_made_when_the_host_lacks_them(make_node: NodeFactory) -> None:
     """GBM and GLVND's indirect GLX look these names up; NVIDIA makes them, and so do we."""
     node = make_node("single")
@@ -168,6 +177,7 @@ def test_the_gl_loaders_links_are_made_when_the_host_lacks_them(make_node: NodeF
     assert not any(link.endswith("/libGLX_indirect.so.0") for _, link in scan.links)
 
 
+@pytest.mark.root
 def test_a_wrapper_script_is_not_the_driver_binary(make_node: NodeFactory) -> None:
     """GKE's layout: /usr/bin/nvidia-smi execs /usr/local/nvidia/bin/nvidia-smi, the ELF program."""
     node = make_node("single")
@@ -188,6 +198,7 @@ def test_a_wrapper_script_is_not_the_driver_binary(make_node: NodeFactory) -> No
     )
 
 
+@pytest.mark.root
 def test_driver_files(make_node: NodeFactory) -> None:
     node = make_node("eight")
     roots = roots_of(node)
@@ -209,6 +220,7 @@ def test_driver_files(make_node: NodeFactory) -> None:
     assert found.missing == ["nvidia-imex", "nvidia-imex-ctl"]
 
 
+@pytest.mark.root
 def test_a_lost_gpu_is_left_out_and_the_others_stay_as_nvml_reports_them(make_node: NodeFactory) -> None:
     """One lost GPU (3) must not make discovery fall back to procfs for all GPUs, MIG devices and all."""
     node = make_node("eight")
@@ -225,6 +237,7 @@ def test_a_lost_gpu_is_left_out_and_the_others_stay_as_nvml_reports_them(make_no
     )
 
 
+@pytest.mark.root
 def test_an_nvml_that_fails_or_hangs_is_an_error_never_a_procfs_fallback(make_node: NodeFactory) -> None:
     node = make_node("eight")
     config = node.nvml_config()
@@ -238,6 +251,7 @@ def test_an_nvml_that_fails_or_hangs_is_an_error_never_a_procfs_fallback(make_no
         query_nvml(f"{node.lib_dir}/libnvidia-ml.so.1", deadline=0.5)
 
 
+@pytest.mark.root
 def test_discover_falls_back_to_procfs_without_nvml(make_node: NodeFactory) -> None:
     node = make_node("eight")
     os.unlink(f"{node.lib_dir}/libnvidia-ml.so.1")
@@ -251,6 +265,7 @@ def test_discover_falls_back_to_procfs_without_nvml(make_node: NodeFactory) -> N
         discover(roots_of(node), Mode.NVML)
 
 
+@pytest.mark.root
 def test_driver_version_sources(make_node: NodeFactory) -> None:
     node = make_node("single")
     os.unlink(f"{node.proc}/driver/nvidia/version")
@@ -258,6 +273,7 @@ def test_driver_version_sources(make_node: NodeFactory) -> None:
     assert discover(roots_of(node), Mode.PROCFS).driver_version == V  # from libcuda.so.<version>
 
 
+@pytest.mark.root
 def test_no_gpus_is_an_error_that_explains(make_node: NodeFactory) -> None:
     node = make_node("single")
     for name in os.listdir(f"{node.proc}/driver/nvidia/gpus"):
@@ -269,6 +285,7 @@ def test_no_gpus_is_an_error_that_explains(make_node: NodeFactory) -> None:
         discover(roots_of(node), Mode.PROCFS)
 
 
+@pytest.mark.root
 def test_missing_nodes_are_explained(make_node: NodeFactory) -> None:
     node = make_node("single")
     os.unlink(node.root + "/dev/nvidia-uvm")
@@ -280,6 +297,7 @@ def test_missing_nodes_are_explained(make_node: NodeFactory) -> None:
     )
 
 
+@pytest.mark.root
 def test_a_query_never_asked_cannot_be_answered_and_is_closed_by_discovery(make_node: NodeFactory) -> None:
     node = make_node("single")
     unasked = NvmlQuery()

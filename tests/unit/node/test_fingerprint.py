@@ -7,12 +7,15 @@ import stat
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from cdictk.node.fingerprint import node_fingerprint
 from cdictk.node.roots import Roots
 from tests.conftest import NodeFactory, roots_of
 from tests.fakenode.node import _mig
 
 
+@pytest.mark.root
 def test_stable_while_nothing_changes(make_node: NodeFactory) -> None:
     node = make_node("eight")
     first = node_fingerprint(roots_of(node))
@@ -22,6 +25,7 @@ def test_stable_while_nothing_changes(make_node: NodeFactory) -> None:
     assert node_fingerprint(roots_of(node)) == first  # a module's use count is no change
 
 
+@pytest.mark.root
 def test_a_mig_reconfiguration_changes_it(make_node: NodeFactory) -> None:
     node = make_node("eight")
     first = node_fingerprint(roots_of(node))
@@ -32,6 +36,7 @@ def test_a_mig_reconfiguration_changes_it(make_node: NodeFactory) -> None:
     assert node_fingerprint(roots_of(node)) not in (first, second)
 
 
+@pytest.mark.root
 def test_driver_gpu_and_node_changes_change_it(make_node: NodeFactory) -> None:
     node = make_node("single")
     fingerprints = [node_fingerprint(roots_of(node))]
@@ -58,6 +63,7 @@ def test_a_missing_driver_is_a_fingerprint_too(tmp_path: Path) -> None:
     assert node_fingerprint(empty) == node_fingerprint(empty)
 
 
+@pytest.mark.root
 def test_the_other_modes_inputs_change_it(tmp_path: Path) -> None:
     """A new IMEX channel, /dev/dxg appearing, a new driver store, InfiniBand and GDRCopy nodes, Tegra
     nodes, a rewritten CSV file given as an input."""

@@ -115,13 +115,7 @@ def test_links_are_followed_inside_the_root(root: Path) -> None:
     assert library_path(str(root), NAME, abi=X86_64) == real
 
 
-@pytest.fixture
-def as_root() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
-
-
-@pytest.mark.usefixtures("as_root")
+@pytest.mark.root
 def test_a_users_file_is_refused_and_no_other_taken_instead(root: Path) -> None:
     """A later entry or a usual directory would be the loader's choice neither: nothing is loaded."""
     users = library(root, f"/opt/app/lib/{NAME}")
@@ -136,7 +130,7 @@ def test_a_users_file_is_refused_and_no_other_taken_instead(root: Path) -> None:
     )
 
 
-@pytest.mark.usefixtures("as_root")
+@pytest.mark.root
 def test_a_users_directory_on_the_way_is_refused(root: Path) -> None:
     library(root, f"/opt/app/lib/{NAME}")
     os.chown(root / "opt/app", USER, USER)  # the file and lib/ are root's: the user can rename lib/
@@ -153,7 +147,7 @@ def test_a_directory_others_can_write_is_refused(root: Path) -> None:
         library_path(str(root), NAME, abi=X86_64)
 
 
-@pytest.mark.usefixtures("as_root")
+@pytest.mark.root
 def test_a_link_is_judged_where_it_is_and_where_it_leads(root: Path) -> None:
     """Root's link in root's directory, to a user's file: refused for the file; a user's link to
     root's file: refused for the link."""
@@ -181,7 +175,7 @@ def test_only_a_regular_file_is_loaded(root: Path) -> None:
     assert refused.value.refused
 
 
-@pytest.mark.usefixtures("as_root")
+@pytest.mark.root
 def test_what_a_library_opens_by_name_is_judged_with_it(root: Path) -> None:
     """WSL2's NVML opens libdxcore.so through the loader: a user's one refuses NVML; none is no matter."""
     nvml = library(root, "/usr/lib/wsl/lib/libnvidia-ml.so.1")
@@ -202,7 +196,7 @@ def test_what_a_library_opens_by_name_is_judged_with_it(root: Path) -> None:
         judge_opened(str(root), "libnvidia-ml.so.1", ("libdxcore.so",), abi=X86_64)
 
 
-@pytest.mark.usefixtures("as_root")
+@pytest.mark.root
 def test_load_checks_before_it_opens(root: Path) -> None:
     """Not an ELF file: had load() opened it, the loader would have said so (OSError)."""
     path = library(root, f"/usr/lib64/{NAME}", b"not ELF")

@@ -53,6 +53,7 @@ def assert_node(path: str, major: int, minor: int, mode: int = 0o666) -> None:
     assert stat.S_IMODE(info.st_mode) == mode
 
 
+@pytest.mark.root
 def test_creates_the_missing_control_nodes(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -67,6 +68,7 @@ def test_creates_the_missing_control_nodes(
         assert_node(dev(node, name), major, minor)
 
 
+@pytest.mark.root
 def test_right_nodes_are_left_alone(capsys: pytest.CaptureFixture[str], make_node: NodeFactory) -> None:
     node = make_node("single")
     os.chmod(dev(node, "nvidia-uvm-tools"), 0o600)  # an administrator's choice, kept
@@ -86,6 +88,7 @@ def test_right_nodes_are_left_alone(capsys: pytest.CaptureFixture[str], make_nod
     assert code == 0 and err == ""
 
 
+@pytest.mark.root
 def test_wrong_things_at_node_paths_are_refused_and_nothing_is_followed(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -111,6 +114,7 @@ def test_wrong_things_at_node_paths_are_refused_and_nothing_is_followed(
     assert_node(dev(node, "nvidia-uvm"), UVM_MAJOR, 7, 0o600)
 
 
+@pytest.mark.root
 def test_a_symlinked_directory_under_the_dev_root_is_not_followed(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -127,6 +131,7 @@ def test_a_symlinked_directory_under_the_dev_root_is_not_followed(
     assert os.listdir(elsewhere) == []
 
 
+@pytest.mark.root
 def test_a_missing_dev_directory_is_made_but_not_a_missing_dev_root(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -141,6 +146,7 @@ def test_a_missing_dev_directory_is_made_but_not_a_missing_dev_root(
     assert_node(str(fresh / "dev/nvidiactl"), 195, 255)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("devices", ["Character devices:\n  1 mem\n\nBlock devices:\n  8 sd\n", None])
 def test_no_nvidia_driver_in_proc_devices(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, devices: str | None
@@ -159,6 +165,7 @@ def test_no_nvidia_driver_in_proc_devices(
     assert not any(os.path.lexists(dev(node, name)) for name in CONTROL)
 
 
+@pytest.mark.root
 def test_a_module_without_a_major_is_reported(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory
 ) -> None:
@@ -176,6 +183,7 @@ def test_a_module_without_a_major_is_reported(
     ]
 
 
+@pytest.mark.root
 def test_dry_run_changes_nothing(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -198,6 +206,7 @@ def test_dry_run_changes_nothing(
     assert code == 0 and len(err.splitlines()) == 4 and os.listdir(tmp_path / "fresh") == []
 
 
+@pytest.mark.root
 def test_modules_are_loaded_before_proc_devices_is_read(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:
@@ -220,6 +229,7 @@ def test_modules_are_loaded_before_proc_devices_is_read(
     assert len(err.splitlines()) == 4 and all(line.startswith("created ") for line in err.splitlines())
 
 
+@pytest.mark.root
 def test_a_failing_modprobe_is_a_warning(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:

@@ -15,6 +15,8 @@ from cdictk.node.nvml import NvmlQuery, query_nvml
 from cdictk.node.nvmllib import NvmlError, nvml_library
 from tests.conftest import NodeFactory
 
+pytestmark = pytest.mark.root
+
 V = "580.95.05"
 
 

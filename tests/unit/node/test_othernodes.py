@@ -6,6 +6,8 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
 from cdictk.node import othernodes
 from cdictk.node.roots import Roots
 
@@ -16,6 +18,7 @@ def node(root: Path, path: str, major: int, minor: int) -> None:
     os.chmod(root / path.lstrip("/"), 0o666)  # mknod applies the umask
 
 
+@pytest.mark.root
 def test_gated_patterns_take_char_devices_only_each_once(tmp_path: Path) -> None:
     roots = Roots(str(tmp_path), str(tmp_path))
     node(tmp_path, "/dev/nvidia-nvswitchctl", 509, 255)
@@ -32,6 +35,7 @@ def test_gated_patterns_take_char_devices_only_each_once(tmp_path: Path) -> None
     assert othernodes.gated_pattern_text("mofed") == "/dev/infiniband/uverbs*, /dev/infiniband/rdma_cm"
 
 
+@pytest.mark.root
 def test_imex_channels_by_number(tmp_path: Path) -> None:
     roots = Roots(str(tmp_path), str(tmp_path))
     assert othernodes.imex_channels(roots) == {}

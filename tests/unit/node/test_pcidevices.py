@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cdictk.node.pcidevices import COMPUTE_CLASS, VgpuHost, pci_class, vgpu_scan
 from cdictk.node.roots import Roots
 from tests.conftest import NodeFactory, roots_of
@@ -23,6 +25,7 @@ def function(root: Path, address: str, vendor: str = "0x10de", config: bytes | N
     (device / "config").write_bytes(pci_config(0x030000) if config is None else config)
 
 
+@pytest.mark.root
 def test_the_fake_nodes_gpus_are_3d_controllers_and_no_vgpus(make_node: NodeFactory) -> None:
     node = make_node("eight")
     roots = roots_of(node)

@@ -19,6 +19,7 @@ def roots(node: PlatformNode) -> Roots:
     return Roots(node.root, node.root, node.proc, node.sys)
 
 
+@pytest.mark.root
 def test_the_store_with_libcuda_and_its_files(make_platform: PlatformFactory) -> None:
     node = make_platform("wsl")
     assert wsl.has_dxcore(roots(node))
@@ -38,6 +39,7 @@ def test_the_store_with_libcuda_and_its_files(make_platform: PlatformFactory) ->
     assert found.links == [(f"{WSL_STORE}/nvidia-smi", "/usr/bin/nvidia-smi")]
 
 
+@pytest.mark.root
 def test_what_the_store_lacks_is_named_and_a_second_store_warned_of(make_platform: PlatformFactory) -> None:
     node = make_platform("wsl")
     Path(node.root + WSL_STORE, "nvcubins.bin").unlink()
@@ -59,6 +61,7 @@ def test_no_store_no_driver(tmp_path: Path) -> None:
     assert wsl.driver_version(empty, []) == ""
 
 
+@pytest.mark.root
 def test_the_version_from_nvml_else_from_a_versioned_name_else_none(make_platform: PlatformFactory) -> None:
     node = make_platform("wsl")
     warnings: list[str] = []
@@ -73,6 +76,7 @@ def test_the_version_from_nvml_else_from_a_versioned_name_else_none(make_platfor
     assert wsl.driver_version(roots(node), []) == "581.42"
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("soname", ["libnvidia-ml.so.1", "libdxcore.so"])
 def test_a_users_nvml_or_dxcore_in_the_caches_place_never_runs(
     make_platform: PlatformFactory, tmp_path: Path, soname: str

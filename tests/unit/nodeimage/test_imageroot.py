@@ -16,6 +16,7 @@ import pytest
 from nodeimage import ImageError, imageroot
 from nodeimage.tarlayer import entries
 from tests.e2e.conftest import build_busybox_rootfs, busybox_problem
+from tests.rootmarker import root_only
 
 STAND_IN = """\
 set -eu
@@ -31,6 +32,7 @@ env > /usr/local/lib/cdictk-venv/env
 
 
 @pytest.fixture
+@root_only
 def base(tmp_path: Path) -> Path:
     if os.geteuid() != 0:
         pytest.skip("staging the image's root needs root (overlayfs, chroot)")
@@ -57,6 +59,7 @@ def snapshot(root: Path) -> list[tuple[str, int, int, float]]:
     return [(name, s.st_mode, s.st_size, s.st_mtime) for name, s in entries(root)]
 
 
+@pytest.mark.root
 def test_the_upper_directory_is_what_the_script_added(base: Path, tmp_path: Path) -> None:
     before = snapshot(base)
     upper = tmp_path / "out" / "cdictk"
@@ -84,6 +87,7 @@ def test_the_upper_directory_is_what_the_script_added(base: Path, tmp_path: Path
     assert sorted(os.listdir(tmp_path / "out")) == ["cdictk"]
 
 
+@pytest.mark.root
 def test_a_failing_script_is_an_error_with_its_last_lines(base: Path, tmp_path: Path) -> None:
     script = "echo 'image-root.sh: error: no pip wheel' >&2\nexit 1\n"
     with pytest.raises(
@@ -92,6 +96,7 @@ def test_a_failing_script_is_an_error_with_its_last_lines(base: Path, tmp_path: 
         imageroot.stage(base, context_with(tmp_path, script), tmp_path / "upper")
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("script", "error"),
     [
@@ -109,6 +114,7 @@ def test_a_script_that_removes_or_replaces_part_of_the_base_is_refused(
         imageroot.stage(base, context_with(tmp_path, script), tmp_path / "upper")
 
 
+@pytest.mark.root
 def test_stage_refuses_a_root_without_python_or_paths_overlayfs_cannot_take(
     base: Path, tmp_path: Path
 ) -> None:

@@ -49,6 +49,18 @@ def test_the_standard_library_less_what_stays_out(tmp_path: Path) -> None:
     assert copies["lib/python3.11/_sysconfigdata__linux.py"] == str(stdlib / "_sysconfigdata__x86_64.py")
 
 
+def test_the_build_time_folder_stays_out_with_its_links_out(tmp_path: Path) -> None:
+    # Debian's libpython3.11 links the shared library into it from outside the standard library.
+    stdlib, dynload = fake_stdlib(tmp_path)
+    config = stdlib / "config-3.11-x86_64-linux-gnu"
+    config.mkdir()
+    (config / "Makefile").write_text("all:\n")
+    (config / "libpython3.11.so").symlink_to("../../x86_64-linux-gnu/libpython3.11.so.1")
+    copies = {copy.target for copy in stdlib_files(str(stdlib), str(dynload), "lib/python3.11")}
+    assert not [target for target in copies if "config-3.11" in target]
+    assert "lib/python3.11/os.py" in copies
+
+
 def test_a_link_out_of_the_standard_library_is_refused(tmp_path: Path) -> None:
     stdlib, dynload = fake_stdlib(tmp_path)
     (stdlib / "platform.py").symlink_to("/etc/passwd")

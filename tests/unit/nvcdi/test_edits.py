@@ -39,7 +39,7 @@ def test_the_ipc_paths_are_read_only_binds() -> None:
         assert {"ro", "nosuid", "nodev", "noexec", "rbind"} <= set(options)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root: mounts in a mount namespace of its own")
+@pytest.mark.root
 def test_a_client_connects_and_writes_the_pipes_through_the_read_only_bind(tmp_path: Path) -> None:
     """Why the MPS pipe directory is mounted read-only: clients only connect to the daemon's sockets
     and open its FIFOs, which the kernel checks on the inode, never on the mount."""

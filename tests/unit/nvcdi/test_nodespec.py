@@ -25,6 +25,9 @@ from tests.conftest import require_node_tools, roots_of
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 from tests.fakenode.platforms import PLATFORMS, build_platform
 from tests.owners import OTHER
+from tests.rootmarker import root_only
+
+pytestmark = pytest.mark.root
 
 SYSTEM = 120  # a system account's uid, as nvidia-persistenced's on Debian
 UID_MIN = 1000  # this machine's login.defs, as every Debian's
@@ -146,6 +149,7 @@ def test_every_host_path_of_every_preset_and_mode_is_roots_alone(
 
 
 @pytest.fixture
+@root_only
 def node(tmp_path: Path, stub_cache: str) -> FakeNode:
     require_node_tools()
     made = build_node(str(tmp_path / "node"), "eight", stub_cache)

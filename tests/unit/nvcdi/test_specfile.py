@@ -16,8 +16,6 @@ from cdictk.node.roots import Roots
 from cdictk.nvcdi import specfile
 from cdictk.nvcdi.nodespec import NodeSpec
 
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give a file to another user")
-
 
 def mode_of(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
@@ -31,7 +29,7 @@ def test_a_spec_under_new_directories_is_0644_under_0755_parents_whatever_the_um
     assert mode_of(output) == 0o644
 
 
-@needs_root
+@pytest.mark.root
 def test_the_same_spec_owned_by_someone_else_is_replaced_and_said_so(tmp_path: Path) -> None:
     output = tmp_path / "nvidia.yaml"
     specfile.write(str(output), b"spec")
@@ -55,7 +53,7 @@ def test_a_killed_runs_temp_file_is_removed_by_the_next_run_even_with_nothing_to
     assert os.listdir(tmp_path) == ["nvidia.yaml"]
 
 
-@needs_root
+@pytest.mark.root
 def test_watch_puts_back_a_spec_someone_chowned(tmp_path: Path) -> None:
     class Made:
         summary = "1 device"

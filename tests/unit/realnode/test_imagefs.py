@@ -106,11 +106,10 @@ def test_the_image_gets_the_loader_and_c_library_but_never_a_driver_library(
     assert (image / "etc/ld.so.conf").read_text() == "include /etc/ld.so.conf.d/*.conf\n"
 
 
+@pytest.mark.root
 def test_a_program_in_the_image_runs_on_the_images_files_alone(
     built: Path, tmp_path: Path, recorder: Recorder
 ) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("chroot needs root")
     plain = tmp_path / "plain.c"
     plain.write_text(
         '#include <math.h>\n#include <stdio.h>\nint main(void) { printf("ok %.0f\\n", sqrt(16.0)); return 0; }\n'

@@ -270,6 +270,7 @@ def test_select_mounts_keeps_the_order_and_the_objects() -> None:
 ALWAYS_KEPT = {f"/lib/firmware/nvidia/{V}/gsp_ga10x.bin", f"/lib/firmware/nvidia/{V}/gsp_tu10x.bin"}
 
 
+@pytest.mark.root
 def test_every_mount_of_a_generated_spec_is_classified(
     capsys: pytest.CaptureFixture[str], make_node: NodeFactory, tmp_path: Path
 ) -> None:

@@ -108,10 +108,9 @@ def test_an_ignored_request_is_a_warning(tmp_path: Path) -> None:
     assert len(warnings) == 1 and "ignored" in warnings[0]
 
 
+@pytest.mark.root
 def test_a_spec_of_another_user_is_skipped_with_a_warning(tmp_path: Path) -> None:
     """A planted spec's createRuntime hook must not reach config.json."""
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
     node = settings(tmp_path)
     planted = tmp_path / "cdi" / "planted.yaml"
     planted.write_text(
@@ -130,6 +129,7 @@ def test_a_spec_of_another_user_is_skipped_with_a_warning(tmp_path: Path) -> Non
     assert config["hooks"]["createRuntime"][0]["path"] == "/home/user/evil"
 
 
+@pytest.mark.root
 def test_the_spec_made_in_memory_is_kept_until_the_node_changes(
     tmp_path: Path, make_node: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -160,10 +160,9 @@ def test_the_spec_made_in_memory_is_kept_until_the_node_changes(
     assert "/dev/nvidia-modeset" not in nodes(config)  # the spec made again saw the change
 
 
+@pytest.mark.root
 def test_a_mount_no_longer_roots_alone_stops_the_container_and_applies_nothing(tmp_path: Path) -> None:
     """Months after generate: the MPS directory the spec names is now a user's."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root to give a directory to another user")
     os.chmod(tmp_path, 0o755)
     mps = tmp_path / "tmp" / "nvidia-mps"
     mps.mkdir(parents=True)

@@ -20,6 +20,7 @@ from cdictk.cli.runtime import default_runtime
 from cdictk.runtime import launchers, settings
 from cdictk.runtime.launchers import LauncherError, Reads, install_launchers, launcher_text
 from tests import REPO
+from tests.rootmarker import root_only
 
 READS = Reads(["/opt/a", "/opt/b"], ["/usr/bin/python3", "/opt/a"], ["/opt/a/cdictk"])
 TAG = "cpython-311"
@@ -328,6 +329,7 @@ def test_a_foreign_symlink_is_kept_too(tmp_path: Path) -> None:
     assert link.is_symlink() and target.read_text() == FOREIGN
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(("mode", "owner"), [(0o777, 0), (0o775, 0), (0o1777, 0), (0o755, 1234)])
 def test_a_directory_others_could_write_to_is_refused(tmp_path: Path, mode: int, owner: int) -> None:
     """dockerd runs the hook as root: whoever can write its directory could swap it."""
@@ -406,6 +408,7 @@ def test_an_interpreter_or_import_path_others_could_change_is_refused(tmp_path: 
     assert not (tmp_path / "bin").exists()
 
 
+@pytest.mark.root
 def test_links_on_the_way_that_others_control_are_refused(tmp_path: Path) -> None:
     """A root-owned bin reached through a link, or a link someone else owns: both could be swapped."""
     home = tmp_path / "home"
@@ -423,6 +426,7 @@ def test_links_on_the_way_that_others_control_are_refused(tmp_path: Path) -> Non
     assert not (tmp_path / "bin").exists()
 
 
+@pytest.mark.root
 def test_an_interpreter_reached_through_someone_elses_directory_is_refused(tmp_path: Path) -> None:
     venv = tmp_path / "venv" / "bin"
     venv.mkdir(parents=True)
@@ -442,9 +446,8 @@ VERSION = f"python{sys.version_info.major}.{sys.version_info.minor}"
 
 
 @pytest.fixture
+@root_only
 def venv(tmp_path: Path) -> Path:
-    if os.geteuid() != 0:
-        pytest.skip("files of another owner need root (chown)")
     base = os.path.join(sys.base_prefix, "bin", VERSION)
     if not os.access(base, os.X_OK):
         pytest.skip(f"{base}: this Python's base interpreter is not there")
@@ -466,6 +469,7 @@ def package(venv: Path) -> Path:
     return venv / "lib" / VERSION / "site-packages" / "cdictk"
 
 
+@pytest.mark.root
 def test_a_copy_of_cdictk_in_a_venv_gets_launchers_that_run_it(venv: Path, tmp_path: Path) -> None:
     launcher = install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))[1]
     text = Path(launcher).read_text()
@@ -475,6 +479,7 @@ def test_a_copy_of_cdictk_in_a_venv_gets_launchers_that_run_it(venv: Path, tmp_p
     assert (result.returncode, result.stdout, result.stderr) == (0, config, b"")
 
 
+@pytest.mark.root
 def test_a_pyvenv_cfg_others_can_write_is_refused(venv: Path, tmp_path: Path) -> None:
     """Its home says where the standard library is: a user pointed it at a prefix whose os.py ran
     as root."""
@@ -491,6 +496,7 @@ def test_a_pyvenv_cfg_others_can_write_is_refused(venv: Path, tmp_path: Path) ->
     assert not (tmp_path / "l").exists()
 
 
+@pytest.mark.root
 def test_a_package_directory_of_another_user_is_refused(venv: Path, tmp_path: Path) -> None:
     runtime = package(venv) / "runtime"
     os.chown(runtime, OTHER, OTHER)  # they could put their own shim.py there
@@ -499,6 +505,7 @@ def test_a_package_directory_of_another_user_is_refused(venv: Path, tmp_path: Pa
     assert not (tmp_path / "l").exists()
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", ["runtime/shim.py", "__init__.py", "runtime/prestart"])
 def test_a_package_entry_others_can_write_is_refused(venv: Path, tmp_path: Path, name: str) -> None:
     """Every file and directory of the package: a launcher imports modules it does not name."""
@@ -508,6 +515,7 @@ def test_a_package_entry_others_can_write_is_refused(venv: Path, tmp_path: Path,
         install_launchers(str(tmp_path / "l"), python=str(venv / "bin" / "python3"))
 
 
+@pytest.mark.root
 def test_a_standard_library_others_can_write_is_refused(venv: Path, tmp_path: Path) -> None:
     """A venv whose home is a prefix of links to this Python's standard library, in a directory a
     user could add an os.py to."""
@@ -542,6 +550,7 @@ def open_directory(path: Path) -> None:
     path.chmod(0o777)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("loosen", "why"),
     [

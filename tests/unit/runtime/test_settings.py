@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from cdictk.cli.main import main
-from cdictk.runtime.settings import DEFAULT_CONFIG, Settings, SettingsError, load_settings
+from cdictk.errors import CdictkError
+from cdictk.runtime.settings import DEFAULT_CONFIG, Settings, load_settings
+from cdictk.settingsfile import SettingsError, parse_toml
 
 
 def fields(settings: Settings) -> dict[str, object]:
@@ -56,11 +60,11 @@ def test_env_requests_are_closed_by_default_and_env_kinds_are_checked(tmp_path: 
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("[runtime]\nruntime = []\n", "unknown key runtime.runtime"),
-        ("[shim]\n", r"unknown section \[shim\]"),
+        ("[runtime]\nruntime = []\n", r"runtime\.runtime: unknown key"),
+        ("[shim]\n", r"\[shim\]: unknown section"),
         ("[runtime]\nruntimes = []\n", "must name at least one runtime"),
-        ('[runtime]\nruntimes = "runc"\n', "runtime.runtimes must be a list of non-empty strings"),
-        ('[requests]\naccept-volume-mounts = "yes"\n', "requests.accept-volume-mounts must be bool"),
+        ('[runtime]\nruntimes = "runc"\n', "runtime.runtimes: must be a list of non-empty strings"),
+        ('[requests]\naccept-volume-mounts = "yes"\n', "requests.accept-volume-mounts: must be bool"),
         ("[runtime\n", "Expected"),
         ('[requests]\ndefault-kind = "bad"\n', 'requests.default-kind: invalid kind "bad"'),
     ],
@@ -85,13 +89,12 @@ def test_a_file_parsed_before_is_not_parsed_again(tmp_path: Path, monkeypatch: p
     assert load_settings(str(path), cache).runtimes == ["crun"]
     assert load_settings(str(other), cache).runtimes == ["runc"]
     parsed: list[str] = []
-    real_parse = module._parse
 
     def counting(text: str, where: str) -> dict[str, object]:
         parsed.append(where)
-        return real_parse(text, where)
+        return parse_toml(text, where)
 
-    monkeypatch.setattr(module, "_parse", counting)
+    monkeypatch.setattr(module, "parse_toml", counting)
     assert load_settings(str(path), cache).runtimes == ["crun"]  # two files, two entries
     assert load_settings(str(other), cache).runtimes == ["runc"]
     assert parsed == []
@@ -116,3 +119,22 @@ def test_a_directory_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match="Is a directory") as info:
         load_settings(str(tmp_path))
     assert str(info.value) == f"{tmp_path}: Is a directory"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[runtime]\nruntimes = " + "[" * 20000 + "]" * 20000 + "\n",
+        "a = " + "{b = " * 20000 + "1" + "}" * 20000,
+    ],
+)
+def test_a_file_nested_20000_deep_stops_the_runtime_with_one_line(tmp_path: Path, text: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    with pytest.raises(SettingsError) as info:
+        load_settings(str(path))
+    assert isinstance(info.value, CdictkError) and str(info.value) == f"{path}: nested too deeply"
+    env = {"PATH": "/usr/bin:/bin", "CDICTK_CONFIG": str(path), "CDICTK_CACHE_DIR": ""}
+    shim = [sys.executable, "-I", "-m", "cdictk.runtime.shim", "create", "--bundle", str(tmp_path), "id"]
+    result = subprocess.run(shim, capture_output=True, text=True, env=env, check=False, timeout=60)
+    assert (result.returncode, result.stderr) == (1, f"cdictk-runtime: error: {path}: nested too deeply\n")

@@ -440,7 +440,7 @@ def test_unusable_settings_send_every_command_through_python(tmp_path: Path) -> 
     _node_settings(tmp_path, "[runtime]\nruntimes = 3\n")
     text, problem = _written(tmp_path)
     assert "exec_runtime" not in text and text.endswith('exec "$python" "$@"\n')
-    assert problem is not None and "runtime.runtimes must be a list" in problem
+    assert problem is not None and "runtime.runtimes: must be a list" in problem
 
 
 @pytest.mark.parametrize("link", ["file", "directory"])

@@ -11,6 +11,7 @@ import pytest
 
 from cdictk import trust
 from cdictk.runtime.startcheck import CHECKER, COMPILE, check_lines, checker_text, main_lines
+from tests.rootmarker import root_only
 
 ROOT_ONLY = frozenset({0})
 
@@ -30,10 +31,9 @@ def install_checker(directory: Path) -> str:
 
 
 @pytest.fixture
+@root_only
 def tree(tmp_path: Path) -> Path:
     """A package the launcher imports from: ``cdictk.shim`` (run), ``cdictk.other`` (never imported)."""
-    if os.geteuid() != 0:
-        pytest.skip("the files are root's in a launcher's world: run as root")
     package = tmp_path / "site" / "cdictk"
     (package / "__pycache__").mkdir(parents=True)
     (package / "__init__.py").write_text("")
@@ -66,6 +66,7 @@ def test_the_checker_is_trusts_source_as_it_is(tmp_path: Path) -> None:
     assert install_checker(tmp_path) == sys.implementation.cache_tag
 
 
+@pytest.mark.root
 def test_nothing_loosened_runs_on(tree: Path, tmp_path: Path) -> None:
     launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
     assert (start(launcher).returncode, start(launcher).stdout, start(launcher).stderr) == (
@@ -75,6 +76,7 @@ def test_nothing_loosened_runs_on(tree: Path, tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.root
 def test_the_names_it_defines_stay_in_the_launchers_main(tree: Path, tmp_path: Path) -> None:
     (tree / "shim.py").write_text(
         "import sys\n"
@@ -86,6 +88,7 @@ def test_the_names_it_defines_stay_in_the_launchers_main(tree: Path, tmp_path: P
     assert start(launcher).stdout == "['cdictk', 'cdictk.shim', 'cdictk_trust'] True\n"
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     "name", ["shim.py", f"__pycache__/shim.{sys.implementation.cache_tag}.pyc", "__pycache__", "."]
 )
@@ -103,6 +106,7 @@ def test_a_loosened_module_is_refused_before_python_reads_it(tree: Path, tmp_pat
     )
 
 
+@pytest.mark.root
 def test_a_module_linked_to_a_file_of_another_user_is_refused(tree: Path, tmp_path: Path) -> None:
     launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
     theirs = tmp_path / "theirs.py"
@@ -116,12 +120,14 @@ def test_a_module_linked_to_a_file_of_another_user_is_refused(tree: Path, tmp_pa
     assert result.returncode == 1 and f"{theirs}: owned by uid 12345, not root" in result.stderr
 
 
+@pytest.mark.root
 def test_only_what_is_imported_is_looked_at(tree: Path, tmp_path: Path) -> None:
     launcher = script(tmp_path / "launcher", [sys.executable, str(tree.parent)], tree.parent)
     (tree / "other.py").chmod(0o666)  # never imported: nothing Python runs is at stake
     assert start(launcher).stdout == "started\n"
 
 
+@pytest.mark.root
 def test_the_paths_are_checked_before_anything_is_imported(tree: Path, tmp_path: Path) -> None:
     launcher = script(tmp_path / "launcher", [str(tree.parent)], tree.parent)
     os.chown(tree / "shim.py", 12345, 12345)
@@ -134,6 +140,7 @@ def test_the_paths_are_checked_before_anything_is_imported(tree: Path, tmp_path:
     )
 
 
+@pytest.mark.root
 def test_a_loosened_checker_bytecode_stops_the_start(tree: Path, tmp_path: Path) -> None:
     """The checker's checked-hash .pyc: Python runs it whenever the source hash in it matches, so
     whoever could write it could make their code pass for the checker. Before: its directory was

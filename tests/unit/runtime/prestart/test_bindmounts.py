@@ -24,7 +24,7 @@ from cdictk.errors import HookError
 from cdictk.rootfs import Rootfs
 from cdictk.runtime.prestart.bindmounts import attach_all, clone_sources, close_all
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+pytestmark = pytest.mark.root
 
 LIB = "/usr/lib/x86_64-linux-gnu/libcuda.so.1"
 DEADLINE_S = 30.0
@@ -79,7 +79,7 @@ def in_private_mount_namespace(scenario: Callable[[], Any]) -> Any:
         os.close(read_end)
         _, status = os.waitpid(pid, 0)
     assert os.waitstatus_to_exitcode(status) == 0, f"the child failed: {status}"
-    assert mountinfo() == before, "a mount leaked into the host's mount namespace"
+    assert mountinfo() == before, "a mount leaked out of the child's namespace"
     kind, value = json.loads(b"".join(chunks))
     if kind == "error":
         raise AssertionError(f"in the child:\n{value}")

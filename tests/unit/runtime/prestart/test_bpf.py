@@ -35,8 +35,6 @@ RETURN_0 = insn(bpf.ALU64_MOV_K, 0, imm=0) + insn(bpf.JMP_EXIT)
 
 
 def require_bpf() -> None:
-    if os.geteuid() != 0:
-        pytest.skip("loading BPF programs needs root (run the tests as root)")
     if os.uname().machine not in syscalls.SYS_BPF or sys.byteorder != "little":
         pytest.skip(
             f"bpf(2) is wrapped for little-endian machines of known numbers, not {os.uname().machine}"
@@ -182,6 +180,7 @@ def test_a_big_endian_machine_is_refused_by_name(monkeypatch: pytest.MonkeyPatch
     assert caught.value.errno == errno.ENOSYS
 
 
+@pytest.mark.root
 def test_loaded_program_reads_back_as_loaded() -> None:
     """The kernel hands back a device program's instructions unchanged: no context rewriting for this
     program type, no helper calls to fix up (and no constant blinding with net.core.bpf_jit_harden=0)."""
@@ -195,6 +194,7 @@ def test_loaded_program_reads_back_as_loaded() -> None:
         os.close(fd)
 
 
+@pytest.mark.root
 def test_load_refusal_carries_the_verifiers_last_line() -> None:
     require_bpf()
     reads_r6_unset = insn(bpf.ALU64_MOV_K, 0, imm=0) + insn(0xBF, 0, 6) + insn(bpf.JMP_EXIT)  # r0 = r6
@@ -203,6 +203,7 @@ def test_load_refusal_carries_the_verifiers_last_line() -> None:
     assert caught.value.errno == errno.EACCES
 
 
+@pytest.mark.root
 def test_query_of_a_fresh_cgroup_is_empty() -> None:
     require_bpf()
     from tests.unit.runtime.prestart.test_devcgroup import cgroup2_mountpoint
@@ -219,6 +220,7 @@ def test_query_of_a_fresh_cgroup_is_empty() -> None:
         os.rmdir(path)
 
 
+@pytest.mark.root
 def test_query_of_something_that_is_not_a_cgroup_fails() -> None:
     require_bpf()
     fd = os.open("/", os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)

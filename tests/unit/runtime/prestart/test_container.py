@@ -20,6 +20,7 @@ import pytest
 
 from cdictk.errors import HookError
 from cdictk.runtime.prestart.container import Container, alive, container_of
+from tests.rootmarker import root_only
 
 DEADLINE_S = 10.0
 
@@ -58,8 +59,6 @@ def sleeper() -> Iterator[subprocess.Popen[bytes]]:
 def unshared(*flags: str) -> Iterator[subprocess.Popen[bytes]]:
     if shutil.which("unshare") is None:
         pytest.skip("util-linux unshare is not installed")
-    if os.geteuid() != 0:
-        pytest.skip("unshare --mount needs root")
     process = spawn("unshare", *flags, "sleep", "30")
     ours = ns_identity("self", "mnt")
     try:
@@ -72,6 +71,7 @@ def unshared(*flags: str) -> Iterator[subprocess.Popen[bytes]]:
 
 
 @pytest.fixture
+@root_only
 def container_process() -> Iterator[subprocess.Popen[bytes]]:
     """A process in a mount namespace of its own, as a container's is."""
     yield from unshared("--mount")
@@ -164,6 +164,7 @@ def test_the_hosts_root_is_never_the_rootfs(tmp_path: Path, root: str) -> None:
 # ---- pinning the process --------------------------------------------------------------------------------
 
 
+@pytest.mark.root
 def test_a_process_with_its_own_mount_namespace_is_pinned(container_process: subprocess.Popen[bytes]) -> None:
     fds = open_fds()
     pid = container_process.pid
@@ -183,6 +184,7 @@ def test_a_process_in_our_mount_namespace_is_refused(sleeper: subprocess.Popen[b
     assert open_fds() == fds  # nothing held after a refusal
 
 
+@pytest.mark.root
 def test_a_process_in_a_user_namespace_is_refused() -> None:
     for process in unshared("--user", "--map-root-user", "--mount"):
         fds = open_fds()
@@ -215,6 +217,7 @@ def test_a_pid_that_does_not_exist_is_refused() -> None:
         container_of(state(pid=process.pid), CONFIG)
 
 
+@pytest.mark.root
 def test_alive_turns_false_once_the_process_exits_even_before_it_is_reaped(
     container_process: subprocess.Popen[bytes],
 ) -> None:

@@ -30,6 +30,7 @@ from cdictk.runtime.prestart.devcgroup import (
     patch_program,
     relative_path,
 )
+from tests.rootmarker import root_only
 
 GPU0 = DeviceRule("c", 195, 0, "rwm")
 
@@ -428,6 +429,7 @@ class Cell:
 
 
 @pytest.fixture
+@root_only
 def cell(tmp_path: Path) -> Iterator[Cell]:
     if os.geteuid() != 0:
         pytest.skip("cgroups, device programs and mknod need root (run the tests as root)")
@@ -545,6 +547,7 @@ def require_v1(cell: Cell) -> str:
     return cell.v1
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     "flags",
     [bpf.BPF_F_ALLOW_MULTI, 0, bpf.BPF_F_ALLOW_OVERRIDE],
@@ -574,6 +577,7 @@ def test_v2_runc_like_program_gets_the_gpu(cell: Cell, flags: int) -> None:
     )
 
 
+@pytest.mark.root
 def test_v2_access_bits_are_honoured(cell: Cell) -> None:
     cgroup = require_v2(cell)
     attach(cgroup, runc_program([DEV_NULL]), bpf.BPF_F_ALLOW_MULTI)
@@ -585,6 +589,7 @@ def test_v2_access_bits_are_honoured(cell: Cell) -> None:
     assert cell.mknod("made0", 195, 0) == errno.EPERM
 
 
+@pytest.mark.root
 def test_v2_every_attached_program_is_patched(cell: Cell) -> None:
     """The kernel runs all of a cgroup's programs and needs each to allow: patching one is not enough."""
     cgroup = require_v2(cell)
@@ -607,6 +612,7 @@ def test_v2_every_attached_program_is_patched(cell: Cell) -> None:
     )
 
 
+@pytest.mark.root
 def test_v2_second_run_extends_the_block_instead_of_stacking(cell: Cell) -> None:
     cgroup = require_v2(cell)
     attach(cgroup, runc_program([DEV_NULL]), bpf.BPF_F_ALLOW_MULTI)
@@ -626,6 +632,7 @@ def test_v2_second_run_extends_the_block_instead_of_stacking(cell: Cell) -> None
     )
 
 
+@pytest.mark.root
 def test_v2_cgroup_without_programs_is_left_alone(cell: Cell) -> None:
     cgroup = require_v2(cell)
     assert v2_lines(allow_devices(cell.pid, [GPU0])) == []
@@ -633,6 +640,7 @@ def test_v2_cgroup_without_programs_is_left_alone(cell: Cell) -> None:
     assert cell.open("gpu0") == errno.ENXIO
 
 
+@pytest.mark.root
 def test_v1_devices_rules_are_added_for_real(cell: Cell) -> None:
     cgroup = require_v1(cell)
     _write(f"{cgroup}/devices.deny", "a")
@@ -647,6 +655,7 @@ def test_v1_devices_rules_are_added_for_real(cell: Cell) -> None:
     assert (cell.open("gpu0"), cell.open("gpu1"), cell.open("/dev/null")) == (errno.ENXIO, errno.EPERM, 0)
 
 
+@pytest.mark.root
 def test_v1_rule_the_parent_lacks_is_an_error(cell: Cell) -> None:
     cgroup = require_v1(cell)
     _write(f"{cgroup}/devices.deny", "a")

@@ -199,6 +199,7 @@ def test_an_nvml_without_the_v2_cuda_version_and_with_failing_devices(tmp_path: 
     assert driver_facts(lib, [], ["driver"]).driver == "460.91.03"
 
 
+@pytest.mark.root
 def test_a_bare_soname_is_never_loaded(make_node: NodeFactory) -> None:
     """The loader would search for it (LD_LIBRARY_PATH first): only a path that was judged is loaded."""
     node = make_node("single")
@@ -215,6 +216,7 @@ def test_a_bare_soname_is_never_loaded(make_node: NodeFactory) -> None:
     assert result.stderr.splitlines()[-1].endswith("NvmlError: libnvidia-ml.so.1: not an absolute path")
 
 
+@pytest.mark.root
 def test_requirements_of_a_real_image_against_the_fake_node(make_node: NodeFactory) -> None:
     node = make_node("eight")
     library = os.path.join(node.lib_dir, "libnvidia-ml.so.1")

@@ -75,12 +75,11 @@ def test_a_log_file_that_is_a_symlink_or_relative_is_not_written(
     assert not Path("relative.log").exists()
 
 
+@pytest.mark.root
 def test_a_log_file_in_a_directory_others_could_change_is_not_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As every writer: a user could have linked the name to a file of root's first."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: a directory of another owner")
     os.chmod(tmp_path, 0o755)
     shared = tmp_path / "shared"
     shared.mkdir()
@@ -92,14 +91,13 @@ def test_a_log_file_in_a_directory_others_could_change_is_not_written(
     assert err.startswith(f"p: warning: CDICTK_HOOK_LOG={shared}/hook.log: ") and "owned by uid 12345" in err
 
 
+@pytest.mark.root
 def test_a_log_file_a_user_planted_in_a_sticky_directory_is_not_written(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``/tmp`` passes the directory check, so anyone may make the name first: a file of theirs (every
     container's lines for them to read), a hard link to a file of root's, a FIFO. Before: the hook
     appended to whatever regular file or FIFO was there."""
-    if os.geteuid() != 0:
-        pytest.skip("needs root: a file of another owner")
     os.chmod(tmp_path, 0o755)
     sticky = tmp_path / "tmp"
     sticky.mkdir()

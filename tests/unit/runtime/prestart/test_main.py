@@ -26,6 +26,7 @@ from cdictk.runtime.prestart.main import LEGACY_NAME, PROG, main
 from tests import REPO as CLONE
 from tests.conftest import node_with_spec
 from tests.fakenode.node import FakeNode
+from tests.rootmarker import root_only
 
 REPO = str(CLONE)
 PREFIX = f"{PROG}: "
@@ -302,6 +303,7 @@ class Node:
 
 
 @pytest.fixture(scope="module")
+@root_only
 def node(tmp_path_factory: pytest.TempPathFactory, stub_cache: str) -> Node:
     return Node(*node_with_spec(tmp_path_factory, stub_cache, "prestart-main"))
 
@@ -318,6 +320,7 @@ def run_hook(tmp_path: Path, node: Node, bundle: Bundle, *args: str) -> subproce
     )
 
 
+@pytest.mark.root
 def test_a_gpu_the_spec_lacks_is_one_line_naming_it(tmp_path: Path, node: Node) -> None:
     bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=7"])
     before = bundle.config.read_bytes()
@@ -327,6 +330,7 @@ def test_a_gpu_the_spec_lacks_is_one_line_naming_it(tmp_path: Path, node: Node) 
     assert bundle.config.read_bytes() == before and result.stdout == ""
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     "env",
     [
@@ -345,6 +349,7 @@ def test_an_unmet_requirement_is_one_line_before_anything_is_done(
     assert os.listdir(bundle.path / "rootfs") == []
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     "env",
     [
@@ -363,6 +368,7 @@ def test_a_container_that_gets_gpus_is_pinned_next(tmp_path: Path, node: Node, e
     assert os.listdir(bundle.path / "rootfs") == []
 
 
+@pytest.mark.root
 def test_debug_tells_what_is_ignored(tmp_path: Path, node: Node) -> None:
     bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0"])
     result = run_hook(tmp_path, node, bundle, "--debug")
@@ -375,6 +381,7 @@ def test_debug_tells_what_is_ignored(tmp_path: Path, node: Node) -> None:
     assert quiet.stderr.count("\n") == 1
 
 
+@pytest.mark.root
 def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: Node) -> None:
     """A config the shim (or the engine's CDI) edited: nothing to do, the process is never looked at."""
     from cdictk.parsecache import ParseCache
@@ -402,6 +409,7 @@ def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: N
     assert result.stderr.splitlines()[-1] == f"{PREFIX}the container has its devices already"
 
 
+@pytest.mark.root
 def test_nvml_is_the_specs_or_the_host_caches_and_only_if_roots_alone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -445,6 +453,7 @@ def test_nvml_is_the_specs_or_the_host_caches_and_only_if_roots_alone(
         _nvml_library(plan)
 
 
+@pytest.mark.root
 @pytest.mark.parametrize("name", ["NVIDIA_MIG_CONFIG_DEVICES", "NVIDIA_MIG_MONITOR_DEVICES"])
 def test_mig_management_requests_are_refused_not_ignored(tmp_path: Path, node: Node, name: str) -> None:
     bundle = make_bundle(tmp_path, ["NVIDIA_VISIBLE_DEVICES=0", f"{name}=all"])
@@ -460,6 +469,7 @@ def test_mig_management_requests_are_refused_not_ignored(tmp_path: Path, node: N
 VOLUME_REQUEST = {"destination": "/var/run/nvidia-container-devices/0", "source": "/dev/null", "type": "bind"}
 
 
+@pytest.mark.root
 @pytest.mark.parametrize(
     ("extra", "accept_mounts", "outcome"),
     [

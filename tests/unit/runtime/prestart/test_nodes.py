@@ -16,7 +16,7 @@ from cdictk.errors import HookError
 from cdictk.rootfs import Rootfs
 from cdictk.runtime.prestart.nodes import make_nodes
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mknod needs root")
+pytestmark = pytest.mark.root
 
 GPU0: dict[str, Any] = {"path": "/dev/nvidia0", "type": "c", "major": 195, "minor": 0}
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from cdictk.cdi.yamlscalar import Timestamp, go_text, is_ambiguous, resolve_plain
+from cdictk.yamlscalar import Timestamp, go_text, is_ambiguous, resolve_plain
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,10 @@ import yaml
 from cdictk.cdi import dump
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import Spec
-from cdictk.cdi.parse import more_documents, parse_document
+from cdictk.cdi.parse import parse_document
 from cdictk.cli.main import main
 from cdictk.errors import CdictkError
+from cdictk.strictyaml import more_documents
 
 
 @pytest.fixture
