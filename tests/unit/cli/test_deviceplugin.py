@@ -103,18 +103,24 @@ def test_nvidias_variables_are_read_and_a_bad_one_is_named(env: dict[str, str], 
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_nvidias_variables_set_what_their_flags_set(monkeypatch: pytest.MonkeyPatch) -> None:
-    ran: list[Settings] = []
+@pytest.fixture
+def ran(monkeypatch: pytest.MonkeyPatch) -> list[Settings]:
+    """The settings each run of the command would start the plugin with; the plugin never starts."""
+    started: list[Settings] = []
 
     class Recorded:
         def __init__(self, settings: Settings, log: object) -> None:
-            ran.append(settings)
+            started.append(settings)
 
         def run(self, stop: object) -> None:
             pass
 
     monkeypatch.setattr(plugin_module, "DevicePlugin", Recorded)
     monkeypatch.setattr(signal, "signal", lambda *_: None)  # pytest's own handlers stay
+    return started
+
+
+def test_nvidias_variables_set_what_their_flags_set(ran: list[Settings]) -> None:
     env = {
         "MIG_STRATEGY": "mixed",
         "DEVICE_LIST_STRATEGY": "cdi-cri,volume-mounts",
@@ -158,21 +164,10 @@ def test_the_device_plugin_serves_the_kinds_cdi_generate_writes(
     kind: str,
     make_node: NodeFactory,
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    ran: list[Settings],
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """One kind check for both: the plugin's kind is the node spec's, which cdi generate writes."""
-    ran: list[Settings] = []
-
-    class Recorded:
-        def __init__(self, settings: Settings, log: object) -> None:
-            ran.append(settings)
-
-        def run(self, stop: object) -> None:
-            pass
-
-    monkeypatch.setattr(plugin_module, "DevicePlugin", Recorded)
-    monkeypatch.setattr(signal, "signal", lambda *_: None)
     plugin = CliRunner().invoke(device_plugin_command, ["--cdi-kind", kind], env={})
     node = make_node("single")
     vendor, _, cls = kind.partition("/")
