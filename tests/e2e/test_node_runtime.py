@@ -225,6 +225,18 @@ def hook_command(node: Node) -> tuple[list[str], dict[str, str]]:
     return [hook["path"], *hook["args"][1:]], dict(item.split("=", 1) for item in hook["env"])
 
 
+def gpu_container_hook_runs(node: Node, cdictk: str, image: Path, *inject: str) -> None:
+    """A container given GPU 0 by ``cdictk cdi inject`` (the node's ``cdictk`` at ``cdictk``, ``inject``
+    its own flags), its createContainer hook run as runc runs it, in an overlay of the Debian image
+    under ``image``: the image's ld cache must then hold the driver's libraries."""
+    write_bundle(node, ["true"])
+    node.run(cdictk, "cdi", "inject", *inject, "-d", "nvidia.com/gpu=0", f"{CONTAINER}/config.json")
+    argv, env = hook_command(node)
+    with overlay(DEBIAN_ROOTFS, image) as rootfs:
+        node.run(*argv, env=env, stdin=STATE, binds=container_mounts(node, rootfs))
+        check_ld_cache(run(["chroot", str(rootfs), "/sbin/ldconfig", "-p"]).stdout)
+
+
 def test_a_busybox_node_runs_the_spec_hook_through_the_runtime(
     node_runtime: Path, busybox_node: Node, stub_cache: str, tmp_path: Path
 ) -> None:
@@ -241,13 +253,7 @@ def test_a_busybox_node_runs_the_spec_hook_through_the_runtime(
 
     spec = generate(node, stub_cache)
     assert f"path: {HOOK}\n" in spec
-    write_bundle(node, ["true"])
-    node.run(f"{PREFIX}/bin/cdictk", "cdi", "inject", "--spec-dir", "/etc/cdi", "-d", "nvidia.com/gpu=0",
-             f"{CONTAINER}/config.json")  # fmt: skip
-    argv, env = hook_command(node)
-    with overlay(DEBIAN_ROOTFS, tmp_path / "image") as rootfs:
-        node.run(*argv, env=env, stdin=STATE, binds=container_mounts(node, rootfs))
-        check_ld_cache(run(["chroot", str(rootfs), "/sbin/ldconfig", "-p"]).stdout)
+    gpu_container_hook_runs(node, f"{PREFIX}/bin/cdictk", tmp_path / "image", "--spec-dir", "/etc/cdi")
 
 
 def test_a_glibc_node_runs_containers_through_the_runtime(

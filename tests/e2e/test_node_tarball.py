@@ -39,10 +39,9 @@ from tests.e2e.test_node_runtime import (
     GPU_NODE,
     HOOK,
     PREFIX,
-    STATE,
     Node,
     check_ld_cache,
-    container_mounts,
+    gpu_container_hook_runs,
     hook_command,
     write_bundle,
 )
@@ -159,12 +158,7 @@ def test_a_busybox_node_installs_it_and_runs_the_readmes_commands(
     assert f"registering {PREFIX}/bin/cdictk-runtime" in out and f"{CONTAINERD}: unchanged" in out, out
 
     # A container given the GPU: its createContainer hook run as runc runs it.
-    write_bundle(node, ["true"])
-    node.run("cdictk", "cdi", "inject", "-d", "nvidia.com/gpu=0", f"{CONTAINER}/config.json")
-    argv, env = hook_command(node)
-    with overlay(DEBIAN_ROOTFS, tmp_path / "image") as rootfs:
-        node.run(*argv, env=env, stdin=STATE, binds=container_mounts(node, rootfs))
-        check_ld_cache(run(["chroot", str(rootfs), "/sbin/ldconfig", "-p"]).stdout)
+    gpu_container_hook_runs(node, "cdictk", tmp_path / "image")
 
 
 def test_an_ubuntu_2204_node_runs_a_container_through_the_installed_runtime(
