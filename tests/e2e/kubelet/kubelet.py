@@ -282,18 +282,24 @@ class Pod:
         return answer.stdout.decode(errors="replace")
 
 
-def container_config(
-    name: str,
-    image: str,
-    command: Sequence[str],
-    answers: Sequence[ContainerAllocateResponse],
-    env: dict[str, str] | None = None,
-) -> cri.ContainerConfig:
-    """The CRI config the kubelet writes for a container with these Allocate answers: the pod's env
-    first, then the plugins'; mounts and devices appended; plugin annotations under the kubelet's
-    own; CDI devices de-duplicated by name."""
-    envs = [cri.KeyValue(k, v.encode()) for k, v in (env or {}).items()]
-    mounts: list[cri.Mount] = []
+@dataclass(frozen=True)
+class Allocated:
+    """What the device plugins' Allocate answers add to a container's CRI config, as the kubelet adds
+    it: env after the pod's, mounts and devices appended (a device once per container path), plugin
+    annotations under the kubelet's own, CDI devices once per name."""
+
+    envs: list[cri.KeyValue]
+    mounts: list[cri.Mount]
+    devices: list[cri.Device]
+    annotations: dict[str, str]
+    cdi_devices: list[cri.CDIDevice]
+
+
+def allocated(
+    answers: Sequence[ContainerAllocateResponse], envs: list[cri.KeyValue], mounts: list[cri.Mount]
+) -> Allocated:
+    """The container's own ``envs`` and ``mounts`` with the answers' edits after them."""
+    envs, mounts = list(envs), list(mounts)
     devices: dict[str, cri.Device] = {}
     annotations: dict[str, str] = {}
     cdi: dict[str, cri.CDIDevice] = {}
@@ -308,16 +314,28 @@ def container_config(
             annotations.setdefault(key, value)
         for cdi_device in answer.cdi_devices:
             cdi.setdefault(cdi_device.name, cri.CDIDevice(cdi_device.name))
-    annotations["io.kubernetes.container.name"] = name
+    return Allocated(envs, mounts, list(devices.values()), annotations, list(cdi.values()))
+
+
+def container_config(
+    name: str,
+    image: str,
+    command: Sequence[str],
+    answers: Sequence[ContainerAllocateResponse],
+    env: dict[str, str] | None = None,
+) -> cri.ContainerConfig:
+    """The CRI config the kubelet writes for a container with these Allocate answers (:func:`allocated`)."""
+    edits = allocated(answers, [cri.KeyValue(k, v.encode()) for k, v in (env or {}).items()], [])
+    annotations = {**edits.annotations, "io.kubernetes.container.name": name}
     return cri.ContainerConfig(
         cri.ContainerMetadata(name),
         cri.ImageSpec(image, user_specified_image=image),
         command=list(command),
-        envs=envs,
-        mounts=mounts,
-        devices=list(devices.values()),
+        envs=edits.envs,
+        mounts=edits.mounts,
+        devices=edits.devices,
         annotations=annotations,
-        CDI_devices=list(cdi.values()),
+        CDI_devices=edits.cdi_devices,
     )
 
 

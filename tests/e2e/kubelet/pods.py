@@ -37,7 +37,7 @@ import grpc
 from cdictk.deviceplugin.messages import HEALTHY, ContainerAllocateResponse
 from tests.e2e.kubelet import cri
 from tests.e2e.kubelet.containerenv import command_line, container_env
-from tests.e2e.kubelet.kubelet import Kubelet
+from tests.e2e.kubelet.kubelet import Kubelet, allocated
 from tests.e2e.kubelet.manifest import (
     ConfigMapSource,
     Container,
@@ -519,24 +519,10 @@ class PodRunner:
         if skipped:
             pod.events.append(f"container {container.name}: not valid variable names, left out: {skipped}")
         command, args = command_line(container, env)
-        envs = [cri.KeyValue(k, v.encode()) for k, v in env.items()]
-        mounts = self._mounts(pod, container)
-        devices: dict[str, cri.Device] = {}
-        annotations: dict[str, str] = {}
-        cdi: dict[str, cri.CDIDevice] = {}
-        for answer in answers:
-            envs += [cri.KeyValue(k, v.encode()) for k, v in answer.envs.items()]
-            mounts += [cri.Mount(m.container_path, m.host_path, m.read_only) for m in answer.mounts]
-            for device in answer.devices:
-                devices.setdefault(
-                    device.container_path,
-                    cri.Device(device.container_path, device.host_path, device.permissions),
-                )
-            for key, value in answer.annotations.items():
-                annotations.setdefault(key, value)
-            for cdi_device in answer.cdi_devices:
-                cdi.setdefault(cdi_device.name, cri.CDIDevice(cdi_device.name))
-        annotations["io.kubernetes.container.name"] = container.name
+        edits = allocated(
+            answers, [cri.KeyValue(k, v.encode()) for k, v in env.items()], self._mounts(pod, container)
+        )
+        annotations = {**edits.annotations, "io.kubernetes.container.name": container.name}
         qos = qos_class(pod.spec)
         security = container.security
         return cri.ContainerConfig(
@@ -545,9 +531,9 @@ class PodRunner:
             command=command,
             args=args,
             working_dir=container.working_dir,
-            envs=envs,
-            mounts=mounts,
-            devices=list(devices.values()),
+            envs=edits.envs,
+            mounts=edits.mounts,
+            devices=edits.devices,
             labels={
                 "io.kubernetes.container.name": container.name,
                 "io.kubernetes.pod.name": pod.name,
@@ -571,7 +557,7 @@ class PodRunner:
                     no_new_privs=security.allow_privilege_escalation is False,
                 ),
             ),
-            CDI_devices=list(cdi.values()),
+            CDI_devices=edits.cdi_devices,
         )
 
     def _create_and_start(self, pod: RunningPod, config: cri.ContainerConfig) -> str:
