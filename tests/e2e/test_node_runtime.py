@@ -116,14 +116,19 @@ class Node:
         return done.stdout + done.stderr
 
 
-@pytest.fixture
-def busybox_node(tmp_path: Path) -> Node:
+def new_busybox_node(root: Path) -> Node:
+    """A busybox-only node root at ``root`` (skipped where this machine's busybox cannot make one)."""
     require_root()
     problem = busybox_problem()
     if problem is not None:
         pytest.skip(problem)
-    build_busybox_rootfs(tmp_path / "node")
-    return Node(tmp_path / "node")
+    build_busybox_rootfs(root)
+    return Node(root)
+
+
+@pytest.fixture
+def busybox_node(tmp_path: Path) -> Node:
+    return new_busybox_node(tmp_path / "node")
 
 
 @pytest.fixture(params=["bookworm", pytest.param("jammy", marks=pytest.mark.slow)])

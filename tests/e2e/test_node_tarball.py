@@ -26,11 +26,8 @@ from cdictk.noderuntime import manifest
 from nodeimage import makeimage, nodetarball
 from tests.e2e.conftest import (
     DEBIAN_ROOTFS,
-    build_busybox_rootfs,
-    busybox_problem,
     fetch_minbase,
     overlay,
-    require_root,
     require_tool,
 )
 from tests.e2e.runtimebuild import run
@@ -43,6 +40,7 @@ from tests.e2e.test_node_runtime import (
     check_ld_cache,
     gpu_container_hook_runs,
     hook_command,
+    new_busybox_node,
     write_bundle,
 )
 from tests.fakenode.node import build_node
@@ -80,12 +78,7 @@ def with_systemctl(node: Node) -> Node:
 
 @pytest.fixture
 def busybox_node(tmp_path: Path) -> Node:
-    require_root()
-    problem = busybox_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    build_busybox_rootfs(tmp_path / "node")
-    return with_systemctl(Node(tmp_path / "node"))
+    return with_systemctl(new_busybox_node(tmp_path / "node"))
 
 
 @pytest.fixture
