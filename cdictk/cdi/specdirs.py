@@ -46,7 +46,9 @@ def spec_paths(
     filesystems: bool = True,
 ) -> list[str]:
     """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``,
-    and so does each file skipped for trust. ``filesystems``: the FUSE check too (see above)."""
+    and so does each file skipped for trust. ``filesystems``: the FUSE check too (see above). Paths
+    and problems name the directory in one spelling (``/etc/cdi//`` is ``/etc/cdi``)."""
+    directory = os.path.normpath(directory)
     try:
         with os.scandir(directory) as entries:
             names = sorted(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from cdictk.cdi.apply import EditsSource, apply_edits
-from cdictk.cdi.cache import SpecCache
+from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdictk.errors import CdictkError
 
@@ -24,7 +24,7 @@ def registered(spec: Spec, path: str = "/etc/cdi/spec.yaml") -> list[Registered]
 
 def edits_for(devices: list[Registered]) -> list[EditsSource]:
     """The edit blocks the spec cache gives for ``devices``, in the library's order."""
-    cache = SpecCache({"specs": [], "devices": {}, "problems": [], "dirs": []})
+    cache = SpecDirs.load([])
     added: list[tuple[int, str]] = []
     for spec, path, _ in devices:
         if (id(spec), path) not in added:
