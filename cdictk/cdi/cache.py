@@ -94,7 +94,9 @@ class DeviceRecord:
 
     __slots__ = ("annotations", "edits", "index", "spec")
 
-    def __init__(self, spec: SpecRecord, index: int, edits: dict[str, Any], annotations: dict[str, str]) -> None:
+    def __init__(
+        self, spec: SpecRecord, index: int, edits: dict[str, Any], annotations: dict[str, str]
+    ) -> None:
         self.spec = spec
         self.index = index
         self.edits = edits
@@ -102,7 +104,12 @@ class DeviceRecord:
 
     def to_data(self, spec_number: int) -> dict[str, Any]:
         """Stored with its spec as a number into the index's specs."""
-        return {"spec": spec_number, "index": self.index, "edits": self.edits, "annotations": self.annotations}
+        return {
+            "spec": spec_number,
+            "index": self.index,
+            "edits": self.edits,
+            "annotations": self.annotations,
+        }
 
     @classmethod
     def from_data(cls, data: Any, specs: list[SpecRecord]) -> DeviceRecord | None:
@@ -200,12 +207,13 @@ class SpecDirs:
         if rescan is None:
             from cdictk.cdi.registry import load_registry  # noqa: PLC0415 - the slow path
 
-            registry = load_registry(self.dirs, require_dirs=self._require_dirs, trusted_only=self.trusted_only)
+            registry = load_registry(
+                self.dirs, require_dirs=self._require_dirs, trusted_only=self.trusted_only
+            )
             self._state = _state_of(registry)
             return
         with rescan.lock:
-            registry = rescan.registry(require_dirs=self._require_dirs, trusted_only=self.trusted_only)
-            self._state = _state_of(registry)
+            self._rescanned(rescan)
 
     @property
     def reads(self) -> int:
@@ -276,7 +284,11 @@ class SpecDirs:
 
     def driver_sources(self, kind: str) -> list[EditsSource]:
         """The common edits of every spec of ``kind`` (``NVIDIA_VISIBLE_DEVICES=none``): no device."""
-        return [EditsSource(spec.edits, spec.path, "containerEdits") for spec in self._now()[0] if spec.kind == kind]
+        return [
+            EditsSource(spec.edits, spec.path, "containerEdits")
+            for spec in self._now()[0]
+            if spec.kind == kind
+        ]
 
     def apply_to(self, config: dict[str, Any], requested: Sequence[str], config_file: str) -> bool:
         """Apply the ``requested`` devices to the OCI ``config`` in place, all or none of them (False:
@@ -342,9 +354,12 @@ class SpecDirs:
         if rescan is not None and rescan.watching:
             with rescan.lock:
                 if rescan.changed():
-                    registry = rescan.registry(require_dirs=self._require_dirs, trusted_only=self.trusted_only)
-                    self._state = _state_of(registry)
+                    self._rescanned(rescan)
         return self._state
+
+    def _rescanned(self, rescan: Rescan) -> None:
+        registry = rescan.registry(require_dirs=self._require_dirs, trusted_only=self.trusted_only)
+        self._state = _state_of(registry)
 
     def _hint(self, problems: list[Problem]) -> str:
         if problems:
@@ -390,7 +405,11 @@ def _from_data(data: Any) -> State | None:
     if type(data) is not dict or data.keys() != _INDEX_KEYS:
         return None
     stored_specs, stored_devices, stored_problems = data["specs"], data["devices"], data["problems"]
-    if type(stored_specs) is not list or type(stored_devices) is not dict or type(stored_problems) is not list:
+    if (
+        type(stored_specs) is not list
+        or type(stored_devices) is not dict
+        or type(stored_problems) is not list
+    ):
         return None
     specs: list[SpecRecord] = []
     for entry in stored_specs:

@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdictk import fsutil
+from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Spec
-from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.names import kind_problem, split_kind
 from cdictk.cdi.parse import parse_document

@@ -106,7 +106,9 @@ def list_command(spec_dirs: tuple[str, ...], accept_untrusted_specs: bool, as_js
     _print_problems("error", bad_dirs)
     _print_problems("warning", [p for p in problems if p not in bad_dirs])
     if as_json:
-        print(json.dumps([{"name": name, "spec": specs.spec_file(name)} for name in specs.devices()], indent=2))
+        print(
+            json.dumps([{"name": name, "spec": specs.spec_file(name)} for name in specs.devices()], indent=2)
+        )
     else:
         for name in specs.devices():
             print(name)

@@ -23,8 +23,8 @@ from cdictk.api import (
     InvalidNameError,
     InvalidSpecError,
     NodeSpecs,
-    SpecDirs,
     SpecDirError,
+    SpecDirs,
     SpecExistsError,
     TransientSpecs,
     UnknownDeviceError,
@@ -377,7 +377,7 @@ def test_a_spec_dir_made_after_the_cache_is_watched(specs: NodeSpecs, tmp_path: 
     TransientSpecs(later).write(CLAIM, specs.claim_spec(CLAIM, ["1"]))
     assert cache.devices() == [f"nvidia.com/gpu={CLAIM}-1"]
     cache.close()
-    with pytest.raises(api.ClosedError, match="the spec cache is closed"):
+    with pytest.raises(api.ClosedError, match="the spec dirs' view is closed"):
         cache.devices()
 
 

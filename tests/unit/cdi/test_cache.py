@@ -15,6 +15,7 @@ import cdictk.cdi.registry
 from cdictk.cdi.apply import EditsSource
 from cdictk.cdi.cache import SpecDirs, UnresolvedDevicesError, spec_key
 from cdictk.cdi.dump import to_data
+from cdictk.cdi.model import Device
 from cdictk.cdi.registry import Registry, load_registry
 from cdictk.errors import CdictkError
 from cdictk.parsecache import ParseCache
@@ -373,7 +374,10 @@ def views(dirs: list[str], store: str) -> dict[str, SpecDirs]:
     }
 
 
-def answers(view: SpecDirs) -> tuple[object, ...]:
+Answers = tuple[list[str], list[str | None], list[Device | None], list[str], list[tuple[object, str, str]]]
+
+
+def answers(view: SpecDirs) -> Answers:
     names = view.devices()
     return (
         names,
@@ -430,7 +434,11 @@ def test_every_view_gives_the_same_answers(tmp_path: Path) -> None:
     every = views(dirs(tmp_path), str(tmp_path / "cache"))
     expected = answers(every["scanned once"])
     assert expected[0] == ["vendor.com/gpu=0", "vendor.com/gpu=1", "vendor.com/gpu=noted"]
-    assert sorted({problem.split(":")[0].rsplit("/", 1)[1] for problem in expected[3]}) == ["c.yaml", "d.yaml", "e.yaml"]
+    assert sorted({problem.split(":")[0].rsplit("/", 1)[1] for problem in expected[3]}) == [
+        "c.yaml",
+        "d.yaml",
+        "e.yaml",
+    ]
     for label, view in every.items():
         assert answers(view) == expected, label
         noted = view.device("vendor.com/gpu=noted")
