@@ -151,7 +151,7 @@ def main() -> int:
         cached = SpecDirs.load([specs])
         wanted = [f"nvidia.com/gpu={i}" for i in range(INJECTED)]
         measure(
-            f"inject {INJECTED} devices (resolve in the spec cache + apply)",
+            f"inject {INJECTED} devices (resolve in SpecDirs + apply)",
             args.repeat,
             lambda: apply_edits(copy.deepcopy(RUNC_DEFAULT_CONFIG), cached.resolve(wanted), "config.json"),
         )

@@ -16,7 +16,7 @@ looked up where the spec files are parsed (``filesystems``); the runtime shim's 
 keys its stored index on each spec dir's and file's device (:mod:`cdictk.cdi.cache`), so a mount
 made since is a miss, checked then.
 
-Its own module so that the runtime shim can list the spec dirs (to check its spec cache) without
+Its own module so that the runtime shim can list the spec dirs (to check its stored index) without
 importing the spec loader. Standard library only.
 """
 

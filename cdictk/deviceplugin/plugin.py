@@ -45,7 +45,7 @@ class DevicePlugin:
             max_age=float("inf"),
         )
         self.health = HealthMonitor(settings.health, self._health_changed, log=log)
-        # The spec cache's first scan (every spec parsed) runs beside discovery, which mostly waits
+        # The spec dirs' first scan (every spec parsed) runs beside discovery, which mostly waits
         # for NVML's child: it is wanted only once serving starts.
         self._specs: futures.Future[SpecDirs] | None = None
         if settings.spec_dirs:

@@ -14,7 +14,7 @@ from cdictk.errors import CdictkError
 
 NULL_MODE = os.stat("/dev/null").st_mode & 0o7777
 
-# A device as the spec cache resolves it: its spec, the spec's file, its qualified name.
+# A device as SpecDirs resolves it: its spec, the spec's file, its qualified name.
 Registered = tuple[Spec, str, str]
 
 
@@ -23,7 +23,7 @@ def registered(spec: Spec, path: str = "/etc/cdi/spec.yaml") -> list[Registered]
 
 
 def edits_for(devices: list[Registered]) -> list[EditsSource]:
-    """The edit blocks the spec cache gives for ``devices``, in the library's order."""
+    """The edit blocks SpecDirs gives for ``devices``, in the library's order."""
     cache = SpecDirs.load([])
     added: list[tuple[int, str]] = []
     for spec, path, _ in devices:

@@ -439,6 +439,8 @@ def test_every_view_gives_the_same_answers(tmp_path: Path) -> None:
         "d.yaml",
         "e.yaml",
     ]
+    registry = load_registry(dirs(tmp_path))
+    assert expected[2] == [registry.devices[name].device for name in expected[0]]  # the model's own
     for label, view in every.items():
         assert answers(view) == expected, label
         noted = view.device("vendor.com/gpu=noted")
