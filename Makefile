@@ -109,7 +109,7 @@ bench-generate: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.generate --repeat $(ROUNDS) $(if $(NVIDIA_CTK),--nvidia-ctk $(NVIDIA_CTK))
 
 # The library API's figures: a claim's spec built and written, 1,000 claims, gc over 10,000
-# specs, SpecCache's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.
+# specs, SpecDirs's change latency, on the fake eight-GPU node with the spec dir on tmpfs. Needs root.
 bench-api: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m bench.api
 

@@ -4,7 +4,7 @@
   2 ms), median and 90th percentile of ``--repeat`` claims;
 - 1,000 claims built, written and removed (aim 2 s);
 - ``gc`` over 10,000 claim specs: 100 stale among them, and all 10,000 stale (aim 1 s);
-- how long ``SpecCache`` takes to see a new, a changed and a removed spec among 1,000 (aim 1 s), and
+- how long ``SpecDirs`` takes to see a new, a changed and a removed spec among 1,000 (aim 1 s), and
   how many files it parsed again for each.
 
 The spec dir is on tmpfs (``/dev/shm``, as ``/var/run/cdi`` is on a node) unless ``--spec-root``
@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from cdictk.api import NodeSpecs, SpecCache, TransientSpecs
+from cdictk.api import NodeSpecs, SpecDirs, TransientSpecs
 from tests.fakenode.node import build_node
 
 TWO = ["1", "0:1"]
@@ -97,7 +97,7 @@ def gc_figures(node: NodeSpecs, store: TransientSpecs) -> None:
     print(f"gc over 10,000 claim specs, all stale: {ms(every)}  ({verdict(every, 1.0)})")
 
 
-def seen_after(cache: SpecCache, change: Callable[[], None], present: str, wanted: bool) -> float:
+def seen_after(cache: SpecDirs, change: Callable[[], None], present: str, wanted: bool) -> float:
     """Seconds from the end of ``change`` (in another thread, as another process would) to the first
     ``cache.devices()`` that shows it, calls made back to back."""
     done = threading.Event()
@@ -113,7 +113,7 @@ def seen_after(cache: SpecCache, change: Callable[[], None], present: str, wante
     done.wait()
     while (present in cache.devices()) != wanted:
         if time.perf_counter() - finished[0] > 5:
-            raise SystemExit("SpecCache did not see the change within 5 s")
+            raise SystemExit("SpecDirs did not see the change within 5 s")
     seen = time.perf_counter()
     thread.join()
     return seen - finished[0]
@@ -122,8 +122,8 @@ def seen_after(cache: SpecCache, change: Callable[[], None], present: str, wante
 def cache_figures(node: NodeSpecs, store: TransientSpecs) -> None:
     fill(node, store, 1000)
     start = time.perf_counter()
-    cache = SpecCache([store.spec_dir])
-    print(f"SpecCache over 1,000 claim specs: first scan {ms(time.perf_counter() - start)}")
+    cache = SpecDirs([store.spec_dir])
+    print(f"SpecDirs over 1,000 claim specs: first scan {ms(time.perf_counter() - start)}")
     rows = []
     for label, uid, devices, name, wanted in (
         ("new", "fresh", TWO, "nvidia.com/gpu=fresh-0:1", True),
@@ -143,7 +143,7 @@ def cache_figures(node: NodeSpecs, store: TransientSpecs) -> None:
     cache.close()
     for label, latency, reads in rows:
         print(
-            f"SpecCache sees a {label} spec after {ms(latency)}, {reads} file(s) parsed again  "
+            f"SpecDirs sees a {label} spec after {ms(latency)}, {reads} file(s) parsed again  "
             f"({verdict(latency, 1.0)})"
         )
     store.gc([])

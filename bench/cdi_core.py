@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from cdictk.cdi.apply import apply_edits
-from cdictk.cdi.cache import load_specs
+from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.dump import dump_json, dump_yaml
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
@@ -148,17 +148,17 @@ def main() -> int:
         )
         measure("dump 200-device spec as YAML", args.repeat, lambda: dump_yaml(spec))
 
-        cached = load_specs([specs])
+        cached = SpecDirs.load([specs])
         wanted = [f"nvidia.com/gpu={i}" for i in range(INJECTED)]
         measure(
-            f"inject {INJECTED} devices (resolve in the spec cache + apply)",
+            f"inject {INJECTED} devices (resolve in SpecDirs + apply)",
             args.repeat,
             lambda: apply_edits(copy.deepcopy(RUNC_DEFAULT_CONFIG), cached.resolve(wanted), "config.json"),
         )
 
         def whole_inject() -> None:
             config = copy.deepcopy(RUNC_DEFAULT_CONFIG)
-            apply_edits(config, load_specs([specs]).resolve(wanted), "config.json")
+            apply_edits(config, SpecDirs.load([specs]).resolve(wanted), "config.json")
             dump_config(config)
 
         measure(f"inject {INJECTED} devices (load spec dir + apply + dump)", args.repeat, whole_inject)

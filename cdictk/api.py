@@ -1,4 +1,4 @@
-"""cdictk as a Python library: per-claim specs for DRA drivers and device plugins, and a consumer cache.
+"""cdictk as a Python library: per-claim specs for DRA drivers and device plugins, and the spec dirs' view.
 
 The names here are the public surface (``docs/api.md``); everything else in cdictk may change. Three
 classes and a few helpers:
@@ -6,8 +6,8 @@ classes and a few helpers:
 - :class:`NodeSpecs`: the node discovered once and kept ``max_age`` seconds; its common edits, a
   device's edits, a whole spec, and a claim's transient spec with devices ``<claim uid>-<id>``.
 - :class:`TransientSpecs`: one producer's transient spec files in a spec dir: write, remove, gc, list.
-- :class:`SpecCache`: the consumer's view of the spec dirs, kept current with inotify: devices, errors,
-  and injection into an OCI config by the engine of ``cdictk cdi inject``.
+- :class:`SpecDirs`: the spec directories' devices as a runtime resolves them, kept current with
+  inotify: devices, errors, and injection into an OCI config by the engine of ``cdictk cdi inject``.
 
 Every failure is a :class:`CdictkError` (or a subclass), whose message is one line. Each class is
 safe to share between threads.
@@ -19,9 +19,7 @@ from collections.abc import Iterable, Mapping
 
 from cdictk.cdi import annotations as _annotations
 from cdictk.cdi import names as _names
-from cdictk.cdi.cache import UnresolvedDevicesError
-from cdictk.cdi.livecache import ClosedError
-from cdictk.cdi.livecache import LiveSpecs as SpecCache
+from cdictk.cdi.cache import ClosedError, SpecDirs, UnresolvedDevicesError
 from cdictk.cdi.load import InvalidSpecError
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdictk.cdi.names import QualifiedName
@@ -47,8 +45,8 @@ __all__ = [
     "Problem",
     "QualifiedName",
     "Spec",
-    "SpecCache",
     "SpecDirError",
+    "SpecDirs",
     "SpecExistsError",
     "TransientSpecs",
     "UnknownDeviceError",

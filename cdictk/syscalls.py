@@ -5,7 +5,7 @@ The Linux system calls Python 3.11's ``os`` lacks, through ctypes.
 Imported only by the hook steps that need them (ctypes costs milliseconds per container start):
 openat2 for confined path resolution, namespaces, mounts and pivot_root for the ldconfig sandbox, the new
 mount API for read-only overlays of single files, fchmodat2 for chmod without following links;
-renameat2 for a create that must not replace a file, inotify for the library's spec cache, and bpf
+renameat2 for a create that must not replace a file, inotify for the library's view of the spec dirs, and bpf
 for the prestart hook's cgroup device programs.
 
 glibc's wrapper is called where every glibc we run on (2.31 to 2.39) has one; the new mount API's

@@ -1,7 +1,8 @@
 """Whether anything changed in a few directories since the last look: inotify, read without blocking.
 
-The library's spec cache asks on every call, as the reference library's cache does, instead of running
-a thread: a change is seen by the first call after it, and a cache nobody calls costs nothing. Events
+The library's view of the spec dirs (:class:`cdictk.cdi.cache.SpecDirs`) asks on every call, as the
+reference library's cache does, instead of running a thread: a change is seen by the first call after
+it, and a view nobody calls costs nothing. Events
 are not told apart: any of them means "scan again", and the scan re-reads only the files whose status
 changed. A directory that is missing (or removed) is tried again on every look, and its appearance is a
 change. Where inotify cannot be had (no instance left, EMFILE), every look is a change: slower, never

@@ -5,7 +5,7 @@ Where a container starts: the host paths of the edits about to be applied are ch
 ``cdictk cdi generate`` writes only host paths that are root's alone (:mod:`cdictk.hostpaths`), but a
 spec may be applied months later, and may come from another producer. So before
 :func:`cdictk.cdi.apply.apply_edits` touches a config (the runtime shim, podman's precreate hook, the
-legacy prestart hook, ``cdictk cdi inject``, :meth:`cdictk.cdi.cache.SpecCache.inject`), every mount
+legacy prestart hook, ``cdictk cdi inject``, :meth:`cdictk.cdi.cache.SpecDirs.inject`), every mount
 source, device node and hook program of the edit blocks is checked with the container-start rule:
 the same owners, and every symlink on the way root's own. A hook is a host program the runtime runs
 as root: whoever could change it, or a directory on its way, runs their code as root on every

@@ -1,4 +1,7 @@
-"""Spec directories -> the devices a runtime would see.
+"""Spec directories -> the devices a runtime would see, as model objects: the slow builder.
+
+:class:`cdictk.cdi.cache.SpecDirs`, the one view of the spec dirs, is built from a registry; only
+what needs each file's whole spec (``cdictk info``) reads the registry itself.
 
 As in the reference library: directories in priority order (a later one wins), in each only ``*.json``
 and ``*.yaml`` files, in lexical order, no recursion; a bad file only loses its own devices; two files
@@ -12,6 +15,7 @@ drops the device when no later directory defines it: the Go library drops it eve
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -44,12 +48,6 @@ class Registry:
     devices: dict[str, RegisteredDevice] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
 
-    def device_names(self) -> list[str]:
-        return sorted(self.devices)
-
-    def has_kind(self, kind: str) -> bool:
-        return any(name.startswith(kind + "=") for name in self.devices)
-
 
 def load_registry(
     dirs: Sequence[str] = DEFAULT_SPEC_DIRS, *, require_dirs: bool = False, trusted_only: bool = True
@@ -62,9 +60,9 @@ def load_registry(
 def read_registry(
     dirs: Sequence[str], load: Callable[[str], Spec], *, require_dirs: bool = False, trusted_only: bool = True
 ) -> Registry:
-    """:func:`load_registry` with ``load`` reading each file: the library's cache passes one that keeps
-    what it read while a file stays the same (:mod:`cdictk.cdi.livecache`)."""
-    registry = Registry(tuple(dirs))
+    """:func:`load_registry` with ``load`` reading each file: a view kept current passes one that keeps
+    what it read while a file stays the same (:mod:`cdictk.cdi.rescan`)."""
+    registry = Registry(tuple(os.path.normpath(directory) for directory in dirs))
     # qualified name -> priority -> every definition of it at that priority
     definitions: dict[str, dict[int, list[RegisteredDevice]]] = {}
     for priority, directory in enumerate(registry.dirs):

@@ -16,7 +16,7 @@ looked up where the spec files are parsed (``filesystems``); the runtime shim's 
 keys its stored index on each spec dir's and file's device (:mod:`cdictk.cdi.cache`), so a mount
 made since is a miss, checked then.
 
-Its own module so that the runtime shim can list the spec dirs (to check its spec cache) without
+Its own module so that the runtime shim can list the spec dirs (to check its stored index) without
 importing the spec loader. Standard library only.
 """
 
@@ -46,7 +46,9 @@ def spec_paths(
     filesystems: bool = True,
 ) -> list[str]:
     """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``,
-    and so does each file skipped for trust. ``filesystems``: the FUSE check too (see above)."""
+    and so does each file skipped for trust. ``filesystems``: the FUSE check too (see above). Paths
+    and problems name the directory in one spelling (``/etc/cdi//`` is ``/etc/cdi``)."""
+    directory = os.path.normpath(directory)
     try:
         with os.scandir(directory) as entries:
             names = sorted(

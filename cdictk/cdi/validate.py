@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cdictk import fsutil
+from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Spec
 from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.names import kind_problem, split_kind
 from cdictk.cdi.parse import parse_document
-from cdictk.cdi.registry import load_registry
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.schema import schema_problems
 from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths
@@ -101,8 +101,8 @@ def validate_dirs(
         for path in spec_paths(directory, [], require_dirs=require_dirs, trusted_only=trusted_only)
     ]
     seen = {problem for report in reports for problem in report.problems}
-    registry = load_registry(dirs, require_dirs=require_dirs, trusted_only=trusted_only)
-    return reports, [problem for problem in registry.problems if problem not in seen]
+    specs = SpecDirs.load(dirs, require_dirs=require_dirs, trusted_only=trusted_only)
+    return reports, [problem for problem in specs.errors() if problem not in seen]
 
 
 def _same_finding(schema_problem: Problem, decoded_field: str) -> bool:

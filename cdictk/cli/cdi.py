@@ -96,21 +96,21 @@ def list_command(spec_dirs: tuple[str, ...], accept_untrusted_specs: bool, as_js
     cannot be used are reported on stderr and their devices are left out. Exit status 1 only when a
     directory named with --spec-dir cannot be read.
     """
-    from cdictk.cdi.registry import load_registry  # noqa: PLC0415
+    from cdictk.cdi.cache import SpecDirs  # noqa: PLC0415
 
     dirs, required = _dirs(spec_dirs)
-    registry = load_registry(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
+    specs = SpecDirs.load(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
+    problems = specs.errors()
     # A directory the user named that cannot be read is an error; problems inside the dirs are warnings.
-    bad_dirs = [p for p in registry.problems if required and p.file in dirs and not p.field]
+    bad_dirs = [p for p in problems if required and p.file in specs.dirs and not p.field]
     _print_problems("error", bad_dirs)
-    _print_problems("warning", [p for p in registry.problems if p not in bad_dirs])
+    _print_problems("warning", [p for p in problems if p not in bad_dirs])
     if as_json:
-        devices = [
-            {"name": name, "spec": registry.devices[name].spec_file.path} for name in registry.device_names()
-        ]
-        print(json.dumps(devices, indent=2))
+        print(
+            json.dumps([{"name": name, "spec": specs.spec_file(name)} for name in specs.devices()], indent=2)
+        )
     else:
-        for name in registry.device_names():
+        for name in specs.devices():
             print(name)
     return 1 if bad_dirs else 0
 
@@ -147,7 +147,7 @@ def inject_command(
     '-' reads it from stdin. Injecting the same devices again changes nothing. If any device cannot be
     resolved or applied, nothing is written.
     """
-    from cdictk.cdi.cache import load_specs  # noqa: PLC0415
+    from cdictk.cdi.cache import SpecDirs  # noqa: PLC0415
     from cdictk.ociconfig import MAX_CONFIG_BYTES, dump_config, parse_config, read_config, write_config  # noqa: PLC0415
 
     if config == "-":
@@ -155,9 +155,9 @@ def inject_command(
     else:
         oci = read_config(config)
     dirs, required = _dirs(spec_dirs)
-    specs = load_specs(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
-    _print_problems("warning", specs.problem_list())
-    specs.inject(oci, devices, config if config != "-" else "<stdin>")
+    specs = SpecDirs.load(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
+    _print_problems("warning", specs.errors())
+    specs.apply_to(oci, devices, config if config != "-" else "<stdin>")
     target = output or ("-" if config == "-" else config)
     if target == "-":
         sys.stdout.buffer.write(dump_config(oci))

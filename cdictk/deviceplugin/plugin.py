@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from concurrent import futures
 
-from cdictk.api import NodeSpecs, SpecCache
+from cdictk.api import NodeSpecs, SpecDirs
 from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
@@ -45,12 +45,12 @@ class DevicePlugin:
             max_age=float("inf"),
         )
         self.health = HealthMonitor(settings.health, self._health_changed, log=log)
-        # The spec cache's first scan (every spec parsed) runs beside discovery, which mostly waits
+        # The spec dirs' first scan (every spec parsed) runs beside discovery, which mostly waits
         # for NVML's child: it is wanted only once serving starts.
-        self._specs: futures.Future[SpecCache] | None = None
+        self._specs: futures.Future[SpecDirs] | None = None
         if settings.spec_dirs:
             scan = futures.ThreadPoolExecutor(1, thread_name_prefix="spec-cache")
-            self._specs = scan.submit(SpecCache, settings.spec_dirs)
+            self._specs = scan.submit(SpecDirs, settings.spec_dirs)
             scan.shutdown(wait=False)
         self.servers: dict[str, ResourceServer] = {}
         self._registered: set[str] = set()
@@ -195,7 +195,7 @@ class DevicePlugin:
         for server in list(self.servers.values()):
             server.update()
 
-    def specs(self) -> SpecCache | None:
+    def specs(self) -> SpecDirs | None:
         """The node's CDI specs (None when no spec dir is to be checked), once scanned."""
         return self._specs.result() if self._specs is not None else None
 

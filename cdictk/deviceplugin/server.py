@@ -211,7 +211,7 @@ class ResourceServer:
     async def allocate(
         self, request: AllocateRequest, context: grpc.aio.ServicerContext[AllocateRequest, AllocateResponse]
     ) -> AllocateResponse:
-        """On the loop: it answers from memory (the spec cache's, which inotify keeps current), faster
+        """On the loop: it answers from memory (the spec dirs' view, which inotify keeps current), faster
         than a hand-over to a thread and back."""
         answers = []
         for container in request.container_requests:

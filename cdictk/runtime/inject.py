@@ -4,7 +4,7 @@ The device requests of an OCI config, met from the CDI spec dirs (for the shim, 
 and the prestart hook).
 
 Requests (annotations, ``NVIDIA_VISIBLE_DEVICES``) are read by :mod:`cdictk.runtime.requests`,
-resolved in the spec cache of the spec directories (:mod:`cdictk.cdi.cache`, with the node's spec made
+resolved in the spec directories' view (:class:`cdictk.cdi.cache.SpecDirs`, with the node's spec made
 in memory when none of the default kind is on disk), trimmed to ``NVIDIA_DRIVER_CAPABILITIES`` and
 applied with the CDI core's engine, in place.
 """
@@ -81,14 +81,14 @@ def _inject(
     warn: Callable[[str], None],
 ) -> bool:
     from cdictk.cdi.apply import apply_edits  # noqa: PLC0415
-    from cdictk.cdi.cache import load_specs  # noqa: PLC0415
+    from cdictk.cdi.cache import SpecDirs  # noqa: PLC0415
     from cdictk.cdi.mountcheck import check_host_paths  # noqa: PLC0415
     from cdictk.errors import CdictkError  # noqa: PLC0415
     from cdictk.runtime.trim import trim_edits  # noqa: PLC0415
 
     devices, kind = requests.devices, settings.default_kind
     try:
-        specs = load_specs(settings.spec_dirs, cache, trusted_only=not settings.accept_untrusted_specs)
+        specs = SpecDirs.load(settings.spec_dirs, cache, trusted_only=not settings.accept_untrusted_specs)
         for skipped in specs.untrusted():
             warn(str(skipped))
         wanted = requests.driver_only or any(device.startswith(kind + "=") for device in devices)

@@ -2,7 +2,7 @@
 
 cdictk's outcome is taken the way a consumer sees it: each spec file loaded on its own
 (:func:`cdictk.cdi.load.load_spec`), the devices and the injection through the library API
-(``cdictk.api.SpecCache``; specs of any owner, since the corpus's files are the test's). It is held
+(``cdictk.api.SpecDirs``; specs of any owner, since the corpus's files are the test's). It is held
 against the reference's outcome aspect by aspect: which files load, which devices resolve and from
 which file, what the injection gives. A difference must match a row of the compatibility table, by
 the row's id; a recogniser below decides, from the case's input and cdictk's own findings, whether the
@@ -27,9 +27,8 @@ from typing import Any
 
 import yaml
 
-from cdictk.api import SpecCache
+from cdictk.api import SpecDirs
 from cdictk.cdi.apply import EditsSource, apply_edits
-from cdictk.cdi.cache import load_specs
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.parse import parse_document
@@ -113,7 +112,7 @@ def run_cdictk(case: dict[str, Any], root: Path) -> Outcome:
             outcome.problems[name] = [str(problem) for problem in getattr(exc, "problems", [exc.problem])]
         else:
             outcome.loaded.add(name)
-    with SpecCache(dirs, auto_refresh=False, trusted_only=False) as cache:
+    with SpecDirs(dirs, auto_refresh=False, trusted_only=False) as cache:
         for device in cache.devices():
             outcome.devices[device] = str(Path(cache.spec_file(device) or "").relative_to(root))
         if case["config"] is not None:
@@ -319,15 +318,18 @@ def _applied_repeatedly(case: dict[str, Any], root: Path) -> dict[str, Any] | No
     """cdictk's config with each requested device's edits applied as often as it is requested (the
     spec's own once each), in the reference's order."""
     dirs = [str(root / f"d{i}") for i in range(len(case["dirs"]))]
-    cache = load_specs(dirs, trusted_only=False)
-    sources, seen = [], set()
+    cache = SpecDirs.load(dirs, trusted_only=False)
+    sources: list[EditsSource] = []
+    seen: set[str] = set()
     for name in case["devices"]:
-        number, index, edits = cache.devices[name]
-        path, common, _ = cache.specs[number]
-        if number not in seen:
-            seen.add(number)
-            sources.append(EditsSource(common, path, "containerEdits"))
-        sources.append(EditsSource(edits, path, f"devices[{index}].containerEdits"))
+        try:
+            common, device = cache.resolve([name])
+        except CdictkError:
+            return None
+        if common.file not in seen:
+            seen.add(common.file)
+            sources.append(common)
+        sources.append(device)
     config = copy.deepcopy(case["config"])
     try:
         apply_edits(config, sources, "config.json")

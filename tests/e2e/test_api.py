@@ -1,6 +1,6 @@
 """Claims prepared through cdictk.api, run by real runtimes on the fake eight-GPU node.
 
-runc and crun run a bundle after ``SpecCache.inject`` of a claim of GPU 1 and MIG device 0:1; podman
+runc and crun run a bundle after ``SpecDirs.inject`` of a claim of GPU 1 and MIG device 0:1; podman
 (4.3) and containerd 2.1's ``ctr run`` (the CDI library v1.0.1, as the kubelet's CRI path uses it) run
 ``--device <name>`` of claims written to /var/run/cdi by two producers side by side, and no longer
 find a claim once ``gc`` collected it. The container gets the claimed GPU,
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.api import NodeSpecs, SpecCache, TransientSpecs
+from cdictk.api import NodeSpecs, SpecDirs, TransientSpecs
 from tests.conftest import NodeFactory
 from tests.e2e.conftest import ENXIO, IMAGE, Podman, Runtime
 from tests.e2e.daemons import (
@@ -69,7 +69,7 @@ def test_a_claim_runs_after_spec_cache_inject(
     bundle = make_bundle(tmp_path / "bundle", own_rootfs, inside(node))
     config = json.loads((bundle / "config.json").read_text())
     config["root"]["readonly"] = False  # crun makes the rootfs read-only before createContainer hooks
-    cache = SpecCache([store.spec_dir])
+    cache = SpecDirs([store.spec_dir])
     (bundle / "config.json").write_text(json.dumps(cache.inject(config, names)))
     cache.close()
     _, result = runtime.run(bundle)

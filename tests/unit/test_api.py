@@ -23,8 +23,8 @@ from cdictk.api import (
     InvalidNameError,
     InvalidSpecError,
     NodeSpecs,
-    SpecCache,
     SpecDirError,
+    SpecDirs,
     SpecExistsError,
     TransientSpecs,
     UnknownDeviceError,
@@ -57,9 +57,9 @@ def spec_dir(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def cache(spec_dir: str) -> Iterator[SpecCache]:
+def cache(spec_dir: str) -> Iterator[SpecDirs]:
     os.makedirs(spec_dir, exist_ok=True)
-    made = SpecCache([spec_dir])
+    made = SpecDirs([spec_dir])
     yield made
     made.close()
 
@@ -189,7 +189,7 @@ def test_a_bad_kind_or_claim_uid_is_refused(specs: NodeSpecs, node: FakeNode) ->
 
 @pytest.mark.root
 def test_write_gives_the_names_for_the_kubelet_and_a_file_runtimes_read(
-    specs: NodeSpecs, spec_dir: str, cache: SpecCache
+    specs: NodeSpecs, spec_dir: str, cache: SpecDirs
 ) -> None:
     store = TransientSpecs(spec_dir)
     names = store.write(CLAIM, specs.claim_spec(CLAIM, ["1", "0:1"]))
@@ -265,7 +265,7 @@ def test_gc_removes_stale_claims_of_this_producer_only(specs: NodeSpecs, spec_di
 
 
 @pytest.mark.root
-def test_two_producers_side_by_side_in_one_cache(specs: NodeSpecs, spec_dir: str, cache: SpecCache) -> None:
+def test_two_producers_side_by_side_in_one_cache(specs: NodeSpecs, spec_dir: str, cache: SpecDirs) -> None:
     gpus, migs = TransientSpecs(spec_dir), TransientSpecs(spec_dir, "nvidia.com", "mig")
     mig_spec = specs.claim_spec(CLAIM, ["0:0"])
     mig_spec.kind = "nvidia.com/mig"
@@ -347,12 +347,12 @@ def test_threads_share_one_node_specs_and_one_store(specs: NodeSpecs, spec_dir: 
     assert store.gc([]) == sorted(f"w{w}-{n}" for w in range(4) for n in range(20))
 
 
-# --- SpecCache ---------------------------------------------------------------------------------------
+# --- SpecDirs ---------------------------------------------------------------------------------------
 
 
 @pytest.mark.root
 def test_the_cache_sees_new_changed_and_removed_specs_and_rereads_only_those(
-    specs: NodeSpecs, spec_dir: str, cache: SpecCache
+    specs: NodeSpecs, spec_dir: str, cache: SpecDirs
 ) -> None:
     store = TransientSpecs(spec_dir)
     for claim in ("a", "b", "c"):
@@ -372,19 +372,19 @@ def test_the_cache_sees_new_changed_and_removed_specs_and_rereads_only_those(
 @pytest.mark.root
 def test_a_spec_dir_made_after_the_cache_is_watched(specs: NodeSpecs, tmp_path: Path) -> None:
     later = str(tmp_path / "later")
-    cache = SpecCache([later])
+    cache = SpecDirs([later])
     assert cache.devices() == []
     TransientSpecs(later).write(CLAIM, specs.claim_spec(CLAIM, ["1"]))
     assert cache.devices() == [f"nvidia.com/gpu={CLAIM}-1"]
     cache.close()
-    with pytest.raises(api.ClosedError, match="the spec cache is closed"):
+    with pytest.raises(api.ClosedError, match="the spec dirs' view is closed"):
         cache.devices()
 
 
 @pytest.mark.root
 def test_without_auto_refresh_only_refresh_rescans(specs: NodeSpecs, spec_dir: str) -> None:
     os.makedirs(spec_dir)
-    cache = SpecCache([spec_dir], auto_refresh=False)
+    cache = SpecDirs([spec_dir], auto_refresh=False)
     TransientSpecs(spec_dir).write(CLAIM, specs.claim_spec(CLAIM, ["1"]))
     assert cache.devices() == []
     cache.refresh()
@@ -392,7 +392,7 @@ def test_without_auto_refresh_only_refresh_rescans(specs: NodeSpecs, spec_dir: s
 
 
 @pytest.mark.root
-def test_inject_is_cdi_inject(specs: NodeSpecs, spec_dir: str, cache: SpecCache, tmp_path: Path) -> None:
+def test_inject_is_cdi_inject(specs: NodeSpecs, spec_dir: str, cache: SpecDirs, tmp_path: Path) -> None:
     names = TransientSpecs(spec_dir).write(CLAIM, specs.claim_spec(CLAIM, ["1", "0:1"]))
     injected = cache.inject(CONFIG, names)
     assert CONFIG["process"]["env"] == ["PATH=/bin"]  # the input is left alone
@@ -405,7 +405,7 @@ def test_inject_is_cdi_inject(specs: NodeSpecs, spec_dir: str, cache: SpecCache,
 
 
 @pytest.mark.root
-def test_inject_is_all_or_nothing(specs: NodeSpecs, spec_dir: str, cache: SpecCache) -> None:
+def test_inject_is_all_or_nothing(specs: NodeSpecs, spec_dir: str, cache: SpecDirs) -> None:
     names = TransientSpecs(spec_dir).write(CLAIM, specs.claim_spec(CLAIM, ["1"]))
     with pytest.raises(
         UnresolvedDevicesError, match=re.escape("nvidia.com/gpu=nope: unresolvable CDI device")

@@ -146,7 +146,9 @@ START_ENTRIES = (
 # once per change (and may use typing, re, dataclasses and PyYAML).
 OFF_THE_START_PATH = {
     ("cdictk.cdi.cache", "cdictk.cdi.registry"): "the spec files parsed: the parse cache missed",
-    ("cdictk.cdi.cache", "cdictk.cdi.dump"): "the spec cache's index built anew from the parsed specs",
+    ("cdictk.cdi.cache", "cdictk.cdi.dump"): "the spec dirs' index built anew from the parsed specs",
+    ("cdictk.cdi.cache", "cdictk.cdi.rescan"): "never on a start: the library's view, kept current",
+    ("cdictk.cdi.cache", "cdictk.cdi.decode"): "never on a start: the library's copy of a device (the model)",
     ("cdictk.runtime.inject", "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
     ("cdictk.runtime.inject", "cdictk.node.modes"): "the same",
     ("cdictk.runtime.inject", "cdictk.nvcdi.hooks"): "the same",

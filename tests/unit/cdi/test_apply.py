@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from cdictk.cdi.apply import EditsSource, apply_edits
-from cdictk.cdi.cache import SpecCache
+from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdictk.errors import CdictkError
 
 NULL_MODE = os.stat("/dev/null").st_mode & 0o7777
 
-# A device as the spec cache resolves it: its spec, the spec's file, its qualified name.
+# A device as SpecDirs resolves it: its spec, the spec's file, its qualified name.
 Registered = tuple[Spec, str, str]
 
 
@@ -23,8 +23,8 @@ def registered(spec: Spec, path: str = "/etc/cdi/spec.yaml") -> list[Registered]
 
 
 def edits_for(devices: list[Registered]) -> list[EditsSource]:
-    """The edit blocks the spec cache gives for ``devices``, in the library's order."""
-    cache = SpecCache({"specs": [], "devices": {}, "problems": [], "dirs": []})
+    """The edit blocks SpecDirs gives for ``devices``, in the library's order."""
+    cache = SpecDirs.load([])
     added: list[tuple[int, str]] = []
     for spec, path, _ in devices:
         if (id(spec), path) not in added:

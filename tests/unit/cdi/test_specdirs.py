@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.cdi.cache import load_specs
+from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.registry import load_registry
 from cdictk.cdi.specdirs import spec_paths, untrusted
 from cdictk.errors import Problem
@@ -96,11 +96,11 @@ def test_a_directory_others_can_write_is_skipped_whole(spec_dir: Path) -> None:
 def test_the_registry_and_the_cache_skip_it(spec_dir: Path) -> None:
     plant(spec_dir)
     registry = load_registry([str(spec_dir)])
-    assert registry.device_names() == ["example.com/gpu=good"]
-    assert load_specs([str(spec_dir)]).device_names() == ["example.com/gpu=good"]
-    assert len(load_specs([str(spec_dir)]).untrusted()) == 1
-    everything = load_specs([str(spec_dir)], trusted_only=False)
-    assert everything.device_names() == ["example.com/gpu=good", "example.com/gpu=planted"]
+    assert sorted(registry.devices) == ["example.com/gpu=good"]
+    assert SpecDirs.load([str(spec_dir)]).devices() == ["example.com/gpu=good"]
+    assert len(SpecDirs.load([str(spec_dir)]).untrusted()) == 1
+    everything = SpecDirs.load([str(spec_dir)], trusted_only=False)
+    assert everything.devices() == ["example.com/gpu=good", "example.com/gpu=planted"]
     assert everything.untrusted() == []
 
 
@@ -110,9 +110,9 @@ def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path
 
     store = ParseCache(str(tmp_path / "store"))
     planted = plant(spec_dir, owner=0)
-    assert "example.com/gpu=planted" in load_specs([str(spec_dir)], store).device_names()
+    assert "example.com/gpu=planted" in SpecDirs.load([str(spec_dir)], store).devices()
     planted.chmod(0o666)
-    assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]
+    assert SpecDirs.load([str(spec_dir)], store).devices() == ["example.com/gpu=good"]
 
 
 # A FUSE mount reports whatever owners and contents its daemon chooses.
@@ -139,7 +139,7 @@ def test_a_spec_dir_on_another_users_fuse_mount_is_skipped(
             "reports the owners and the contents",
         )
     ]
-    assert load_registry([str(spec_dir)]).device_names() == []
+    assert sorted(load_registry([str(spec_dir)]).devices) == []
     fuse_over(monkeypatch, spec_dir, "0")  # root's own daemon
     assert spec_paths(str(spec_dir), []) == [str(spec_dir / "good.yaml")]
 
@@ -181,8 +181,8 @@ def test_the_stored_index_is_keyed_on_the_devices(
     from cdictk.parsecache import ParseCache
 
     store = ParseCache(str(tmp_path / "store"))
-    assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]
+    assert SpecDirs.load([str(spec_dir)], store).devices() == ["example.com/gpu=good"]
     fuse_over(monkeypatch, spec_dir, "1000")
-    assert load_specs([str(spec_dir)], store).device_names() == ["example.com/gpu=good"]  # same device: kept
+    assert SpecDirs.load([str(spec_dir)], store).devices() == ["example.com/gpu=good"]  # same device: kept
     monkeypatch.setattr(cache, "_device", lambda directory: -1)  # what a mount over it would do
-    assert load_specs([str(spec_dir)], store).device_names() == []
+    assert SpecDirs.load([str(spec_dir)], store).devices() == []

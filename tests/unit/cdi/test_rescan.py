@@ -1,3 +1,5 @@
+"""A view of the spec dirs kept current: scans again on a change, re-parsing only what changed."""
+
 import json
 import os
 import threading
@@ -5,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.cdi.cache import UnresolvedDevicesError
-from cdictk.cdi.livecache import ClosedError, LiveSpecs
+from cdictk.cdi.cache import ClosedError, SpecDirs, UnresolvedDevicesError
 
 SPEC = "cdiVersion: 0.3.0\nkind: v.com/c\ndevices:\n- {name: %s, containerEdits: {env: [%s]}}\n"
 
@@ -26,7 +27,7 @@ def test_priorities_and_conflicts_follow_the_registry(dirs: tuple[Path, Path]) -
     (run / "b.yaml").write_text(SPEC % ("twice", "B=1"))
     (run / "c.yaml").write_text(SPEC % ("twice", "C=1"))
     (run / "d.yaml").write_text("cdiVersion: 0.3.0\nkind: v.com/c\ndevices: []\n")
-    cache = LiveSpecs([str(etc), str(run)])
+    cache = SpecDirs([str(etc), str(run)])
     assert cache.devices() == ["v.com/c=dev"]
     device = cache.device("v.com/c=dev")
     assert device is not None and device.container_edits.env == ["FROM=run"]
@@ -43,7 +44,7 @@ def test_only_changed_files_are_parsed_again(dirs: tuple[Path, Path]) -> None:
     _, run = dirs
     for name in ("a", "b", "c"):
         (run / f"{name}.yaml").write_text(SPEC % (name, "X=1"))
-    cache = LiveSpecs([str(run)])
+    cache = SpecDirs([str(run)])
     assert cache.reads == 3
     (run / "b.yaml").write_text(SPEC % ("b2", "X=2"))
     (run / "bad.yaml").write_text("not: [a spec")
@@ -58,7 +59,7 @@ def test_only_changed_files_are_parsed_again(dirs: tuple[Path, Path]) -> None:
 
 def test_without_auto_refresh_only_refresh_scans(dirs: tuple[Path, Path]) -> None:
     _, run = dirs
-    cache = LiveSpecs([str(run)], auto_refresh=False)
+    cache = SpecDirs([str(run)], auto_refresh=False)
     (run / "a.yaml").write_text(SPEC % ("a", "X=1"))
     assert cache.devices() == []
     cache.refresh()
@@ -68,7 +69,7 @@ def test_without_auto_refresh_only_refresh_scans(dirs: tuple[Path, Path]) -> Non
 def test_inject_leaves_the_input_alone_and_is_all_or_nothing(dirs: tuple[Path, Path]) -> None:
     _, run = dirs
     (run / "a.yaml").write_text(SPEC % ("a", "X=1"))
-    cache = LiveSpecs([str(run)])
+    cache = SpecDirs([str(run)])
     config = {"ociVersion": "1.2.0", "process": {"env": ["X=0"], "cwd": "/"}}
     before = json.dumps(config)
     assert cache.inject(config, ["v.com/c=a"])["process"]["env"] == ["X=0", "X=1"]
@@ -81,17 +82,17 @@ def test_inject_leaves_the_input_alone_and_is_all_or_nothing(dirs: tuple[Path, P
 def test_an_untrusted_spec_is_an_error_unless_accepted(root_dir: Path) -> None:
     (root_dir / "a.yaml").write_text(SPEC % ("a", "X=1"))
     os.chown(root_dir / "a.yaml", 1000, 1000)
-    cache = LiveSpecs([str(root_dir)])
+    cache = SpecDirs([str(root_dir)])
     assert cache.devices() == []
     assert "not trusted, skipped" in str(cache.errors()[0])
-    assert LiveSpecs([str(root_dir)], trusted_only=False).devices() == ["v.com/c=a"]
+    assert SpecDirs([str(root_dir)], trusted_only=False).devices() == ["v.com/c=a"]
 
 
-def test_a_closed_cache_refuses_calls(dirs: tuple[Path, Path]) -> None:
-    cache = LiveSpecs([str(dirs[0])])
+def test_a_closed_view_refuses_calls(dirs: tuple[Path, Path]) -> None:
+    cache = SpecDirs([str(dirs[0])])
     cache.close()
     cache.close()
-    with pytest.raises(ClosedError, match=r"^the spec cache is closed$"):
+    with pytest.raises(ClosedError, match=r"^the spec dirs' view is closed$"):
         cache.refresh()
 
 
@@ -109,7 +110,7 @@ def test_threads_reading_while_a_producer_rewrites_never_see_half_a_spec(dirs: t
 
     small, large = spec(1), spec(3)
     store.write("claim", small)
-    cache = LiveSpecs([str(run)])
+    cache = SpecDirs([str(run)])
     done = threading.Event()
     seen: set[int] = set()
     failures: list[str] = []
