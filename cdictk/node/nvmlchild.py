@@ -34,7 +34,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from cdictk.node.libchoice import LibraryError, load
 from cdictk.node.nvmllib import NvmlError
@@ -186,10 +186,10 @@ class NvmlChild:
         except (ValueError, EOFError, TypeError):
             message = None
         if not isinstance(message, dict):
-            self._bad("a message that is not one")
+            self._bad("bytes that are no message")
         return message
 
-    def _bad(self, what: str) -> None:
+    def _bad(self, what: str) -> NoReturn:
         self.close()
         raise NvmlError(f"the child sent {what}", library=self.library)
 

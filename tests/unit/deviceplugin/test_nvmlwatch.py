@@ -157,9 +157,7 @@ def watched(script: list[object]) -> list[dict[str, Any]]:
 
 def test_a_failing_event_wait_is_said_once_and_its_recovery_once() -> None:
     heard = [
-        m
-        for m in watched(["timeout", "lost", "lost", "lost", "timeout", "timeout"])
-        if "probe" not in m
+        m for m in watched(["timeout", "lost", "lost", "lost", "timeout", "timeout"]) if "probe" not in m
     ]
     assert heard == [
         {"watching": True},
@@ -211,9 +209,7 @@ class EventlessNvml(WaitingNvml):
         ("wait", nvml_error("Function Not Found", 13), "NVML cannot wait for events (Function Not Found)"),
     ],
 )
-def test_an_nvml_without_events_is_said_once_then_probed(
-    fails: str, error: NVMLError, said: str
-) -> None:
+def test_an_nvml_without_events_is_said_once_then_probed(fails: str, error: NVMLError, said: str) -> None:
     nvml = EventlessNvml(fails, error)
     nvml.lost.add("GPU-1")
     heard: list[dict[str, Any]] = []
@@ -255,9 +251,7 @@ def test_xid_events_name_their_gpu_and_instances() -> None:
     nvml = FakeNvml({}, {})
     gpu0, gpu3 = nvml.handles["GPU-0"], nvml.handles["GPU-3"]
     heard = [
-        m
-        for m in watched([Event(gpu0, 79), Event(gpu0, 94, gi=2, ci=0), Event(gpu3, 48)])
-        if "xid" in m
+        m for m in watched([Event(gpu0, 79), Event(gpu0, 94, gi=2, ci=0), Event(gpu3, 48)]) if "xid" in m
     ]
     assert heard == [
         {"xid": 79, "uuid": "GPU-0", "gi": None, "ci": None},
