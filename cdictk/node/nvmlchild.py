@@ -125,8 +125,10 @@ class NvmlChild:
     def receive(self, until: float | None = None) -> dict[str, Any] | None:
         """The child's next message; None once it ended (and was reaped). ``until``: a time.monotonic()
         past which it is killed and NvmlError raised (None: wait as long as it takes)."""
-        if self._reader is None or self._questions is not None:
-            raise NvmlError("the child was not asked, or has ended", library=self.library)
+        if self._questions is not None:
+            raise NvmlError("the child was never asked", library=self.library)
+        if self._reader is None:
+            raise NvmlError("the child has ended", library=self.library)
         while True:
             message = self._next_frame()
             if message is not None:

@@ -144,5 +144,5 @@ def test_a_child_never_asked_ends_at_close_and_answers_nothing() -> None:
     child.close()
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
-    with pytest.raises(NvmlError, match="not asked, or has ended"):
+    with pytest.raises(NvmlError, match="has ended"):
         child.receive()
