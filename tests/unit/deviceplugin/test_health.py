@@ -8,6 +8,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -322,7 +323,8 @@ def child_monitor(tmp_path: Path, lines: list[str], **health: object) -> tuple[H
     return monitor, runs
 
 
-def argvs(runs: Path) -> list[list[str]]:
+def argvs(runs: Path) -> list[dict[str, Any]]:
+    """The arguments each run of the stand-in job was given."""
     return [json.loads(line) for line in runs.read_text().splitlines()] if runs.exists() else []
 
 

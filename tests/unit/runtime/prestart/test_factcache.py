@@ -17,11 +17,20 @@ from cdictk.parsecache import ParseCache, entry_name
 from cdictk.runtime.prestart import driverfacts
 from cdictk.runtime.prestart.factcache import KIND, NvmlFactsError, driver_facts, shaped
 from cdictk.runtime.prestart.require import Facts, GpuFacts
-from tests.unit.runtime.prestart.test_driverfacts import VERSION, config, lib  # noqa: F401 - the fixture
+from tests.fakenode.nvml import build_fake_nvml
+from tests.unit.runtime.prestart.test_driverfacts import VERSION, config
 
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the fake NVML")
 
 KEYS = ("cuda", "driver", "arch", "brand")
+
+
+@pytest.fixture
+def lib(tmp_path: Path, stub_cache: str) -> str:
+    """A fake libnvidia-ml of this test's own, with test_driverfacts' config (four GPUs) beside it."""
+    path = build_fake_nvml(str(tmp_path / "lib"), VERSION, cache_dir=stub_cache)
+    config().write(os.path.dirname(path))
+    return path
 
 
 @pytest.fixture
@@ -99,7 +108,7 @@ def test_a_changed_library_misses(lib: str, cache: ParseCache, reads: list[str])
         "short identity",
         "a relative library",
         "no gpus_error",
-    ],  # fmt: skip
+    ],
 )
 def test_an_entry_of_another_shape_is_a_miss(
     lib: str, cache: ParseCache, reads: list[str], change: Any
@@ -118,7 +127,7 @@ def test_partial_facts_serve_their_start_and_are_not_kept(
 ) -> None:
     config(cuda_version=0).write(os.path.dirname(lib))  # the driver's version reads, CUDA's does not
     assert driver_facts(cache, lib, [], ["driver"]).driver == VERSION
-    with pytest.raises(NvmlFactsError, match="^NVML reports CUDA version 0$"):
+    with pytest.raises(NvmlFactsError, match=r"^NVML reports CUDA version 0$"):
         driver_facts(cache, lib, [], ["cuda"])
     assert not entry(cache, lib).exists() and len(reads) == 2
 
