@@ -1,7 +1,7 @@
 """Discovery's NVML: GPUs and MIG devices, asked through pynvml in :class:`cdictk.node.nvmlchild.NvmlChild`.
 
 :func:`query_nvml` asks the driver version and every GPU (with its MIG devices) of the NVML at a
-library :func:`cdictk.node.nvmllib.nvml_library` chose, with :data:`NVML_DEADLINE` to answer: a
+library :func:`cdictk.node.nvmllib.nvml_library` chose, with :data:`cdictk.node.nvmlchild.NVML_DEADLINE` to answer: a
 generate, ``--watch`` or ``info`` never waits on a hung driver for ever. A GPU NVML cannot describe
 (lost, failing) is left out with a warning; the others are reported as NVML reports them.
 
@@ -14,18 +14,16 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from cdictk.node.nvmlchild import NVML_DEADLINE, NvmlChild, Send
+from cdictk.node.nvmlchild import NvmlChild, Send
 from cdictk.node.nvmllib import NvmlError
 
 if TYPE_CHECKING:  # imported after NVML's child is forked (NvmlQuery): the child need not wait for it
     from cdictk.node.gpus import Gpu, MigDevice, NvmlAnswer
 
-__all__ = ["NVML_DEADLINE", "NvmlQuery", "query_nvml"]
-
 
 def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
     """The driver version and every GPU (with its MIG devices) that the NVML at ``library`` reports,
-    asked in a child that is killed after ``deadline`` seconds (default :data:`NVML_DEADLINE`)."""
+    asked in a child that is killed after ``deadline`` seconds (default :data:`cdictk.node.nvmlchild.NVML_DEADLINE`)."""
     with NvmlQuery(library, deadline=deadline) as query:
         return query.answer()
 
