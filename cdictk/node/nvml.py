@@ -1,8 +1,8 @@
 """Discovery's NVML: GPUs and MIG devices, asked through pynvml in :class:`cdictk.node.nvmlchild.NvmlChild`.
 
 :func:`query_nvml` asks the driver version and every GPU (with its MIG devices) of the NVML at a
-library :func:`cdictk.node.nvmllib.nvml_library` chose, with :data:`cdictk.node.nvmlchild.NVML_DEADLINE` to answer: a
-generate, ``--watch`` or ``info`` never waits on a hung driver for ever. A GPU NVML cannot describe
+library :func:`cdictk.node.nvmllib.nvml_library` chose, with the runner's deadline
+(:data:`cdictk.node.nvmlchild.NVML_DEADLINE`) to answer: a generate, ``--watch`` or ``info`` never waits on a hung driver for ever. A GPU NVML cannot describe
 (lost, failing) is left out with a warning; the others are reported as NVML reports them.
 
 pynvml and the GPU model are imported where they are used: this module is imported before the child
@@ -23,7 +23,8 @@ if TYPE_CHECKING:  # imported after NVML's child is forked (NvmlQuery): the chil
 
 def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
     """The driver version and every GPU (with its MIG devices) that the NVML at ``library`` reports,
-    asked in a child that is killed after ``deadline`` seconds (default :data:`cdictk.node.nvmlchild.NVML_DEADLINE`)."""
+    asked in a child that is killed after ``deadline`` seconds (default: the runner's
+    :data:`~cdictk.node.nvmlchild.NVML_DEADLINE`)."""
     with NvmlQuery(library, deadline=deadline) as query:
         return query.answer()
 
