@@ -2,8 +2,9 @@
 
 :func:`query_nvml` asks the driver version and every GPU (with its MIG devices) of the NVML at a
 library :func:`cdictk.node.nvmllib.nvml_library` chose, with the runner's deadline
-(:data:`cdictk.node.nvmlchild.NVML_DEADLINE`) to answer: a generate, ``--watch`` or ``info`` never waits on a hung driver for ever. A GPU NVML cannot describe
-(lost, failing) is left out with a warning; the others are reported as NVML reports them.
+(:data:`cdictk.node.nvmlchild.NVML_DEADLINE`) to answer: a generate, ``--watch`` or ``info`` never
+waits on a hung driver for ever. A GPU NVML cannot describe (lost, failing) is left out with a
+warning; the others are reported as NVML reports them.
 
 pynvml and the GPU model are imported where they are used: this module is imported before the child
 is forked, and the child should not wait for what only the parent needs.
