@@ -26,7 +26,6 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools", "grpc", "google.pr
         "cdictk.runtime.requests",
         "cdictk.runtime.settings",
         "cdictk.settingsfile",
-        "cdictk.node.ldcachereader",
     ],
 )
 def test_hot_path_modules_import_no_heavy_library(module: str) -> None:
