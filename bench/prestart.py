@@ -14,7 +14,8 @@ exit; the delete after it is untimed), each on a fresh copy of the rootfs:
   prestart hook, as ``docker run --gpus`` sets it up; the hook does the shim's work in the created
   container (nodes, read-only mounts, cgroup rules) and runs the spec's hook itself;
 - the same with ``NVIDIA_REQUIRE_CUDA`` in the image's environment, as every CUDA image has: the
-  hook asks NVML (the fake node's, in a child process) for the driver's CUDA version.
+  hook reads the driver's CUDA version from the facts kept in the parse cache (NVML, the fake node's,
+  asked in the NVML runner's child only when the cache misses, on the first start).
 
 Aim: the prestart path at most 1.2 times the shim path. Both run through what
 ``cdictk runtime install-launchers`` writes for this Python, with a warm parse cache;

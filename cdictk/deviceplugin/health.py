@@ -1,6 +1,7 @@
 """Which devices are healthy: Xid events and lost GPUs from NVML, and their recovery.
 
-The NVML side runs in a child (:mod:`cdictk.deviceplugin.nvmlwatch`); this keeps the state:
+The NVML side is :func:`cdictk.deviceplugin.nvmlwatch.job`, streaming in the one NVML runner's child
+(:class:`cdictk.node.nvmlchild.NvmlChild`); this keeps the state:
 
 - a GPU NVML cannot find (lost, fallen off the bus) is unhealthy, with its MIG devices, until NVML
   answers for it again; so is one the plugin's last discovery did not find (``absent``), which the
@@ -32,16 +33,16 @@ so that the first preferred allocation after the plugin registers already has it
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cdictk.deviceplugin import nvmlwatch
 from cdictk.deviceplugin.pluginsettings import Health
+from cdictk.node.nvmlchild import Job, NvmlChild
+from cdictk.node.nvmllib import NvmlError
 
 TOPOLOGY_DEADLINE = 10.0  # seconds from the child's start until asking for the topology stops waiting
 
@@ -80,11 +81,11 @@ class HealthMonitor:
         self._links_known.set()
         self._links_due = 0.0  # time.monotonic() by which the child must have said them
         self._last: dict[str, str] = {}
-        self._child: subprocess.Popen[str] | None = None
+        self._child: NvmlChild | None = None
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
-        # what the running child was started with: the library, the command, the GPUs it watches
-        self._started: tuple[str, Sequence[str] | None, tuple[str, ...]] | None = None
+        # what the running child was started with: the library, the job, the GPUs it watches
+        self._started: tuple[str, Job | None, tuple[str, ...]] | None = None
         self.probes = 0  # probes heard: the child is watching events once there is one
 
     # ---- the rules ----------------------------------------------------------------------------
@@ -218,52 +219,50 @@ class HealthMonitor:
 
     # ---- the child ----------------------------------------------------------------------------
 
-    def start(self, library: str, command: Sequence[str] | None = None) -> None:
-        """Run the NVML child for the watched GPUs (again, if it runs), reading it in a thread."""
+    def start(self, library: str, job: Job | None = None) -> None:
+        """Run the NVML child for the watched GPUs (again, if it runs), reading it in a thread.
+        ``job``: another than :func:`cdictk.deviceplugin.nvmlwatch.job` (a stand-in)."""
         self.stop()
         self._stopped = threading.Event()
         gpus = sorted({device.gpu_uuid for device in self._devices})
-        self._started = (library, command, tuple(gpus))
+        self._started = (library, job, tuple(gpus))
         if not self._links:  # a child run again for other GPUs: the topology known so far stands
             self._links_due = time.monotonic() + TOPOLOGY_DEADLINE
             self._links_known.clear()
-        base = list(command) if command else [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch"]
-        argv = [*base, "--interval", str(self.settings.probe_interval)]
-        if not self.settings.enabled:
-            argv.append("--topology-only")
-        argv += [library, *gpus]
-        self._thread = threading.Thread(target=self._run, args=(argv, self._stopped), daemon=True)
+        argument = {"uuids": gpus, "interval": self.settings.probe_interval, "events": self.settings.enabled}
+        self._thread = threading.Thread(
+            target=self._run, args=(library, job or nvmlwatch.job, argument, self._stopped), daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
         self._stopped.set()
         self._links_known.set()
         child = self._child
-        if child is not None and child.poll() is None:
+        if child is not None:
             child.kill()
         if self._thread is not None:
             self._thread.join(timeout=10)
             self._thread = None
 
-    def _run(self, argv: list[str], stopped: threading.Event) -> None:
+    def _run(self, library: str, job: Job, argument: dict[str, Any], stopped: threading.Event) -> None:
         while not stopped.is_set():
-            child = self._child = subprocess.Popen(
-                argv, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1
-            )
+            child = self._child = NvmlChild(job)
             if stopped.is_set():  # stop() came between the loop's test and the child's start
                 child.kill()
-            for line in child.stdout or ():
-                try:
-                    message = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(message, dict):
+            child.ask(library, argument)
+            try:
+                while (message := child.receive()) is not None:
                     self.feed(message)
-            child.wait()
+                ended = f"the NVML watcher ended ({child.status})"
+            except NvmlError as exc:  # bytes that are no message: the child was killed
+                ended = f"the NVML watcher failed: {exc.problem.reason}"
+            finally:
+                child.close()
             self._links_known.set()  # said by now, or never by this child
             if stopped.is_set() or not self.settings.enabled:
                 return
-            self.feed({"error": f"the NVML watcher exited with status {child.returncode}; restarting it"})
+            self.feed({"error": f"{ended}; restarting it"})
             stopped.wait(self.settings.probe_interval)
 
 

@@ -1,7 +1,8 @@
-"""The device plugin's NVML, in a process of its own: GPU topology, then Xid events and lost GPUs.
+"""The device plugin's NVML work: GPU topology, then Xid events and lost GPUs, as a streaming job.
 
-Run by :mod:`cdictk.deviceplugin.health` as ``python -m cdictk.deviceplugin.nvmlwatch LIBRARY UUID...``
-(the GPUs' UUIDs). It prints JSON lines on stdout:
+:mod:`cdictk.deviceplugin.health` runs :func:`job` in a :class:`cdictk.node.nvmlchild.NvmlChild` with
+the argument ``{"uuids": [...], "interval": seconds, "events": bool}`` (the GPUs' UUIDs; ``events``
+false: the topology alone). It sends these messages:
 
 - ``{"links": [[uuid_a, uuid_b, score], ...]}`` once: how well each pair of GPUs is connected
   (:func:`pair_score`);
@@ -10,25 +11,24 @@ Run by :mod:`cdictk.deviceplugin.health` as ``python -m cdictk.deviceplugin.nvml
 - ``{"probe": {uuid: "" or why it failed}}`` every interval: whether NVML still answers for each GPU;
 - ``{"watching": true}`` after the first event wait that works, and the first after failures;
 - ``{"error": "..."}`` when waiting for events fails, once until it works again or fails otherwise
-  (every device is in doubt until the next ``watching``), and before it exits on another NVML failure;
+  (every device is in doubt until the next ``watching``), and before it ends on another NVML failure
+  (the runner's own errors, a library it would not load, look the same);
 - ``{"probing": "why"}`` once, when this NVML has no event API (creating an event set or waiting on one
   is not supported, or the function is missing): then only the probes follow.
 
-Why a process: the plugin's discovery forks children that ask NVML afresh (a MIG change must be
-seen); a process that holds NVML initialised would hand them its stale state. And a driver stuck in
-the kernel hangs this process, not the plugin, which sees the probes stop.
+Why a child of its own: the plugin's discovery asks NVML afresh in other children (a MIG change must
+be seen); a process that holds NVML initialised would hand them its stale state. And a driver stuck in
+the kernel hangs the child, not the plugin, which sees the probes stop.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-import json
-import sys
 import time
 from typing import Any
 
-from cdictk.node.libchoice import load as load_library
+from cdictk.node.nvmlchild import Send
 
 NO_INSTANCE = 0xFFFFFFFF
 # nvmlGpuTopologyLevel_t -> score, as NVIDIA's allocator weighs them: a board, one PCIe switch,
@@ -37,15 +37,21 @@ PCIE_SCORES = {0: 60, 10: 50, 20: 40, 30: 30, 40: 20, 50: 10}
 NVLINK_SCORE = 100  # per NVLink between the two GPUs
 
 
-def load(library: str) -> Any:
-    """pynvml over the NVML at ``library`` (the plugin chose it with nvml_library): loaded only when it
-    passes the check of cdictk.node.libchoice again, here, where it would run as root."""
-    import pynvml  # noqa: PLC0415 - this process's one job
-
-    pynvml.nvmlLib = load_library(library)
-    pynvml._nvmlGetFunctionPointer_cache.clear()
-    pynvml.nvmlInit()
-    return pynvml
+def job(nvml: Any, argument: dict[str, Any], send: Send) -> None:
+    """The watcher, in the runner's child, pynvml pointed at the plugin's NVML; ends on an NVML
+    failure other than the event wait's (the plugin runs it again)."""
+    uuids, interval = [str(uuid) for uuid in argument["uuids"]], float(argument["interval"])
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        send({"error": f"nvmlInit failed: {exc}"})
+        return
+    send({"links": links(nvml, uuids)})
+    if argument["events"]:
+        try:
+            watch(nvml, uuids, interval, send)
+        except nvml.NVMLError as exc:
+            send({"error": f"NVML events: {exc}"})
 
 
 def pair_score(nvml: Any, a: Any, b: Any, bus_b: str) -> int:
@@ -92,23 +98,18 @@ def probe(nvml: Any, uuids: list[str]) -> dict[str, str]:
     return found
 
 
-def say(message: dict[str, object]) -> None:
-    sys.stdout.write(json.dumps(message) + "\n")
-    sys.stdout.flush()
-
-
 def unsupported(nvml: Any, exc: Exception) -> bool:
     """Whether an NVMLError says this NVML has no such call (an old or a stripped library)."""
     return getattr(exc, "value", None) in (nvml.NVML_ERROR_NOT_SUPPORTED, nvml.NVML_ERROR_FUNCTION_NOT_FOUND)
 
 
-def watch(nvml: Any, uuids: list[str], interval: float) -> None:
+def watch(nvml: Any, uuids: list[str], interval: float, say: Send) -> None:
     try:
         events = nvml.nvmlEventSetCreate()
     except nvml.NVMLError as exc:
         if not unsupported(nvml, exc):
             raise
-        return probe_only(nvml, uuids, interval, f"NVML has no events ({exc})")
+        return probe_only(nvml, uuids, interval, say, f"NVML has no events ({exc})")
     for uuid in uuids:
         try:
             handle = nvml.nvmlDeviceGetHandleByUUID(uuid)
@@ -127,7 +128,7 @@ def watch(nvml: Any, uuids: list[str], interval: float) -> None:
             data = nvml.nvmlEventSetWait_v2(events, max(1, int((next_probe - now) * 1000)))
         except nvml.NVMLError as exc:
             if told is None and unsupported(nvml, exc):
-                return probe_only(nvml, uuids, interval, f"NVML cannot wait for events ({exc})")
+                return probe_only(nvml, uuids, interval, say, f"NVML cannot wait for events ({exc})")
             if getattr(exc, "value", None) != nvml.NVML_ERROR_TIMEOUT:
                 # Said once, not at every try: the devices stay in doubt until a wait succeeds.
                 why = f"waiting for NVML events failed: {exc}"
@@ -159,45 +160,9 @@ def watch(nvml: Any, uuids: list[str], interval: float) -> None:
         )
 
 
-def probe_only(nvml: Any, uuids: list[str], interval: float, why: str) -> None:
+def probe_only(nvml: Any, uuids: list[str], interval: float, say: Send, why: str) -> None:
     """Without events: say why once, then probe every ``interval``."""
     say({"probing": why})
     while True:
         say({"probe": probe(nvml, uuids)})
         time.sleep(interval)
-
-
-def main(argv: list[str]) -> int:
-    interval, events = 5.0, True
-    while argv and argv[0].startswith("--"):
-        option = argv.pop(0)
-        if option == "--interval":
-            interval = float(argv.pop(0))
-        elif option == "--topology-only":
-            events = False
-    if not argv:
-        print(
-            "usage: python -m cdictk.deviceplugin.nvmlwatch [--interval S] [--topology-only] LIBRARY UUID...",
-            file=sys.stderr,
-        )
-        return 2
-    library, uuids = argv[0], argv[1:]
-    try:
-        nvml = load(library)
-    except Exception as exc:
-        say({"error": f"NVML at {library}: {exc}"})
-        return 1
-    say({"links": links(nvml, uuids)})
-    if events:
-        try:
-            watch(nvml, uuids, interval)
-        except KeyboardInterrupt:
-            return 0
-        except nvml.NVMLError as exc:  # the plugin runs this process again
-            say({"error": f"NVML events: {exc}"})
-            return 1
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,6 +1,4 @@
-"""Start path: standard library only.
-
-Entries of glibc's ``/etc/ld.so.cache``, parsed with the standard library alone.
+"""Entries of glibc's ``/etc/ld.so.cache``, parsed with the standard library alone.
 
 Layouts (glibc's ``sysdeps/generic/dl-cache.h``):
 
@@ -18,8 +16,8 @@ host's order, as ld.so does. Only ELF libc6 entries are kept. Entries of glibc-h
 (hwcap extension bit set) are kept too: same name, a path in ``.../glibc-hwcaps/<level>/``, and their
 hwcap word, which says the loader takes them only on a CPU that has what it names.
 Every offset is checked before use and every count is bounded by the buffer, so bad input raises
-``LdCacheError`` and nothing else. The prestart hook reads the host's cache to choose the NVML it loads
-(:mod:`cdictk.node.libchoice`): no dataclass here.
+``LdCacheError`` and nothing else. :mod:`cdictk.node.libchoice` reads a driver root's cache to choose
+the libraries cdictk loads.
 """
 
 from __future__ import annotations

@@ -1,6 +1,4 @@
-"""Start path: standard library only.
-
-Which file cdictk loads for a library's SONAME, and whether it may load it at all.
+"""Which file cdictk loads for a library's SONAME, and whether it may load it at all.
 
 cdictk loads the driver's NVML into processes of root's: discovery's NVML child (``cdictk cdi
 generate``, ``info``, the shim's spec made in memory), the device plugin's NVML child and the legacy

@@ -1,40 +1,20 @@
-"""Start path: standard library only.
+"""Which NVML library cdictk loads, its error, and the names NVML gives GPU brands.
 
-NVML by ctypes: the few facts the prestart hook checks ``NVIDIA_REQUIRE_*`` against (the CUDA and
-driver versions, a GPU's compute capability and brand). That runs on container starts, where pynvml's
-import would cost more than the query. Discovery asks NVML through :mod:`cdictk.node.nvml`.
+NVML itself is asked in the one NVML runner's child (:mod:`cdictk.node.nvmlchild`), through pynvml.
 """
 
 from __future__ import annotations
 
-import ctypes
-
 from cdictk.errors import CdictkError
-from cdictk.node.libchoice import LibraryError, judge_opened, library_path, load, loadable
-
-TYPE_CHECKING = False  # typing imports re: keep both out of the container start
-if TYPE_CHECKING:
-    from collections.abc import Sequence
-    from ctypes import _NamedFuncPointer
+from cdictk.node.libchoice import judge_opened, library_path, loadable
 
 
 class NvmlError(CdictkError):
-    """NVML could not be loaded or answered with an error. ``library`` names it in the message (the
-    discovery's); ``function`` and ``code`` say which call failed and how (the prestart hook's);
+    """NVML could not be loaded or answered with an error. ``library`` names it in the message;
     ``absent``: there is no usable library at all (as opposed to one that answered badly or not)."""
 
-    def __init__(
-        self,
-        reason: str,
-        *,
-        library: str = "",
-        function: str = "",
-        code: int | None = None,
-        absent: bool = False,
-    ) -> None:
+    def __init__(self, reason: str, *, library: str = "", absent: bool = False) -> None:
         super().__init__(library, "NVML" if library else "", reason)
-        self.function = function
-        self.code = code
         self.absent = absent
 
 
@@ -54,9 +34,6 @@ def nvml_library(driver_root: str, mounted: str | None = None) -> str:
     judge_opened(driver_root, NVML, NVML_OPENS)
     return path
 
-
-NVML_SUCCESS = 0
-_DRIVER_VERSION_SIZE = 80  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE
 
 # nvmlBrandType_t (nvml.h) -> libnvidia-container's name (src/driver.c), lower-cased as requirements compare
 # it without regard to case. Brands it does not name (NVML_BRAND_UNKNOWN, newer ones) are "unknown".
@@ -79,130 +56,3 @@ BRANDS = {
     16: "titanrtx",  # NVML_BRAND_TITAN_RTX
 }
 UNKNOWN_BRAND = "unknown"
-
-
-class NvmlLibrary:
-    """The few NVML functions the prestart hook asks, each given its C signature before its first call."""
-
-    def __init__(self, library: str) -> None:
-        self.library = library
-        try:
-            self.lib = load(library)
-        except LibraryError as exc:
-            raise NvmlError(str(exc)) from exc
-        except OSError as exc:
-            raise NvmlError(f"cannot load {library}: {exc}") from exc
-
-    def function(self, name: str, *argtypes: type) -> _NamedFuncPointer | None:
-        try:
-            function: _NamedFuncPointer = getattr(self.lib, name)
-        except AttributeError:
-            return None
-        function.argtypes = argtypes
-        function.restype = ctypes.c_int
-        return function
-
-    def call(self, name: str, *args: object, argtypes: tuple[type, ...] = ()) -> None:
-        code = self.call_quietly(name, *args, argtypes=argtypes)
-        if code is None:
-            raise NvmlError(
-                f"{self.library} has no function {name}: not NVML, or too old an NVML", function=name
-            )
-        if code != NVML_SUCCESS:
-            raise NvmlError(f"{name} failed: {self.error_string(code)}", function=name, code=code)
-
-    def call_quietly(self, name: str, *args: object, argtypes: tuple[type, ...] = ()) -> int | None:
-        """NVML's return code, or None when the library has no such function."""
-        function = self.function(name, *argtypes)
-        if function is None:
-            return None
-        result: int = function(*args)
-        return result
-
-    def error_string(self, code: int) -> str:
-        try:
-            function = self.lib.nvmlErrorString
-        except AttributeError:
-            return f"error {code}"
-        function.argtypes = (ctypes.c_int,)
-        function.restype = ctypes.c_char_p
-        text = function(code)
-        if not isinstance(text, bytes) or not text:
-            return f"error {code}"
-        return text.decode("ascii", "replace")
-
-    def cuda_version(self) -> str:
-        version = ctypes.c_int()
-        pointer = (ctypes.POINTER(ctypes.c_int),)
-        if self.function("nvmlSystemGetCudaDriverVersion_v2") is not None:
-            self.call("nvmlSystemGetCudaDriverVersion_v2", ctypes.byref(version), argtypes=pointer)
-        else:
-            self.call("nvmlSystemGetCudaDriverVersion", ctypes.byref(version), argtypes=pointer)
-        if version.value <= 0:
-            raise NvmlError(
-                f"NVML reports CUDA version {version.value}", function="nvmlSystemGetCudaDriverVersion"
-            )
-        # CUDA_VERSION_MAJOR / _MINOR of nvml.h: 12040 is 12.4.
-        return f"{version.value // 1000}.{version.value % 1000 // 10}"
-
-    def driver_version(self) -> str:
-        buffer = ctypes.create_string_buffer(_DRIVER_VERSION_SIZE)
-        argtypes = (ctypes.c_char_p, ctypes.c_uint)
-        self.call("nvmlSystemGetDriverVersion", buffer, _DRIVER_VERSION_SIZE, argtypes=argtypes)
-        version = buffer.value.decode("ascii", "replace")
-        if not version:
-            raise NvmlError("NVML reports an empty driver version", function="nvmlSystemGetDriverVersion")
-        return version
-
-    def gpus(self, minors: Sequence[int], arch: bool, brand: bool) -> list[tuple[int, str, str]]:
-        """(minor, compute capability, brand) of each GPU of ``minors``, in NVML's order; "" for what was
-        not asked."""
-        wanted = set(minors)
-        count = ctypes.c_uint()
-        self.call("nvmlDeviceGetCount_v2", ctypes.byref(count), argtypes=(ctypes.POINTER(ctypes.c_uint),))
-        found: list[tuple[int, str, str]] = []
-        for index in range(count.value):
-            handle = ctypes.c_void_p()
-            self.call(
-                "nvmlDeviceGetHandleByIndex_v2",
-                index,
-                ctypes.byref(handle),
-                argtypes=(ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)),
-            )
-            minor = ctypes.c_uint()
-            self.call(
-                "nvmlDeviceGetMinorNumber",
-                handle,
-                ctypes.byref(minor),
-                argtypes=(ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint)),
-            )
-            if minor.value not in wanted:
-                continue
-            wanted.discard(minor.value)
-            capability = self.compute_capability(handle) if arch else ""
-            found.append((minor.value, capability, self.brand(handle) if brand else ""))
-        if wanted:
-            missing = ", ".join(f"/dev/nvidia{minor}" for minor in sorted(wanted))
-            raise NvmlError(f"NVML lists no GPU for {missing}", function="nvmlDeviceGetMinorNumber")
-        return found
-
-    def compute_capability(self, handle: ctypes.c_void_p) -> str:
-        major, minor = ctypes.c_int(), ctypes.c_int()
-        self.call(
-            "nvmlDeviceGetCudaComputeCapability",
-            handle,
-            ctypes.byref(major),
-            ctypes.byref(minor),
-            argtypes=(ctypes.c_void_p, ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)),
-        )
-        return f"{major.value}.{minor.value}"
-
-    def brand(self, handle: ctypes.c_void_p) -> str:
-        brand = ctypes.c_int()  # nvmlBrandType_t, a C enum
-        self.call(
-            "nvmlDeviceGetBrand",
-            handle,
-            ctypes.byref(brand),
-            argtypes=(ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)),
-        )
-        return BRANDS.get(brand.value, UNKNOWN_BRAND)

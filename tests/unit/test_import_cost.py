@@ -26,7 +26,6 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools", "grpc", "google.pr
         "cdictk.runtime.requests",
         "cdictk.runtime.settings",
         "cdictk.settingsfile",
-        "cdictk.node.ldcachereader",
     ],
 )
 def test_hot_path_modules_import_no_heavy_library(module: str) -> None:
@@ -154,6 +153,9 @@ OFF_THE_START_PATH = {
     ("cdictk.runtime.inject", "cdictk.nvcdi.hooks"): "the same",
     ("cdictk.runtime.inject", "cdictk.nvcdi.nodespec"): "the same",
     ("cdictk.runtime.inject", "cdictk.nvcdi.options"): "the same",
+    ("cdictk.runtime.prestart.factcache", "cdictk.runtime.prestart.driverfacts"): (
+        "the driver facts read anew (NVML in the runner's child): the parse cache missed"
+    ),
     ("cdictk.cli.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
     ("cdictk.cdi.mountcheck", "cdictk.cdi.dump"): "never on a start: cdi validate's and info's findings",
     ("cdictk.settingsfile", "cdictk.strictyaml"): "never on a start: YAML settings (the device plugin's)",

@@ -1,170 +1,152 @@
-"""Start path: standard library only.
+"""The driver and GPU facts requirements are checked against, read from NVML anew.
 
-The driver and GPU facts that requirements are checked against, from NVML, in a child process.
-
-NVML is asked through :class:`cdictk.node.nvmllib.NvmlLibrary` (ctypes, no pynvml: its import costs
-more than the query, and this runs on container starts). The facts are those libnvidia-container
-reads (``src/driver.c``):
+The legacy prestart hook's slow path: :mod:`cdictk.runtime.prestart.factcache` runs it when the parse
+cache holds no facts for this node, and keeps what it reads. NVML is asked through pynvml in the one
+NVML runner's child (:class:`cdictk.node.nvmlchild.NvmlChild`): the hook joins the container's mount
+namespace afterwards, which a process with more than one thread cannot do; whatever threads or state
+NVML leaves behind stay in the child, and a crash or a hang there is an error here, not the hook's
+death. The facts are those libnvidia-container reads (``src/driver.c``):
 
 - ``cuda``: ``nvmlSystemGetCudaDriverVersion_v2`` (``nvmlSystemGetCudaDriverVersion`` on drivers
   without it), ``12040`` read as ``12.4``;
 - ``driver``: ``nvmlSystemGetDriverVersion``;
-- ``arch``: ``nvmlDeviceGetCudaComputeCapability`` as ``major.minor``;
-- ``brand``: ``nvmlDeviceGetBrand``, named as libnvidia-container names it, in lower case (``nvidia``
-  for an H100, ``tesla``, ``geforcertx``, ``unknown`` for a brand it has no name for).
+- for every GPU, by its minor number: ``arch``, ``nvmlDeviceGetCudaComputeCapability`` as
+  ``major.minor``; ``brand``, ``nvmlDeviceGetBrand``, named as libnvidia-container names it, in lower
+  case (``nvidia`` for an H100, ``tesla``, ``geforcertx``, ``unknown`` for a brand it has no name for).
 
-Only what the requirements ask about is read: no device is looked at unless ``arch`` or ``brand`` is
-needed, and then only the GPUs whose ``/dev/nvidia<minor>`` the container gets (a MIG device counts as
-its parent GPU, as for NVIDIA).
+Each fact whose call failed carries its error instead (``factcache.shaped`` gives the shape): a start
+fails on it only when its requirements ask for it.
 """
 
 from __future__ import annotations
 
-import os
-import select
-import signal
-import sys
-import time
+import contextlib
+from collections.abc import Callable
+from typing import Any
 
-from cdictk.node.nvmllib import NvmlError, NvmlLibrary
-from cdictk.runtime.prestart.require import KEYS, Facts, GpuFacts
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from collections.abc import Collection, Sequence
+from cdictk.node.nvmlchild import NvmlChild, Send
+from cdictk.node.nvmllib import BRANDS, UNKNOWN_BRAND, NvmlError, nvml_library
+from cdictk.runtime.prestart.factcache import identity, shaped
 
 
-def driver_facts(library: str, minors: Sequence[int], keys: Collection[str]) -> Facts:
-    """The facts named by ``keys`` (from :func:`~cdictk.runtime.prestart.require.needed_keys`) from NVML.
+def chosen_library(mounted: str) -> str:
+    """The NVML the spec mounts (the driver's own, under any driver root), else the one the host's
+    loader would take; either only when it is root's alone (:func:`cdictk.node.nvmllib.nvml_library`):
+    LibraryError otherwise. Only the spec's mounts count (the hook's ``_nvml_mount``), never one
+    config.json had already (a user's volume): the library is loaded as root."""
+    return nvml_library("/", mounted) if mounted else nvml_library("/")
 
-    ``library`` is the path of the NVML to load (:func:`cdictk.node.nvmllib.nvml_library` chose it; it
-    is loaded only if it still passes that check); ``minors`` are the ``/dev/nvidia<minor>`` GPUs given
-    to the container, whose ``arch`` and ``brand`` are read (in the order NVML lists them). A minor that
-    no GPU has is an error.
-    """
-    unknown = set(keys) - set(KEYS)
-    if unknown:
-        raise ValueError(f"unknown requirement keys {sorted(unknown)}")
-    facts = Facts()
-    if not keys:
-        return facts
-    nvml = NvmlLibrary(library)
-    nvml.call("nvmlInit_v2")
+
+def read_facts(mounted: str, *, deadline: float | None = None) -> dict[str, Any]:
+    """Every fact, from the NVML :func:`chosen_library` picks for ``mounted``, asked in the runner's
+    child (``deadline``: its default unless given), with the library and its identity."""
+    library = chosen_library(mounted)
+    known = identity(library)  # before it is loaded: a file replaced meanwhile is a later miss
     try:
-        if "cuda" in keys:
-            facts.cuda = nvml.cuda_version()
-        if "driver" in keys:
-            facts.driver = nvml.driver_version()
-        if minors and ("arch" in keys or "brand" in keys):
-            found = nvml.gpus(minors, "arch" in keys, "brand" in keys)
-            facts.gpus = [GpuFacts(arch, brand, minor) for minor, arch, brand in found]
+        with NvmlChild(_job, deadline=deadline) as child:
+            child.ask(library, library)
+            answer = child.answer()
+    except NvmlError as exc:  # the hook's line names no library: the reason says what failed
+        raise NvmlError(exc.problem.reason) from None
+    facts = shaped(answer)
+    if facts is None or known is None:
+        raise NvmlError("the NVML child sent facts of the wrong shape")
+    return {**facts, "library": library, "identity": known}
+
+
+class _Failed(Exception):
+    """An NVML call failed: the line to show."""
+
+
+def _job(nvml: Any, library: str, send: Send) -> None:
+    """In the child, pynvml pointed at ``library``: every fact, one message."""
+    try:
+        nvml.nvmlInit()
+    except nvml.NVMLError as exc:
+        send({"error": _failure(nvml, library, "nvmlInit", exc)})
+        return
+    try:
+        facts: dict[str, Any] = {
+            "cuda": _fact(lambda: _cuda(nvml, library)),
+            "driver": _fact(lambda: _driver(nvml, library)),
+        }
+        try:
+            facts["gpus"] = [
+                _gpu(nvml, library, index)
+                for index in range(_call(nvml, library, "nvmlDeviceGetCount_v2", nvml.nvmlDeviceGetCount))
+            ]
+            facts["gpus_error"] = ""
+        except _Failed as exc:
+            facts["gpus"], facts["gpus_error"] = [], str(exc)
     finally:
         # As for libnvidia-container, a failed shutdown is not worth failing the container for.
-        nvml.call_quietly("nvmlShutdown")
-    return facts
+        with contextlib.suppress(Exception):
+            nvml.nvmlShutdown()
+    send(facts)
 
 
-TIMEOUT = 30.0  # NVML's own init on a loaded driver takes well under a second
-_MAX_ANSWER = 1 << 20
-
-
-def driver_facts_apart(
-    library: str, minors: Sequence[int], keys: Collection[str], timeout: float = TIMEOUT
-) -> Facts:
-    """:func:`driver_facts`, asked in a child process.
-
-    The prestart hook joins the container's mount namespace afterwards, which a process with more
-    than one thread cannot do; whatever threads or state NVML leaves behind stay in the child, and a
-    crash or a hang there is an error here, not the hook's death.
-    """
-    if not keys:
-        return Facts()
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: answer on the pipe, then leave without Python's cleanup
-        try:
-            os.close(read_end)
-            # Whatever NVML (or a crash) prints must not add lines to the hook's one-line error,
-            # not even Python's crash report when a caller (pytest) turned it on.
-            faulthandler = sys.modules.get("faulthandler")
-            if faulthandler is not None:
-                faulthandler.disable()
-            null = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(null, 1)
-            os.dup2(null, 2)
-            _write_all(write_end, _answer(library, minors, keys).encode("utf-8", "replace"))
-        finally:
-            os._exit(0)
-    os.close(write_end)
+def _fact(read: Callable[[], str]) -> list[str]:
+    """[value, ""], or ["", why] when reading it failed."""
     try:
-        data = _read_until_closed(read_end, time.monotonic() + timeout)
-    finally:
-        os.close(read_end)
-        _reap(pid)
-    if data is None:
-        raise NvmlError(f"NVML gave no answer within {timeout:g} s")
-    return _decode(data.decode("utf-8", "replace"))
+        return [read(), ""]
+    except _Failed as exc:
+        return ["", str(exc)]
 
 
-def _answer(library: str, minors: Sequence[int], keys: Collection[str]) -> str:
+def _failure(nvml: Any, library: str, function: str, exc: Any) -> str:
+    if getattr(exc, "value", None) == nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+        return f"{library} has no function {function}: not NVML, or too old an NVML"
+    return f"{function} failed: {exc}"
+
+
+def _call(nvml: Any, library: str, function: str, call: Callable[..., Any], *args: Any) -> Any:
+    """``call(*args)``, a pynvml call of the C ``function``; _Failed with its line when NVML fails."""
     try:
-        facts = driver_facts(library, minors, keys)
-    except NvmlError as exc:
-        return "error\t" + str(exc).replace("\n", " ")
-    except Exception as exc:  # the parent shows it as one line
-        return f"error\tNVML: {type(exc).__name__}: {exc}".replace("\n", " ")
-    lines = [f"cuda\t{facts.cuda}", f"driver\t{facts.driver}"]
-    lines += [f"gpu\t{gpu.arch}\t{gpu.brand}\t{'' if gpu.minor is None else gpu.minor}" for gpu in facts.gpus]
-    return "\n".join(line.replace("\r", " ") for line in lines)
+        return call(*args)
+    except nvml.NVMLError as exc:
+        raise _Failed(_failure(nvml, library, function, exc)) from None
 
 
-def _decode(text: str) -> Facts:
-    facts = Facts()
-    gpus: list[GpuFacts] = []
-    for line in text.split("\n"):
-        kind, _, rest = line.partition("\t")
-        if kind == "error":
-            raise NvmlError(rest)
-        if kind == "cuda":
-            facts.cuda = rest
-        elif kind == "driver":
-            facts.driver = rest
-        elif kind == "gpu":
-            arch, brand, minor = ([*rest.split("\t"), "", "", ""])[:3]
-            gpus.append(GpuFacts(arch, brand, int(minor) if minor.isdigit() else None))
-        else:
-            raise NvmlError("the NVML child process ended without an answer")
-    facts.gpus = gpus
-    return facts
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _read_until_closed(fd: int, deadline: float) -> bytes | None:
-    """Everything written to the pipe until the child closes it; None past ``deadline``."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
-            return None
-        chunk = os.read(fd, 65536)
-        if not chunk:
-            return b"".join(chunks)
-        size += len(chunk)
-        if size > _MAX_ANSWER:
-            raise NvmlError("the NVML child process answered too much")
-        chunks.append(chunk)
-
-
-def _reap(pid: int) -> None:
+def _cuda(nvml: Any, library: str) -> str:
     try:
-        if os.waitpid(pid, os.WNOHANG) == (0, 0):
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    except ChildProcessError:
-        pass
+        version = nvml.nvmlSystemGetCudaDriverVersion_v2()
+    except nvml.NVMLError as exc:
+        if getattr(exc, "value", None) != nvml.NVML_ERROR_FUNCTION_NOT_FOUND:
+            raise _Failed(_failure(nvml, library, "nvmlSystemGetCudaDriverVersion_v2", exc)) from None
+        version = _call(nvml, library, "nvmlSystemGetCudaDriverVersion", nvml.nvmlSystemGetCudaDriverVersion)
+    if version <= 0:
+        raise _Failed(f"NVML reports CUDA version {version}")
+    # CUDA_VERSION_MAJOR / _MINOR of nvml.h: 12040 is 12.4.
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def _driver(nvml: Any, library: str) -> str:
+    version = _call(nvml, library, "nvmlSystemGetDriverVersion", nvml.nvmlSystemGetDriverVersion)
+    if isinstance(version, bytes):
+        version = version.decode("ascii", "replace")
+    if not version:
+        raise _Failed("NVML reports an empty driver version")
+    return str(version)
+
+
+def _gpu(nvml: Any, library: str, index: int) -> list[Any]:
+    """[minor, arch, arch's error, brand, brand's error]."""
+    handle = _call(nvml, library, "nvmlDeviceGetHandleByIndex_v2", nvml.nvmlDeviceGetHandleByIndex, index)
+    minor = _call(nvml, library, "nvmlDeviceGetMinorNumber", nvml.nvmlDeviceGetMinorNumber, handle)
+
+    def arch() -> str:
+        major, minor = _call(
+            nvml,
+            library,
+            "nvmlDeviceGetCudaComputeCapability",
+            nvml.nvmlDeviceGetCudaComputeCapability,
+            handle,
+        )
+        return f"{major}.{minor}"
+
+    def brand() -> str:
+        return BRANDS.get(
+            _call(nvml, library, "nvmlDeviceGetBrand", nvml.nvmlDeviceGetBrand, handle), UNKNOWN_BRAND
+        )
+
+    return [int(minor), *_fact(arch), *_fact(brand)]

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any, BinaryIO
 
+    from cdictk.parsecache import ParseCache
     from cdictk.runtime.prestart.additions import Additions
     from cdictk.runtime.prestart.container import Container
     from cdictk.runtime.prestart.log import Log
@@ -142,7 +143,7 @@ def prepare(state_bytes: bytes, log: Log) -> None:
         return
     _refuse_mig_management(config)
     plan = additions_of(config, edited)
-    check_requirements(config, plan)
+    check_requirements(config, plan, cache)
     for what in plan.ignored:
         log.debug(f"not applicable to a created container, ignored: {what}")
     if not plan:
@@ -222,38 +223,34 @@ def _refuse_mig_management(config: dict[str, Any]) -> None:
             raise HookError(f"{name}: MIG management from a container is not supported by cdictk")
 
 
-def check_requirements(config: dict[str, Any], plan: Additions) -> None:
-    """``NVIDIA_REQUIRE_*`` of the image against the driver and the GPUs the container gets."""
+def check_requirements(config: dict[str, Any], plan: Additions, cache: ParseCache) -> None:
+    """``NVIDIA_REQUIRE_*`` of the image against the driver and the GPUs the container gets: the
+    driver's facts kept in ``cache`` (:mod:`cdictk.runtime.prestart.factcache`), read anew on a miss."""
     from cdictk.runtime.prestart.require import check, needed_keys, requirements  # noqa: PLC0415
     from cdictk.runtime.requests import environment  # noqa: PLC0415
 
     wanted = requirements(environment(config, ("NVIDIA_", "CUDA_VERSION")))
     if not wanted:
         return
-    from cdictk.runtime.prestart.driverfacts import driver_facts_apart  # noqa: PLC0415
+    from cdictk.runtime.prestart.factcache import driver_facts  # noqa: PLC0415
 
     minors = [node["minor"] for node in plan.nodes if _is_gpu_node(node.get("path", ""))]
-    check(wanted, driver_facts_apart(_nvml_library(plan), minors, needed_keys(wanted)))
+    check(wanted, driver_facts(cache, _nvml_mount(plan), minors, needed_keys(wanted)))
 
 
 def _is_gpu_node(path: str) -> bool:
     return path.startswith(_GPU_NODE_PREFIX) and path[len(_GPU_NODE_PREFIX) :].isdigit()
 
 
-def _nvml_library(plan: Additions) -> str:
-    """The NVML the spec mounts (the driver's own, under any driver root), else the one the host's
-    loader would take; either only when it is root's alone (:func:`cdictk.node.nvmllib.nvml_library`).
-
-    Only the spec's mounts count, never one config.json had already (a user's volume): the library is
-    loaded as root.
-    """
-    from cdictk.node.nvmllib import nvml_library  # noqa: PLC0415
-
+def _nvml_mount(plan: Additions) -> str:
+    """The NVML library the spec mounts (the driver's own, under any driver root), "" for none (the
+    host loader's, then). Only the spec's mounts count, never one config.json had already (a user's
+    volume): the library is loaded as root (it is judged before, on the slow path)."""
     for mount in plan.mounts:
         source = mount.get("source", "")
         if isinstance(source, str) and os.path.basename(source).startswith(_NVML + "."):
-            return nvml_library("/", source)
-    return nvml_library("/")
+            return source
+    return ""
 
 
 def _describe(exc: BaseException) -> str:

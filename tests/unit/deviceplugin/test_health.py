@@ -1,18 +1,20 @@
 """HealthMonitor's rules, fed the NVML child's messages directly with a clock of the test's own; then
-the child's life (restarted when it dies, every device in doubt meanwhile) with a stand-in child."""
+the child's life (restarted when it dies, every device in doubt meanwhile) with stand-in jobs in the NVML runner's child."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import sys
+import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.pluginsettings import IGNORED_XIDS, Health
+from cdictk.node.nvmlchild import Job, Send
 
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
 GPU_B = "GPU-bbbbbbbb-0000-0000-0000-000000000002"
@@ -274,20 +276,33 @@ def test_gpus_discovery_misses_are_unhealthy_until_nvml_answers_for_them() -> No
 
 # ---- the child ---------------------------------------------------------------------------------
 
-CHILD = """
-import json, sys, time
-with open(sys.argv[1], "a") as runs:
-    runs.write(json.dumps(sys.argv[2:]) + "\\n")
-with open(sys.argv[1]) as runs:
-    count = len(runs.readlines())
-print(json.dumps({"links": [["a", "b", 100]]}), flush=True)
-print("not json", flush=True)
-print(json.dumps({"probe": {"GPU-x": "GPU is lost" if count == 1 else ""}}), flush=True)
-if count == 1:
-    sys.exit(3)
-print(json.dumps({"watching": True}), flush=True)
-time.sleep(60)
-"""
+# A library the runner may load (root's, as libc is): the stand-in jobs below ask it nothing.
+LIBRARY = next(
+    line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines() if "/libc.so" in line
+)
+
+
+def record(runs: Path, argument: object) -> int:
+    """Append the job's argument to ``runs``: how many runs there were."""
+    with runs.open("a") as file:
+        file.write(json.dumps(argument) + "\n")
+    return len(runs.read_text().splitlines())
+
+
+def restarting(runs: Path) -> Job:
+    """The first run reports GPU-x lost and exits 3, the second reports it answering, its event wait
+    working, and stays."""
+
+    def job(_nvml: object, argument: object, send: Send) -> None:
+        count = record(runs, argument)
+        send({"links": [["a", "b", 100]]})
+        send({"probe": {"GPU-x": "GPU is lost" if count == 1 else ""}})
+        if count == 1:
+            os._exit(3)
+        send({"watching": True})
+        time.sleep(60)
+
+    return job
 
 
 def wait_until(what: str, predicate: object, timeout: float = 20.0) -> None:
@@ -299,20 +314,17 @@ def wait_until(what: str, predicate: object, timeout: float = 20.0) -> None:
 
 
 def child_monitor(tmp_path: Path, lines: list[str], **health: object) -> tuple[HealthMonitor, Path]:
-    """A monitor running the stand-in child, which logs its arguments to the returned file: the first
-    run reports GPU-x lost and exits 3, the second reports it answering, its event wait working, and
-    stays."""
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
+    """A monitor running the stand-in :func:`restarting`, which logs its arguments to the returned file."""
     runs = tmp_path / "runs"
     settings = dataclasses.replace(Health(probe_interval=0.05), **health)  # type: ignore[arg-type]
     monitor = HealthMonitor(settings, log=lines.append)
     monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
-    monitor.start("/lib/libnvidia-ml.so.1", [sys.executable, str(script), str(runs)])
+    monitor.start(LIBRARY, restarting(runs))
     return monitor, runs
 
 
-def argvs(runs: Path) -> list[list[str]]:
+def argvs(runs: Path) -> list[dict[str, Any]]:
+    """The arguments each run of the stand-in job was given."""
     return [json.loads(line) for line in runs.read_text().splitlines()] if runs.exists() else []
 
 
@@ -322,10 +334,10 @@ def test_the_child_is_run_with_the_watched_gpus_and_restarted_when_it_dies(tmp_p
     try:
         wait_until("the second child", lambda: len(argvs(runs)) == 2 and monitor.probes >= 2)
         wait_until("every device healthy once the second child watches", lambda: monitor.unhealthy() == {})
-        assert argvs(runs) == [["--interval", "0.05", "/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y"]] * 2
+        assert argvs(runs) == [{"uuids": ["GPU-x", "GPU-y"], "interval": 0.05, "events": True}] * 2
         assert lines == [
             "GPU-x unhealthy: GPU is lost",
-            "all 2 devices unhealthy: the NVML watcher exited with status 3; restarting it",
+            "all 2 devices unhealthy: the NVML watcher ended (exit status 3); restarting it",
             "all 2 devices healthy again",
         ]
         assert monitor.links() == {frozenset(("a", "b")): 100}
@@ -342,32 +354,28 @@ def test_without_health_checks_the_child_only_reports_topology_and_is_not_restar
         assert thread is not None
         thread.join(timeout=20)
         assert not thread.is_alive()
-        assert argvs(runs) == [
-            ["--interval", "0.05", "--topology-only", "/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y"]
-        ]
+        assert argvs(runs) == [{"uuids": ["GPU-x", "GPU-y"], "interval": 0.05, "events": False}]
         assert lines == []
         assert monitor.links() == {frozenset(("a", "b")): 100}
     finally:
         monitor.stop()
 
 
-STAYS = """
-import json, sys, time
-with open(sys.argv[1], "a") as runs:
-    runs.write(json.dumps(sys.argv[2:]) + "\\n")
-print(json.dumps({"watching": True}), flush=True)
-time.sleep(60)
-"""
+def stays(runs: Path) -> Job:
+    def job(_nvml: object, argument: object, send: Send) -> None:
+        record(runs, argument)
+        send({"watching": True})
+        time.sleep(60)
+
+    return job
 
 
 def test_the_child_is_run_again_when_the_set_of_gpus_changes(tmp_path: Path) -> None:
-    script = tmp_path / "child.py"
-    script.write_text(STAYS)
     runs = tmp_path / "runs"
     lines: list[str] = []
     monitor = HealthMonitor(Health(probe_interval=0.05), log=lines.append)
     monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
-    monitor.start("/lib/libnvidia-ml.so.1", [sys.executable, str(script), str(runs)])
+    monitor.start(LIBRARY, stays(runs))
     try:
         wait_until("the first child", lambda: len(argvs(runs)) == 1)
         # new MIG devices on the same GPUs: the child watches GPUs, nothing to do
@@ -375,31 +383,30 @@ def test_the_child_is_run_again_when_the_set_of_gpus_changes(tmp_path: Path) -> 
         # a GPU found by a rediscovery (a driver reload, a GPU back on the bus)
         monitor.watch([Watched("MIG-1", "GPU-x", 1, 0), Watched("GPU-y", "GPU-y"), Watched("GPU-z", "GPU-z")])
         wait_until("the second child", lambda: len(argvs(runs)) == 2)
-        assert argvs(runs)[1][-4:] == ["/lib/libnvidia-ml.so.1", "GPU-x", "GPU-y", "GPU-z"]
+        assert argvs(runs)[1]["uuids"] == ["GPU-x", "GPU-y", "GPU-z"]
         assert lines == ["the GPUs changed; watching 3 with NVML afresh"]
     finally:
         monitor.stop()
     assert len(argvs(runs)) == 2
 
 
-SLOW_TOPOLOGY = """
-import json, sys, time
-time.sleep(float(sys.argv[1]))
-if sys.argv[2] == "links":
-    print(json.dumps({"links": [["GPU-x", "GPU-y", 460]]}), flush=True)
-    time.sleep(60)
-"""
+def slow_topology(says: str) -> Job:
+    def job(_nvml: object, _argument: object, send: Send) -> None:
+        time.sleep(0.5)
+        if says == "links":
+            send({"links": [["GPU-x", "GPU-y", 460]]})
+            time.sleep(60)
+
+    return job
 
 
 @pytest.mark.parametrize("says", ["links", "nothing"])
 def test_asking_for_the_topology_waits_for_the_child_to_say_it_or_to_end(tmp_path: Path, says: str) -> None:
     """What the first preferred allocation after registering asks, before the child has said."""
-    script = tmp_path / "child.py"
-    script.write_text(SLOW_TOPOLOGY)
     monitor = HealthMonitor(Health(enabled=False))
     monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
     assert monitor.links() == {}  # no child yet: nothing to wait for
-    monitor.start("/lib/libnvidia-ml.so.1", [sys.executable, str(script), "0.5", says])
+    monitor.start(LIBRARY, slow_topology(says))
     try:
         expected = {frozenset(("GPU-x", "GPU-y")): 460} if says == "links" else {}
         assert monitor.links() == expected

@@ -5,7 +5,6 @@ and which NVML it loads, in the plugin too: never a user's library, whose constr
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -20,6 +19,7 @@ import pytest
 
 from cdictk.deviceplugin import nvmlwatch
 from cdictk.deviceplugin.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
+from cdictk.node.nvmlchild import NvmlChild
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.fakenode.planted import USER, plant, ran, relist, user_lib_dir
@@ -148,24 +148,23 @@ class WaitingNvml(FakeNvml):
         raise error
 
 
-def watched(script: list[object], capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
+def watched(script: list[object]) -> list[dict[str, Any]]:
+    heard: list[dict[str, Any]] = []
     with pytest.raises(Stop):
-        nvmlwatch.watch(WaitingNvml(script), ["GPU-0", "GPU-1"], 0.001)
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        nvmlwatch.watch(WaitingNvml(script), ["GPU-0", "GPU-1"], 0.001, heard.append)
+    return heard
 
 
-def test_a_failing_event_wait_is_said_once_and_its_recovery_once(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_failing_event_wait_is_said_once_and_its_recovery_once() -> None:
     heard = [
-        m
-        for m in watched(["timeout", "lost", "lost", "lost", "timeout", "timeout"], capsys)
-        if "probe" not in m
+        m for m in watched(["timeout", "lost", "lost", "lost", "timeout", "timeout"]) if "probe" not in m
     ]
     assert heard == [
         {"watching": True},
         {"error": "waiting for NVML events failed: lost"},
         {"watching": True},
     ]
-    heard = [m for m in watched(["lost", "Unknown Error", "timeout"], capsys) if "probe" not in m]
+    heard = [m for m in watched(["lost", "Unknown Error", "timeout"]) if "probe" not in m]
     assert heard == [
         {"error": "waiting for NVML events failed: lost"},
         {"error": "waiting for NVML events failed: Unknown Error"},
@@ -210,14 +209,12 @@ class EventlessNvml(WaitingNvml):
         ("wait", nvml_error("Function Not Found", 13), "NVML cannot wait for events (Function Not Found)"),
     ],
 )
-def test_an_nvml_without_events_is_said_once_then_probed(
-    fails: str, error: NVMLError, said: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_an_nvml_without_events_is_said_once_then_probed(fails: str, error: NVMLError, said: str) -> None:
     nvml = EventlessNvml(fails, error)
     nvml.lost.add("GPU-1")
+    heard: list[dict[str, Any]] = []
     with pytest.raises(Stop):
-        nvmlwatch.watch(nvml, ["GPU-0", "GPU-1"], 0.001)
-    heard = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        nvmlwatch.watch(nvml, ["GPU-0", "GPU-1"], 0.001, heard.append)
     probed = {"probe": {"GPU-0": "", "GPU-1": "GPU is lost"}}
     if fails == "create":
         assert heard == [{"probing": said}, probed, probed, probed]
@@ -225,23 +222,36 @@ def test_an_nvml_without_events_is_said_once_then_probed(
         assert heard == [probed, {"probing": said}, probed]
 
 
-def test_another_nvml_failure_is_one_error_line_and_status_1(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
+class InitlessNvml(EventlessNvml):
+    def nvmlInit(self) -> None:
+        raise nvml_error("Driver Not Loaded", 9)
+
+
+def test_another_nvml_failure_is_the_last_message() -> None:
+    heard: list[dict[str, Any]] = []
+    argument = {"uuids": ["GPU-0"], "interval": 0.001, "events": True}
     nvml = EventlessNvml("create", nvml_error("Unknown Error", 999))
-    monkeypatch.setattr(nvmlwatch, "load", lambda library: nvml)
-    assert nvmlwatch.main(["/lib/libnvidia-ml.so.1", "GPU-0"]) == 1
-    heard = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert heard[-1] == {"error": "NVML events: Unknown Error"}
+    nvml.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    nvmlwatch.job(nvml, argument, heard.append)
+    assert heard == [{"links": []}, {"error": "NVML events: Unknown Error"}]
+    heard.clear()
+    nvmlwatch.job(InitlessNvml("create", nvml_error("Unknown Error", 999)), argument, heard.append)
+    assert heard == [{"error": "nvmlInit failed: Driver Not Loaded"}]
 
 
-def test_xid_events_name_their_gpu_and_instances(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_topology_alone_without_events() -> None:
+    heard: list[dict[str, Any]] = []
+    nvml = WaitingNvml([])
+    nvml.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    nvmlwatch.job(nvml, {"uuids": ["GPU-0", "GPU-1"], "interval": 1, "events": False}, heard.append)
+    assert heard == [{"links": [["GPU-0", "GPU-1", 0]]}]
+
+
+def test_xid_events_name_their_gpu_and_instances() -> None:
     nvml = FakeNvml({}, {})
     gpu0, gpu3 = nvml.handles["GPU-0"], nvml.handles["GPU-3"]
     heard = [
-        m
-        for m in watched([Event(gpu0, 79), Event(gpu0, 94, gi=2, ci=0), Event(gpu3, 48)], capsys)
-        if "xid" in m
+        m for m in watched([Event(gpu0, 79), Event(gpu0, 94, gi=2, ci=0), Event(gpu3, 48)]) if "xid" in m
     ]
     assert heard == [
         {"xid": 79, "uuid": "GPU-0", "gi": None, "ci": None},
@@ -250,31 +260,21 @@ def test_xid_events_name_their_gpu_and_instances(capsys: pytest.CaptureFixture[s
     ]
 
 
-def test_usage_without_a_library(capsys: pytest.CaptureFixture[str]) -> None:
-    assert nvmlwatch.main(["--interval", "1"]) == 2
-    assert "usage: python -m cdictk.deviceplugin.nvmlwatch" in capsys.readouterr().err
+def child(library: str, uuids: list[str], *, interval: float = 0.1, events: bool = True) -> NvmlChild:
+    """The watcher in the runner's child, as the plugin runs it."""
+    process = NvmlChild(nvmlwatch.job)
+    process.ask(library, {"uuids": uuids, "interval": interval, "events": events})
+    return process
 
 
-def test_a_library_that_is_not_there_is_one_error_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert nvmlwatch.main(["/nonexistent/libnvidia-ml.so.1", "GPU-0"]) == 1
-    [line] = capsys.readouterr().out.splitlines()
-    assert json.loads(line)["error"].startswith("NVML at /nonexistent/libnvidia-ml.so.1: ")
-
-
-def child(library: str, uuids: list[str], *options: str) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch", *options, library, *uuids]
-    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-
-
-def read_until(process: subprocess.Popen[str], wanted: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+def read_until(process: NvmlChild, wanted: str, timeout: float = 20.0) -> list[dict[str, Any]]:
     """The child's messages up to the first with key ``wanted``."""
-    assert process.stdout is not None
     deadline = time.monotonic() + timeout
     heard: list[dict[str, Any]] = []
     while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        assert line, f"the child ended: {heard}"
-        heard.append(json.loads(line))
+        message = process.receive(deadline)
+        assert message is not None, f"the child ended: {heard}"
+        heard.append(message)
         if wanted in heard[-1]:
             return heard
     raise AssertionError(f"no {wanted} within {timeout} s: {heard}")
@@ -286,8 +286,7 @@ def test_the_child_on_a_fake_node_whose_nvml_has_no_events(make_node: NodeFactor
     node.write_nvml_config(dataclasses.replace(node.nvml_config(), events=False))
     library = str(Path(node.lib_dir) / "libnvidia-ml.so.1")
     uuids = [gpu.uuid for gpu in node.preset.gpus]
-    command = [sys.executable, "-m", "cdictk.deviceplugin.nvmlwatch", "--interval", "0.1", library, *uuids]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = child(library, uuids)
     try:
         heard = read_until(process, "probing")
         assert [m for m in heard if "probe" not in m][1:] == [
@@ -297,11 +296,12 @@ def test_the_child_on_a_fake_node_whose_nvml_has_no_events(make_node: NodeFactor
         deadline = time.monotonic() + 20
         while read_until(process, "probe")[-1]["probe"][uuids[5]] == "":
             assert time.monotonic() < deadline
-        assert process.poll() is None  # still probing
-    finally:
         process.kill()
-        _, stderr = process.communicate()
-    assert stderr == ""
+        while process.receive() is not None:
+            pass
+        assert process.status == "killed by signal 9"  # it was still probing
+    finally:
+        process.close()
 
 
 @pytest.mark.root
@@ -309,16 +309,16 @@ def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
     node = make_node("eight")
     library = str(Path(node.lib_dir) / "libnvidia-ml.so.1")
     uuids = [gpu.uuid for gpu in node.preset.gpus]
-    topology_only = child(library, uuids, "--topology-only")
-    assert topology_only.stdout is not None
-    [first] = [json.loads(line) for line in topology_only.stdout]
-    assert topology_only.wait(timeout=30) == 0
+    topology_only = child(library, uuids, events=False)
+    first = topology_only.receive(time.monotonic() + 30)
+    assert first is not None and topology_only.receive(time.monotonic() + 30) is None
+    assert topology_only.status == "exit status 0"
     scores = {frozenset((a, b)): score for a, b, score in first["links"]}
     assert len(scores) == 28  # every pair of eight
     # GPUs 2 and 3: four NVLinks on one PCIe switch; 3 and 4: across NUMA nodes
     assert scores[frozenset(uuids[2:4])] == 4 * NVLINK_SCORE + PCIE_SCORES[10]
     assert scores[frozenset(uuids[3:5])] < scores[frozenset(uuids[1:3])]
-    watching = child(library, uuids, "--interval", "0.1")
+    watching = child(library, uuids)
     try:
         assert read_until(watching, "probe")[-1]["probe"] == dict.fromkeys(uuids, "")
         node.nvml_event("xid gpu=3 xid=79")
@@ -330,8 +330,7 @@ def test_the_child_on_the_fake_node(make_node: NodeFactory) -> None:
             assert time.monotonic() < deadline
         assert probed[uuids[5]] and all(probed[u] == "" for u in uuids if u != uuids[5])
     finally:
-        watching.kill()
-        watching.wait()
+        watching.close()
 
 
 @pytest.mark.root
@@ -341,11 +340,12 @@ def test_the_child_loads_no_library_that_is_not_roots_alone(make_node: NodeFacto
     marker = str(tmp_path / "ran")
     planted = plant(user_lib_dir(node.root), "libnvidia-ml.so.1", marker)
     process = child(planted, [node.preset.gpus[0].uuid])
-    out, _ = process.communicate(timeout=60)
-    assert process.returncode == 1 and ran(marker) == []
-    assert json.loads(out) == {
-        "error": f"NVML at {planted}: {os.path.dirname(planted)}: owned by uid {USER}, not root: not loaded "
-        "(cdictk would run its code as root)"
+    said = process.receive(time.monotonic() + 60)
+    assert process.receive(time.monotonic() + 60) is None and ran(marker) == []
+    assert said == {
+        "error": f"{os.path.dirname(planted)}: owned by uid {USER}, not root: not loaded "
+        "(cdictk would run its code as root)",
+        "absent": True,
     }
 
 

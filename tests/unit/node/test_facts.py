@@ -306,13 +306,13 @@ def test_a_query_never_asked_cannot_be_answered_and_is_closed_by_discovery(make_
     unasked.close()
     # A mode that needs no NVML closes the query it was given, and its child is reaped.
     given = NvmlQuery()
-    pid = given._pid
+    pid = given._child._pid
     assert pid is not None
     facts = discover(roots_of(node), Mode.MANAGEMENT, nvml=given)
-    assert facts.mode is Mode.MANAGEMENT and given._pid is None
+    assert facts.mode is Mode.MANAGEMENT and given._child._pid is None
     with pytest.raises(ChildProcessError):
         os.waitpid(pid, os.WNOHANG)
     # A mode that does asks it.
     asked = NvmlQuery()
     assert [gpu.index for gpu in discover(roots_of(node), Mode.NVML, nvml=asked).gpus] == [0]
-    assert asked._pid is None
+    assert asked._child._pid is None

@@ -418,8 +418,12 @@ def test_nvml_is_the_specs_or_the_host_caches_and_only_if_roots_alone(
     from cdictk.node import libchoice
     from cdictk.node.libchoice import LibraryError
     from cdictk.runtime.prestart.additions import Additions
-    from cdictk.runtime.prestart.main import _nvml_library
+    from cdictk.runtime.prestart.driverfacts import chosen_library
+    from cdictk.runtime.prestart.main import _nvml_mount
     from tests.unit.node.test_ldcachereader import new_cache
+
+    def _nvml_library(plan: Additions) -> str:
+        return chosen_library(_nvml_mount(plan))
 
     lib_dir = tmp_path / "lib"
     lib_dir.mkdir(mode=0o755)
