@@ -14,13 +14,15 @@ from __future__ import annotations
 import math
 from typing import Any, TypeVar
 
-from cdictk.cdi.model import FIELDS, Field, Kind, Spec
+from cdictk.cdi.model import MODEL_CLASSES, Kind, Spec, SpecField, spec_fields
 from cdictk.errors import CdictkError
 from cdictk.yamlscalar import Timestamp, go_text
 
 _RANGES = {Kind.INT64: (-(1 << 63), (1 << 63) - 1), Kind.UINT32: (0, (1 << 32) - 1)}
 
-_BY_KEY: dict[type, dict[str, Field]] = {cls: {f.key: f for f in fields} for cls, fields in FIELDS.items()}
+_BY_KEY: dict[type, dict[str, SpecField]] = {
+    cls: {f.key: f for f in spec_fields(cls)} for cls in MODEL_CLASSES
+}
 _REMOVED = {"enableCMT": "1.1.0", "enableMBM": "1.1.0"}
 
 T = TypeVar("T")
@@ -71,7 +73,7 @@ def _decode_obj(cls: type[T], data: dict[str, Any], path: str, file: str) -> T:
     return obj
 
 
-def _unknown_field_reason(key: str, fields: dict[str, Field]) -> str:
+def _unknown_field_reason(key: str, fields: dict[str, SpecField]) -> str:
     if key in _REMOVED:
         return f"unknown field (removed in cdiVersion {_REMOVED[key]})"
     for known in fields:
@@ -80,7 +82,7 @@ def _unknown_field_reason(key: str, fields: dict[str, Field]) -> str:
     return f"unknown field (expected one of: {', '.join(fields)})"
 
 
-def _decode_value(spec_field: Field, value: Any, path: str, file: str) -> Any:
+def _decode_value(spec_field: SpecField, value: Any, path: str, file: str) -> Any:
     kind = spec_field.kind
     if kind is Kind.STR:
         return _as_str(value, path, file)
@@ -129,8 +131,8 @@ def _as_str(value: Any, path: str, file: str) -> str:
     raise CdictkError(file, path, f"expected a string, got {describe(value)}")
 
 
-def _child_class(spec_field: Field) -> type[Any]:
-    if spec_field.cls is None:  # a mistake in FIELDS, not in the input
+def _child_class(spec_field: SpecField) -> type[Any]:
+    if spec_field.cls is None:  # a mistake in the model, not in the input
         raise TypeError(f"field {spec_field.key} of kind {spec_field.kind} names no class")
     return spec_field.cls
 

@@ -11,7 +11,7 @@ import functools
 import json
 from typing import Any
 
-from cdictk.cdi.model import FIELDS, Kind, Omit, Spec
+from cdictk.cdi.model import Kind, Spec, spec_fields
 from cdictk.libyaml import safe_dumper
 from cdictk.yamlscalar import is_ambiguous
 
@@ -21,11 +21,9 @@ _STR_TAG = "tag:yaml.org,2002:str"
 def to_data(obj: Any) -> dict[str, Any]:
     """A model object as plain dicts and lists, keys in spec order."""
     out: dict[str, Any] = {}
-    for spec_field in FIELDS[type(obj)]:
+    for spec_field in spec_fields(type(obj)):
         value = getattr(obj, spec_field.attr)
-        if spec_field.omit is Omit.EMPTY and not value:
-            continue
-        if spec_field.omit is Omit.NONE and value is None:
+        if not spec_field.written(value):
             continue
         if spec_field.kind is Kind.OBJ:
             value = to_data(value)

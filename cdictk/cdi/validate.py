@@ -22,7 +22,7 @@ from typing import Any
 from cdictk import fsutil
 from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.decode import decode_spec
-from cdictk.cdi.model import Spec
+from cdictk.cdi.model import MODEL_CLASSES, Kind, Spec, spec_fields
 from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.names import kind_problem, split_kind
 from cdictk.cdi.parse import parse_document
@@ -131,7 +131,9 @@ def _reading_warnings(data: bytes, document: Any, path: str) -> list[Problem]:
 
 
 # Lists of objects: a null there is an error of its own (the reference library panics on one).
-_OBJECT_LISTS = frozenset({"devices", "deviceNodes", "mounts", "hooks", "netDevices"})
+_OBJECT_LISTS = frozenset(
+    field.key for cls in MODEL_CLASSES for field in spec_fields(cls) if field.kind is Kind.OBJS
+)
 
 
 def _null_items(value: Any, path: str, *, objects: bool = False) -> Iterator[str]:

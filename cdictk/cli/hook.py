@@ -9,21 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-FLAGS = ("--debug", "--quiet", "-d", "-q")
+from cdictk.errors import HookError
+from cdictk.hooks.cmdline import HOOK_GLOBALS, parse
 
 
 def run_hook(args: Sequence[str]) -> int:
     """``[--debug] [--quiet] NAME [OPTIONS]``: ``prestart`` goes to the legacy prestart hook, the shim's
-    work on a created container; every other name to the hook entry point."""
-    rest = list(args)
-    flags = []
-    while rest and rest[0] in FLAGS:
-        flags.append(rest.pop(0))
-    if rest[:1] == ["prestart"]:
+    work on a created container; every other name (and a command line that names none) to the hook
+    entry point, which reads the options before the name the same way."""
+    try:
+        parsed = parse(args, HOOK_GLOBALS, operands=True)
+    except HookError:
+        parsed = None  # the entry point says what is wrong
+    if parsed is not None and parsed.final is None and parsed.rest[:1] == ["prestart"]:
         from cdictk.runtime.prestart.main import main as prestart_main  # noqa: PLC0415
 
-        debug = any(flag in ("--debug", "-d") for flag in flags)
-        return prestart_main([*(["--debug"] if debug else []), *rest])
+        return prestart_main([*(["--debug"] if "debug" in parsed.flags else []), *parsed.rest])
     from cdictk.hooks.entry import main as hook_main  # noqa: PLC0415
 
     return hook_main(list(args))

@@ -7,8 +7,9 @@ this version does not know warns and exits 0: a spec written by a newer cdictk m
 container from starting. Any failure is one line on stderr and exit status 1, never a traceback, and
 the container does not start.
 
-Options are parsed by hand: argparse (and typing, dataclasses, json, re, which it and the obvious
-alternatives pull in) would add tens of milliseconds to every container start.
+Options are read by :mod:`cdictk.hooks.cmdline`, the hooks' one parser: argparse (and typing,
+dataclasses, json, re, which it and the obvious alternatives pull in) would add tens of milliseconds
+to every container start.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import sys
 
 from cdictk.errors import HookError
+from cdictk.hooks.cmdline import HOOK_GLOBALS, parse
 from cdictk.hooks.steps import BY_NAME, PROG, Options, Step
 
 TYPE_CHECKING = False
@@ -39,20 +41,21 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
     # runc runs createContainer hooks with the rootfs as working directory: never resolve anything there.
     os.chdir("/")
     os.umask(0o022)
-    args = list(argv)
-    debug = quiet = False
-    while args and args[0] in ("--debug", "--quiet", "-d", "-q"):
-        flag = args.pop(0)
-        debug = debug or flag in ("--debug", "-d")
-        quiet = quiet or flag in ("--quiet", "-q")
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(usage(), file=sys.stdout if args else sys.stderr)
-        return 0 if args else 2
-    name, args = args[0], args[1:]
-    if name.startswith("-"):
+    try:
+        parsed = parse(argv, HOOK_GLOBALS, operands=True)
+    except HookError as exc:
         # Not a hook name: ignoring it like an unknown hook would start the container unprepared.
-        print(f"{PROG}: unknown option {name!r} before the hook name", file=sys.stderr)
+        print(f"{PROG}: before the hook name: {exc}", file=sys.stderr)
         return 2
+    args = parsed.rest
+    if parsed.final or args[:1] == ["help"]:
+        print(usage())
+        return 0
+    if not args:
+        print(usage(), file=sys.stderr)
+        return 2
+    debug, quiet = "debug" in parsed.flags, "quiet" in parsed.flags
+    name, args = args[0], args[1:]
     if name == "noop":  # what benchmarks and tests time: the entry point alone
         return 0
     if name == "prestart":

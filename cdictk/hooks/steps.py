@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 
-from cdictk.errors import HookError
+from cdictk.hooks.cmdline import Syntax, parse
 
 TYPE_CHECKING = False  # typing itself imports re: keep it out of the container start
 if TYPE_CHECKING:
@@ -113,32 +113,18 @@ class Step:
         )
 
     def parse(self, args: Sequence[str]) -> Options | None:
-        """``--name value`` or ``--name=value`` (one dash works too, as with nvidia-cdi-hook); None for
-        --help."""
+        """The step's options (:mod:`cdictk.hooks.cmdline`: ``--name value``, ``--name=value``, one
+        dash or two, as with nvidia-cdi-hook); None for --help."""
+        syntax = Syntax(
+            values=tuple(name for name in self.values if name not in self.batch_only),
+            lists=tuple(name for name in self.lists if name not in self.batch_only),
+            flags=tuple(name for name in self.flags if name not in self.batch_only),
+        )
+        parsed = parse(args, syntax)
+        if parsed.final is not None:
+            return None
         options = Options()
-        items = list(args)
-        while items:
-            item = items.pop(0)
-            if item in ("-h", "--help"):
-                return None
-            if not item.startswith("-") or item in ("-", "--"):
-                raise HookError(f"unexpected argument {item!r}")
-            name, has_value, value = item.lstrip("-").partition("=")
-            if name in self.flags and name not in self.batch_only:
-                if has_value:
-                    raise HookError(f"--{name} takes no value")
-                options.flags.add(name)
-                continue
-            if (name not in self.values and name not in self.lists) or name in self.batch_only:
-                raise HookError(f"unknown option --{name}")
-            if not has_value:
-                if not items:
-                    raise HookError(f"--{name} needs a value")
-                value = items.pop(0)
-            if name in self.lists:
-                options.lists.setdefault(name, []).append(value)
-            else:
-                options.values[name] = value
+        options.values, options.lists, options.flags = parsed.values, parsed.lists, parsed.flags
         return options
 
     def usage(self) -> str:

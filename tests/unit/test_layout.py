@@ -42,7 +42,6 @@ CONCERNS = {
 COVERED_BY = {
     "__main__.py": "cli/test_cdi.py",  # python -m cdictk
     "hooks/__main__.py": "hooks/test_entry.py",  # the path generated hooks run
-    "cdi/model.py": "cdi/test_decode.py",
     "cli/config.py": "runtime/test_settings.py",  # cdictk config default
     "cli/console.py": "hooks/test_entry.py",  # the console script's fast path to the hooks
     "cli/hook.py": "hooks/test_entry.py",

@@ -31,6 +31,7 @@ import os
 import sys
 
 from cdictk.errors import HookError
+from cdictk.hooks.cmdline import Syntax, parse
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -58,35 +59,36 @@ stderr and exit status 1: the container does not start.
 Settings: /etc/cdictk/config.toml (--config, or $CDICTK_CONFIG; cdictk's, not NVIDIA's config.toml).
 Docker runs it with its own environment and no options: CDICTK_HOOK_LOG=FILE there appends every
 line (debug ones included) to FILE, CDICTK_DEBUG=1 prints the debug lines too."""
+# Go's flag syntax, as NVIDIA's hook reads it (-debug=false too): cdictk.hooks.cmdline.
+_SYNTAX = Syntax(
+    values=("config",), flags=("debug",), final=("help", "version"), short={"d": "debug", "h": "help"}
+)
 _GPU_NODE_PREFIX = "/dev/nvidia"
 _NVML = "libnvidia-ml.so"
 
 
 def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> int:
     """The ``nvidia-container-runtime-hook`` command line: ``[OPTIONS] prestart|poststart|poststop``."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    debug = False
-    while args and args[0].startswith("-"):
-        option, has_value, value = args.pop(0).lstrip("-").partition("=")
-        if option in ("h", "help"):
-            print(USAGE)
-            return 0
-        if option == "version":
-            from cdictk import __version__  # noqa: PLC0415
+    try:
+        parsed = parse(sys.argv[1:] if argv is None else argv, _SYNTAX, operands=True)
+    except HookError:
+        print(USAGE, file=sys.stderr)
+        return 2
+    if parsed.final == "help":
+        print(USAGE)
+        return 0
+    if parsed.final == "version":
+        from cdictk import __version__  # noqa: PLC0415
 
-            print(f"cdictk {__version__} (cdictk hook prestart)")
-            return 0
-        if option in ("d", "debug") and value in ("", "true", "1", "false", "0"):
-            debug = value in ("", "true", "1")  # Go's flag package accepts -debug=false too
-        elif option == "config" and (has_value or args):
-            path = value if has_value else args.pop(0)
-            if not os.path.isfile(path):  # named on purpose: never fall back to the defaults
-                print(f"{PROG}: --config {path!r}: no such file", file=sys.stderr)
-                return 2
-            os.environ["CDICTK_CONFIG"] = path
-        else:
-            print(USAGE, file=sys.stderr)
+        print(f"cdictk {__version__} (cdictk hook prestart)")
+        return 0
+    path = parsed.values.get("config")
+    if path is not None:
+        if not os.path.isfile(path):  # named on purpose: never fall back to the defaults
+            print(f"{PROG}: --config {path!r}: no such file", file=sys.stderr)
             return 2
+        os.environ["CDICTK_CONFIG"] = path
+    args = parsed.rest
     if args in (["poststart"], ["poststop"]):
         return 0
     if args in (["prestart", "--help"], ["prestart", "-h"]):
@@ -95,7 +97,7 @@ def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> in
     if args != ["prestart"]:
         print(USAGE, file=sys.stderr)
         return 2
-    return run(stdin if stdin is not None else sys.stdin.buffer, debug=debug)
+    return run(stdin if stdin is not None else sys.stdin.buffer, debug="debug" in parsed.flags)
 
 
 def run(stdin: BinaryIO, *, debug: bool = False) -> int:

@@ -5,15 +5,17 @@ import jsonschema
 import pytest
 
 from cdictk.cdi.model import (
-    FIELDS,
+    MODEL_CLASSES,
     ContainerEdits,
     Device,
     DeviceNode,
     Hook,
     IntelRdt,
+    Kind,
     Mount,
     NetDevice,
     Spec,
+    spec_fields,
 )
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.schema import field_path, inline_refs, load_schema, schema_problems
@@ -41,21 +43,49 @@ def test_schema_is_a_valid_2020_12_schema_and_is_the_packaged_one() -> None:
     assert (REPO / "schemas").resolve() == packaged.parent
 
 
-def test_schema_and_model_know_the_same_fields() -> None:
-    defs = load_schema()["$defs"]
+def schema_of(cls: type) -> dict[str, Any]:
+    schema = load_schema()
     names = {
-        Spec: load_schema(),
-        Device: defs["device"],
-        ContainerEdits: defs["containerEdits"],
-        DeviceNode: defs["deviceNode"],
-        Mount: defs["mount"],
-        Hook: defs["hook"],
-        IntelRdt: defs["intelRdt"],
-        NetDevice: defs["netDevice"],
+        Spec: schema,
+        Device: "device",
+        ContainerEdits: "containerEdits",
+        DeviceNode: "deviceNode",
+        Mount: "mount",
+        Hook: "hook",
+        IntelRdt: "intelRdt",
+        NetDevice: "netDevice",
     }
-    for cls, definition in names.items():
-        assert list(definition["properties"]) == [f.key for f in FIELDS[cls]], cls.__name__
-        assert definition["additionalProperties"] is False
+    found = names[cls]
+    return found if isinstance(found, dict) else schema["$defs"][found]
+
+
+JSON_TYPES = {
+    Kind.STR: "string",
+    Kind.INT64: "integer",
+    Kind.UINT32: "integer",
+    Kind.BOOL: "boolean",
+    Kind.STRS: "array",
+    Kind.UINT32S: "array",
+    Kind.STRMAP: "object",
+    Kind.OBJ: "object",
+    Kind.OBJS: "array",
+}
+
+
+@pytest.mark.parametrize("cls", MODEL_CLASSES, ids=lambda cls: cls.__name__)
+def test_schema_and_model_know_the_same_fields(cls: type) -> None:
+    """The schema is written by hand; the model's field metadata is where a field is declared. The
+    keys, their order, which are required (as in the reference library's schema) and the JSON
+    type of each must agree."""
+    definition = schema_of(cls)
+    fields = spec_fields(cls)
+    assert list(definition["properties"]) == [f.key for f in fields]
+    assert definition.get("required", []) == [f.key for f in fields if f.required]
+    assert definition["additionalProperties"] is False
+    flat = inline_refs({"$defs": load_schema()["$defs"], **definition})
+    for field in fields:
+        declared = flat["properties"][field.key].get("type")
+        assert declared in (None, JSON_TYPES[field.kind]), field.key  # None: an enum or a pattern alone
 
 
 def test_example_spec_is_valid() -> None:

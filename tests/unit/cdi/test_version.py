@@ -1,7 +1,28 @@
+from typing import Any
+
 import pytest
 
-from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, IntelRdt, Mount, NetDevice, Spec
-from cdictk.cdi.version import is_newer, minimum_version, reference_minimum_version, version_problem
+from cdictk.cdi.model import (
+    MODEL_CLASSES,
+    ContainerEdits,
+    Device,
+    DeviceNode,
+    Hook,
+    IntelRdt,
+    Kind,
+    Mount,
+    NetDevice,
+    Spec,
+    SpecField,
+    spec_fields,
+)
+from cdictk.cdi.version import (
+    KNOWN_VERSIONS,
+    is_newer,
+    minimum_version,
+    reference_minimum_version,
+    version_problem,
+)
 
 
 def spec(
@@ -35,6 +56,51 @@ def spec(
 )
 def test_minimum_version_gates(subject: Spec, needed: str) -> None:
     assert minimum_version(subject) == needed
+
+
+WRITTEN: dict[Kind, Any] = {
+    Kind.STR: "x",
+    Kind.INT64: 1,
+    Kind.UINT32: 1,
+    Kind.BOOL: True,
+    Kind.STRS: ["x"],
+    Kind.UINT32S: [1],
+    Kind.STRMAP: {"a": "b"},
+}
+
+
+def holding(cls: type, attr: str, value: Any) -> Spec:
+    """A 0.3.0 spec with ``attr`` of one ``cls`` set to ``value``."""
+    subject = spec()
+    edits = subject.devices[0].container_edits
+    obj: Any = {Spec: subject, Device: subject.devices[0], ContainerEdits: edits}.get(cls) or cls()
+    setattr(obj, attr, value)
+    lists: dict[type, list[Any]] = {
+        DeviceNode: edits.device_nodes,
+        Mount: edits.mounts,
+        Hook: edits.hooks,
+        NetDevice: edits.net_devices,
+    }
+    if cls in lists:
+        lists[cls].append(obj)
+    elif cls is IntelRdt:
+        edits.intel_rdt = obj
+    return subject
+
+
+@pytest.mark.parametrize(
+    ("cls", "field"),
+    [(cls, field) for cls in MODEL_CLASSES for field in spec_fields(cls)],
+    ids=lambda x: x.__name__ if isinstance(x, type) else x.key,
+)
+def test_every_field_written_needs_the_version_its_metadata_names(cls: type, field: SpecField) -> None:
+    if field.cls is None:
+        value = WRITTEN[field.kind]
+    else:
+        value = field.cls() if field.kind is Kind.OBJ else [field.cls()]
+    holder = {NetDevice: "1.1.0", IntelRdt: "0.7.0"}.get(cls, "0.3.0")  # the field that holds it
+    needed = max(field.since, holder, key=KNOWN_VERSIONS.index)
+    assert minimum_version(holding(cls, field.attr, value)) == needed
 
 
 def test_spec_level_edits_count_too() -> None:

@@ -53,7 +53,7 @@ def test_usage(capsys: pytest.CaptureFixture[str]) -> None:
         (["create-symlinks", "--link", "no-separator"], "expected TARGET::LINK"),
         (["create-symlinks", "--link", "a::relative"], "absolute container path"),
         (["create-symlinks", "--link", "a::/x\n/y"], "control characters"),
-        (["batch", "--disable-device-node-modification=1"], "takes no value"),
+        (["batch", "--disable-device-node-modification=yes"], "takes no value, or true or false"),
     ],
 )
 def test_bad_options_are_one_line_and_exit_1(
@@ -264,6 +264,30 @@ def test_an_unknown_option_before_the_hook_is_an_error_not_a_skipped_hook(
     """Taken for an unknown hook name, it would exit 0 and start the container without its links."""
     assert run_main([first, "create-symlinks", "--link", "a::/b"], state_for(tmp_path)) == 2
     assert "before the hook name" in capsys.readouterr().err
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("first", "debug"), [("-debug", True), ("--d", True), ("--debug=true", True), ("--debug=false", False)]
+)
+def test_the_options_before_the_hook_take_go_flag_forms(
+    first: str, debug: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The entry point took --debug and -d alone, the prestart hook Go's forms too; one parser reads
+    both now, in Go's forms."""
+    assert run_main([first, "create-symlinks", "--link", "a::/b"], state_for(tmp_path)) == 0
+    assert os.readlink(tmp_path / "b") == "a"
+    assert ("cdictk hook: container c1" in capsys.readouterr().err) is debug
+
+
+def test_a_flag_before_the_hook_with_another_value_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run_main(["--debug=maybe", "create-symlinks", "--link", "a::/b"], state_for(tmp_path)) == 2
+    assert (
+        capsys.readouterr().err
+        == "cdictk hook: before the hook name: --debug takes no value, or true or false\n"
+    )
     assert os.listdir(tmp_path) == []
 
 

@@ -43,8 +43,22 @@ def test_parse() -> None:
     ):
         with pytest.raises(HookError, match=message):
             step.parse(args)
-    with pytest.raises(HookError, match="takes no value"):
-        BY_NAME["batch"].parse(["--disable-device-node-modification=1"])
+    with pytest.raises(HookError, match="takes no value, or true or false"):
+        BY_NAME["batch"].parse(["--disable-device-node-modification=yes"])
+
+
+def test_a_flag_takes_true_or_false_as_with_nvidia_cdi_hook() -> None:
+    """The prestart hook took -debug=false (Go's flag package) while the steps refused any value; both
+    read one parser now, which takes Go's form everywhere."""
+    batch = BY_NAME["batch"]
+    for args, given in (
+        (["--disable-device-node-modification=1"], True),
+        (["--disable-device-node-modification=false"], False),
+        (["--disable-device-node-modification", "--disable-device-node-modification=0"], False),
+    ):
+        options = batch.parse(args)
+        assert options is not None
+        assert ("disable-device-node-modification" in options.flags) is given, args
 
 
 def test_a_step_runs_in_the_batch_only_when_given_its_options() -> None:

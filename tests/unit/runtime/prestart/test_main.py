@@ -81,7 +81,18 @@ def test_poststart_and_poststop_do_nothing(args: list[str], capsys: pytest.Captu
 
 
 @pytest.mark.parametrize(
-    "args", [[], ["create"], ["prestart", "extra"], ["--verbose", "prestart"], ["--config"], ["-debug=maybe"]]
+    "args",
+    [
+        [],
+        ["create"],
+        ["prestart", "extra"],
+        ["--verbose", "prestart"],
+        ["--config"],
+        ["-debug=maybe"],
+        ["--debug=", "prestart"],  # Go's flag package refuses it too
+        ["--", "prestart"],
+        ["--version=1"],
+    ],
 )
 def test_anything_else_is_usage_on_stderr(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args, Unreadable()) == 2  # type: ignore[arg-type]
@@ -107,6 +118,9 @@ def test_nvidias_version_and_config_options(
         assert main(args, Unreadable()) == 0  # type: ignore[arg-type]
         assert os.environ.pop("CDICTK_CONFIG") == str(settings)
     capsys.readouterr()
+    # Given twice, the last one counts and is the one checked (Go's flag package keeps the last).
+    assert main(["--config", "/nonexistent.toml", f"-config={settings}", "poststop"], Unreadable()) == 0  # type: ignore[arg-type]
+    assert os.environ.pop("CDICTK_CONFIG") == str(settings)
     for missing in (["--config", "/nonexistent.toml", "prestart"], ["--config=", "prestart"]):
         assert main(missing, Unreadable()) == 2  # type: ignore[arg-type]
         assert capsys.readouterr().err.endswith(": no such file\n")
@@ -121,6 +135,12 @@ def test_the_command_line_dispatches_prestart(capsys: pytest.CaptureFixture[str]
     assert out.startswith(f"usage: {LEGACY_NAME} ") and "cdictk hook [--debug] prestart" in out and err == ""
     assert launch(["hook", "--debug", "prestart", "extra"]) == 2
     assert capsys.readouterr().err.startswith(f"usage: {LEGACY_NAME} ")
+    # The options before the name are read as the hook entry point reads them, in Go's forms too.
+    for options in (["-d"], ["-debug=true"], ["--debug=false", "--quiet"]):
+        assert launch(["hook", *options, "prestart", "-h"]) == 0
+        assert capsys.readouterr().out.startswith(f"usage: {LEGACY_NAME} ")
+    assert launch(["hook", "--verbose", "prestart"]) == 2
+    assert capsys.readouterr().err == "cdictk hook: before the hook name: unknown option --verbose\n"
 
 
 def test_the_command_line_reads_the_state(
