@@ -14,7 +14,7 @@ death. The facts are those libnvidia-container reads (``src/driver.c``):
   ``major.minor``; ``brand``, ``nvmlDeviceGetBrand``, named as libnvidia-container names it, in lower
   case (``nvidia`` for an H100, ``tesla``, ``geforcertx``, ``unknown`` for a brand it has no name for).
 
-Each fact whose call failed carries its error instead (``factcache.shaped`` gives the shape): a start
+Each fact whose call failed carries its error instead (``factshape.shaped`` gives the shape): a start
 fails on it only when its requirements ask for it.
 """
 
@@ -26,7 +26,7 @@ from typing import Any
 
 from cdictk.node.nvmlchild import NvmlChild, Send
 from cdictk.node.nvmllib import BRANDS, UNKNOWN_BRAND, NvmlError, nvml_library
-from cdictk.runtime.prestart.factcache import identity, shaped
+from cdictk.runtime.prestart.factshape import identity, shaped
 
 
 def chosen_library(mounted: str) -> str:

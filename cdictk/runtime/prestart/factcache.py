@@ -23,9 +23,8 @@ when it is asked.
 
 from __future__ import annotations
 
-import os
-
 from cdictk.errors import HookError
+from cdictk.runtime.prestart.factshape import identity, ints, shaped
 from cdictk.runtime.prestart.require import KEYS, Facts, GpuFacts
 
 TYPE_CHECKING = False
@@ -80,15 +79,6 @@ def _plain(value: object) -> Any:
     return value
 
 
-def identity(path: str) -> list[int] | None:
-    """What changes when the file at ``path`` is replaced, rewritten, chowned or chmodded."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
-
-
 def usable(entry: object) -> dict[str, Any] | None:
     """A cache entry's facts when they have the shape :func:`shaped` checks, and its library is still
     the file they were read from; None otherwise (a miss)."""
@@ -96,29 +86,11 @@ def usable(entry: object) -> dict[str, Any] | None:
     if facts is None or not isinstance(entry, dict):
         return None
     library, known = entry.get("library"), entry.get("identity")
-    if not isinstance(library, str) or not library.startswith("/") or not _ints(known, 5):
+    if not isinstance(library, str) or not library.startswith("/") or not ints(known, 5):
         return None
     if identity(library) != known:
         return None
     return {**facts, "library": library, "identity": known}
-
-
-def shaped(value: object) -> dict[str, Any] | None:
-    """``value`` as facts, or None when it is not of their shape::
-
-        {"cuda": [value, error], "driver": [value, error], "gpus_error": error,
-         "gpus": [[minor, arch, arch_error, brand, brand_error], ...]}
-
-    (strings, an error "" when the call worked; a minor an int). Anything else there is dropped."""
-    if not isinstance(value, dict):
-        return None
-    cuda, driver, gpus, gpus_error = (value.get(k) for k in ("cuda", "driver", "gpus", "gpus_error"))
-    if not (_strs(cuda, 2) and _strs(driver, 2) and isinstance(gpus_error, str) and isinstance(gpus, list)):
-        return None
-    for gpu in gpus:
-        if not (isinstance(gpu, list) and _ints(gpu[:1], 1) and _strs(gpu[1:], 4)):
-            return None
-    return {"cuda": cuda, "driver": driver, "gpus": gpus, "gpus_error": gpus_error}
 
 
 def complete(facts: dict[str, Any]) -> bool:
@@ -155,15 +127,3 @@ def select(facts: dict[str, Any], minors: Sequence[int], keys: Collection[str]) 
         missing = ", ".join(f"/dev/nvidia{minor}" for minor in sorted(wanted))
         raise NvmlFactsError(f"NVML lists no GPU for {missing}")
     return chosen
-
-
-def _strs(value: object, count: int) -> bool:
-    return isinstance(value, list) and len(value) == count and all(isinstance(item, str) for item in value)
-
-
-def _ints(value: object, count: int) -> bool:
-    return (
-        isinstance(value, list)
-        and len(value) == count
-        and all(isinstance(item, int) and not isinstance(item, bool) for item in value)
-    )
