@@ -8,7 +8,7 @@ compares byte for byte, so a .proto edited without regenerating, or another gene
 
 The generator's versions are the ones pinned in pyproject.toml's dev group. Generated code refuses a
 protobuf or grpcio runtime older than its generator (a version check at import): a newer grpcio-tools
-raises the floor of the ``kubernetes`` extra, whose two ends tests/e2e/test_grpc_range.py runs.
+raises the floor of the ``kubernetes`` extra, whose two ends tests/unit/deviceplugin/test_grpc_range.py runs.
 """
 
 from __future__ import annotations

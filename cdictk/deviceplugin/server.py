@@ -6,8 +6,8 @@ grpcio's asyncio server, which runs an event loop in a thread of its own. ``List
 whole list at once and again on every change (health, devices), and ends when the server stops; a
 stream is a coroutine waiting on that loop, so open streams tie up no thread: a peer holding many (a
 kubelet that reconnected without closing, a monitoring tool) never keeps the other calls or the
-kubelet's own stream waiting. The calls that answer from memory run on the loop too; GetPreferredAllocation, which
-may wait for the GPUs' topology, in a small pool of threads beside it.
+kubelet's own stream waiting. The calls that answer from memory run on the loop too;
+GetPreferredAllocation, which may wait for the GPUs' topology, in a small pool of threads beside it.
 """
 
 from __future__ import annotations
