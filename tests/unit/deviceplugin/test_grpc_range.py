@@ -1,9 +1,9 @@
 """The ``kubernetes`` extra's protobuf and grpcio range, at both ends (slow: ``make test-slow``).
 
-For each end, a fresh virtual environment gets that protobuf and grpcio from PyPI and cdictk's checkout
-(with its other dependencies) behind them on ``sys.path``; in it, the device plugin's server registers
-with the tests' kubelet stand-in, which lists its devices (ListAndWatch), asks GetPreferredAllocation
-and Allocate. The lowest end is pyproject.toml's floors, which the generated code's own version check
+For each end, a fresh virtual environment gets that protobuf and grpcio from PyPI, and cdictk's
+checkout (with its other dependencies) behind them on ``sys.path``; in it, the device plugin's server
+registers with the tests' kubelet stand-in, which lists its devices (ListAndWatch), asks
+GetPreferredAllocation and Allocate. The lowest end is pyproject.toml's floors, which the generated code's own version check
 sets: a floor below them fails at import, one above them is needlessly tight.
 """
 
@@ -65,12 +65,13 @@ def floors() -> dict[str, str]:
 
 
 def make_venv(where: Path, requirements: list[str]) -> Path:
-    """A venv with ``requirements`` from PyPI, and after its own packages the checkout and the packages
-    of the venv running the tests (cdictk's other dependencies)."""
+    """A venv with ``requirements`` (and what they depend on) from PyPI; after its own packages on
+    ``sys.path``, the checkout and the packages of the venv running the tests: cdictk without its
+    dependencies, and its other dependencies."""
     venv.EnvBuilder(with_pip=False).create(where)
     python = where / "bin" / "python"
     subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", *requirements],
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", *requirements],
         check=True,
         timeout=300,
     )
