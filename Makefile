@@ -15,14 +15,14 @@ SOURCES = cdictk tests bench examples realnode nodeimage
 
 .PHONY: help setup test test-slow unit lint format bench bench-hooks bench-shim bench-prestart bench-api \
 	bench-generate bench-k8s bench-deviceplugin bench-node-runtime bench-node-tarball demo real-node-bundle \
-	node-launcher image node-tarball
+	node-launcher image node-tarball proto
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make demo | test | test-slow | unit | lint | format | bench | bench-hooks | bench-shim | bench-prestart | bench-api"
 	@echo "     bench-generate [NVIDIA_CTK=PATH] | bench-k8s | bench-deviceplugin [AGAINST=DIR]"
 	@echo "     bench-node-runtime | bench-node-tarball | real-node-bundle [NVIDIA_TOOLS=DIR] | node-launcher"
-	@echo "     image | node-tarball"
+	@echo "     image | node-tarball | proto"
 	@echo "Each runs in $(VENV) (VENV=DIR for another); ./quickstart TARGET first installs what is missing."
 
 # The OS packages and the venv (./quickstart setup: apt-get as root on Debian and Ubuntu).
@@ -74,6 +74,11 @@ lint: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m ruff check $(SOURCES)
 	$(PYTHON) -m ruff format --check $(SOURCES)
 	$(PYTHON) -m mypy
+
+# The Python code of our .proto files (the device plugin API, the tests' CRI), generated again by the
+# generators pinned in the dev group: after editing a .proto (tests/unit/test_protogen.py checks it).
+proto: $(VENV)/.cdictk-test-installed
+	$(PYTHON) -m tests.protogen
 
 format: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m ruff format $(SOURCES)

@@ -164,40 +164,35 @@ def wait(
 def time_calls(kubelet: Kubelet, whole: Sequence[str], calls: int, peer_calls: int, figures: Figures) -> None:
     import grpc  # noqa: PLC0415 - see main
 
-    from cdictk.deviceplugin.messages import (  # noqa: PLC0415
+    from cdictk.deviceplugin.proto.deviceplugin_pb2 import (  # noqa: PLC0415
         AllocateRequest,
-        AllocateResponse,
         ContainerAllocateRequest,
         ContainerPreferredAllocationRequest,
         PreferredAllocationRequest,
-        PreferredAllocationResponse,
     )
 
-    channel = kubelet.endpoints[GPU].channel
-    rows: list[tuple[str, str, object, type]] = [
-        (
-            "Allocate, 1 GPU",
-            "Allocate",
-            AllocateRequest([ContainerAllocateRequest([whole[2]])]),
-            AllocateResponse,
-        ),
+    stub = kubelet.endpoints[GPU].stub
+    allocate = AllocateRequest(container_requests=[ContainerAllocateRequest(devices_ids=[whole[2]])])
+    preferred = PreferredAllocationRequest(
+        container_requests=[ContainerPreferredAllocationRequest(available_deviceIDs=whole, allocation_size=2)]
+    )
+    rows: list[tuple[str, Callable[[], object]]] = [
+        ("Allocate, 1 GPU", lambda: stub.Allocate(allocate, timeout=DEADLINE)),
         (
             "GetPreferredAllocation, 2 of 7",
-            "GetPreferredAllocation",
-            PreferredAllocationRequest([ContainerPreferredAllocationRequest(list(whole), [], 2)]),
-            PreferredAllocationResponse,
+            lambda: stub.GetPreferredAllocation(preferred, timeout=DEADLINE),
         ),
     ]
-    for label, method, request, answer in rows:
-        timed(channel, (method, request, answer), calls, figures, label)
+    for label, call in rows:
+        timed(call, calls, figures, label)
     if not peer_calls:
         return
     peer = grpc.insecure_channel(f"unix://{kubelet.endpoints[GPU].socket}")
     try:
         streams, served = open_streams(peer, PEER_STREAMS)
-        for label, method, request, answer in rows:
+        for label, call in rows:
             key = f"{label}, {PEER_STREAMS} more streams ({served} served)"
-            timed(channel, (method, request, answer), peer_calls, figures, key)
+            timed(call, peer_calls, figures, key)
         del streams  # open until here: a stream no longer referenced is cancelled
     finally:
         peer.close()
@@ -206,13 +201,10 @@ def time_calls(kubelet: Kubelet, whole: Sequence[str], calls: int, peer_calls: i
 def open_streams(channel: grpc.Channel, count: int) -> tuple[list[Any], int]:
     """``count`` ListAndWatch streams on ``channel``, and how many sent their first list within the
     deadline (a server that ties a worker to each stream serves only so many)."""
-    from cdictk.deviceplugin.messages import CODEC, SCHEMA, Empty, ListAndWatchResponse  # noqa: PLC0415
+    from cdictk.deviceplugin.proto.deviceplugin_pb2 import Empty  # noqa: PLC0415
+    from cdictk.deviceplugin.proto.deviceplugin_pb2_grpc import DevicePluginStub  # noqa: PLC0415
 
-    listen = channel.unary_stream(
-        SCHEMA.method_path("DevicePlugin", "ListAndWatch"),
-        request_serializer=CODEC.serializer(),
-        response_deserializer=CODEC.deserializer(ListAndWatchResponse),
-    )
+    listen = DevicePluginStub(channel).ListAndWatch
     streams = [listen(Empty()) for _ in range(count)]
     # next() has no timeout of its own: read in threads, waited for until the deadline; a read never
     # answered ends with the channel
@@ -223,27 +215,16 @@ def open_streams(channel: grpc.Channel, count: int) -> tuple[list[Any], int]:
     return streams, sum(read.exception() is None for read in done)
 
 
-def timed(
-    channel: grpc.Channel, call: tuple[str, object, type], calls: int, figures: Figures, row: str
-) -> None:
-    """``calls`` calls (``call``: the method, its request and its answer's dataclass), each one's
-    time added to ``row``; at the first that fails, why, and no more."""
+def timed(call: Callable[[], object], calls: int, figures: Figures, row: str) -> None:
+    """``calls`` calls of ``call`` (one request, its deadline set), each one's time added to ``row``;
+    at the first that fails, why, and no more."""
     import grpc  # noqa: PLC0415 - see main
 
-    method, request, answer = call
-
-    from cdictk.deviceplugin.messages import CODEC, SCHEMA  # noqa: PLC0415
-
-    unary: grpc.UnaryUnaryMultiCallable[object, Any] = channel.unary_unary(
-        SCHEMA.method_path("DevicePlugin", method),
-        request_serializer=CODEC.serializer(),
-        response_deserializer=CODEC.deserializer(answer),
-    )
     times = figures.calls.setdefault(row, [])
     for _ in range(calls if row not in figures.failed else 0):
         began = time.perf_counter()
         try:
-            unary(request, timeout=DEADLINE)
+            call()
         except grpc.RpcError as exc:
             late = exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             figures.failed[row] = f"no answer within {DEADLINE:g} s" if late else str(exc)

@@ -57,7 +57,7 @@ from tests.e2e.daemons import SID_CONTAINERD_DIR, Containerd, containerd_daemon
 from tests.e2e.kubelet.images import docker_archive, pause_archive
 
 if TYPE_CHECKING:
-    from cdictk.deviceplugin.messages import ContainerAllocateResponse
+    from cdictk.deviceplugin.proto.deviceplugin_pb2 import ContainerAllocateResponse
     from tests.e2e.kubelet.cri import CriClient
     from tests.e2e.kubelet.kubelet import Kubelet
 
@@ -187,9 +187,9 @@ def setup(scratch: Path) -> Iterator[Bench]:
     # gRPC imported here, after its fork handlers are turned off as the command turns them off: the
     # plugins' discovery forks NVML's child beside the other's threads, and the handlers only log.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    from cdictk.deviceplugin.messages import ContainerAllocateResponse  # noqa: PLC0415
     from cdictk.deviceplugin.pluginsettings import Health  # noqa: PLC0415
-    from tests.e2e.kubelet import cri  # noqa: PLC0415
+    from cdictk.deviceplugin.proto.deviceplugin_pb2 import ContainerAllocateResponse  # noqa: PLC0415
+    from tests.e2e.kubelet.cri import CriClient  # noqa: PLC0415
     from tests.e2e.kubelet.kubelet import Kubelet  # noqa: PLC0415
     from tests.e2e.kubelet.nodeplugin import serve  # noqa: PLC0415
 
@@ -239,7 +239,7 @@ def setup(scratch: Path) -> Iterator[Bench]:
                 serve(kubelet, node, spec_dir, stop, list_strategies=strategies, health=Health(enabled=False))
                 kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
             names, mounts = kubelets
-            clients = {True: cri.CriClient(str(on.socket)), False: cri.CriClient(str(off.socket))}
+            clients = {True: CriClient(str(on.socket)), False: CriClient(str(off.socket))}
 
             def allocate(kubelet: Kubelet, keep: str) -> Callable[[], ContainerAllocateResponse]:
                 def call() -> ContainerAllocateResponse:
@@ -355,31 +355,35 @@ def _pod(
     until StartContainer returns, and each call's. With ``gpu_node``, then a look inside: the GPU's
     node there when one was allocated, no GPU node otherwise. The pod is then stopped and removed,
     untimed."""
-    from tests.e2e.kubelet import cri  # noqa: PLC0415 - gRPC (see setup)
+    from tests.e2e.kubelet import cri_pb2 as cri  # noqa: PLC0415 - gRPC (see setup)
     from tests.e2e.kubelet.kubelet import container_config, remove_pod, sandbox_config  # noqa: PLC0415
 
     sandbox = sandbox_config()
     marks = [time.perf_counter()]
     answers = [allocate()] if allocate is not None else []
     marks.append(time.perf_counter())
-    sandbox_id = client.runtime(
-        cri.RunPodSandboxRequest(sandbox, handler), cri.RunPodSandboxResponse
+    sandbox_id = client.runtime.RunPodSandbox(
+        cri.RunPodSandboxRequest(config=sandbox, runtime_handler=handler), timeout=client.timeout
     ).pod_sandbox_id
     marks.append(time.perf_counter())
     container_id = ""
     try:
         config = container_config("main", DEBIAN, ["sleep", "3600"], answers)
-        request = cri.CreateContainerRequest(sandbox_id, config, sandbox)
-        container_id = client.runtime(request, cri.CreateContainerResponse).container_id
+        request = cri.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config, sandbox_config=sandbox)
+        container_id = client.runtime.CreateContainer(request, timeout=client.timeout).container_id
         marks.append(time.perf_counter())
-        client.runtime(cri.StartContainerRequest(container_id), cri.StartContainerResponse)
+        client.runtime.StartContainer(
+            cri.StartContainerRequest(container_id=container_id), timeout=client.timeout
+        )
         marks.append(time.perf_counter())
-        status = client.runtime(cri.ContainerStatusRequest(container_id), cri.ContainerStatusResponse).status
-        if status is None or status.state != cri.CONTAINER_RUNNING:
+        status = client.runtime.ContainerStatus(
+            cri.ContainerStatusRequest(container_id=container_id), timeout=client.timeout
+        ).status
+        if status.state != cri.CONTAINER_RUNNING:
             raise BenchError(f"the pod's container is not running: {status}")
         if gpu_node is not None:
-            listed = client.runtime(
-                cri.ExecSyncRequest(container_id, ["ls", "/dev"], 30), cri.ExecSyncResponse, timeout=60
+            listed = client.runtime.ExecSync(
+                cri.ExecSyncRequest(container_id=container_id, cmd=["ls", "/dev"], timeout=30), timeout=60
             )
             found = {name for name in listed.stdout.decode().split() if name.startswith("nvidia")}
             if allocate is not None and gpu_node not in found:

@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Callable, Sequence
 
 from cdictk.api import CdictkError, annotations_for
-from cdictk.deviceplugin.messages import CDIDevice, ContainerAllocateResponse, Mount
 from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import CDIDevice, ContainerAllocateResponse, Mount
 from cdictk.deviceplugin.resources import REPLICA_SEPARATOR, Resource, underlying
 
 ANNOTATION_PLUGIN = "cdictk-device-plugin"
@@ -76,7 +76,7 @@ def allocate(
     cdi_devices: list[CDIDevice] = []
     strategies = settings.list_strategies
     if "cdi-cri" in strategies:
-        cdi_devices = [CDIDevice(name) for name in names]
+        cdi_devices = [CDIDevice(name=name) for name in names]
     if "cdi-annotations" in strategies:
         written = annotations_for(ANNOTATION_PLUGIN, response_id(), names)
         annotations = {
@@ -85,7 +85,10 @@ def allocate(
         }
     if "volume-mounts" in strategies:
         envs[VISIBLE_DEVICES] = DEVICE_LIST_DIR
-        mounts = [Mount(f"{DEVICE_LIST_DIR}/{device}", "/dev/null", read_only=True) for device in uuids]
+        mounts = [
+            Mount(container_path=f"{DEVICE_LIST_DIR}/{device}", host_path="/dev/null", read_only=True)
+            for device in uuids
+        ]
     return ContainerAllocateResponse(
         envs=envs, mounts=mounts, annotations=annotations, cdi_devices=cdi_devices
     )

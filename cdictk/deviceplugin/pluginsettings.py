@@ -17,7 +17,7 @@ from typing import Any
 from cdictk import settingsfile
 from cdictk.api import InvalidNameError
 from cdictk.api import check_kind as cdi_kind
-from cdictk.deviceplugin.messages import DEVICE_PLUGIN_DIR
+from cdictk.deviceplugin.kubelet import DEVICE_PLUGIN_DIR
 from cdictk.settingsfile import SettingsError
 
 MIG_STRATEGIES = ("none", "single", "mixed")

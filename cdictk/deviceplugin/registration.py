@@ -15,7 +15,9 @@ import socket as sockets
 
 import grpc
 
-from cdictk.deviceplugin.messages import CODEC, KUBELET_SOCKET, SCHEMA, VERSION, Empty, RegisterRequest
+from cdictk.deviceplugin.kubelet import KUBELET_SOCKET, VERSION
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import RegisterRequest
+from cdictk.deviceplugin.proto.deviceplugin_pb2_grpc import RegistrationStub
 from cdictk.deviceplugin.server import OPTIONS
 from cdictk.errors import CdictkError
 
@@ -31,13 +33,11 @@ def register(plugin_dir: str, resource_name: str, endpoint: str, timeout: float 
     """Register ``resource_name`` served on ``endpoint`` (a file name in ``plugin_dir``) with the kubelet."""
     socket = os.path.join(plugin_dir, KUBELET_SOCKET)
     with grpc.insecure_channel(f"unix://{socket}") as channel:
-        call = channel.unary_unary(
-            SCHEMA.method_path("Registration", "Register"),
-            request_serializer=CODEC.serializer(),
-            response_deserializer=CODEC.deserializer(Empty),
+        request = RegisterRequest(
+            version=VERSION, endpoint=endpoint, resource_name=resource_name, options=OPTIONS
         )
         try:
-            call(RegisterRequest(VERSION, endpoint, resource_name, OPTIONS), timeout=timeout)
+            RegistrationStub(channel).Register(request, timeout=timeout)
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else None
             details = (exc.details() if isinstance(exc, grpc.Call) else None) or str(code or exc)

@@ -1,13 +1,13 @@
 """One resource's gRPC server: the ``v1beta1.DevicePlugin`` service on its socket in the kubelet's
 device plugin directory.
 
-The handlers are grpcio's generic ones over our dataclass codec (no generated stubs), on grpcio's
-asyncio server, which runs an event loop in a thread of its own. ``ListAndWatch`` sends the whole list
-at once and again on every change (health, devices), and ends when the server stops; a stream is a
-coroutine waiting on that loop, so open streams tie up no thread: a peer holding many (a kubelet that
-reconnected without closing, a monitoring tool) never keeps the other calls or the kubelet's own
-stream waiting. The calls that answer from memory run on the loop too; GetPreferredAllocation, which
-may wait for the GPUs' topology, in a small pool of threads beside it.
+The servicer is the generated ``DevicePluginServicer`` (proto/deviceplugin_pb2_grpc.py), served by
+grpcio's asyncio server, which runs an event loop in a thread of its own. ``ListAndWatch`` sends the
+whole list at once and again on every change (health, devices), and ends when the server stops; a
+stream is a coroutine waiting on that loop, so open streams tie up no thread: a peer holding many (a
+kubelet that reconnected without closing, a monitoring tool) never keeps the other calls or the
+kubelet's own stream waiting. The calls that answer from memory run on the loop too;
+GetPreferredAllocation, which may wait for the GPUs' topology, in a small pool of threads beside it.
 """
 
 from __future__ import annotations
@@ -20,16 +20,15 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from concurrent import futures
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import grpc
 
 from cdictk.api import CdictkError
 from cdictk.deviceplugin.allocation import allocate
-from cdictk.deviceplugin.messages import (
-    CODEC,
-    HEALTHY,
-    UNHEALTHY,
+from cdictk.deviceplugin.kubelet import HEALTHY, UNHEALTHY
+from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import (
     AllocateRequest,
     AllocateResponse,
     ContainerPreferredAllocationResponse,
@@ -44,10 +43,15 @@ from cdictk.deviceplugin.messages import (
     PreStartContainerResponse,
     TopologyInfo,
 )
-from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.proto.deviceplugin_pb2_grpc import (
+    DevicePluginServicer,
+    add_DevicePluginServicer_to_server,
+)
 from cdictk.deviceplugin.resources import Resource
 from cdictk.deviceplugin.topology import Links, preferred
 
+# What the generated servicer's methods are handed: a context of the threaded or of the asyncio server.
+Context = grpc.ServicerContext | grpc.aio.ServicerContext[Any, Any]
 OPTIONS = DevicePluginOptions(pre_start_required=False, get_preferred_allocation_available=True)
 SOCKET_PATH_MAX = 107  # sockaddr_un's sun_path, less its terminating NUL
 PREFERRED_WORKERS = 4  # GetPreferredAllocation calls at once
@@ -66,7 +70,7 @@ def check_socket_path(path: str) -> str:
     return path
 
 
-class ResourceServer:
+class ResourceServer(DevicePluginServicer):
     """Serves one resource. ``update`` swaps its devices; ``health`` says which are unhealthy (UUID ->
     why), ``links`` how GPUs are connected, ``unresolved`` which CDI names no spec defines."""
 
@@ -119,7 +123,7 @@ class ResourceServer:
         made them)."""
         self._wake = asyncio.Event()
         server = grpc.aio.server(migration_thread_pool=pool)
-        server.add_generic_rpc_handlers((self._handlers(),))
+        add_DevicePluginServicer_to_server(self, server)
         if server.add_insecure_port(f"unix://{self.path}") == 0:
             raise CdictkError(self.path, "", "cannot listen on this socket")
         await server.start()
@@ -167,21 +171,20 @@ class ResourceServer:
         unhealthy = self.health()
         return [
             Device(
-                device.id,
-                UNHEALTHY if device.uuid in unhealthy or device.gpu_uuid in unhealthy else HEALTHY,
-                TopologyInfo([NUMANode(device.numa)]) if device.numa is not None else None,
+                ID=device.id,
+                health=UNHEALTHY if device.uuid in unhealthy or device.gpu_uuid in unhealthy else HEALTHY,
+                topology=TopologyInfo(nodes=[NUMANode(ID=device.numa)]) if device.numa is not None else None,
             )
             for device in self.resource.devices
         ]
 
-    async def get_options(
-        self, request: Empty, context: grpc.aio.ServicerContext[Empty, DevicePluginOptions]
-    ) -> DevicePluginOptions:
+    # The servicer's methods, named as the service's: each takes the context of either server kind (the
+    # generated base class's signature), and is served on the asyncio one.
+
+    async def GetDevicePluginOptions(self, request: Empty, context: Context) -> DevicePluginOptions:
         return OPTIONS
 
-    async def list_and_watch(
-        self, request: Empty, context: grpc.aio.ServicerContext[Empty, ListAndWatchResponse]
-    ) -> AsyncIterator[ListAndWatchResponse]:
+    async def ListAndWatch(self, request: Empty, context: Context) -> AsyncIterator[ListAndWatchResponse]:
         """On the loop: the list now, then at every change until the server stops (or the peer goes)."""
         sent = -1
         while not self._stopped:
@@ -190,10 +193,10 @@ class ResourceServer:
                 await wake.wait()
                 continue
             sent = self._generation
-            yield ListAndWatchResponse(self.devices())
+            yield ListAndWatchResponse(devices=self.devices())
 
-    def preferred_allocation(
-        self, request: PreferredAllocationRequest, context: grpc.ServicerContext
+    def GetPreferredAllocation(
+        self, request: PreferredAllocationRequest, context: Context
     ) -> PreferredAllocationResponse:
         """In the pool: it may wait for the topology, and score thousands of sets."""
         answers = []
@@ -205,12 +208,10 @@ class ResourceServer:
                 container.allocation_size,
                 self.links(),
             )
-            answers.append(ContainerPreferredAllocationResponse(chosen))
-        return PreferredAllocationResponse(answers)
+            answers.append(ContainerPreferredAllocationResponse(deviceIDs=chosen))
+        return PreferredAllocationResponse(container_responses=answers)
 
-    async def allocate(
-        self, request: AllocateRequest, context: grpc.aio.ServicerContext[AllocateRequest, AllocateResponse]
-    ) -> AllocateResponse:
+    async def Allocate(self, request: AllocateRequest, context: Context) -> AllocateResponse:
         """On the loop: it answers from memory (the spec dirs' view, which inotify keeps current), faster
         than a hand-over to a thread and back."""
         answers = []
@@ -219,38 +220,18 @@ class ResourceServer:
                 answers.append(allocate(self.resource, container.devices_ids, self.settings, self.unresolved))
             except CdictkError as exc:
                 self.log(f"Allocate {', '.join(container.devices_ids)}: {exc}")
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-        return AllocateResponse(answers)
+                await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return AllocateResponse(container_responses=answers)
 
-    async def pre_start(
-        self,
-        request: PreStartContainerRequest,
-        context: grpc.aio.ServicerContext[PreStartContainerRequest, PreStartContainerResponse],
+    async def PreStartContainer(
+        self, request: PreStartContainerRequest, context: Context
     ) -> PreStartContainerResponse:
         return PreStartContainerResponse()
 
-    def _handlers(self) -> grpc.GenericRpcHandler:
-        def unary(function: Callable[[Any, Any], Any], kind: type) -> grpc.RpcMethodHandler[Any, Any]:
-            return grpc.unary_unary_rpc_method_handler(
-                function,
-                request_deserializer=CODEC.deserializer(kind),
-                response_serializer=CODEC.serializer(),
-            )
 
-        return grpc.method_handlers_generic_handler(
-            "v1beta1.DevicePlugin",
-            {
-                "GetDevicePluginOptions": unary(self.get_options, Empty),
-                "ListAndWatch": grpc.unary_stream_rpc_method_handler(
-                    self.list_and_watch,
-                    request_deserializer=CODEC.deserializer(Empty),
-                    response_serializer=CODEC.serializer(),
-                ),
-                "GetPreferredAllocation": unary(self.preferred_allocation, PreferredAllocationRequest),
-                "Allocate": unary(self.allocate, AllocateRequest),
-                "PreStartContainer": unary(self.pre_start, PreStartContainerRequest),
-            },
-        )
+async def _abort(context: Context, code: grpc.StatusCode, details: str) -> None:
+    """End the call with ``code``. Ours is the asyncio server, whose context's abort is a coroutine."""
+    await cast("grpc.aio.ServicerContext[Any, Any]", context).abort(code, details)
 
 
 @dataclass

@@ -81,7 +81,7 @@ _INSTALL_RECORDS = frozenset(
 # A distribution's own tests and benchmarks (jsonschema ships both) are not run on a node.
 _PACKAGE_LEFT_OUT = frozenset({"__pycache__", "tests", "benchmarks"})
 # cdictk's systemd units and udev rule among them: `cdictk system install` writes them from the runtime.
-_PACKAGE_DATA = (".py", ".json", ".proto", ".binpb", ".typed", ".pyi", ".service", ".path", ".env", ".rules")
+_PACKAGE_DATA = (".py", ".json", ".proto", ".typed", ".pyi", ".service", ".path", ".env", ".rules")
 
 
 class ContentsError(Exception):

@@ -30,13 +30,14 @@ from typing import Any
 import grpc
 import pytest
 
-from cdictk.deviceplugin.messages import ContainerAllocateResponse
 from cdictk.deviceplugin.pluginsettings import Health
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import ContainerAllocateResponse
 from cdictk.runtime.launchers import install_launchers
 from tests.conftest import node_with_spec
 from tests.e2e.conftest import build_busybox_rootfs, require_root
 from tests.e2e.daemons import Containerd, containerd_daemon, sid_containerd_dir
-from tests.e2e.kubelet import cri
+from tests.e2e.kubelet import cri_pb2 as cri
+from tests.e2e.kubelet.cri import CriClient
 from tests.e2e.kubelet.images import docker_archive, pause_archive
 from tests.e2e.kubelet.kubelet import LOG_PATH, Kubelet, Pod, containerd_config, run_pod
 from tests.e2e.kubelet.nodeplugin import serve
@@ -55,7 +56,7 @@ class Cluster:
     node: FakeNode
     spec_dir: Path
     containerd: Containerd
-    client: cri.CriClient
+    client: CriClient
     kubelet: Kubelet  # our plugin, answering with CDI names (field and annotations)
     mounts_kubelet: Kubelet  # our plugin with the volume-mounts strategy
     cgroup: str
@@ -68,7 +69,7 @@ class Cluster:
             return
         self.client.close()
         self.containerd.restart(self.configs[on])
-        self.client = cri.CriClient(str(self.containerd.socket))
+        self.client = CriClient(str(self.containerd.socket))
         runtime = self.containerd.dump_config()["plugins"]["io.containerd.cri.v1.runtime"]
         assert runtime["enable_cdi"] is on
         assert HANDLER in runtime["containerd"]["runtimes"]
@@ -141,7 +142,7 @@ def cluster(
             for archive in (pause, debian, cuda_style):
                 imported = containerd.ctr("images", "import", str(archive), namespace="k8s.io", timeout=300)
                 assert imported.returncode == 0, imported.stderr
-            client = cri.CriClient(str(containerd.socket))
+            client = CriClient(str(containerd.socket))
             kubelet = _start_plugin(node, spec_dir, plugin_dirs[0], stop)
             mounts = _start_plugin(node, spec_dir, plugin_dirs[1], stop, list_strategies=("volume-mounts",))
             cgroup = f"/cdictk-e2e-{uuid.uuid4().hex[:8]}"
@@ -182,8 +183,8 @@ def cgroups_named(base: Path, name: str) -> list[str]:
 def nothing_left(cluster: Cluster, pod: Pod) -> None:
     """After the pod's removal: containerd lists nothing, and no mount, process or cgroup names it."""
     client = cluster.client
-    assert client.runtime(cri.ListContainersRequest(), cri.ListContainersResponse).containers == []
-    assert client.runtime(cri.ListPodSandboxRequest(), cri.ListPodSandboxResponse).items == []
+    assert client.runtime.ListContainers(cri.ListContainersRequest(), timeout=client.timeout).containers == []
+    assert client.runtime.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=client.timeout).items == []
     mountinfo = Path("/proc/self/mountinfo").read_text()
     for ident in (pod.sandbox_id, pod.container_id):
         assert ident not in mountinfo, f"a mount of {ident[:12]} is left"
@@ -277,10 +278,10 @@ def test_runtime_class_with_annotations(cdi_off: Cluster) -> None:
     with run_pod(
         cluster.client, DEBIAN, [only_annotations], runtime_handler=HANDLER, cgroup_parent=cluster.cgroup
     ) as pod:
-        status = cluster.client.runtime(
-            cri.PodSandboxStatusRequest(pod.sandbox_id), cri.PodSandboxStatusResponse
+        status = cluster.client.runtime.PodSandboxStatus(
+            cri.PodSandboxStatusRequest(pod_sandbox_id=pod.sandbox_id), timeout=cluster.client.timeout
         )
-        assert status.status is not None and status.status.runtime_handler == HANDLER
+        assert status.status.runtime_handler == HANDLER
         found = nvidia_gpus(pod)
         assert len(found) == 1, found
         gpu_inside(pod, found[0])
@@ -341,8 +342,8 @@ def test_a_refusal_reaches_the_kubelet(cdi_off: Cluster, tmp_path: Path) -> None
     details = failed.value.details() or ""
     assert f"OCI runtime create failed: {line}" in details, details
     client = cluster.client
-    assert client.runtime(cri.ListContainersRequest(), cri.ListContainersResponse).containers == []
-    assert client.runtime(cri.ListPodSandboxRequest(), cri.ListPodSandboxResponse).items == []
+    assert client.runtime.ListContainers(cri.ListContainersRequest(), timeout=client.timeout).containers == []
+    assert client.runtime.ListPodSandbox(cri.ListPodSandboxRequest(), timeout=client.timeout).items == []
 
 
 def shim_line(tmp_path: Path, config: dict[str, Any]) -> str:

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 import threading
 import time
@@ -25,33 +24,30 @@ import uuid
 from collections.abc import Iterator, Sequence
 from concurrent import futures
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any
 
 import grpc
 
-from cdictk.deviceplugin.messages import (
-    CODEC,
-    HEALTHY,
-    KUBELET_SOCKET,
-    SCHEMA,
-    VERSION,
+from cdictk.deviceplugin.kubelet import HEALTHY, KUBELET_SOCKET, UNHEALTHY, VERSION
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import (
     AllocateRequest,
-    AllocateResponse,
     ContainerAllocateRequest,
     ContainerAllocateResponse,
     ContainerPreferredAllocationRequest,
     Device,
     DevicePluginOptions,
     Empty,
-    ListAndWatchResponse,
     PreferredAllocationRequest,
-    PreferredAllocationResponse,
     RegisterRequest,
 )
-from tests.e2e.kubelet import cri
+from cdictk.deviceplugin.proto.deviceplugin_pb2_grpc import (
+    DevicePluginStub,
+    RegistrationServicer,
+    add_RegistrationServicer_to_server,
+)
+from tests.e2e.kubelet import cri_pb2 as cri
+from tests.e2e.kubelet.cri import CriClient
 from tests.e2e.kubelet.images import PAUSE_IMAGE
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -62,12 +58,13 @@ class Endpoint:
     socket: str
     options: DevicePluginOptions
     channel: grpc.Channel
+    stub: DevicePluginStub
     devices: list[Device] = field(default_factory=list)
     updates: int = 0
     stream_ended: bool = False
 
 
-class Kubelet:
+class Kubelet(RegistrationServicer):
     def __init__(self, plugin_dir: str) -> None:
         self.plugin_dir = plugin_dir
         self.endpoints: dict[str, Endpoint] = {}
@@ -83,14 +80,7 @@ class Kubelet:
     def start(self) -> None:
         os.makedirs(self.plugin_dir, exist_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        handler = grpc.unary_unary_rpc_method_handler(
-            self._register,
-            request_deserializer=CODEC.deserializer(RegisterRequest),
-            response_serializer=CODEC.serializer(),
-        )
-        server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler("v1beta1.Registration", {"Register": handler}),)
-        )
+        add_RegistrationServicer_to_server(self, server)
         server.add_insecure_port(f"unix://{self.socket}")
         server.start()
         self._server = server
@@ -114,7 +104,10 @@ class Kubelet:
                 os.unlink(path)
         self.start()
 
-    def _register(self, request: RegisterRequest, context: grpc.ServicerContext) -> Empty:
+    def Register(  # the generated servicer's method: the context of either server kind
+        self, request: RegisterRequest, context: grpc.ServicerContext | grpc.aio.ServicerContext[Any, Any]
+    ) -> Empty:
+        assert isinstance(context, grpc.ServicerContext)  # ours is the threaded server
         if self.refusal is not None:
             context.abort(*self.refusal)
         if request.version != VERSION:
@@ -125,13 +118,14 @@ class Kubelet:
             )
         socket = os.path.join(self.plugin_dir, request.endpoint)
         channel = grpc.insecure_channel(f"unix://{socket}")
+        stub = DevicePluginStub(channel)
         try:
             grpc.channel_ready_future(channel).result(timeout=10)
-            options = self._unary(channel, "GetDevicePluginOptions", Empty(), DevicePluginOptions)
+            options = stub.GetDevicePluginOptions(Empty(), timeout=30)
         except (grpc.FutureTimeoutError, grpc.RpcError) as exc:
             channel.close()
             context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot dial the plugin at {socket}: {exc}")
-        endpoint = Endpoint(request.resource_name, socket, options, channel)
+        endpoint = Endpoint(request.resource_name, socket, options, channel, stub)
         with self._changed:
             old = self.endpoints.get(request.resource_name)
             self.endpoints[request.resource_name] = endpoint
@@ -143,33 +137,22 @@ class Kubelet:
         return Empty()
 
     def _watch(self, endpoint: Endpoint) -> None:
-        stream = endpoint.channel.unary_stream(
-            SCHEMA.method_path("DevicePlugin", "ListAndWatch"),
-            request_serializer=CODEC.serializer(),
-            response_deserializer=CODEC.deserializer(ListAndWatchResponse),
-        )
         try:
-            for answer in stream(Empty()):
+            for answer in endpoint.stub.ListAndWatch(Empty()):
                 with self._changed:
-                    endpoint.devices = answer.devices
+                    endpoint.devices = list(answer.devices)
                     endpoint.updates += 1
                     self._changed.notify_all()
         except grpc.RpcError:
             pass
         with self._changed:
             # The kubelet marks every device of a plugin whose stream ended unhealthy.
-            endpoint.devices = [Device(d.ID, "Unhealthy", d.topology) for d in endpoint.devices]
+            endpoint.devices = [
+                Device(ID=d.ID, health=UNHEALTHY, topology=d.topology if d.HasField("topology") else None)
+                for d in endpoint.devices
+            ]
             endpoint.stream_ended = True
             self._changed.notify_all()
-
-    @staticmethod
-    def _unary(channel: grpc.Channel, method: str, request: object, response: type[T]) -> T:
-        call: grpc.UnaryUnaryMultiCallable[object, T] = channel.unary_unary(
-            SCHEMA.method_path("DevicePlugin", method),
-            request_serializer=CODEC.serializer(),
-            response_deserializer=CODEC.deserializer(response),
-        )
-        return call(request, timeout=30)
 
     def wait_for(self, what: str, predicate: object, timeout: float = 20.0) -> None:
         """Wait until ``predicate(self)`` is true; AssertionError naming ``what`` otherwise."""
@@ -193,11 +176,14 @@ class Kubelet:
     def preferred(self, resource: str, available: Sequence[str], must: Sequence[str], size: int) -> list[str]:
         endpoint = self.endpoints[resource]
         request = PreferredAllocationRequest(
-            [ContainerPreferredAllocationRequest(list(available), list(must), size)]
+            container_requests=[
+                ContainerPreferredAllocationRequest(
+                    available_deviceIDs=available, must_include_deviceIDs=must, allocation_size=size
+                )
+            ]
         )
-        answer = self._unary(endpoint.channel, "GetPreferredAllocation", request, PreferredAllocationResponse)
-        assert isinstance(answer, PreferredAllocationResponse)
-        return answer.container_responses[0].deviceIDs
+        answer = endpoint.stub.GetPreferredAllocation(request, timeout=30)
+        return list(answer.container_responses[0].deviceIDs)
 
     def allocate(
         self, resource: str, count: int, taken: Sequence[str] = ()
@@ -214,13 +200,8 @@ class Kubelet:
 
     def allocate_ids(self, resource: str, ids: Sequence[str]) -> ContainerAllocateResponse:
         endpoint = self.endpoints[resource]
-        answer = self._unary(
-            endpoint.channel,
-            "Allocate",
-            AllocateRequest([ContainerAllocateRequest(list(ids))]),
-            AllocateResponse,
-        )
-        assert isinstance(answer, AllocateResponse)
+        request = AllocateRequest(container_requests=[ContainerAllocateRequest(devices_ids=ids)])
+        answer = endpoint.stub.Allocate(request, timeout=30)
         assert answer.container_responses, "Allocate answered no container response"
         return answer.container_responses[0]
 
@@ -264,12 +245,11 @@ LOG_PATH = "main/0.log"  # the container's log in its pod's log directory, named
 class Pod:
     sandbox_id: str
     container_id: str
-    client: cri.CriClient
+    client: CriClient
 
     def exec(self, command: str, timeout: int = 30) -> cri.ExecSyncResponse:
-        return self.client.runtime(
-            cri.ExecSyncRequest(self.container_id, ["sh", "-c", command], timeout),
-            cri.ExecSyncResponse,
+        return self.client.runtime.ExecSync(
+            cri.ExecSyncRequest(container_id=self.container_id, cmd=["sh", "-c", command], timeout=timeout),
             timeout=timeout + 30,
         )
 
@@ -304,16 +284,24 @@ def allocated(
     annotations: dict[str, str] = {}
     cdi: dict[str, cri.CDIDevice] = {}
     for answer in answers:
-        envs += [cri.KeyValue(k, v.encode()) for k, v in answer.envs.items()]
-        mounts += [cri.Mount(m.container_path, m.host_path, m.read_only) for m in answer.mounts]
+        envs += [cri.KeyValue(key=k, value=v.encode()) for k, v in answer.envs.items()]
+        mounts += [
+            cri.Mount(container_path=m.container_path, host_path=m.host_path, readonly=m.read_only)
+            for m in answer.mounts
+        ]
         for device in answer.devices:
             devices.setdefault(
-                device.container_path, cri.Device(device.container_path, device.host_path, device.permissions)
+                device.container_path,
+                cri.Device(
+                    container_path=device.container_path,
+                    host_path=device.host_path,
+                    permissions=device.permissions,
+                ),
             )
         for key, value in answer.annotations.items():
             annotations.setdefault(key, value)
         for cdi_device in answer.cdi_devices:
-            cdi.setdefault(cdi_device.name, cri.CDIDevice(cdi_device.name))
+            cdi.setdefault(cdi_device.name, cri.CDIDevice(name=cdi_device.name))
     return Allocated(envs, mounts, list(devices.values()), annotations, list(cdi.values()))
 
 
@@ -325,11 +313,11 @@ def container_config(
     env: dict[str, str] | None = None,
 ) -> cri.ContainerConfig:
     """The CRI config the kubelet writes for a container with these Allocate answers (:func:`allocated`)."""
-    edits = allocated(answers, [cri.KeyValue(k, v.encode()) for k, v in (env or {}).items()], [])
+    edits = allocated(answers, [cri.KeyValue(key=k, value=v.encode()) for k, v in (env or {}).items()], [])
     annotations = {**edits.annotations, "io.kubernetes.container.name": name}
     return cri.ContainerConfig(
-        cri.ContainerMetadata(name),
-        cri.ImageSpec(image, user_specified_image=image),
+        metadata=cri.ContainerMetadata(name=name),
+        image=cri.ImageSpec(image=image, user_specified_image=image),
         command=list(command),
         envs=edits.envs,
         mounts=edits.mounts,
@@ -344,19 +332,21 @@ def sandbox_config(cgroup_parent: str = "", log_directory: str = "") -> cri.PodS
     its containers' logs in ``log_directory`` ("": none kept)."""
     name = f"pod-{uuid.uuid4().hex[:8]}"
     return cri.PodSandboxConfig(
-        cri.PodSandboxMetadata(name, str(uuid.uuid4()), "default"),
+        metadata=cri.PodSandboxMetadata(name=name, uid=str(uuid.uuid4()), namespace="default"),
         log_directory=log_directory,
         labels={"io.kubernetes.pod.name": name},
         linux=cri.LinuxPodSandboxConfig(
             cgroup_parent=cgroup_parent,
-            security_context=cri.LinuxSandboxSecurityContext(cri.NamespaceOption(network=cri.NODE)),
+            security_context=cri.LinuxSandboxSecurityContext(
+                namespace_options=cri.NamespaceOption(network=cri.NODE)
+            ),
         ),
     )
 
 
 @contextlib.contextmanager
 def run_pod(
-    client: cri.CriClient,
+    client: CriClient,
     image: str,
     answers: Sequence[ContainerAllocateResponse] = (),
     *,
@@ -371,30 +361,43 @@ def run_pod(
     With ``log_directory``, containerd writes the container's stdout and stderr to :data:`LOG_PATH`
     there, as it does for the kubelet."""
     sandbox = sandbox_config(cgroup_parent, log_directory)
-    sandbox_id = client.runtime(
-        cri.RunPodSandboxRequest(sandbox, runtime_handler), cri.RunPodSandboxResponse
+    sandbox_id = client.runtime.RunPodSandbox(
+        cri.RunPodSandboxRequest(config=sandbox, runtime_handler=runtime_handler), timeout=client.timeout
     ).pod_sandbox_id
     container_id = ""
     try:
         config = container_config("main", image, command, answers, env)
         if log_directory:
-            config = dataclasses.replace(config, log_path=LOG_PATH)
-        container_id = client.runtime(
-            cri.CreateContainerRequest(sandbox_id, config, sandbox), cri.CreateContainerResponse
+            config.log_path = LOG_PATH
+        container_id = client.runtime.CreateContainer(
+            cri.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config, sandbox_config=sandbox),
+            timeout=client.timeout,
         ).container_id
-        client.runtime(cri.StartContainerRequest(container_id), cri.StartContainerResponse)
-        status = client.runtime(cri.ContainerStatusRequest(container_id), cri.ContainerStatusResponse).status
-        assert status is not None and status.state == cri.CONTAINER_RUNNING, status
+        client.runtime.StartContainer(
+            cri.StartContainerRequest(container_id=container_id), timeout=client.timeout
+        )
+        status = client.runtime.ContainerStatus(
+            cri.ContainerStatusRequest(container_id=container_id), timeout=client.timeout
+        ).status
+        assert status.state == cri.CONTAINER_RUNNING, status
         yield Pod(sandbox_id, container_id, client)
     finally:
         remove_pod(client, sandbox_id, container_id)
 
 
-def remove_pod(client: cri.CriClient, sandbox_id: str, container_id: str = "") -> None:
+def remove_pod(client: CriClient, sandbox_id: str, container_id: str = "") -> None:
     """What the kubelet does when a pod is deleted: its container (if one was made) stopped and
     removed, then its sandbox."""
     if container_id:
-        client.runtime(cri.StopContainerRequest(container_id, 0), cri.StopContainerResponse)
-        client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
-    client.runtime(cri.StopPodSandboxRequest(sandbox_id), cri.StopPodSandboxResponse)
-    client.runtime(cri.RemovePodSandboxRequest(sandbox_id), cri.RemovePodSandboxResponse)
+        client.runtime.StopContainer(
+            cri.StopContainerRequest(container_id=container_id, timeout=0), timeout=client.timeout
+        )
+        client.runtime.RemoveContainer(
+            cri.RemoveContainerRequest(container_id=container_id), timeout=client.timeout
+        )
+    client.runtime.StopPodSandbox(
+        cri.StopPodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=client.timeout
+    )
+    client.runtime.RemovePodSandbox(
+        cri.RemovePodSandboxRequest(pod_sandbox_id=sandbox_id), timeout=client.timeout
+    )

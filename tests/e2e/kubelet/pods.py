@@ -29,14 +29,16 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 
-from cdictk.deviceplugin.messages import HEALTHY, ContainerAllocateResponse
-from tests.e2e.kubelet import cri
+from cdictk.deviceplugin.kubelet import HEALTHY
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import ContainerAllocateResponse
+from tests.e2e.kubelet import cri_pb2 as cri
 from tests.e2e.kubelet.containerenv import command_line, container_env
+from tests.e2e.kubelet.cri import CriClient
 from tests.e2e.kubelet.kubelet import Kubelet, allocated
 from tests.e2e.kubelet.manifest import (
     ConfigMapSource,
@@ -86,7 +88,7 @@ class NodeAccess:
     root: Path  # the node's files from here: the kubelet's own directories are in it
     resolve: Callable[[str], Path]  # a node path, its links followed on the node, its mounts seen
     cgroup: str  # the node's cgroup for the kubelet's pods ("" for the machine's root)
-    client: cri.CriClient
+    client: CriClient
 
 
 @dataclass
@@ -252,7 +254,7 @@ class PodRunner:
         self._lock = threading.Lock()
 
     @property
-    def client(self) -> cri.CriClient:
+    def client(self) -> CriClient:
         return self.node.client
 
     def host_path(self, node_path: str) -> Path:
@@ -444,7 +446,12 @@ class PodRunner:
                     )
                 host_path = f"{host_path.rstrip('/')}/{mount.sub_path}"
             mounts.append(
-                cri.Mount(mount.mount_path, host_path, readonly, propagation=PROPAGATION[mount.propagation])
+                cri.Mount(
+                    container_path=mount.mount_path,
+                    host_path=host_path,
+                    readonly=readonly,
+                    propagation=PROPAGATION[mount.propagation],
+                )
             )
         # The termination message file, which the kubelet gives every container.
         if container.termination_message_path:
@@ -453,7 +460,7 @@ class PodRunner:
             host.parent.mkdir(parents=True, exist_ok=True)
             host.touch(0o666)
             host.chmod(0o666)
-            mounts.append(cri.Mount(container.termination_message_path, message))
+            mounts.append(cri.Mount(container_path=container.termination_message_path, host_path=message))
         return mounts
 
     # ---- sandbox and containers -------------------------------------------------------------
@@ -475,7 +482,7 @@ class PodRunner:
             "io.kubernetes.pod.uid": pod.uid,
         }
         pod.sandbox = cri.PodSandboxConfig(
-            cri.PodSandboxMetadata(pod.name, pod.uid, pod.namespace),
+            metadata=cri.PodSandboxMetadata(name=pod.name, uid=pod.uid, namespace=pod.namespace),
             hostname="" if pod.spec.host_network else pod.name,
             log_directory=pod.log_dir,
             labels=labels,
@@ -483,13 +490,14 @@ class PodRunner:
             linux=cri.LinuxPodSandboxConfig(
                 cgroup_parent=f"{self.node.cgroup}/kubepods{group}/pod{pod.uid}",
                 security_context=cri.LinuxSandboxSecurityContext(
-                    self._namespaces(pod.spec), privileged=pod.spec.privileged
+                    namespace_options=self._namespaces(pod.spec),
+                    privileged=pod.spec.privileged,
                 ),
             ),
         )
         self.host_path(pod.log_dir).mkdir(parents=True, exist_ok=True)
-        pod.sandbox_id = self.client.runtime(
-            cri.RunPodSandboxRequest(pod.sandbox), cri.RunPodSandboxResponse, timeout=120
+        pod.sandbox_id = self.client.runtime.RunPodSandbox(
+            cri.RunPodSandboxRequest(config=pod.sandbox), timeout=120
         ).pod_sandbox_id
 
     def _config(
@@ -497,10 +505,10 @@ class PodRunner:
     ) -> cri.ContainerConfig:
         """The CreateContainer config the kubelet writes: the pod's env before the plugins', their
         mounts and devices after the volumes', CDI devices by name."""
-        image = self.client.image(
-            cri.ImageStatusRequest(cri.ImageSpec(container.image)), cri.ImageStatusResponse
+        image = self.client.images.ImageStatus(
+            cri.ImageStatusRequest(image=cri.ImageSpec(image=container.image)), timeout=self.client.timeout
         )
-        if image.image is None:
+        if not image.HasField("image"):
             raise PodError(
                 f"pod {pod.name}: container {container.name}: image {container.image} is not on the node "
                 f"(imagePullPolicy {container.pull_policy}; the stand-in pulls nothing)"
@@ -520,14 +528,16 @@ class PodRunner:
             pod.events.append(f"container {container.name}: not valid variable names, left out: {skipped}")
         command, args = command_line(container, env)
         edits = allocated(
-            answers, [cri.KeyValue(k, v.encode()) for k, v in env.items()], self._mounts(pod, container)
+            answers,
+            [cri.KeyValue(key=k, value=v.encode()) for k, v in env.items()],
+            self._mounts(pod, container),
         )
         annotations = {**edits.annotations, "io.kubernetes.container.name": container.name}
         qos = qos_class(pod.spec)
         security = container.security
         return cri.ContainerConfig(
-            cri.ContainerMetadata(container.name),
-            cri.ImageSpec(container.image, user_specified_image=container.image),
+            metadata=cri.ContainerMetadata(name=container.name),
+            image=cri.ImageSpec(image=container.image, user_specified_image=container.image),
             command=command,
             args=args,
             working_dir=container.working_dir,
@@ -545,7 +555,8 @@ class PodRunner:
                 resources=linux_resources(pod.spec, container, qos),
                 security_context=cri.LinuxContainerSecurityContext(
                     capabilities=cri.Capability(
-                        list(security.add_capabilities), list(security.drop_capabilities)
+                        add_capabilities=list(security.add_capabilities),
+                        drop_capabilities=list(security.drop_capabilities),
                     )
                     if security.add_capabilities or security.drop_capabilities
                     else None,
@@ -562,11 +573,12 @@ class PodRunner:
 
     def _create_and_start(self, pod: RunningPod, config: cri.ContainerConfig) -> str:
         assert pod.sandbox is not None
-        name = config.metadata.name if config.metadata else "?"
+        name = config.metadata.name or "?"
         try:
-            container_id = self.client.runtime(
-                cri.CreateContainerRequest(pod.sandbox_id, config, pod.sandbox),
-                cri.CreateContainerResponse,
+            container_id = self.client.runtime.CreateContainer(
+                cri.CreateContainerRequest(
+                    pod_sandbox_id=pod.sandbox_id, config=config, sandbox_config=pod.sandbox
+                ),
                 timeout=120,
             ).container_id
         except grpc.RpcError as error:
@@ -574,8 +586,8 @@ class PodRunner:
                 f"pod {pod.name}: container {name}: CreateContainerError: {error.details()}"
             ) from None
         try:
-            self.client.runtime(
-                cri.StartContainerRequest(container_id), cri.StartContainerResponse, timeout=120
+            self.client.runtime.StartContainer(
+                cri.StartContainerRequest(container_id=container_id), timeout=120
             )
         except grpc.RpcError as error:
             log = read_log(self.host_path(f"{pod.log_dir}/{config.log_path}"))
@@ -588,7 +600,8 @@ class PodRunner:
         self, pod: RunningPod, container: Container, answers: list[ContainerAllocateResponse]
     ) -> None:
         """An init container, run until it exits; PodError with its log unless it exits 0."""
-        config = replace(self._config(pod, container, answers), log_path=f"{container.name}/0.log")
+        config = self._config(pod, container, answers)
+        config.log_path = f"{container.name}/0.log"
         container_id = self._create_and_start(pod, config)
         pod.finished_init.append(container_id)
         deadline = time.monotonic() + INIT_TIMEOUT
@@ -608,12 +621,11 @@ class PodRunner:
             )
 
     def _start_container(self, pod: RunningPod, run: ContainerRun) -> None:
-        config = replace(
-            run.config,
-            metadata=cri.ContainerMetadata(run.spec.name, run.attempt),
-            log_path=f"{run.spec.name}/{run.attempt}.log",
-            annotations={**run.config.annotations, "io.kubernetes.container.restartCount": str(run.restarts)},
-        )
+        config = cri.ContainerConfig()
+        config.CopyFrom(run.config)
+        config.metadata.attempt = run.attempt
+        config.log_path = f"{run.spec.name}/{run.attempt}.log"
+        config.annotations["io.kubernetes.container.restartCount"] = str(run.restarts)
         run.id = self._create_and_start(pod, config)
         now = time.monotonic()
         run.started = now
@@ -638,7 +650,9 @@ class PodRunner:
         with pod.operating:
             grace = max(pod.spec.termination_grace, MIN_GRACE)
             self._stop_container(run.id, grace)
-            self.client.runtime(cri.RemoveContainerRequest(run.id), cri.RemoveContainerResponse)
+            self.client.runtime.RemoveContainer(
+                cri.RemoveContainerRequest(container_id=run.id), timeout=self.client.timeout
+            )
             with pod.lock:
                 run.ready = False
             run.attempt += 1
@@ -646,11 +660,11 @@ class PodRunner:
             self._start_container(pod, run)
 
     def status(self, container_id: str) -> cri.ContainerStatus:
-        status = self.client.runtime(
-            cri.ContainerStatusRequest(container_id), cri.ContainerStatusResponse
-        ).status
-        assert status is not None
-        return status
+        answer = self.client.runtime.ContainerStatus(
+            cri.ContainerStatusRequest(container_id=container_id), timeout=self.client.timeout
+        )
+        assert answer.HasField("status")
+        return answer.status
 
     # ---- the pod's worker -------------------------------------------------------------------
 
@@ -671,7 +685,9 @@ class PodRunner:
         now = time.monotonic()
         if run.restart_at is not None:
             if now >= run.restart_at:
-                self.client.runtime(cri.RemoveContainerRequest(run.id), cri.RemoveContainerResponse)
+                self.client.runtime.RemoveContainer(
+                    cri.RemoveContainerRequest(container_id=run.id), timeout=self.client.timeout
+                )
                 run.attempt += 1
                 run.restarts += 1
                 self._start_container(pod, run)
@@ -703,9 +719,10 @@ class PodRunner:
                 pod.events.append(
                     f"container {run.spec.name}: {kind} probe failed {state.failures} times: restarting"
                 )
-                self.client.runtime(
-                    cri.StopContainerRequest(run.id, max(pod.spec.termination_grace, MIN_GRACE)),
-                    cri.StopContainerResponse,
+                self.client.runtime.StopContainer(
+                    cri.StopContainerRequest(
+                        container_id=run.id, timeout=max(pod.spec.termination_grace, MIN_GRACE)
+                    ),
                     timeout=pod.spec.termination_grace + 60,
                 )
                 self._ended(pod, run, f"killed by its {kind} probe")
@@ -723,9 +740,8 @@ class PodRunner:
 
     def _probe(self, run: ContainerRun, probe: Probe) -> bool:
         try:
-            answer = self.client.runtime(
-                cri.ExecSyncRequest(run.id, list(probe.command), probe.timeout),
-                cri.ExecSyncResponse,
+            answer = self.client.runtime.ExecSync(
+                cri.ExecSyncRequest(container_id=run.id, cmd=list(probe.command), timeout=probe.timeout),
                 timeout=probe.timeout + 30,
             )
         except grpc.RpcError:
@@ -757,8 +773,8 @@ class PodRunner:
         self, pod: RunningPod, container: str, command: list[str], timeout: int = 30
     ) -> cri.ExecSyncResponse:
         run = pod.containers[container]
-        return self.client.runtime(
-            cri.ExecSyncRequest(run.id, command, timeout), cri.ExecSyncResponse, timeout=timeout + 30
+        return self.client.runtime.ExecSync(
+            cri.ExecSyncRequest(container_id=run.id, cmd=command, timeout=timeout), timeout=timeout + 30
         )
 
     def stop(self, pod: RunningPod) -> None:
@@ -779,14 +795,16 @@ class PodRunner:
             stopper.join()
         if pod.sandbox_id:
             with contextlib.suppress(grpc.RpcError):
-                self.client.runtime(
-                    cri.StopPodSandboxRequest(pod.sandbox_id), cri.StopPodSandboxResponse, timeout=120
+                self.client.runtime.StopPodSandbox(
+                    cri.StopPodSandboxRequest(pod_sandbox_id=pod.sandbox_id), timeout=120
                 )
             for container_id in (*pod.finished_init, *ids):
                 with contextlib.suppress(grpc.RpcError):
-                    self.client.runtime(cri.RemoveContainerRequest(container_id), cri.RemoveContainerResponse)
-            self.client.runtime(
-                cri.RemovePodSandboxRequest(pod.sandbox_id), cri.RemovePodSandboxResponse, timeout=120
+                    self.client.runtime.RemoveContainer(
+                        cri.RemoveContainerRequest(container_id=container_id), timeout=self.client.timeout
+                    )
+            self.client.runtime.RemovePodSandbox(
+                cri.RemovePodSandboxRequest(pod_sandbox_id=pod.sandbox_id), timeout=120
             )
         self._teardown_volumes(pod)
         with self._lock:
@@ -794,8 +812,8 @@ class PodRunner:
 
     def _stop_container(self, container_id: str, grace: int) -> None:
         with contextlib.suppress(grpc.RpcError):
-            self.client.runtime(
-                cri.StopContainerRequest(container_id, grace), cri.StopContainerResponse, timeout=grace + 60
+            self.client.runtime.StopContainer(
+                cri.StopContainerRequest(container_id=container_id, timeout=grace), timeout=grace + 60
             )
 
     def stop_all(self) -> None:

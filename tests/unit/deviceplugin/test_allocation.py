@@ -9,8 +9,8 @@ import re
 import pytest
 
 from cdictk.deviceplugin.allocation import AllocationError, allocate
-from cdictk.deviceplugin.messages import CDIDevice, Mount
 from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import CDIDevice, Mount
 from cdictk.deviceplugin.resources import PluginDevice, Resource
 
 GPUS = Resource(
@@ -26,14 +26,14 @@ SHARED = Resource(
 def test_the_default_answers_the_names_in_the_field_and_one_annotation() -> None:
     got = allocate(GPUS, ["GPU-2", "GPU-0"], Settings(), response_id=lambda: "r1")
     names = ["nvidia.com/gpu=GPU-2", "nvidia.com/gpu=GPU-0"]
-    assert got.cdi_devices == [CDIDevice(name) for name in names]
+    assert got.cdi_devices == [CDIDevice(name=name) for name in names]
     assert got.annotations == {"cdi.k8s.io/cdictk-device-plugin_r1": ",".join(names)}
     assert got.envs == {} and got.mounts == [] and got.devices == []
 
 
 def test_each_strategy_alone() -> None:
     field = allocate(GPUS, ["GPU-1"], Settings(list_strategies=("cdi-cri",)))
-    assert field.cdi_devices == [CDIDevice("nvidia.com/gpu=GPU-1")] and field.annotations == {}
+    assert field.cdi_devices == [CDIDevice(name="nvidia.com/gpu=GPU-1")] and field.annotations == {}
     annotations = allocate(
         GPUS, ["GPU-1"], Settings(list_strategies=("cdi-annotations",)), response_id=lambda: "x"
     )
@@ -43,8 +43,12 @@ def test_each_strategy_alone() -> None:
     mounts = allocate(GPUS, ["GPU-1", "GPU-2"], Settings(list_strategies=("volume-mounts",)))
     assert mounts.envs == {"NVIDIA_VISIBLE_DEVICES": "/var/run/nvidia-container-devices"}
     assert mounts.mounts == [
-        Mount("/var/run/nvidia-container-devices/GPU-1", "/dev/null", read_only=True),
-        Mount("/var/run/nvidia-container-devices/GPU-2", "/dev/null", read_only=True),
+        Mount(
+            container_path="/var/run/nvidia-container-devices/GPU-1", host_path="/dev/null", read_only=True
+        ),
+        Mount(
+            container_path="/var/run/nvidia-container-devices/GPU-2", host_path="/dev/null", read_only=True
+        ),
     ]
     assert mounts.cdi_devices == [] and mounts.annotations == {}
 
@@ -58,13 +62,13 @@ def test_a_new_annotation_key_for_every_answer() -> None:
 def test_the_kind_and_the_annotation_prefix_are_the_settings() -> None:
     settings = Settings(cdi_kind="example.com/gpu", cdi_annotation_prefix="cdi.example.com/")
     got = allocate(GPUS, ["GPU-0"], settings, response_id=lambda: "r")
-    assert got.cdi_devices == [CDIDevice("example.com/gpu=GPU-0")]
+    assert got.cdi_devices == [CDIDevice(name="example.com/gpu=GPU-0")]
     assert got.annotations == {"cdi.example.com/cdictk-device-plugin_r": "example.com/gpu=GPU-0"}
 
 
 def test_replicas_are_answered_as_their_gpu_once() -> None:
     got = allocate(SHARED, ["GPU-1::0", "GPU-1::1", "GPU-0::1"], Settings(list_strategies=("cdi-cri",)))
-    assert got.cdi_devices == [CDIDevice("nvidia.com/gpu=GPU-1"), CDIDevice("nvidia.com/gpu=GPU-0")]
+    assert got.cdi_devices == [CDIDevice(name="nvidia.com/gpu=GPU-1"), CDIDevice(name="nvidia.com/gpu=GPU-0")]
 
 
 def test_fail_requests_greater_than_one() -> None:

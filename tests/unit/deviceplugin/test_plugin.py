@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.deviceplugin.messages import HEALTHY, UNHEALTHY
+from cdictk.deviceplugin.kubelet import HEALTHY, UNHEALTHY
 from cdictk.deviceplugin.plugin import DevicePlugin
 from cdictk.deviceplugin.pluginsettings import Health, Replicas, Settings
 from cdictk.deviceplugin.resources import ResourceError
@@ -46,7 +46,7 @@ def test_registers_the_whole_gpus_by_uuid_with_numa_nodes(run_plugin: PluginFact
     devices = kubelet.devices(GPU)
     assert [d.ID for d in devices] == WHOLE
     assert {d.health for d in devices} == {HEALTHY}
-    assert [d.topology.nodes[0].ID for d in devices if d.topology] == [0, 0, 0, 1, 1, 1, 1]
+    assert [d.topology.nodes[0].ID for d in devices if d.HasField("topology")] == [0, 0, 0, 1, 1, 1, 1]
     assert any("GPU 0" in line and "MIG mode" in line for line in running.lines)
     assert kubelet.endpoints[GPU].options.get_preferred_allocation_available
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import grpc
 import pytest
 
-from cdictk.deviceplugin.messages import VERSION
+from cdictk.deviceplugin.kubelet import VERSION
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import PluginDevice, Resource

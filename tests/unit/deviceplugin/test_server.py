@@ -8,29 +8,21 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
-from typing import Any
 
 import grpc
 import pytest
 
-from cdictk.deviceplugin.messages import (
-    CODEC,
-    HEALTHY,
-    SCHEMA,
-    UNHEALTHY,
+from cdictk.deviceplugin.kubelet import HEALTHY, UNHEALTHY
+from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.proto.deviceplugin_pb2 import (
     AllocateRequest,
-    AllocateResponse,
     ContainerAllocateRequest,
     ContainerPreferredAllocationRequest,
-    DevicePluginOptions,
     Empty,
-    ListAndWatchResponse,
     PreferredAllocationRequest,
-    PreferredAllocationResponse,
     PreStartContainerRequest,
-    PreStartContainerResponse,
 )
-from cdictk.deviceplugin.pluginsettings import Settings
+from cdictk.deviceplugin.proto.deviceplugin_pb2_grpc import DevicePluginStub
 from cdictk.deviceplugin.registration import register
 from cdictk.deviceplugin.resources import PluginDevice, Resource
 from cdictk.deviceplugin.server import ResourceServer
@@ -82,7 +74,7 @@ def served() -> Iterator[Served]:
 def test_the_list_has_every_device_healthy_with_its_numa_node(served: Served) -> None:
     devices = served.kubelet.devices(GPU)
     assert [(d.ID, d.health) for d in devices] == [("GPU-0", HEALTHY), ("GPU-1", HEALTHY), ("GPU-2", HEALTHY)]
-    assert [d.topology.nodes[0].ID if d.topology else None for d in devices] == [0, 1, None]
+    assert [d.topology.nodes[0].ID if d.HasField("topology") else None for d in devices] == [0, 1, None]
 
 
 def test_a_change_of_health_sends_the_list_again(served: Served) -> None:
@@ -127,15 +119,6 @@ PEER_STREAMS = 32
 DEADLINE = 2.0
 
 
-def call(channel: grpc.Channel, method: str, request: object, answer: type, timeout: float = DEADLINE) -> Any:
-    unary: grpc.UnaryUnaryMultiCallable[object, Any] = channel.unary_unary(
-        SCHEMA.method_path("DevicePlugin", method),
-        request_serializer=CODEC.serializer(),
-        response_deserializer=CODEC.deserializer(answer),
-    )
-    return unary(request, timeout=timeout)
-
-
 def test_a_peer_holding_many_streams_keeps_no_call_and_not_the_kubelets_stream_waiting(
     served: Served,
 ) -> None:
@@ -143,11 +126,7 @@ def test_a_peer_holding_many_streams_keeps_no_call_and_not_the_kubelets_stream_w
     unary call still answers, and the kubelet's own stream (made anew by registering again) is
     served and sent each change."""
     peer = grpc.insecure_channel(f"unix://{served.server.path}")
-    listen = peer.unary_stream(
-        SCHEMA.method_path("DevicePlugin", "ListAndWatch"),
-        request_serializer=CODEC.serializer(),
-        response_deserializer=CODEC.deserializer(ListAndWatchResponse),
-    )
+    listen = DevicePluginStub(peer).ListAndWatch
     # a deadline on each, so that a stream the server never takes up fails the test rather than hangs it
     streams = [listen(Empty(), timeout=10) for _ in range(PEER_STREAMS)]
     try:
@@ -155,16 +134,21 @@ def test_a_peer_holding_many_streams_keeps_no_call_and_not_the_kubelets_stream_w
             assert [d.ID for d in next(stream).devices] == ["GPU-0", "GPU-1", "GPU-2"]
         kubelet = served.kubelet.endpoints[GPU].channel
         for channel in (kubelet, peer):
-            options = call(channel, "GetDevicePluginOptions", Empty(), DevicePluginOptions)
+            stub = DevicePluginStub(channel)
+            options = stub.GetDevicePluginOptions(Empty(), timeout=DEADLINE)
             assert options.get_preferred_allocation_available
-            request = AllocateRequest([ContainerAllocateRequest(["GPU-0"])])
-            assert call(channel, "Allocate", request, AllocateResponse).container_responses[0].cdi_devices
+            request = AllocateRequest(container_requests=[ContainerAllocateRequest(devices_ids=["GPU-0"])])
+            assert stub.Allocate(request, timeout=DEADLINE).container_responses[0].cdi_devices
             preferred = PreferredAllocationRequest(
-                [ContainerPreferredAllocationRequest(["GPU-0", "GPU-1", "GPU-2"], [], 1)]
+                container_requests=[
+                    ContainerPreferredAllocationRequest(
+                        available_deviceIDs=["GPU-0", "GPU-1", "GPU-2"], allocation_size=1
+                    )
+                ]
             )
-            answer = call(channel, "GetPreferredAllocation", preferred, PreferredAllocationResponse)
+            answer = stub.GetPreferredAllocation(preferred, timeout=DEADLINE)
             assert answer.container_responses[0].deviceIDs == ["GPU-0"]
-            call(channel, "PreStartContainer", PreStartContainerRequest(["GPU-0"]), PreStartContainerResponse)
+            stub.PreStartContainer(PreStartContainerRequest(devices_ids=["GPU-0"]), timeout=DEADLINE)
         # the kubelet registers again (as after its restart): its new stream is served beside the peer's
         register(served.kubelet.plugin_dir, GPU, served.server.resource.socket)
         served.kubelet.wait_for("the new stream's list", lambda k: k.endpoints[GPU].updates == 1)
