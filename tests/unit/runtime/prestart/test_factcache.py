@@ -15,7 +15,8 @@ import pytest
 from cdictk.node import fingerprint
 from cdictk.parsecache import ParseCache, entry_name
 from cdictk.runtime.prestart import driverfacts
-from cdictk.runtime.prestart.factcache import KIND, NvmlFactsError, driver_facts, shaped
+from cdictk.runtime.prestart.factcache import KIND, NvmlFactsError, driver_facts
+from cdictk.runtime.prestart.factshape import shaped
 from cdictk.runtime.prestart.require import Facts, GpuFacts
 from tests.fakenode.nvml import build_fake_nvml
 from tests.unit.runtime.prestart.test_driverfacts import VERSION, config
