@@ -16,6 +16,6 @@ def default_command() -> None:
 
     To start a node's configuration: cdictk config default > /etc/cdictk/config.toml
     """
-    from cdictk.runtime.settings import DEFAULT_CONFIG  # noqa: PLC0415
+    from cdictk.startpath.shim.settings import DEFAULT_CONFIG  # noqa: PLC0415
 
     click.echo(DEFAULT_CONFIG, nl=False)

@@ -15,8 +15,6 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdictk.elfdso import read_soname
-from cdictk.errors import CdictkError
 from cdictk.node import csvfiles, devnodes, driverfiles, othernodes, wsl
 from cdictk.node.csvfiles import CsvEntries, CsvSource
 from cdictk.node.devnodes import NodeInfo
@@ -28,7 +26,9 @@ from cdictk.node.libraries import (
     library_links,
     usable_name,
 )
-from cdictk.node.roots import Roots, join, resolve
+from cdictk.startpath.helpers.elfdso import read_soname
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots, join, resolve
 
 
 @dataclass(slots=True)

@@ -35,7 +35,9 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdictk.bundlepaths import (
+from cdictk.noderuntime import manifest
+from cdictk.noderuntime.closure import in_root
+from cdictk.startpath.helpers.bundlepaths import (
     BIN,
     CURRENT,
     DEFAULT_PREFIX,
@@ -48,11 +50,9 @@ from cdictk.bundlepaths import (
     STABLE,
     VERSIONS,
 )
-from cdictk.errors import CdictkError
-from cdictk.fsutil import writable_directory
-from cdictk.noderuntime import manifest
-from cdictk.noderuntime.closure import in_root
-from cdictk.trust import path_problem
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import writable_directory
+from cdictk.startpath.trust import path_problem
 from cdictk.trustscan import tree_problem
 
 LOCK = ".lock"
