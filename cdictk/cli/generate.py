@@ -115,8 +115,8 @@ def _warn(message: str) -> None:
     "hook_path",
     metavar="PATH",
     help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hook "
-    "entry point (python3 -I -S .../cdictk/startpath/hooks/__main__.py), as one batched hook. A python* or pypy* "
-    "path is used the same way, and so is the cdictk command; any other program (nvidia-cdi-hook; "
+    "entry point (python3 -I -S .../cdictk/startpath/hooks/__main__.py), as one batched hook. A python* "
+    "or pypy* path is used the same way, and so is the cdictk command; any other program (nvidia-cdi-hook; "
     "nvidia-ctk with its 'hook' subcommand) gets nvidia-cdi-hook's command line, one hook per step.",
 )
 @click.option(
