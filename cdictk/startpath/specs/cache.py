@@ -47,6 +47,10 @@ if TYPE_CHECKING:
     State = tuple[list["SpecRecord"], dict[str, "DeviceRecord"], list[Problem]]
 
 ENTRY = "spec-index"
+_HERE = os.path.dirname(os.path.abspath(__file__))
+# The CDI core's folders, found without importing cdictk.cdi: a change to a module in them (an upgrade)
+# makes the index anew. cdictk/cdi parses and checks specs; this package names and applies them.
+CORE_DIRECTORIES = (os.path.join(os.path.dirname(os.path.dirname(_HERE)), "cdi"), _HERE)
 _FORMAT = 5
 
 
@@ -464,18 +468,18 @@ def _device(directory: str) -> int | None:
 
 
 def _code_stamp() -> list[Any]:
-    """The name, size and mtime of each module of the CDI core, which decides what the index holds."""
-    import cdictk.cdi  # noqa: PLC0415 - imported already, by cdictk.startpath.specs.apply
-
-    directory = os.path.dirname(os.path.abspath(cdictk.cdi.__file__))
+    """The name, size and mtime of each module of the CDI core (cdictk/cdi, which parses and checks
+    the specs, and this package, which names and applies them): they decide what the index holds."""
     found: list[Any] = [[__file__, *_size_mtime(__file__)]]
-    try:
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.endswith(".py"):
-                    found.append([entry.name, *_size_mtime(entry.path)])
-    except OSError as exc:
-        found.append(["cannot list", exc.errno])
+    for directory in CORE_DIRECTORIES:
+        name = os.path.basename(directory)
+        try:
+            with os.scandir(directory) as entries:
+                for entry in entries:
+                    if entry.name.endswith(".py"):
+                        found.append([f"{name}/{entry.name}", *_size_mtime(entry.path)])
+        except OSError as exc:
+            found.append([f"{name}: cannot list", exc.errno])
     found.sort()
     return found
 

@@ -17,6 +17,7 @@ from cdictk.cdi.model import Device
 from cdictk.cdi.registry import Registry, load_registry
 from cdictk.runtime.launchers import install_launchers
 from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.specs import cache
 from cdictk.startpath.specs.apply import EditsSource
 from cdictk.startpath.specs.cache import SpecDirs, UnresolvedDevicesError, spec_key
 from cdictk.startpath.specs.parsecache import ParseCache
@@ -256,17 +257,24 @@ def test_an_index_built_while_a_spec_changed_is_not_kept(
 def test_a_change_to_the_cdi_core_rebuilds_it(
     spec_dirs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import cdictk.cdi
-
     core = tmp_path / "core"
     core.mkdir()
     for name in ("__init__.py", "rules.py"):
         (core / name).write_text("")
-    monkeypatch.setattr(cdictk.cdi, "__file__", str(core / "__init__.py"))
+    monkeypatch.setattr(cache, "CORE_DIRECTORIES", (str(core),))
     before = spec_key(spec_dirs)
     assert spec_key(spec_dirs) == before
     (core / "rules.py").write_text("# an upgrade")
     assert spec_key(spec_dirs) != before
+
+
+def test_the_cdi_core_is_the_cdi_package_and_the_spec_cache_s_own() -> None:
+    import cdictk.cdi
+
+    assert (
+        os.path.dirname(os.path.abspath(cdictk.cdi.__file__)),
+        os.path.dirname(os.path.abspath(cache.__file__)),
+    ) == cache.CORE_DIRECTORIES
 
 
 def test_resolve_keeps_request_order(tmp_path: Path) -> None:
