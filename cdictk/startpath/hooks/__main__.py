@@ -4,8 +4,7 @@ Generated specs run this file by its absolute path with an isolated interpreter:
 image's PYTHON* variables, user site and working directory out, and ``-S`` skips site-packages and
 every ``.pth`` file in it, which would cost every container start and run code we do not need.
 Run as a script, the file puts the directory that holds the ``cdictk`` package on ``sys.path``
-itself: that directory comes from this file's own host path, never from the container. ``python3 -I
--m cdictk.startpath.hooks`` (what cdictk 0.1 specs say) still works.
+itself: that directory comes from this file's own host path, never from the container.
 """
 
 import os
@@ -13,7 +12,10 @@ import sys
 
 if not __package__:
     # Appended: the standard library comes first, whatever else lies beside cdictk.
-    sys.path.append(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    # This file is <that directory>/cdictk/startpath/hooks/__main__.py.
+    sys.path.append(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    )
 
 from cdictk.startpath.hooks.entry import main
 
