@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.cli.config import DEFAULT_CONFIG
 from cdictk.cli.main import main
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.settingsfile import SettingsError, parse_toml
-from cdictk.startpath.shim.settings import DEFAULT_CONFIG, Settings, load_settings
+from cdictk.startpath.shim.settings import Settings, load_settings
 
 
 def fields(settings: Settings) -> dict[str, object]:
