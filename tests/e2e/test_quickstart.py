@@ -34,8 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.cdi.validate import validate_file
-from cdictk.startpath.specs.mountcheck import spec_problems
+from cdictk.cdi.validate import spec_problems, validate_file
 from tests.e2e.conftest import ROOTFS_CACHE, overlay
 from tests.e2e.daemons import DAEMONS_CACHE
 from tests.readme import PROJECT, README, quick_start_commands

@@ -166,10 +166,6 @@ OFF_THE_START_PATH = {
     ),
     ("cdictk.startpath.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
     (
-        "cdictk.startpath.specs.mountcheck",
-        "cdictk.cdi.dump",
-    ): "never on a start: cdi validate's and info's findings",
-    (
         "cdictk.startpath.helpers.settingsfile",
         "cdictk.strictyaml",
     ): "never on a start: YAML settings (the device plugin's)",

@@ -258,7 +258,9 @@ def test_a_clean_tree_passes(tree: Path) -> None:
 
 def test_a_planted_cycle_fails(tree: Path) -> None:
     """Even through a lazy import inside a function, as hooks.entry and the prestart hook had."""
-    (tree / "startpath/hooks/entry.py").write_text("def main():\n    from cdictk.startpath.hooks import late\n")
+    (tree / "startpath/hooks/entry.py").write_text(
+        "def main():\n    from cdictk.startpath.hooks import late\n"
+    )
     (tree / "startpath/hooks/late.py").write_text("from cdictk.startpath.hooks.entry import main\n")
     assert cycles(imports(tree)) == [["cdictk.startpath.hooks.entry", "cdictk.startpath.hooks.late"]]
 

@@ -9,16 +9,16 @@ edit blocks is checked with the container-start rule: the same owners, and every
 own. A hook is a host program the runtime runs as root: whoever could change it, or a directory on its way,
 runs their code as root on every container start, so it is held to a stricter rule than a mount: root's only,
 no system account. One that fails stops the container with one line naming the spec, the field and the owner,
-and nothing has been applied. ``cdictk cdi
-validate`` and ``cdictk info`` report the same findings for every spec (:func:`spec_problems`), since
-a CDI-native engine applies specs without asking us.
+and nothing has been applied. ``cdictk cdi validate`` and ``cdictk info`` report the same findings for
+every spec (:func:`cdictk.cdi.validate.spec_problems`), since a CDI-native engine applies specs without
+asking us.
 
 Standard library only: the shim runs it on every container start.
 """
 
 from __future__ import annotations
 
-from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.hostpaths import HostPathCheck
 
 TYPE_CHECKING = False  # typing imports re: keep both out of the container start
@@ -26,35 +26,18 @@ if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Sequence
     from typing import Any
 
-    from cdictk.cdi.model import Spec
     from cdictk.startpath.specs.apply import EditsSource
 
 
 def check_host_paths(sources: Sequence[EditsSource]) -> None:
     """Raise CdictkError for the first mount source, device node or hook of ``sources`` that is not root's
     alone; ``sources`` are the edit blocks in the spec's JSON shape, as apply_edits takes them."""
-    for source, field, hook, problem in _problems((source, source.edits) for source in sources):
+    for source, field, hook, problem in edit_problems((source, source.edits) for source in sources):
         refusal = "refusing to run it as root" if hook else "refusing to give it to a container"
         raise CdictkError(source.file, f"{source.field}.{field}", f"{problem}: {refusal}")
 
 
-def spec_problems(spec: Spec, file: str) -> list[Problem]:
-    """The same check over every edit block of ``spec`` (model objects), each finding a Problem."""
-    from cdictk.cdi.dump import to_data  # noqa: PLC0415 - validate and info only
-
-    blocks = [("containerEdits", spec.container_edits)]
-    blocks += [
-        (f"devices[{i}].containerEdits", device.container_edits) for i, device in enumerate(spec.devices)
-    ]
-    problems = []
-    for where, field, hook, problem in _problems((where, to_data(edits)) for where, edits in blocks):
-        done = "run it" if hook else "mount it"
-        reason = f"{problem}: cdictk refuses it at container start; other runtimes {done} as root"
-        problems.append(Problem(file, f"{where}.{field}", reason))
-    return problems
-
-
-def _problems(blocks: Iterable[tuple[Any, dict[str, Any]]]) -> Iterator[tuple[Any, str, bool, str]]:
+def edit_problems(blocks: Iterable[tuple[Any, dict[str, Any]]]) -> Iterator[tuple[Any, str, bool, str]]:
     """(the block's key, field, whether it is a hook, problem) of each host path of the (key, edits)
     ``blocks`` that does not pass: mounts and device nodes by the container-start rule, hook programs
     by the stricter one; one check of each for all the blocks, so shared entries are looked at once."""

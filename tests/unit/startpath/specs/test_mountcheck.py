@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from cdictk.cdi.decode import decode_spec
+from cdictk.cdi.validate import spec_problems
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.apply import EditsSource
-from cdictk.startpath.specs.mountcheck import check_host_paths, spec_problems
+from cdictk.startpath.specs.mountcheck import check_host_paths
 from tests.owners import OTHER
 
 pytestmark = pytest.mark.root
