@@ -25,6 +25,7 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cdictk.elflinks import read_links
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.closure import Closure, ClosureError, closure
 from cdictk.noderuntime.contents import ContentsError, Copy, distributions, package_files, stdlib_files
@@ -39,7 +40,7 @@ from cdictk.startpath.helpers.bundlepaths import (
     PYTHON,
     SELFTEST,
 )
-from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64, read_links
+from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
 
 # glibc's libraries besides those the interpreter links: a driver library NVML or CUDA loads into a
 # cdictk process needs them, and must find the runtime's own, never the node's (another glibc).

@@ -1,6 +1,6 @@
 """The shared libraries a set of ELF files needs, found as the image's own loader finds them.
 
-Each object's ``DT_NEEDED`` names (:func:`cdictk.startpath.helpers.elfdso.read_links`) are looked up as
+Each object's ``DT_NEEDED`` names (:func:`cdictk.elflinks.read_links`) are looked up as
 glibc's loader looks them up with no ``LD_LIBRARY_PATH``: the object's own run path (``$ORIGIN``-relative
 entries only: a wheel's vendored ``.libs`` directory, carried with it), the image's ``ld.so.cache``
 (:func:`cdictk.node.ldcachereader.read_ld_cache`; never a ``glibc-hwcaps`` entry, which is built for
@@ -17,8 +17,9 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from cdictk.elflinks import Links, read_links
 from cdictk.node.ldcachereader import FLAG_ARCH_MASK, LdCacheError, read_ld_cache
-from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64, Links, read_links
+from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
 from cdictk.startpath.helpers.roots import join, resolve
 
 # The loader's default directories after the cache, per architecture: the multiarch pair Debian and

@@ -38,7 +38,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.startpath.helpers.elfdso import read_soname
+from cdictk.elflinks import read_soname
 from cdictk.startpath.helpers.rootfs import Rootfs
 from cdictk.startpath.hooks.cudacompat import enable_cuda_compat
 from cdictk.startpath.hooks.ldcache import update_ldcache

@@ -39,6 +39,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.yamlscalar",
             "cdictk.sorting",
             "cdictk.trustscan",
+            "cdictk.elflinks",
         ),
         ("startpath",),
     ),

@@ -5,23 +5,22 @@ the program headers, the dynamic entries and one string, never the whole file (a
 A file may be anything (the hooks read the image's libraries), and this must never read past it,
 allocate much or loop. Little-endian ELF only (``EI_DATA`` is ``ELFDATA2LSB``), the byte order of every
 platform NVIDIA's driver runs on, read as such whatever this host's own order: a big-endian file is
-not a library of that driver, and ``read_dso`` and ``read_soname`` answer None for it.
+not a library of that driver, and ``read_dso`` answers None for it.
 
-- :func:`read_soname`: the SONAME of a library, any machine (the generator, for the driver's links);
 - :func:`read_dso`: what glibc's ``process_file`` keeps: an ELF ``ET_DYN`` of a machine this host's
   ldconfig knows, with the flags it would store (``FLAG_ELF_LIBC6`` and the architecture's bits) and,
   on request, the ``NT_GNU_ABI_TAG`` kernel version that ldconfig 2.35 and older store; None for
   anything ldconfig would skip (the ld cache the hook writes);
 - :func:`glibc_minor`: the newest ``GLIBC_2.N`` symbol version a libc defines (the image's glibc
   release, for the hook's ld cache);
-- :func:`read_links`: what the dynamic loader needs to load a program or library (``DT_NEEDED``, its
-  run paths, ``PT_INTERP``, the machine), for the node runtime's closure of shared libraries.
+- the reading itself (:func:`elf_header`, :func:`segments_of`, :func:`dynamic_entries`...), which
+  :mod:`cdictk.elflinks` shares for what only the generator and the node runtime ask (a SONAME, what
+  the dynamic loader needs).
 """
 
 from __future__ import annotations
 
 import os
-import stat
 import struct
 
 FLAG_ELF = 0x0001
@@ -35,23 +34,21 @@ FLAG_RISCV_FLOAT_ABI_SOFT = 0x0F00
 FLAG_RISCV_FLOAT_ABI_DOUBLE = 0x1000
 _ELFCLASS32, _ELFCLASS64 = 1, 2
 _ELFDATA2LSB = 1
-_ET_DYN = 3
+ET_DYN = 3
 _EM_386, _EM_X86_64, _EM_AARCH64 = 3, 62, 183
 _EM_PPC64, _EM_RISCV = 21, 243
 # RISC-V's e_flags: ldconfig keeps a library of the soft or double float ABI that sets no flag but RVC.
 _EF_RISCV_RVC, _EF_RISCV_FLOAT_ABI = 0x0001, 0x0006
 _RISCV_FLOAT_ABIS = {0x0000: FLAG_RISCV_FLOAT_ABI_SOFT, 0x0004: FLAG_RISCV_FLOAT_ABI_DOUBLE}
-_PT_LOAD, _PT_DYNAMIC, _PT_INTERP, _PT_NOTE = 1, 2, 3, 4
-_DT_NULL, _DT_NEEDED, _DT_STRTAB, _DT_STRSZ, _DT_SONAME = 0, 1, 5, 10, 14
-_DT_RPATH, _DT_RUNPATH = 15, 29
-_ET_EXEC = 2
-_MAX_NEEDED = 256
+_PT_LOAD, _PT_DYNAMIC, PT_INTERP, _PT_NOTE = 1, 2, 3, 4
+_DT_NULL, DT_NEEDED, DT_STRTAB, _DT_STRSZ, _DT_SONAME = 0, 1, 5, 10, 14
+DT_RPATH, DT_RUNPATH = 15, 29
 _DT_VERDEF, _DT_VERDEFNUM = 0x6FFFFFFC, 0x6FFFFFFD
 _VERDEF = struct.Struct("<HHHHIII")  # version, flags, ndx, cnt, hash, aux, next: the same in both classes
 _MAX_VERDEFS = 512
 _MAX_DYNSTR = 1 << 20  # a libc's .dynstr is about 25 KiB
 _MAX_NOTES = 64 << 10  # a note segment: a real library's hold a few dozen bytes
-_MIN_SIZE = 64  # ldconfig skips files smaller than an ELF64 header (and a.out's header)
+MIN_SIZE = 64  # ldconfig skips files smaller than an ELF64 header (and a.out's header)
 _HEAD = 1024  # read first: the ELF header, and mostly the program headers and notes after it
 _MAX_PHDRS = 512
 _MAX_DYNAMIC = 64 << 10
@@ -61,7 +58,7 @@ _LIBC6_NEEDED = (b"libc.so.6", b"libm.so.6")
 _PHDR64 = struct.Struct("<IIQQQQQQ")
 _PHDR32 = struct.Struct("<IIIIIIII")
 _LIBC6_INTERPRETERS = (b"/lib/ld-linux.so.2", b"/libx32/ld-linux-x32.so.2", b"/lib64/ld-linux-x86-64.so.2")
-_Segment = tuple[int, int, int, int, int]
+Segment = tuple[int, int, int, int, int]
 
 
 class Dso:
@@ -77,99 +74,24 @@ class Dso:
         )
 
 
-class Links:
-    """What the dynamic loader reads to load an ELF program or shared object: its ``DT_NEEDED`` names in
-    order, its ``DT_RUNPATH`` and ``DT_RPATH`` (each a ``:``-separated list, ``$ORIGIN`` unexpanded),
-    its ``PT_INTERP`` (programs), and ``arch``: the architecture bits of ldconfig's flags for its
-    machine and class (:data:`FLAG_X8664_LIB64`...), None for a machine ldconfig does not know."""
-
-    __slots__ = ("arch", "interpreter", "needed", "rpath", "runpath")
-
-    def __init__(
-        self,
-        arch: int | None,
-        needed: tuple[bytes, ...],
-        runpath: bytes | None,
-        rpath: bytes | None,
-        interpreter: bytes | None,
-    ) -> None:
-        self.arch = arch
-        self.needed = needed
-        self.runpath = runpath
-        self.rpath = rpath
-        self.interpreter = interpreter
-
-
-def read_links(path: str, max_size: int = 1 << 30) -> Links | None:
-    """:class:`Links` of the little-endian ELF program or shared object at ``path`` (a regular file of
-    at most ``max_size`` bytes); None for anything else, or one whose headers do not fit the file."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or not _MIN_SIZE <= info.st_size <= max_size:
-            return None
-        return _links(fd, info.st_size)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-
-
-def _links(fd: int, size: int) -> Links | None:
-    header = _header(fd)
-    if header is None:
-        return None
-    is64, e_type, machine, e_flags, headers = header
-    if e_type not in (_ET_DYN, _ET_EXEC):
-        return None
-    segments = _segments(fd, size, is64, headers)
-    if segments is None:
-        return None
-    interpreter = next(
-        (_string(fd, offset) for kind, offset, _, _, _ in segments if kind == _PT_INTERP and offset < size),
-        None,
-    )
-    arch = _arch_flags(machine, is64, e_flags)
-    dynamic = _dynamic_entries(fd, size, is64, segments)
-    if dynamic is None:  # a static program: nothing to load
-        return Links(arch, (), None, None, interpreter)
-    tags, values = dynamic
-    if _DT_STRTAB not in tags:
-        return None
-    strtab = _file_offset(segments, values[tags.index(_DT_STRTAB)])
-
-    def string(value: int) -> bytes | None:
-        return _string(fd, strtab + value) if 0 <= strtab + value < size else None
-
-    needed = [string(value) for tag, value in zip(tags, values, strict=True) if tag == _DT_NEEDED]
-    if len(needed) > _MAX_NEEDED or None in needed:
-        return None
-    runpath = string(values[tags.index(_DT_RUNPATH)]) if _DT_RUNPATH in tags else None
-    rpath = string(values[tags.index(_DT_RPATH)]) if _DT_RPATH in tags else None
-    return Links(arch, tuple(name for name in needed if name is not None), runpath, rpath, interpreter)
-
-
 def read_dso(fd: int, size: int, *, abi_tag: bool = False) -> Dso | None:
     """The shared object's flags and SONAME, or None when ldconfig would not cache it; with ``abi_tag``,
     its ABI note's kernel version as ldconfig 2.35 and older read it (0 without one)."""
-    if size < _MIN_SIZE:
+    if size < MIN_SIZE:
         return None
-    header = _header(fd)
+    header = elf_header(fd)
     if header is None:
         return None
     is64, e_type, machine, e_flags, headers = header
-    if e_type != _ET_DYN:
+    if e_type != ET_DYN:
         return None
-    arch = _arch_flags(machine, is64, e_flags)
+    arch = arch_flags(machine, is64, e_flags)
     if arch is None:
         return None
-    segments = _segments(fd, size, is64, headers)
+    segments = segments_of(fd, size, is64, headers)
     if segments is None:
         return None
-    found = _dynamic(fd, size, is64, segments, classify=not arch)
+    found = dynamic_names(fd, size, is64, segments, classify=not arch)
     if found is None:
         return None
     soname, needs_libc, interpreter = found
@@ -183,20 +105,20 @@ def read_dso(fd: int, size: int, *, abi_tag: bool = False) -> Dso | None:
 def glibc_minor(fd: int, size: int) -> int | None:
     """N of the newest ``GLIBC_2.N`` version the shared object defines (a libc's own release, or the
     last one that added a symbol); None for a file that defines none or cannot be read."""
-    header = _header(fd) if size >= _MIN_SIZE else None
+    header = elf_header(fd) if size >= MIN_SIZE else None
     if header is None:
         return None
     is64, _, _, _, headers = header
-    segments = _segments(fd, size, is64, headers)
-    dynamic = None if segments is None else _dynamic_entries(fd, size, is64, segments)
+    segments = segments_of(fd, size, is64, headers)
+    dynamic = None if segments is None else dynamic_entries(fd, size, is64, segments)
     if segments is None or dynamic is None:
         return None
     entries = dict(zip(*dynamic, strict=True))
-    strtab, verdef = entries.get(_DT_STRTAB), entries.get(_DT_VERDEF)
+    strtab, verdef = entries.get(DT_STRTAB), entries.get(_DT_VERDEF)
     if strtab is None or verdef is None:
         return None
-    strings_at = _file_offset(segments, strtab)
-    at = _file_offset(segments, verdef)
+    strings_at = file_offset(segments, strtab)
+    at = file_offset(segments, verdef)
     if not 0 <= strings_at < size or not 0 <= at < size:
         return None
     strings = os.pread(fd, min(entries.get(_DT_STRSZ, 0), _MAX_DYNSTR), strings_at)
@@ -223,31 +145,7 @@ def glibc_minor(fd: int, size: int) -> int | None:
     return best
 
 
-def read_soname(path: str, max_size: int = 1 << 30) -> str | None:
-    """The SONAME of the ELF shared object at ``path`` (a file of at most ``max_size`` bytes); None when
-    it has none or is not a readable little-endian ELF file, or the name is not UTF-8."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or not _MIN_SIZE <= info.st_size <= max_size:
-            return None
-        header = _header(fd)
-        if header is None:
-            return None
-        is64, _, _, _, headers = header
-        segments = _segments(fd, info.st_size, is64, headers)
-        found = None if segments is None else _dynamic(fd, info.st_size, is64, segments, classify=False)
-        return None if found is None or found[0] is None else found[0].decode()
-    except (OSError, ValueError):  # UnicodeDecodeError among them
-        return None
-    finally:
-        os.close(fd)
-
-
-def _header(fd: int) -> tuple[bool, int, int, int, tuple[int, int, int, bytes]] | None:
+def elf_header(fd: int) -> tuple[bool, int, int, int, tuple[int, int, int, bytes]] | None:
     """(64-bit, e_type, e_machine, e_flags, (phoff, phentsize, phnum, the file's first bytes)) of a
     little-endian ELF file, or None. The first bytes usually hold the program headers and the notes
     too: one read."""
@@ -270,7 +168,7 @@ def _pread(fd: int, length: int, offset: int, head: bytes) -> bytes:
     return os.pread(fd, length, offset)
 
 
-def _arch_flags(machine: int, is64: bool, e_flags: int) -> int | None:
+def arch_flags(machine: int, is64: bool, e_flags: int) -> int | None:
     """The flags' architecture bits (0: a plain 32-bit libc6/ELF library); None for a foreign machine
     or one ldconfig skips (a RISC-V float ABI other than soft or double, an unknown RISC-V flag)."""
     if machine == _EM_X86_64:
@@ -287,7 +185,7 @@ def _arch_flags(machine: int, is64: bool, e_flags: int) -> int | None:
     return None
 
 
-def _segments(fd: int, size: int, is64: bool, headers: tuple[int, int, int, bytes]) -> list[_Segment] | None:
+def segments_of(fd: int, size: int, is64: bool, headers: tuple[int, int, int, bytes]) -> list[Segment] | None:
     """(type, offset, vaddr, filesz, align) of each program header (their offset, entry size and count);
     None when the table does not fit in the file."""
     phoff, phentsize, phnum, head = headers
@@ -305,7 +203,7 @@ def _segments(fd: int, size: int, is64: bool, headers: tuple[int, int, int, byte
     return [(r[0], r[1], r[2], r[4], r[7]) for r in rows]
 
 
-def _file_offset(segments: list[_Segment], address: int) -> int:
+def file_offset(segments: list[Segment], address: int) -> int:
     """Where the loadable segment that maps ``address`` puts it in the file (the address itself if
     none does)."""
     base = next(
@@ -319,8 +217,8 @@ def _file_offset(segments: list[_Segment], address: int) -> int:
     return address - base
 
 
-def _dynamic_entries(
-    fd: int, size: int, is64: bool, segments: list[_Segment]
+def dynamic_entries(
+    fd: int, size: int, is64: bool, segments: list[Segment]
 ) -> tuple[list[int], list[int]] | None:
     """The dynamic segment's tags and values, up to DT_NULL; None without one."""
     dynamic = next(((offset, filesz) for kind, offset, _, filesz, _ in segments if kind == _PT_DYNAMIC), None)
@@ -337,40 +235,40 @@ def _dynamic_entries(
     return tags, values
 
 
-def _dynamic(
-    fd: int, size: int, is64: bool, segments: list[_Segment], *, classify: bool
+def dynamic_names(
+    fd: int, size: int, is64: bool, segments: list[Segment], *, classify: bool
 ) -> tuple[bytes | None, bool, bytes | None] | None:
     """(SONAME, needs libc or libm, interpreter) from the dynamic segment; the last two only when
     ``classify`` (a 32-bit library's type depends on them, a 64-bit one's never)."""
-    dynamic = _dynamic_entries(fd, size, is64, segments)
+    dynamic = dynamic_entries(fd, size, is64, segments)
     if dynamic is None:
         return None
     tags, values = dynamic
-    if _DT_STRTAB not in tags:
+    if DT_STRTAB not in tags:
         return None
     # DT_STRTAB is an address: the loadable segment that maps it gives its place in the file.
-    strtab = _file_offset(segments, values[tags.index(_DT_STRTAB)])
+    strtab = file_offset(segments, values[tags.index(DT_STRTAB)])
     soname = None
     if _DT_SONAME in tags:
         at = strtab + values[tags.index(_DT_SONAME)]
         if not 0 <= at < size:
             return None
-        soname = _string(fd, at)
+        soname = string_at(fd, at)
     if not classify:
         return soname, False, None
     needs_libc = False
     for tag, value in zip(tags, values, strict=False):
         at = strtab + value
-        if tag == _DT_NEEDED and 0 <= at < size and _string(fd, at) in _LIBC6_NEEDED:
+        if tag == DT_NEEDED and 0 <= at < size and string_at(fd, at) in _LIBC6_NEEDED:
             needs_libc = True
     interpreter = next(
-        (_string(fd, offset) for kind, offset, _, _, _ in segments if kind == _PT_INTERP and offset < size),
+        (string_at(fd, offset) for kind, offset, _, _, _ in segments if kind == PT_INTERP and offset < size),
         None,
     )
     return soname, needs_libc, interpreter
 
 
-def _abi_tag(fd: int, size: int, is64: bool, segments: list[_Segment], head: bytes) -> int:
+def _abi_tag(fd: int, size: int, is64: bool, segments: list[Segment], head: bytes) -> int:
     """glibc 2.35's ``process_elf_file`` on PT_NOTE segments: the first ``NT_GNU_ABI_TAG`` note (owner
     "GNU", 16 bytes) of a segment of at least 32 bytes aligned to 4 or 8, as OS << 24 | major << 16 |
     minor << 8 | patch; a segment whose note gives 0 lets the next one try. 0 without one."""
@@ -398,7 +296,7 @@ def _abi_tag(fd: int, size: int, is64: bool, segments: list[_Segment], head: byt
     return 0
 
 
-def _string(fd: int, offset: int) -> bytes:
+def string_at(fd: int, offset: int) -> bytes:
     raw = os.pread(fd, _MAX_NAME, offset)
     end = raw.find(b"\0")
     return raw if end < 0 else raw[:end]

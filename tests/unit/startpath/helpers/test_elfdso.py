@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.startpath.helpers.elfdso import FLAG_X8664_LIB64, glibc_minor, read_dso, read_links, read_soname
+from cdictk.elflinks import read_links, read_soname
+from cdictk.startpath.helpers.elfdso import FLAG_X8664_LIB64, glibc_minor, read_dso
 
 HOST_LIBS = Path("/usr/lib/x86_64-linux-gnu")
 
