@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cdictk.bundlelayout import ENTRIES
 from cdictk.noderuntime.manifest import read, render, runtime_id, scan
-from cdictk.startpath.helpers.bundlepaths import ENTRIES
 
 
 def fake_runtime(path: Path, mark: str = "v1", *, fails: bool = False) -> Path:

@@ -19,8 +19,8 @@ def default_runtime(*, install: bool) -> tuple[str, str]:
     which: run from an installed node runtime, its stable ``PREFIX/bin/cdictk-runtime``; else the shell
     front in the launchers' directory, installed there first when it is missing (``install`` false:
     only checked, for --dry-run); the console script when it cannot be."""
+    from cdictk.bundlelayout import SHIM, stable_program  # noqa: PLC0415
     from cdictk.runtime import launchers  # noqa: PLC0415
-    from cdictk.startpath.helpers.bundlepaths import SHIM, stable_program  # noqa: PLC0415
 
     stable = stable_program(SHIM)
     if stable is not None:  # not this version's own launcher, which a later version removes

@@ -23,11 +23,12 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
+from cdictk.bundlelayout import CURRENT, VERSIONS
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import Spec
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.configure.restart import socket_owner
-from cdictk.startpath.helpers.bundlepaths import BIN, CURRENT, HOOK, VERSIONS
+from cdictk.startpath.helpers.bundlepaths import BIN, HOOK
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.roots import join, resolve
 

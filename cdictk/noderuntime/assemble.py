@@ -25,21 +25,13 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from cdictk.bundlelayout import ENTRIES, LIB, SELFTEST
 from cdictk.elflinks import read_links
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.closure import Closure, ClosureError, closure
 from cdictk.noderuntime.contents import ContentsError, Copy, distributions, package_files, stdlib_files
 from cdictk.noderuntime.launcher import LauncherError, check_launcher
-from cdictk.startpath.helpers.bundlepaths import (
-    BIN,
-    ENTRIES,
-    LDCONFIG,
-    LIB,
-    LIBEXEC,
-    MANIFEST,
-    PYTHON,
-    SELFTEST,
-)
+from cdictk.startpath.helpers.bundlepaths import BIN, LDCONFIG, LIBEXEC, MANIFEST, PYTHON
 from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
 
 # glibc's libraries besides those the interpreter links: a driver library NVML or CUDA loads into a

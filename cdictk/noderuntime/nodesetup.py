@@ -36,6 +36,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from cdictk.bundlelayout import CURRENT, DEFAULT_PREFIX, SHIM
 from cdictk.configure.change import Request
 from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES
@@ -43,7 +44,7 @@ from cdictk.configure.restart import restart
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.install import InstallError, Target, check_target, install, replace_link, uninstall
 from cdictk.noderuntime.setuprecord import Record, Registered, load, save, sha256
-from cdictk.startpath.helpers.bundlepaths import BIN, CURRENT, DEFAULT_PREFIX, HOOK, SHIM
+from cdictk.startpath.helpers.bundlepaths import BIN, HOOK
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.fsutil import atomic_write, read_capped, writable_directory
 

@@ -21,8 +21,9 @@ import sys
 from dataclasses import dataclass
 
 import cdictk.startpath.hooks
+from cdictk.bundlelayout import stable_hook
 from cdictk.cdi.model import Hook
-from cdictk.startpath.helpers.bundlepaths import HOOK, stable_hook
+from cdictk.startpath.helpers.bundlepaths import HOOK
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.hooks.steps import BATCHED, BY_NAME
 

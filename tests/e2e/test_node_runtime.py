@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
+from cdictk.bundlelayout import ENTRIES
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.install import Target, install
-from cdictk.startpath.helpers.bundlepaths import ENTRIES
 from tests.conftest import require_node_tools
 from tests.e2e.conftest import (
     DEBIAN_ROOTFS,

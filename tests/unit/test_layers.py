@@ -40,6 +40,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.sorting",
             "cdictk.trustscan",
             "cdictk.elflinks",
+            "cdictk.bundlelayout",
         ),
         ("startpath",),
     ),

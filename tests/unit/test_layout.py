@@ -42,6 +42,7 @@ CONCERNS = {
 COVERED_BY = {
     "__main__.py": "cli/test_cdi.py",  # python -m cdictk
     "startpath/hooks/__main__.py": "startpath/hooks/test_entry.py",  # the path generated hooks run
+    "bundlelayout.py": "startpath/helpers/test_bundlepaths.py",  # the layout's other half
     "elflinks.py": "startpath/helpers/test_elfdso.py",  # held against readelf with the ELF reader
     "cli/config.py": "startpath/shim/test_settings.py",  # cdictk config default
     "startpath/console.py": "startpath/hooks/test_entry.py",  # the console script's fast path to the hooks

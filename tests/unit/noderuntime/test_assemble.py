@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.bundlelayout import ENTRIES
 from cdictk.noderuntime import assemble, manifest
 from cdictk.noderuntime.assemble import COMPILE, ENTRY, BuildError, build
 from cdictk.noderuntime.closure import Closure
-from cdictk.startpath.helpers.bundlepaths import ENTRIES
 
 
 def test_each_entry_script_runs_its_modules_main_with_the_runtimes_packages(tmp_path: Path) -> None:

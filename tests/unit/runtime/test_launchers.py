@@ -195,9 +195,7 @@ def test_configure_run_from_the_node_runtime_registers_its_stable_front(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Not the version's own launcher, which a later version removes: PREFIX/bin/cdictk-runtime."""
-    monkeypatch.setattr(
-        "cdictk.startpath.helpers.bundlepaths.stable_program", lambda name: f"/opt/cdictk/bin/{name}"
-    )
+    monkeypatch.setattr("cdictk.bundlelayout.stable_program", lambda name: f"/opt/cdictk/bin/{name}")
     path, line = default_runtime(install=True)
     assert (path, line) == (
         "/opt/cdictk/bin/cdictk-runtime",

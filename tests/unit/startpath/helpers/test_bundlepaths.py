@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.startpath.helpers.bundlepaths import (
-    bundled_ldconfig,
-    installed_prefix,
-    running_bundle,
-    stable_hook,
-    stable_program,
-)
+from cdictk.bundlelayout import installed_prefix, stable_hook, stable_program
+from cdictk.startpath.helpers.bundlepaths import bundled_ldconfig, running_bundle
 
 
 def version_tree(root: Path, *, ldconfig: bool = True) -> Path:
