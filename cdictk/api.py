@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from cdictk.cdi.annotate import update_annotations
 from cdictk.cdi.load import InvalidSpecError
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdictk.cdi.rules import check_spec
@@ -98,7 +99,7 @@ def check_kind(kind: str, *, spec_limits: bool = False) -> str:
 def annotations_for(plugin: str, device_id: str, names: Iterable[str]) -> dict[str, str]:
     """The ``cdi.k8s.io/<plugin>_<device id>`` annotation naming ``names``, as a one-entry dict."""
     try:
-        return _annotations.update_annotations(None, plugin, device_id, names)
+        return update_annotations(None, plugin, device_id, names)
     except ValueError as exc:
         raise InvalidNameError(str(exc)) from exc
 
