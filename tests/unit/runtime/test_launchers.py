@@ -561,9 +561,13 @@ def open_directory(path: Path) -> None:
             lambda venv: (package(venv) / "startpath" / "shim" / "precreate.py").chmod(0o666),
             "writable by group or others (mode 0666)",
         ),
-        (lambda venv: os.chown(package(venv) / "cdi", OTHER, OTHER), f"owned by uid {OTHER}, not root"),
+        # folders a start reads (cdictk/cdi is no longer one: nothing there runs on a start)
         (
-            lambda venv: open_directory(package(venv) / "cdi" / "__pycache__"),
+            lambda venv: os.chown(package(venv) / "startpath" / "specs", OTHER, OTHER),
+            f"owned by uid {OTHER}, not root",
+        ),
+        (
+            lambda venv: open_directory(package(venv) / "startpath" / "specs" / "__pycache__"),
             "writable by group or others (mode 0777)",
         ),
         (lambda venv: (venv / "pyvenv.cfg").chmod(0o646), "writable by group or others (mode 0646)"),
