@@ -7,7 +7,7 @@ minor, mode, group), the links its hooks make, its hook steps, mounts, env and e
 the common edits the device nodes, mounts, links, ld cache folders, env and hook steps. cdictk's
 batched hook is taken apart into NVIDIA's steps (--link/--device-link: create-symlinks,
 --host-driver-version: enable-cuda-compat, --folder: update-ldcache, and so on, from
-cdictk.hooks.steps). Prints, per preset, what NVIDIA has that cdictk lacks and the reverse, and a
+cdictk.startpath.hooks.steps). Prints, per preset, what NVIDIA has that cdictk lacks and the reverse, and a
 one-line summary. With --tree, also with --driver-root at the driver's own tree where that differs.
 
 It is a report, not a test: it exits 0 whatever it finds (2 without --nvidia-ctk). nvidia-ctk has no
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import cdictk as cdictk_package
-from cdictk.hooks.steps import BATCHED
+from cdictk.startpath.hooks.steps import BATCHED
 from realnode.speccompare import CATEGORIES, reduce_edits
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 

@@ -6,7 +6,8 @@ that a slow spell of this machine hits every row alike, N times each:
 - ``runc run`` (and ``crun run``) of ``true`` with the spec's createContainer hooks, and with the same
   config less its hooks: the difference is what the hooks add to a container start (aim: 25 ms);
 - the batch hook alone, fed the OCI state on stdin, outside any container;
-- ``<python> -I -S <site>/cdictk/hooks/__main__.py noop`` against ``<python> -I -S -c pass``: the entry
+- ``<python> -I -S <site>/cdictk/startpath/hooks/__main__.py noop`` against ``<python> -I -S -c pass``: the
+entry
   point's imports over a bare interpreter start (aim: 10 ms);
 - with ``--nvidia-cdi-hook PATH`` (NVIDIA's hook program, built ad hoc from its source), the same node's
   spec generated with ``--hook-path PATH`` (NVIDIA's hooks, one process per step) in a bundle on an
@@ -191,7 +192,7 @@ def main() -> int:
                 timed(h["args"], state) for h in hooks
             )
             commands["python -I -S -c pass"] = lambda: timed([python, "-I", "-S", "-c", "pass"])
-            commands[f"python -I -S hooks/__main__.py {noop}"] = lambda: timed(
+            commands[f"python -I -S startpath/hooks/__main__.py {noop}"] = lambda: timed(
                 [python, "-I", "-S", entry, noop]
             )
 
@@ -223,9 +224,9 @@ def main() -> int:
             met = "met" if ratio <= RATIO_AIM else "missed"
             print(f"{name}: NVIDIA's hooks add {theirs:+.1f} ms; cdictk/NVIDIA {ratio:.2f} ", end="")
             print(f"(aim <= {RATIO_AIM}: {met})")
-    imports = statistics.median(times[f"python -I -S hooks/__main__.py {noop}"]) - statistics.median(
-        times["python -I -S -c pass"]
-    )
+    imports = statistics.median(
+        times[f"python -I -S startpath/hooks/__main__.py {noop}"]
+    ) - statistics.median(times["python -I -S -c pass"])
     print(f"hook entry point over a bare interpreter: {verdict(imports, IMPORT_AIM_MS)}")
     for note in notes:
         print(f"left out: {note}")

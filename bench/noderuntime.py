@@ -11,7 +11,7 @@ and nvidia.com/gpu=0 injected into a bundle on an overlay of the Debian minbase 
 round-robin, N times each, outside any container with the OCI state on stdin:
 - the batch hook through the runtime (its launcher, its loader, its interpreter);
 - the same hook, same arguments, under the system Python (``/usr/bin/python3 -I -S
-  cdictk/hooks/__main__.py``, this clone's cdictk: Debian's own build of the same CPython);
+  cdictk/startpath/hooks/__main__.py``, this clone's cdictk: Debian's own build of the same CPython);
 - each interpreter's bare start (``-I -S -c pass``), which tells the launcher's cost from the rest.
 The ratio of the two hooks' medians is the row's answer (aim: within 10%, 1.10). Needs root.
 Usage: python -m bench.noderuntime [--rounds N] [--runtime DIR]   (repository root, in the venv)

@@ -1,5 +1,5 @@
 import sys
 
-from cdictk.cli.console import main
+from cdictk.startpath.console import main
 
 sys.exit(main())

@@ -17,18 +17,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from cdictk.cdi import annotations as _annotations
-from cdictk.cdi import names as _names
-from cdictk.cdi.cache import ClosedError, SpecDirs, UnresolvedDevicesError
+from cdictk.cdi.annotate import update_annotations
 from cdictk.cdi.load import InvalidSpecError
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
-from cdictk.cdi.names import QualifiedName
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.transient import SpecDirError, SpecExistsError, TransientSpecs, transient_spec_name
 from cdictk.cdi.version import minimum_version
-from cdictk.errors import CdictkError, Problem
 from cdictk.node.facts import DiscoveryError
 from cdictk.nvcdi.claims import NodeSpecs, UnknownDeviceError
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.specs import annotations as _annotations
+from cdictk.startpath.specs import names as _names
+from cdictk.startpath.specs.cache import ClosedError, SpecDirs, UnresolvedDevicesError
+from cdictk.startpath.specs.names import QualifiedName
 
 __all__ = [
     "CdictkError",
@@ -98,7 +99,7 @@ def check_kind(kind: str, *, spec_limits: bool = False) -> str:
 def annotations_for(plugin: str, device_id: str, names: Iterable[str]) -> dict[str, str]:
     """The ``cdi.k8s.io/<plugin>_<device id>`` annotation naming ``names``, as a one-entry dict."""
     try:
-        return _annotations.update_annotations(None, plugin, device_id, names)
+        return update_annotations(None, plugin, device_id, names)
     except ValueError as exc:
         raise InvalidNameError(str(exc)) from exc
 

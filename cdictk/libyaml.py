@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 if TYPE_CHECKING:
     import yaml

@@ -7,15 +7,15 @@ deeper than :data:`MAX_DEPTH` (never a RecursionError). Plain scalars are typed 
 Go's YAML readers type them (the CDI reference library's, NVIDIA's device plugin's). Of several
 documents only the first is read, and nothing after it is even parsed, as Go's readers do. Errors are
 one :class:`CdictkError` naming the file, the field path and the line. Sizes are capped where the bytes
-are read (:func:`cdictk.fsutil.read_capped`), before any parsing.
+are read (:func:`cdictk.startpath.helpers.fsutil.read_capped`), before any parsing.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from cdictk.errors import CdictkError
 from cdictk.libyaml import safe_loader
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.yamlscalar import go_text, resolve_plain
 
 MAX_DEPTH = 64

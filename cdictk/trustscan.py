@@ -1,7 +1,7 @@
 """The thorough trust checks, made off the container start path: a whole package tree, and repairs.
 
 ``cdictk runtime install-launchers`` walks the package it will run as root; ``cdictk info`` prints the
-commands that would make an untrusted spec root's. The rules are :mod:`cdictk.trust`'s; this module
+commands that would make an untrusted spec root's. The rules are :mod:`cdictk.startpath.trust`'s; this module
 is kept out of it because a launcher carries that module's code in its text on every start. Standard
 library only.
 """
@@ -12,15 +12,23 @@ import os
 import stat
 from typing import TYPE_CHECKING
 
-from cdictk.trust import WRITABLE, Walk, absolute, owners_of_trust, path_problem, paths_problem, stat_problem
+from cdictk.startpath.trust import (
+    WRITABLE,
+    Walk,
+    absolute,
+    owners_of_trust,
+    path_problem,
+    paths_problem,
+    stat_problem,
+)
 
 if TYPE_CHECKING:  # a type alias that trust.py defines only for type checkers
-    from cdictk.trust import Seen
+    from cdictk.startpath.trust import Seen
 
 
 def first_problem(paths: list[str], trees: list[str], *, owners: frozenset[int] | None = None) -> str | None:
-    """The first of ``paths`` (:func:`cdictk.trust.path_problem`) and ``trees`` (:func:`tree_problem`)
-    with a problem; the paths first, then the trees."""
+    """The first of ``paths`` (:func:`cdictk.startpath.trust.path_problem`) and ``trees``
+    (:func:`tree_problem`) with a problem; the paths first, then the trees."""
     problem = paths_problem(paths, owners=owners)
     if problem is not None:
         return problem
@@ -34,7 +42,7 @@ def first_problem(paths: list[str], trees: list[str], *, owners: frozenset[int] 
 
 def repairs(path: str, *, owners: frozenset[int] | None = None) -> list[list[str]]:
     """The commands that would make ``path`` root's alone: ``chown`` or ``chmod`` of every entry at
-    fault on the way the kernel walks it (:class:`cdictk.trust.Walk`), from ``/`` down; a missing
+    fault on the way the kernel walks it (:class:`cdictk.startpath.trust.Walk`), from ``/`` down; a missing
     entry ends the way and has no repair."""
     walk = _Repairs(owners if owners is not None else owners_of_trust())
     walk.walk(absolute(path))

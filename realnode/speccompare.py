@@ -3,8 +3,8 @@
 The comparison reduces each spec to sets per category (devices; per device and for the common edits:
 device nodes, mounts, links, ld cache folders, env, hook steps, extra groups) and lists what only one
 side has. cdictk's one batched hook is taken apart into NVIDIA's steps by the option table of the
-installed cdictk (``cdictk.hooks.steps.BATCHED``), so that a link is a link whichever hook makes it. A
-mount only one side has is paired, where it can be, with the other side's mount of the same file (its
+installed cdictk (``cdictk.startpath.hooks.steps.BATCHED``), so that a link is a link whichever hook makes it.
+A mount only one side has is paired, where it can be, with the other side's mount of the same file (its
 host path resolved on the node: a link in /usr/share to the driver's tree is that file) or at the same
 container path, so that "NVIDIA mounts nvidia-smi at /usr/local/nvidia/bin, cdictk at /usr/bin" reads
 as one difference, not as two unrelated ones.
@@ -23,7 +23,7 @@ from realnode.recorder import Recorder, StepFailed
 CATEGORIES = ("nodes", "mounts", "links", "ldcache", "env", "hooks", "gids")
 LINK_OPTIONS = ("link", "device-link")
 STEP_TABLE = (
-    "import json; from cdictk.hooks.steps import BATCHED; "
+    "import json; from cdictk.startpath.hooks.steps import BATCHED; "
     "print(json.dumps({o: s.name for s in BATCHED for o in (*s.values, *s.lists, *s.flags)}))"
 )
 

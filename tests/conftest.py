@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 from tests.fakenode.node import FakeNode, Preset, build_node
 from tests.fakenode.platforms import PlatformNode, build_platform
 from tests.fakenode.tools import MissingTool, node_tools

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cdictk.bundlepaths import ENTRIES
+from cdictk.bundlelayout import ENTRIES
 from cdictk.noderuntime.manifest import read, render, runtime_id, scan
 
 

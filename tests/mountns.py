@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from cdictk import mountinfo, syscalls
+from cdictk.startpath.helpers import mountinfo, syscalls
 
 MS_SHARED = 1 << 20
 # Where other processes' mounts come and go: theirs, not the session's.

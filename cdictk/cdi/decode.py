@@ -15,7 +15,7 @@ import math
 from typing import Any, TypeVar
 
 from cdictk.cdi.model import MODEL_CLASSES, Kind, Spec, SpecField, spec_fields
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.yamlscalar import Timestamp, go_text
 
 _RANGES = {Kind.INT64: (-(1 << 63), (1 << 63) - 1), Kind.UINT32: (0, (1 << 32) - 1)}

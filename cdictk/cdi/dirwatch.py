@@ -1,15 +1,15 @@
 """Whether anything changed in a few directories since the last look: inotify, read without blocking.
 
-The library's view of the spec dirs (:class:`cdictk.cdi.cache.SpecDirs`) asks on every call, as the
-reference library's cache does, instead of running a thread: a change is seen by the first call after
+The library's view of the spec dirs (:class:`cdictk.startpath.specs.cache.SpecDirs`) asks on every call, as
+the reference library's cache does, instead of running a thread: a change is seen by the first call after
 it, and a view nobody calls costs nothing. Events
 are not told apart: any of them means "scan again", and the scan re-reads only the files whose status
 changed. A directory that is missing (or removed) is tried again on every look, and its appearance is a
 change. Where inotify cannot be had (no instance left, EMFILE), every look is a change: slower, never
 stale.
 
-inotify through ctypes (:mod:`cdictk.syscalls`), not a package: two calls, and ``os.read`` for the
-events, are all it takes, and cdictk's other Linux calls live there already.
+inotify through ctypes (:mod:`cdictk.startpath.helpers.syscalls`), not a package: two calls, and ``os.read``
+for the events, are all it takes, and cdictk's other Linux calls live there already.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from cdictk import syscalls
+from cdictk.startpath.helpers import syscalls
 
 _MASK = (
     syscalls.IN_MODIFY

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdictk import fsutil
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Spec
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
-from cdictk.cdi.specdirs import MAX_SPEC_BYTES
-from cdictk.errors import CdictkError, Problem
+from cdictk.startpath.helpers import fsutil
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES
 
 
 class InvalidSpecError(CdictkError):

@@ -1,7 +1,7 @@
 """Spec file bytes -> plain data, strictly.
 
-JSON goes through the standard library's parser (:mod:`cdictk.strictjson`), anything else through
-cdictk's strict YAML reader (:mod:`cdictk.strictyaml`: no duplicate keys, anchors, tags or deep
+JSON goes through the standard library's parser (:mod:`cdictk.startpath.helpers.strictjson`), anything else
+through cdictk's strict YAML reader (:mod:`cdictk.strictyaml`: no duplicate keys, anchors, tags or deep
 nesting; plain scalars typed as the Go library types them). ``cdictk cdi validate`` warns about YAML
 after the first document, which no reader of specs sees.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from cdictk import strictjson
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers import strictjson
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.strictyaml import parse_yaml
 
 

@@ -1,6 +1,6 @@
 """Spec directories -> the devices a runtime would see, as model objects: the slow builder.
 
-:class:`cdictk.cdi.cache.SpecDirs`, the one view of the spec dirs, is built from a registry; only
+:class:`cdictk.startpath.specs.cache.SpecDirs`, the one view of the spec dirs, is built from a registry; only
 what needs each file's whole spec (``cdictk info``) reads the registry itself.
 
 As in the reference library: directories in priority order (a later one wins), in each only ``*.json``
@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 
 from cdictk.cdi.load import InvalidSpecError, load_spec
 from cdictk.cdi.model import Device, Spec
-from cdictk.cdi.names import QualifiedName, split_kind
-from cdictk.cdi.specdirs import DEFAULT_SPEC_DIRS, spec_paths
-from cdictk.errors import CdictkError, Problem
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.specs.names import QualifiedName, split_kind
+from cdictk.startpath.specs.specdirs import DEFAULT_SPEC_DIRS, spec_paths
 
 
 @dataclass(frozen=True, slots=True, eq=False)

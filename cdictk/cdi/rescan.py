@@ -1,4 +1,4 @@
-"""What keeps a :class:`cdictk.cdi.cache.SpecDirs` current: its scans and the watch on its dirs.
+"""What keeps a :class:`cdictk.startpath.specs.cache.SpecDirs` current: its scans and the watch on its dirs.
 
 A scan loads the spec dirs with the registry (:mod:`cdictk.cdi.registry`, the same loader as every
 command) but re-reads only the files whose inode, size, mtime or ctime changed since the last scan,
@@ -17,7 +17,7 @@ from cdictk.cdi.dirwatch import DirWatch
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import Spec
 from cdictk.cdi.registry import Registry, read_registry
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 Stamp = tuple[int, int, int, int, int]
 

@@ -8,9 +8,9 @@ devices can be listed and injected.
 from __future__ import annotations
 
 from cdictk.cdi.model import ContainerEdits, Spec
-from cdictk.cdi.names import device_name_problem, kind_problem
 from cdictk.cdi.version import version_problem
-from cdictk.errors import Problem
+from cdictk.startpath.helpers.errors import Problem
+from cdictk.startpath.specs.names import device_name_problem, kind_problem
 
 HOOK_NAMES = ("prestart", "createRuntime", "createContainer", "startContainer", "poststart", "poststop")
 DEVICE_NODE_TYPES = ("", "b", "c", "u", "p")

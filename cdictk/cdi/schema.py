@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from importlib import resources
 from typing import Any
 
-from cdictk.errors import Problem
+from cdictk.startpath.helpers.errors import Problem
 
 SCHEMA_FILE = "cdi-spec.schema.json"
 

@@ -9,7 +9,7 @@ names alone can collide (``a-b``/``c`` and ``a``/``b-c`` share the prefix ``a-b-
 ``gpu_x``'s names start with class ``gpu``'s prefix).
 
 The spec dir is checked before the first write: not a symlink (a link swapped in would send root's
-writes elsewhere), and root's alone (:func:`cdictk.trust.path_problem`: owned by root or us, nobody
+writes elsewhere), and root's alone (:func:`cdictk.startpath.trust.path_problem`: owned by root or us, nobody
 else may write to it or to a directory above it), since the hooks of a spec run as root. Writes are
 atomic (temp file, fsync, rename, fsync of the directory); removals are not fsync'ed: ``/var/run`` is
 a tmpfs that no crash keeps, and ``gc`` at the next start takes what a crash left.
@@ -26,13 +26,13 @@ from collections.abc import Iterable
 
 from cdictk.cdi.dump import dump_json
 from cdictk.cdi.model import Spec
-from cdictk.cdi.names import split_kind, vendor_or_class_problem
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
-from cdictk.cdi.specdirs import MAX_SPEC_BYTES
-from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, read_capped, sweep_temps_of, writable_directory
-from cdictk.trust import WRITABLE, path_problem
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import atomic_write, read_capped, sweep_temps_of, writable_directory
+from cdictk.startpath.specs.names import split_kind, vendor_or_class_problem
+from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES
+from cdictk.startpath.trust import WRITABLE, path_problem
 
 SUFFIXES = (".json", ".yaml")  # what the reference library may have written for the same name
 SPEC_MODE = 0o644  # runtimes of any user read specs

@@ -4,7 +4,7 @@ This is stricter than loading for injection: the schema's findings (relative pat
 0, odd annotation keys), a ``kind`` that breaks the CDI specification (a vendor with "_") and a
 ``.json`` file that is YAML but not JSON (a trailing comma) make ``cdictk cdi validate`` fail, but
 runtimes accept such specs, so the registry still lists their devices. So does a mount or device node
-whose host path is not root's alone (:mod:`cdictk.cdi.mountcheck`): cdictk refuses it at container
+whose host path is not root's alone (:mod:`cdictk.startpath.specs.mountcheck`): cdictk refuses it at container
 start, and other runtimes mount it as root.
 
 Warnings name what runtimes read differently from what the author likely meant, or from cdictk
@@ -19,18 +19,19 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdictk import fsutil
-from cdictk.cdi.cache import SpecDirs
 from cdictk.cdi.decode import decode_spec
+from cdictk.cdi.dump import to_data
 from cdictk.cdi.model import MODEL_CLASSES, Kind, Spec, spec_fields
-from cdictk.cdi.mountcheck import spec_problems
-from cdictk.cdi.names import kind_problem, split_kind
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.schema import schema_problems
-from cdictk.cdi.specdirs import MAX_SPEC_BYTES, spec_paths
 from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, minimum_version, reference_minimum_version
-from cdictk.errors import CdictkError, Problem
+from cdictk.startpath.helpers import fsutil
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.specs.cache import SpecDirs
+from cdictk.startpath.specs.mountcheck import edit_problems
+from cdictk.startpath.specs.names import kind_problem, split_kind
+from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES, spec_paths
 from cdictk.strictyaml import more_documents
 
 
@@ -179,3 +180,18 @@ def _runtime_warnings(spec: Spec, path: str, reported: set[str]) -> list[Problem
             )
         )
     return warnings
+
+
+def spec_problems(spec: Spec, file: str) -> list[Problem]:
+    """The container start's host-path check (:mod:`cdictk.startpath.specs.mountcheck`) over every edit
+    block of ``spec`` (model objects), each finding a Problem."""
+    blocks = [("containerEdits", spec.container_edits)]
+    blocks += [
+        (f"devices[{i}].containerEdits", device.container_edits) for i, device in enumerate(spec.devices)
+    ]
+    problems = []
+    for where, name, hook, problem in edit_problems((where, to_data(edits)) for where, edits in blocks):
+        done = "run it" if hook else "mount it"
+        reason = f"{problem}: cdictk refuses it at container start; other runtimes {done} as root"
+        problems.append(Problem(file, f"{where}.{name}", reason))
+    return problems

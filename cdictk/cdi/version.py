@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from cdictk.cdi.model import MODEL_CLASSES, DeviceNode, Kind, Mount, Spec, SpecField, spec_fields
-from cdictk.cdi.names import split_kind
+from cdictk.startpath.specs.names import split_kind
 
 KNOWN_VERSIONS = ("0.1.0", "0.2.0", "0.3.0", "0.4.0", "0.5.0", "0.6.0", "0.7.0", "0.8.0", "1.0.0", "1.1.0")
 EARLIEST_VERSION = "0.3.0"

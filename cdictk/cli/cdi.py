@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from cdictk.cli.generate import generate_command
-from cdictk.errors import Problem
+from cdictk.startpath.helpers.errors import Problem
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +35,7 @@ def _spec_dir_option(command: F) -> F:
 
 
 def _dirs(spec_dirs: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
-    from cdictk.cdi.specdirs import DEFAULT_SPEC_DIRS  # noqa: PLC0415
+    from cdictk.startpath.specs.specdirs import DEFAULT_SPEC_DIRS  # noqa: PLC0415
 
     return (spec_dirs, True) if spec_dirs else (DEFAULT_SPEC_DIRS, False)
 
@@ -96,7 +96,7 @@ def list_command(spec_dirs: tuple[str, ...], accept_untrusted_specs: bool, as_js
     cannot be used are reported on stderr and their devices are left out. Exit status 1 only when a
     directory named with --spec-dir cannot be read.
     """
-    from cdictk.cdi.cache import SpecDirs  # noqa: PLC0415
+    from cdictk.startpath.specs.cache import SpecDirs  # noqa: PLC0415
 
     dirs, required = _dirs(spec_dirs)
     specs = SpecDirs.load(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
@@ -147,8 +147,14 @@ def inject_command(
     '-' reads it from stdin. Injecting the same devices again changes nothing. If any device cannot be
     resolved or applied, nothing is written.
     """
-    from cdictk.cdi.cache import SpecDirs  # noqa: PLC0415
-    from cdictk.ociconfig import MAX_CONFIG_BYTES, dump_config, parse_config, read_config, write_config  # noqa: PLC0415
+    from cdictk.startpath.helpers.ociconfig import (  # noqa: PLC0415
+        MAX_CONFIG_BYTES,
+        dump_config,
+        parse_config,
+        read_config,
+        write_config,
+    )
+    from cdictk.startpath.specs.cache import SpecDirs  # noqa: PLC0415
 
     if config == "-":
         oci = parse_config(sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1), "<stdin>")
@@ -216,9 +222,9 @@ def transform_root_command(  # click passes every option by keyword
     from cdictk.cdi.dump import dump  # noqa: PLC0415
     from cdictk.cdi.load import load_spec, load_spec_data  # noqa: PLC0415
     from cdictk.cdi.rules import check_spec  # noqa: PLC0415
-    from cdictk.cdi.specdirs import MAX_SPEC_BYTES  # noqa: PLC0415
     from cdictk.cdi.transform import transform_root  # noqa: PLC0415
-    from cdictk.errors import CdictkError  # noqa: PLC0415
+    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
+    from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES  # noqa: PLC0415
 
     spec = (
         load_spec_data(sys.stdin.buffer.read(MAX_SPEC_BYTES + 1), "<stdin>")

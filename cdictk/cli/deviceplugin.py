@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from cdictk.cli.rootflags import NVIDIA_DRIVER_ROOT_VARIABLES, root_options
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def _log(line: str) -> None:

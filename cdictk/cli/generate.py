@@ -8,9 +8,9 @@ import sys
 import click
 
 from cdictk.cli.rootflags import root_options
-from cdictk.errors import CdictkError
 from cdictk.node.modes import GPU_SPEC, MODES, NVML_SOURCES, Mode
 from cdictk.node.nvml import NvmlQuery
+from cdictk.startpath.helpers.errors import CdictkError
 
 DEFAULT_OUTPUT = GPU_SPEC
 _STRATEGIES = ("index", "uuid", "type-index")
@@ -115,8 +115,8 @@ def _warn(message: str) -> None:
     "hook_path",
     metavar="PATH",
     help="Absolute path of the program hooks run. Default: this Python, isolated, running cdictk's hook "
-    "entry point (python3 -I -S .../cdictk/hooks/__main__.py), as one batched hook. A python* or pypy* "
-    "path is used the same way, and so is the cdictk command; any other program (nvidia-cdi-hook; "
+    "entry point (python3 -I -S .../cdictk/startpath/hooks/__main__.py), as one batched hook. A python* "
+    "or pypy* path is used the same way, and so is the cdictk command; any other program (nvidia-cdi-hook; "
     "nvidia-ctk with its 'hook' subcommand) gets nvidia-cdi-hook's command line, one hook per step.",
 )
 @click.option(
@@ -246,14 +246,14 @@ def generate_command(
     # (--watch asks NVML anew each time it looks.)
     nvml = NvmlQuery() if recipe.gpus in NVML_SOURCES and not watching else None
     try:
-        from cdictk.cdi.names import kind_problem  # noqa: PLC0415
         from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415
-        from cdictk.node.roots import Roots  # noqa: PLC0415
         from cdictk.nvcdi import specfile  # noqa: PLC0415
         from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
         from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
         from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
         from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
+        from cdictk.startpath.helpers.roots import Roots  # noqa: PLC0415
+        from cdictk.startpath.specs.names import kind_problem  # noqa: PLC0415
 
         # The non-GPU modes' own defaults (Recipe.cls, Recipe.output); an explicit option wins.
         cls = recipe.cls if cls is None else cls

@@ -6,7 +6,7 @@ import os
 import sys
 from collections.abc import Callable
 
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def guarded(command: Callable[[], object]) -> int:

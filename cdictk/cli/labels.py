@@ -11,9 +11,9 @@ import time
 import click
 
 from cdictk.cli.rootflags import NVIDIA_DRIVER_ROOT_VARIABLES, root_options
-from cdictk.errors import CdictkError
 from cdictk.labels.featurefile import DEFAULT_NAME, FEATURES_DIR
 from cdictk.labels.gfdrules import MIG_STRATEGIES, Sharing
+from cdictk.startpath.helpers.errors import CdictkError
 
 DEFAULT_OUTPUT = f"{FEATURES_DIR}/{DEFAULT_NAME}"
 WATCH_EXPIRY = 600.0  # seconds: labels outlive a watch killed without cleanup by at most this
@@ -113,7 +113,7 @@ def node_labels_command(
     """
     from cdictk.labels import featurefile  # noqa: PLC0415 - the command's own work, imported when it runs
     from cdictk.labels.labeller import LabelOptions, WatchedLabels, make_labels, watch_labels  # noqa: PLC0415
-    from cdictk.node.roots import Roots  # noqa: PLC0415
+    from cdictk.startpath.helpers.roots import Roots  # noqa: PLC0415
 
     if output == "-" and watching:
         raise CdictkError("", "--watch", "needs a file to write, not stdout")

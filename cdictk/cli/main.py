@@ -67,7 +67,7 @@ def hook_command(ctx: click.Context) -> int:
     The steps a CDI spec runs (links, CUDA compat, the ld cache, ...) and `prestart`, the legacy hook
     behind `docker run --gpus`. `cdictk hook --help` lists them with their options.
     """
-    from cdictk.cli.hook import run_hook  # noqa: PLC0415
+    from cdictk.startpath.hooks.command import run_hook  # noqa: PLC0415
 
     return run_hook(ctx.args)
 

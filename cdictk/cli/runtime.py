@@ -9,7 +9,7 @@ import sys
 import click
 
 from cdictk.configure.engines import ENGINES
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 _DEFAULT = "RUNTIME_DEFAULT"
 
@@ -19,7 +19,7 @@ def default_runtime(*, install: bool) -> tuple[str, str]:
     which: run from an installed node runtime, its stable ``PREFIX/bin/cdictk-runtime``; else the shell
     front in the launchers' directory, installed there first when it is missing (``install`` false:
     only checked, for --dry-run); the console script when it cannot be."""
-    from cdictk.bundlepaths import SHIM, stable_program  # noqa: PLC0415
+    from cdictk.bundlelayout import SHIM, stable_program  # noqa: PLC0415
     from cdictk.runtime import launchers  # noqa: PLC0415
 
     stable = stable_program(SHIM)
@@ -246,7 +246,7 @@ def install_launchers_command(*, directory: str) -> int:
     path, every file and directory of the cdictk package and DIR must be root's and writable by nobody
     else. The install refuses what is not; each launcher checks the interpreter, pyvenv.cfg, the
     standard library and the import path again when it starts, and each module file as it is imported,
-    with cdictk_trust.py (cdictk/trust.py, copied beside them, readable before they run).
+    with cdictk_trust.py (cdictk/startpath/trust.py, copied beside them, readable before they run).
     """
     from cdictk.runtime.launchers import LauncherError, install_launchers  # noqa: PLC0415
 

@@ -13,11 +13,11 @@ import click
 
 from cdictk.cli.rootflags import root_options
 from cdictk.configure.engines import ENGINES
-from cdictk.errors import Problem
+from cdictk.startpath.helpers.errors import Problem
 
 F = TypeVar("F", bound=Callable[..., Any])
 if TYPE_CHECKING:  # the node modules are imported by the commands that use them
-    from cdictk.node.roots import Roots
+    from cdictk.startpath.helpers.roots import Roots
 
 
 def _say(line: str) -> None:
@@ -67,7 +67,7 @@ def _root_options(command: F) -> F:
 
 
 def _roots(driver_root: str, dev_root: str | None, proc_root: str) -> Roots:
-    from cdictk.node.roots import Roots  # noqa: PLC0415
+    from cdictk.startpath.helpers.roots import Roots  # noqa: PLC0415
 
     return Roots.from_options(driver_root, dev_root, proc_root)
 
@@ -245,8 +245,8 @@ def install_runtime_command(*, bundle: str | None, prefix: str, target: str | No
     PREFIX/current/bin/cdictk-hook (cdictk cdi generate --hook-path). Installing the version that is
     there already changes nothing.
     """
-    from cdictk.bundlepaths import running_bundle  # noqa: PLC0415
     from cdictk.noderuntime.install import InstallError, Target, install  # noqa: PLC0415
+    from cdictk.startpath.helpers.bundlepaths import running_bundle  # noqa: PLC0415
 
     source = bundle or running_bundle()
     if source is None:
@@ -417,9 +417,9 @@ def install_command(  # click passes every option by keyword
     version) replaces what it wrote. What it did is kept in PREFIX/.setup.json: `cdictk system
     uninstall` undoes it.
     """
-    from cdictk.bundlepaths import running_bundle  # noqa: PLC0415
     from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415
     from cdictk.noderuntime.nodesetup import Choices, install_node  # noqa: PLC0415
+    from cdictk.startpath.helpers.bundlepaths import running_bundle  # noqa: PLC0415
 
     source = bundle or running_bundle()
     if source is None:

@@ -28,7 +28,7 @@ from typing import Any
 
 from cdictk.configure import tomledit, writer
 from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 CRI_PLUGINS = {1: "cri", 2: "io.containerd.grpc.v1.cri", 3: "io.containerd.cri.v1.runtime"}
 RUNC_V2 = "io.containerd.runc.v2"

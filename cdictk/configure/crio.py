@@ -15,7 +15,7 @@ from typing import Any
 from cdictk.configure import tomledit, writer
 from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 from cdictk.configure.containerd import before, check_change, parse_all, table, walk
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 # Settings that describe how to run an OCI runtime; anything else in a runtime's table is its own.
 _COPIED = (

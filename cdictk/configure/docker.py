@@ -25,8 +25,8 @@ from typing import Any
 
 from cdictk.configure import writer
 from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
-from cdictk.errors import CdictkError
-from cdictk.strictjson import object_pairs_hook, parse_constant
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.strictjson import object_pairs_hook, parse_constant
 
 MAX_DAEMON_JSON_BYTES = 16 * 1024 * 1024
 

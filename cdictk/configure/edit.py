@@ -19,7 +19,7 @@ from collections.abc import Callable
 from cdictk.configure import writer
 from cdictk.configure.change import Edit, Plan, Request, RuntimeChange
 from cdictk.configure.engines import ENGINES, Engine
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def configure(request: Request, report: Callable[[str], None]) -> bool:

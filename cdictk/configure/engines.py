@@ -14,8 +14,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
-from cdictk.errors import CdictkError
-from cdictk.node.roots import join
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import join
 
 if TYPE_CHECKING:
     from cdictk.configure.change import Inspection, Plan, Request, RuntimeChange

@@ -15,7 +15,7 @@ import struct
 import subprocess
 
 from cdictk.configure.engines import ENGINES
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def _command_name(pid: int) -> str:

@@ -15,7 +15,7 @@ import tomllib
 from collections.abc import Iterator
 from typing import Any
 
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 MAX_CONFIG_BYTES = 16 << 20
 

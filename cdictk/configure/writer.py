@@ -6,7 +6,7 @@
 - Before the first change to a file, a one-time copy ``<file>.cdictk.orig`` of what was there.
 - Writes are atomic and keep the file's mode and owner; an unchanged file is not written (its mtime
   stays); ``dry_run`` prints a unified diff instead. Temporary files a killed run left beside a config
-  are removed by the next run (:func:`cdictk.fsutil.sweep_temps`).
+  are removed by the next run (:func:`cdictk.startpath.helpers.fsutil.sweep_temps`).
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, read_capped, sweep_temps, writable_directory
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import atomic_write, read_capped, sweep_temps, writable_directory
 
 MAX_CONFIG_BYTES = 16 << 20
 BACKUP_SUFFIX = ".cdictk.orig"

@@ -25,10 +25,10 @@ from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import Resource, build, keep_missing, numa_reader
 from cdictk.deviceplugin.server import ResourceServer, check_socket_path
-from cdictk.errors import CdictkError
-from cdictk.node.fingerprint import node_fingerprint
 from cdictk.node.libchoice import LibraryError
 from cdictk.node.nvmllib import nvml_library
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.specs.fingerprint import node_fingerprint
 
 LOOK_INTERVAL = 1.0
 

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cdictk import settingsfile
 from cdictk.api import InvalidNameError
 from cdictk.api import check_kind as cdi_kind
 from cdictk.deviceplugin.kubelet import DEVICE_PLUGIN_DIR
-from cdictk.settingsfile import SettingsError
+from cdictk.startpath.helpers import settingsfile
+from cdictk.startpath.helpers.settingsfile import SettingsError
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 # What Allocate answers with. envvar (NVIDIA's default) is refused: see docs/kubernetes.md.

@@ -19,7 +19,7 @@ from cdictk.deviceplugin.kubelet import KUBELET_SOCKET, VERSION
 from cdictk.deviceplugin.proto.deviceplugin_pb2 import RegisterRequest
 from cdictk.deviceplugin.proto.deviceplugin_pb2_grpc import RegistrationStub
 from cdictk.deviceplugin.server import OPTIONS
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 REGISTER_TIMEOUT = 10.0
 

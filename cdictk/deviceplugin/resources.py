@@ -21,8 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cdictk.deviceplugin.pluginsettings import Settings
-from cdictk.errors import CdictkError
 from cdictk.node.gpus import Gpu, MigDevice
+from cdictk.startpath.helpers.errors import CdictkError
 
 REPLICA_SEPARATOR = "::"
 RESOURCE_DOMAIN = "nvidia.com"  # NVIDIA's plugin's: what pods and schedulers ask for

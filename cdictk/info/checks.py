@@ -7,12 +7,12 @@ import shlex
 from dataclasses import dataclass, field
 from enum import Enum
 
-from cdictk.errors import CdictkError
 from cdictk.node import procfs
 from cdictk.node.devnodes import stat_node
 from cdictk.node.facts import NodeFacts, discover
 from cdictk.node.modes import Mode
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 
 CREATE_NODES = ("cdictk", "system", "create-device-nodes", "--control-devices", "--load-kernel-modules")
 

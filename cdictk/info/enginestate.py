@@ -17,9 +17,9 @@ import shlex
 from cdictk.configure.change import Inspection
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.info.checks import Finding, Status
-from cdictk.node.roots import join
-from cdictk.runtime.settings import CONFIG_PATH, Settings, load_settings
-from cdictk.settingsfile import SettingsError
+from cdictk.startpath.helpers.roots import join
+from cdictk.startpath.helpers.settingsfile import SettingsError
+from cdictk.startpath.shim.settings import CONFIG_PATH, Settings, load_settings
 
 
 def check_engines(host_root: str) -> list[Finding]:

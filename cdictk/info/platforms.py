@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cdictk.errors import CdictkError
 from cdictk.info.checks import Finding, NodeReport, Status, check_discovery, check_host
 from cdictk.node import csvfiles, wsl
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.devnodes import stat_node
 from cdictk.node.platform import Platform, detect
-from cdictk.node.roots import Roots, read_text
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots, read_text
 
 WINDOWS_DRIVER = "install or update the NVIDIA driver on Windows (it brings WSL2's GPU support)"
 

@@ -23,13 +23,14 @@ import os
 import subprocess
 from dataclasses import dataclass, field
 
-from cdictk.bundlepaths import BIN, CURRENT, HOOK, VERSIONS
+from cdictk.bundlelayout import CURRENT, VERSIONS
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import Spec
 from cdictk.configure.engines import ENGINES, Engine
 from cdictk.configure.restart import socket_owner
-from cdictk.errors import CdictkError
-from cdictk.node.roots import join, resolve
+from cdictk.startpath.helpers.bundlepaths import BIN, HOOK
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import join, resolve
 
 HOOK_TIMEOUT = 20.0  # seconds: a hook's --help, on a node under load
 # A daemon's start time is known to a clock tick, the boot time to a second: a config changed within

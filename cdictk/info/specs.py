@@ -29,13 +29,13 @@ from dataclasses import dataclass
 
 from cdictk.cdi.load import read_document
 from cdictk.cdi.model import ContainerEdits, Spec
-from cdictk.cdi.mountcheck import spec_problems
 from cdictk.cdi.registry import load_registry
-from cdictk.cdi.specdirs import untrusted
-from cdictk.errors import CdictkError
+from cdictk.cdi.validate import spec_problems
 from cdictk.info.checks import Finding, Status
 from cdictk.node.facts import NodeFacts
-from cdictk.node.roots import join
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import join
+from cdictk.startpath.specs.specdirs import untrusted
 from cdictk.trustscan import repairs
 
 MAX_SHOWN = 3  # paths or names shown in a finding

@@ -13,8 +13,8 @@ import datetime
 import os
 import re
 
-from cdictk.errors import CdictkError
 from cdictk.nvcdi.specfile import OnDisk, Stamp, read, settle
+from cdictk.startpath.helpers.errors import CdictkError
 
 FEATURES_DIR = "/etc/kubernetes/node-feature-discovery/features.d"
 DEFAULT_NAME = "cdictk-gpu"  # not GFD's "gfd", so that both may run on a node

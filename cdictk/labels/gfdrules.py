@@ -25,10 +25,10 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from cdictk.errors import CdictkError
 from cdictk.labels.nodeview import NodeView
 from cdictk.node.gpus import Gpu, MigDevice
 from cdictk.node.pcidevices import COMPUTE_CLASS, VGA_CLASS
+from cdictk.startpath.helpers.errors import CdictkError
 
 DOMAIN = "nvidia.com"
 FULL_GPU = f"{DOMAIN}/gpu"

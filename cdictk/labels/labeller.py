@@ -21,14 +21,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdictk.errors import CdictkError
 from cdictk.labels import featurefile
 from cdictk.labels.gfdrules import DOMAIN, Labels, Sharing, node_labels
 from cdictk.labels.nodeview import read_node
-from cdictk.node.fingerprint import node_fingerprint
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.specfile import Stamp, path_stamp
 from cdictk.nvcdi.watch import FatalWatchError, WatchTiming, watch
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
+from cdictk.startpath.specs.fingerprint import node_fingerprint
 
 TIMESTAMP = f"{DOMAIN}/gfd.timestamp"
 FULL_EVERY = 300.0  # seconds between workings-out when nothing seems to change

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from cdictk.errors import CdictkError
 from cdictk.node.drivercontainer import in_driver_container
 from cdictk.node.facts import module_hint
 from cdictk.node.gpus import Gpu
@@ -17,7 +16,8 @@ from cdictk.node.nvml import query_nvml
 from cdictk.node.nvmllib import NVML, nvml_library
 from cdictk.node.pcidevices import VgpuHost, pci_class, vgpu_scan
 from cdictk.node.procfs import read_loaded_modules
-from cdictk.node.roots import Roots, read_text
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots, read_text
 
 PRODUCT_NAME = "class/dmi/id/product_name"  # under sysfs: the machine's model, as its firmware names it
 

@@ -6,7 +6,7 @@ as ``type, path`` with type ``dev``, ``lib``, ``sym`` or ``dir``. We read them s
 capped in size and must be UTF-8, blank lines and ``#`` comments are allowed, and any other line that
 is not ``type, /absolute/path`` is an error naming ``file:line`` (NVIDIA's parser skips it silently,
 which hides a typo until a container lacks the file). A file that anyone but root could change
-(:mod:`cdictk.trust`) is refused: it decides which host files every GPU container gets.
+(:mod:`cdictk.startpath.trust`) is refused: it decides which host files every GPU container gets.
 
 Paths of every type may hold globs, as NVIDIA's locators allow. ``dev`` paths become the device's
 nodes, stat'ed under the dev root. ``lib`` and ``sym`` paths are followed inside the driver root:
@@ -24,13 +24,13 @@ import stat
 from dataclasses import dataclass, field
 from enum import Enum
 
-from cdictk.errors import CdictkError
-from cdictk.fsutil import read_capped
 from cdictk.node.devnodes import NodeInfo, stat_node
 from cdictk.node.libraries import usable_name
-from cdictk.node.roots import Roots, join, resolve
 from cdictk.sorting import natural_key
-from cdictk.trust import path_problem
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import read_capped
+from cdictk.startpath.helpers.roots import Roots, join, resolve
+from cdictk.startpath.trust import path_problem
 
 DEFAULT_DIR = "/etc/nvidia-container-runtime/host-files-for-container.d"
 DEFAULT_FILES = tuple(f"{DEFAULT_DIR}/{name}" for name in ("devices.csv", "drivers.csv", "l4t.csv"))

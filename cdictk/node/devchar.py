@@ -20,8 +20,6 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdictk.errors import CdictkError, Problem
-from cdictk.fsutil import make_dirs
 from cdictk.node.devnodes import all_nvidia_nodes
 from cdictk.node.nodecreate import (
     Majors,
@@ -33,7 +31,9 @@ from cdictk.node.nodecreate import (
     node_state,
 )
 from cdictk.node.procfs import read_mig_minors, read_proc_gpus
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.helpers.fsutil import make_dirs
+from cdictk.startpath.helpers.roots import Roots
 
 DEFAULT_DEV_CHAR = "/dev/char"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC

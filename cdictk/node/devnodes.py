@@ -11,7 +11,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 
 CONTROL_NODES = ("/dev/nvidiactl", "/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools")
 # The management device leaves out nodes that belong to other drivers' devices (GPUDirect Storage,

@@ -15,8 +15,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from cdictk.elfdso import read_soname
-from cdictk.errors import CdictkError
+from cdictk.elflinks import read_soname
 from cdictk.node import csvfiles, devnodes, driverfiles, othernodes, wsl
 from cdictk.node.csvfiles import CsvEntries, CsvSource
 from cdictk.node.devnodes import NodeInfo
@@ -28,7 +27,8 @@ from cdictk.node.libraries import (
     library_links,
     usable_name,
 )
-from cdictk.node.roots import Roots, join, resolve
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots, join, resolve
 
 
 @dataclass(slots=True)

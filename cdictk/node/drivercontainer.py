@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from cdictk.node.libraries import candidate_dirs
-from cdictk.node.roots import Roots, join, resolve
+from cdictk.startpath.helpers.roots import Roots, join, resolve
 
 DRIVER_CONTAINER_ROOT = "/run/nvidia/driver"
 # Either names the driver: libcuda for a compute install, NVML for every install.

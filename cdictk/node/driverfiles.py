@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from cdictk.node.roots import Roots, join, read_text, resolve
+from cdictk.startpath.helpers.roots import Roots, join, read_text, resolve
 
 BINARIES = (
     "nvidia-smi",

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 
 from cdictk.node.devnodes import NodeInfo, stat_node
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 
 
 @dataclass(frozen=True, slots=True)

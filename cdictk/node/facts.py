@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from cdictk.errors import CdictkError
 from cdictk.node import devnodes, driverfiles, platform, procfs, wsl
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.devnodes import NodeInfo
@@ -22,7 +21,8 @@ from cdictk.node.modes import MODES, NVML_SOURCES, DriverSource, GpuSource, Mode
 from cdictk.node.nvml import NvmlQuery, query_nvml
 from cdictk.node.nvmllib import NVML, NvmlError, nvml_library
 from cdictk.node.platform import Platform
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 
 
 class DiscoveryError(CdictkError):

@@ -27,11 +27,11 @@ import stat
 import struct
 import sys
 
-from cdictk.ldcachefile import NEW_MAGIC as _NEW_MAGIC
-from cdictk.ldcachefile import OLD_ENTRY as _OLD_ENTRY
-from cdictk.ldcachefile import OLD_HEADER as _OLD_HEADER
-from cdictk.ldcachefile import OLD_MAGIC as _OLD_MAGIC
-from cdictk.ldcachefile import new_header_at
+from cdictk.startpath.helpers.ldcachefile import NEW_MAGIC as _NEW_MAGIC
+from cdictk.startpath.helpers.ldcachefile import OLD_ENTRY as _OLD_ENTRY
+from cdictk.startpath.helpers.ldcachefile import OLD_HEADER as _OLD_HEADER
+from cdictk.startpath.helpers.ldcachefile import OLD_MAGIC as _OLD_MAGIC
+from cdictk.startpath.helpers.ldcachefile import new_header_at
 
 _NEW_HEADER, _NEW_ENTRY = 48, 24
 _ENDIAN_UNSET, _ENDIAN_LITTLE, _ENDIAN_BIG = 0, 2, 3

@@ -19,8 +19,8 @@ user can write (an application's ``lib``), and a file put there after ``ldconfig
 loader never takes (the cache names another) and such a scan would.
 
 That file is loaded only when it is root's alone by the rule for hook programs
-(:class:`cdictk.hostpaths.HostPathCheck` with ``programs``): a regular file, and it, every directory
-on the way the kernel walks to it, each link followed to it inside the driver root (judged where it
+(:class:`cdictk.startpath.helpers.hostpaths.HostPathCheck` with ``programs``): a regular file, and it, every
+directory on the way the kernel walks to it, each link followed to it inside the driver root (judged where it
 is, then where it leads) belong to root (or to the user running cdictk, when not root) and are
 writable by their owner alone (a sticky directory counts for root's entries). Otherwise
 :class:`LibraryError` says why in one line and nothing is loaded: not a later entry, not another
@@ -36,10 +36,10 @@ import os
 import stat
 import sys
 
-from cdictk.errors import CdictkError
-from cdictk.hostpaths import HostPathCheck
 from cdictk.node.ldcachereader import LdCacheError, read_ld_cache
-from cdictk.node.roots import join, resolve
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.hostpaths import HostPathCheck
+from cdictk.startpath.helpers.roots import join, resolve
 
 LD_CACHE = "/etc/ld.so.cache"
 # Looked in after the cache (here, and for the driver's libraries in cdictk.node.libraries): a

@@ -15,11 +15,11 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from cdictk.elfdso import read_soname
+from cdictk.elflinks import read_soname
 from cdictk.node.ldcachereader import LdCacheError, read_ld_cache
 from cdictk.node.libchoice import LD_CACHE, USUAL_LIB_DIRS
-from cdictk.node.roots import Roots, join, resolve
 from cdictk.sorting import natural_key
+from cdictk.startpath.helpers.roots import Roots, join, resolve
 
 # Subdirectories whose files belong to the driver too (VDPAU) or whose links point into it (GBM).
 _LIBRARY_SUBDIRS = ("vdpau",)

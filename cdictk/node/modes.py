@@ -53,7 +53,7 @@ class DriverSource(Enum):
 # What a GPU container needs beside its devices: the driver's nodes, libraries and files.
 DRIVER = ("control-nodes", "driver-libraries", "binaries", "firmware", "ipc", "configs", "xorg-modules")
 GPU_SPEC = "/etc/cdi/nvidia.yaml"
-# Hook steps by name (cdictk.hooks.steps names them; this module stays light to import).
+# Hook steps by name (cdictk.startpath.hooks.steps names them; this module stays light to import).
 CUDA_COMPAT = "enable-cuda-compat"
 NODE_MODIFICATION = "disable-device-node-modification"
 APP_PROFILE = "update-application-profile"  # NVIDIA writes it in the GPU modes alone

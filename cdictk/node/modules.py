@@ -12,7 +12,7 @@ import os
 import subprocess
 from collections.abc import Callable
 
-from cdictk.node.roots import join, resolve
+from cdictk.startpath.helpers.roots import join, resolve
 
 LOAD_ORDER = ("nvidia", "nvidia-uvm", "nvidia-modeset")
 MODPROBE_PATHS = ("/sbin/modprobe", "/usr/sbin/modprobe")

@@ -22,10 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 
-from cdictk.errors import CdictkError, Problem
-from cdictk.fsutil import check_directory
 from cdictk.node.procfs import parse_devices
-from cdictk.node.roots import Roots, read_text
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.helpers.fsutil import check_directory
+from cdictk.startpath.helpers.roots import Roots, read_text
 
 NODE_MODE = 0o666
 DIR_MODE = 0o755
@@ -128,8 +128,8 @@ def _is_node(info: os.stat_result, node: WantedNode) -> bool:
 
 def check_dev_root(roots: Roots) -> None:
     """A CdictkError unless the dev root is a directory (a mistyped root is not created) that only
-    root could change (:func:`cdictk.fsutil.check_directory`): nodes and links root makes there go
-    into every GPU container."""
+    root could change (:func:`cdictk.startpath.helpers.fsutil.check_directory`): nodes and links root makes
+    there go into every GPU container."""
     if not os.path.isdir(roots.dev):
         raise CdictkError(roots.dev, "", "the dev root is not a directory")
     check_directory(roots.dev)

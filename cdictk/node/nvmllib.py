@@ -5,8 +5,8 @@ NVML itself is asked in the one NVML runner's child (:mod:`cdictk.node.nvmlchild
 
 from __future__ import annotations
 
-from cdictk.errors import CdictkError
 from cdictk.node.libchoice import judge_opened, library_path, loadable
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 class NvmlError(CdictkError):

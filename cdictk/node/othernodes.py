@@ -14,8 +14,8 @@ import os
 import re
 
 from cdictk.node.devnodes import NodeInfo, stat_node
-from cdictk.node.roots import Roots
 from cdictk.sorting import natural_key
+from cdictk.startpath.helpers.roots import Roots
 
 IMEX_DIR = "/dev/nvidia-caps-imex-channels"
 MAX_IMEX_CHANNEL = (1 << 20) - 1  # a 20-bit minor, as the driver numbers them

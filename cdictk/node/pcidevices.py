@@ -12,7 +12,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from cdictk.node.roots import Roots, read_text
+from cdictk.startpath.helpers.roots import Roots, read_text
 
 NVIDIA_VENDOR = 0x10DE
 VGA_CLASS = 0x030000  # a GPU with its display engine on: graphics mode

@@ -15,7 +15,7 @@ from enum import Enum
 
 from cdictk.node import wsl
 from cdictk.node.csvfiles import TEGRA_RELEASE
-from cdictk.node.roots import Roots, read_text
+from cdictk.startpath.helpers.roots import Roots, read_text
 
 SOC_FAMILY = "devices/soc0/family"
 

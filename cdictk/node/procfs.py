@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from cdictk.node.roots import NVIDIA_MODULES, Roots, read_text
+from cdictk.startpath.helpers.roots import NVIDIA_MODULES, Roots, read_text
 
 _MIG_LINE = re.compile(r"gpu([0-9]{1,4})/gi([0-9]{1,3})(?:/ci([0-9]{1,3}))?/access\s+([0-9]{1,7})")
 _VERSION = re.compile(r"Kernel Module(?:\s+for\s+\S+)?\s+(\d+\.\d+(?:\.\d+)?)\b")

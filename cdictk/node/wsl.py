@@ -22,8 +22,8 @@ from cdictk.node.libchoice import LibraryError
 from cdictk.node.libraries import usable_name
 from cdictk.node.nvml import query_nvml
 from cdictk.node.nvmllib import NvmlError, nvml_library
-from cdictk.node.roots import Roots, join, resolve
 from cdictk.sorting import natural_key
+from cdictk.startpath.helpers.roots import Roots, join, resolve
 
 WSL_LIB = "/usr/lib/wsl/lib"
 DXCORE = "libdxcore.so"

@@ -3,8 +3,8 @@ that runs this, with cdictk as installed for it.
 
 Run in the image the runtime comes from (its own ``python3``, in the image's root: through chroot
 when the image is a directory here), so that the interpreter, its standard library, the shared
-libraries and the loader are the image's. The tree (:mod:`cdictk.bundlepaths` names its parts) is
-made beside DIR and renamed to it once complete: ``bin/`` (the launcher, hard-linked under every
+libraries and the loader are the image's. The tree (:mod:`cdictk.startpath.helpers.bundlepaths` names its
+parts) is made beside DIR and renamed to it once complete: ``bin/`` (the launcher, hard-linked under every
 name), ``libexec/python3`` and one short script per name, ``lib/`` (the loader, the C library's
 libraries and the closure of what the interpreter and its extension modules link,
 :mod:`cdictk.noderuntime.closure`), ``lib/pythonX.Y`` (:mod:`cdictk.noderuntime.contents`) with
@@ -25,12 +25,14 @@ import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from cdictk.bundlepaths import BIN, ENTRIES, LDCONFIG, LIB, LIBEXEC, MANIFEST, PYTHON, SELFTEST
-from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64, read_links
+from cdictk.bundlelayout import ENTRIES, LIB, SELFTEST
+from cdictk.elflinks import read_links
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.closure import Closure, ClosureError, closure
 from cdictk.noderuntime.contents import ContentsError, Copy, distributions, package_files, stdlib_files
 from cdictk.noderuntime.launcher import LauncherError, check_launcher
+from cdictk.startpath.helpers.bundlepaths import BIN, LDCONFIG, LIBEXEC, MANIFEST, PYTHON
+from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
 
 # glibc's libraries besides those the interpreter links: a driver library NVML or CUDA loads into a
 # cdictk process needs them, and must find the runtime's own, never the node's (another glibc).

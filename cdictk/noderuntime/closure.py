@@ -1,8 +1,8 @@
 """The shared libraries a set of ELF files needs, found as the image's own loader finds them.
 
-Each object's ``DT_NEEDED`` names (:func:`cdictk.elfdso.read_links`) are looked up as glibc's loader
-looks them up with no ``LD_LIBRARY_PATH``: the object's own run path (``$ORIGIN``-relative entries
-only: a wheel's vendored ``.libs`` directory, carried with it), the image's ``ld.so.cache``
+Each object's ``DT_NEEDED`` names (:func:`cdictk.elflinks.read_links`) are looked up as
+glibc's loader looks them up with no ``LD_LIBRARY_PATH``: the object's own run path (``$ORIGIN``-relative
+entries only: a wheel's vendored ``.libs`` directory, carried with it), the image's ``ld.so.cache``
 (:func:`cdictk.node.ldcachereader.read_ld_cache`; never a ``glibc-hwcaps`` entry, which is built for
 a CPU level the node may lack) and then the default directories; every library found is read in turn.
 No ``ldd``: nothing of the image is run, and the same image gives the same answer on any machine.
@@ -17,9 +17,10 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64, Links, read_links
+from cdictk.elflinks import Links, read_links
 from cdictk.node.ldcachereader import FLAG_ARCH_MASK, LdCacheError, read_ld_cache
-from cdictk.node.roots import join, resolve
+from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
+from cdictk.startpath.helpers.roots import join, resolve
 
 # The loader's default directories after the cache, per architecture: the multiarch pair Debian and
 # Ubuntu use, then the lib64 pair and the plain pair.

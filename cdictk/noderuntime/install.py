@@ -35,24 +35,13 @@ import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdictk.bundlepaths import (
-    BIN,
-    CURRENT,
-    DEFAULT_PREFIX,
-    HOOK,
-    LIBEXEC,
-    MANIFEST,
-    PYTHON,
-    SELFTEST,
-    SHIM,
-    STABLE,
-    VERSIONS,
-)
-from cdictk.errors import CdictkError
-from cdictk.fsutil import writable_directory
+from cdictk.bundlelayout import CURRENT, DEFAULT_PREFIX, SELFTEST, SHIM, STABLE, VERSIONS
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.closure import in_root
-from cdictk.trust import path_problem
+from cdictk.startpath.helpers.bundlepaths import BIN, HOOK, LIBEXEC, MANIFEST, PYTHON
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import writable_directory
+from cdictk.startpath.trust import path_problem
 from cdictk.trustscan import tree_problem
 
 LOCK = ".lock"

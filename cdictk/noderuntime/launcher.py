@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import tempfile
 
-from cdictk.elfdso import read_links
+from cdictk.elflinks import read_links
 
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "launcher.c")
 FLAGS = ("-static", "-Os", "-s", "-Wall", "-Wextra", "-Werror")
@@ -44,7 +44,7 @@ def compile_launcher(output: str, cc: str = "gcc") -> str:
 
 def check_launcher(path: str, arch: int | None) -> None:
     """Refuse ``path`` unless it is a static ELF program for the machine of ``arch`` (the flags'
-    architecture bits, :class:`cdictk.elfdso.Links`)."""
+    architecture bits, :class:`cdictk.elflinks.Links`)."""
     links = read_links(path)
     if links is None:
         raise LauncherError(f"{path}: not an ELF program (python -m cdictk.noderuntime launcher builds one)")

@@ -36,16 +36,17 @@ import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from cdictk.bundlepaths import BIN, CURRENT, DEFAULT_PREFIX, HOOK, SHIM
+from cdictk.bundlelayout import CURRENT, DEFAULT_PREFIX, SHIM
 from cdictk.configure.change import Request
 from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES
 from cdictk.configure.restart import restart
-from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, read_capped, writable_directory
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.install import InstallError, Target, check_target, install, replace_link, uninstall
 from cdictk.noderuntime.setuprecord import Record, Registered, load, save, sha256
+from cdictk.startpath.helpers.bundlepaths import BIN, HOOK
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import atomic_write, read_capped, writable_directory
 
 _DATA = os.path.dirname(os.path.abspath(__file__))
 REFRESH = "cdictk-cdi-refresh.service"

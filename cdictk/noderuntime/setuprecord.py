@@ -12,10 +12,10 @@ import json
 import os
 from dataclasses import dataclass, field
 
-from cdictk import strictjson
-from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, read_capped
 from cdictk.noderuntime.install import InstallError
+from cdictk.startpath.helpers import strictjson
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import atomic_write, read_capped
 
 RECORD = ".setup.json"
 _MAX_BYTES = 1 << 20

@@ -10,16 +10,16 @@ import os
 
 from cdictk.cdi.model import ContainerEdits, Device, Spec
 from cdictk.cdi.version import minimum_version
-from cdictk.errors import CdictkError
 from cdictk.node.devnodes import NodeInfo
 from cdictk.node.facts import NodeFacts
 from cdictk.node.modes import MODES
-from cdictk.node.roots import join
 from cdictk.nvcdi import edits, hooks
 from cdictk.nvcdi.cdiversion import fit_version
 from cdictk.nvcdi.devices import ALL_DEVICE, DEVICES, Named
 from cdictk.nvcdi.options import Parts, SpecOptions
 from cdictk.sorting import natural_key
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import join
 
 
 def build_spec(facts: NodeFacts, options: SpecOptions) -> tuple[Spec, list[str]]:

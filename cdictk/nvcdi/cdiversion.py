@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from cdictk.cdi.model import Spec
 from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, minimum_version
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 _ANNOTATIONS = "0.6.0"
 _GIDS = "0.7.0"

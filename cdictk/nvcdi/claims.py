@@ -23,16 +23,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cdictk.cdi.model import ContainerEdits, Device, Spec
-from cdictk.cdi.names import device_name_problem, kind_problem
 from cdictk.cdi.version import minimum_version
-from cdictk.errors import CdictkError
 from cdictk.node.facts import NodeFacts
 from cdictk.node.modes import Mode
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.hooks import hook_program
 from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.nodespec import NodeSpec, node_spec
 from cdictk.nvcdi.options import SpecOptions
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
+from cdictk.startpath.specs.names import device_name_problem, kind_problem
 
 
 class UnknownDeviceError(CdictkError):

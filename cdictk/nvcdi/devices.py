@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cdictk.errors import CdictkError
 from cdictk.node import devnodes, othernodes, wsl
 from cdictk.node.devnodes import cap_node, stat_node
 from cdictk.node.facts import NodeFacts, module_hint
@@ -25,6 +24,7 @@ from cdictk.node.gpus import Gpu, MigDevice
 from cdictk.nvcdi import naming
 from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.options import Parts, SpecOptions
+from cdictk.startpath.helpers.errors import CdictkError
 
 ALL_DEVICE = "all"
 DISPLAY_GPU_NAMES = frozenset({"DGX Display", "NVIDIA DGX Display"})  # a DGX Station's display GPU

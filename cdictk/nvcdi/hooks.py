@@ -1,8 +1,8 @@
 """The createContainer hooks a generated spec carries, and the program that runs them.
 
 By default the hooks run cdictk's own entry point through the interpreter cdictk is installed in, by
-absolute paths and isolated (``python3 -I -S .../cdictk/hooks/__main__.py``): the container's PYTHON*
-variables, user site and working directory cannot reach it, and no site-packages ``.pth`` file runs.
+absolute paths and isolated (``python3 -I -S .../cdictk/startpath/hooks/__main__.py``): the container's
+PYTHON* variables, user site and working directory cannot reach it, and no site-packages ``.pth`` file runs.
 Run from a node runtime installed under a prefix (:mod:`cdictk.noderuntime`), the default is that
 runtime's stable ``PREFIX/current/bin/cdictk-hook``, which outlives the version running now.
 Our own program gets one *batched* hook per container (links, device links, the driver params mask,
@@ -20,11 +20,12 @@ import re
 import sys
 from dataclasses import dataclass
 
-import cdictk.hooks
-from cdictk.bundlepaths import HOOK, stable_hook
+import cdictk.startpath.hooks
+from cdictk.bundlelayout import stable_hook
 from cdictk.cdi.model import Hook
-from cdictk.errors import CdictkError
-from cdictk.hooks.steps import BATCHED, BY_NAME
+from cdictk.startpath.helpers.bundlepaths import HOOK
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.hooks.steps import BATCHED, BY_NAME
 
 # The steps' names, from the hooks' own table: a spec never names a step the hooks lack.
 CREATE_SYMLINKS = BY_NAME["create-symlinks"].name
@@ -80,7 +81,7 @@ def hook_program(path: str | None = None, *, separate: bool = False) -> HookProg
 
 def entry_file() -> str:
     """The hook entry point's absolute path, in the cdictk this process runs."""
-    return os.path.join(os.path.dirname(os.path.abspath(cdictk.hooks.__file__)), "__main__.py")
+    return os.path.join(os.path.dirname(os.path.abspath(cdictk.startpath.hooks.__file__)), "__main__.py")
 
 
 def link_args(links: list[tuple[str, str]], flag: str = "--link") -> list[str]:

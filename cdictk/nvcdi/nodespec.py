@@ -12,16 +12,16 @@ from dataclasses import dataclass
 from cdictk.cdi.dump import dump
 from cdictk.cdi.model import ContainerEdits, Spec
 from cdictk.cdi.rules import check_spec
-from cdictk.errors import CdictkError
-from cdictk.hostpaths import LOGIN_DEFS, HostPathCheck
 from cdictk.node.csvfiles import CsvSource
 from cdictk.node.facts import NodeFacts, discover
 from cdictk.node.modes import Mode
 from cdictk.node.nvml import NvmlQuery
-from cdictk.node.roots import Roots, join
 from cdictk.nvcdi.build import build_spec
 from cdictk.nvcdi.hostroot import strip_host_root
 from cdictk.nvcdi.options import SpecOptions
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.hostpaths import LOGIN_DEFS, HostPathCheck
+from cdictk.startpath.helpers.roots import Roots, join
 
 LEFT_OUT = "left out of the spec"  # how a warning about a host path others could change ends
 
@@ -82,8 +82,8 @@ def node_spec(
 
 def leave_out_foreign_paths(spec: Spec, facts: NodeFacts, host_root: str = "/") -> list[str]:
     """Remove, in place, every mount and device node whose host path is not root's alone
-    (:mod:`cdictk.hostpaths`: a user could swap what root mounts), or was found through a symlink
-    that is not (``facts``' driver files say which they followed), and every device that loses one; a
+    (:mod:`cdictk.startpath.helpers.hostpaths`: a user could swap what root mounts), or was found through a
+    symlink that is not (``facts``' driver files say which they followed), and every device that loses one; a
     warning line for each. The node's login range is read under ``host_root``."""
     check = HostPathCheck(login_defs=join(host_root, LOGIN_DEFS))
     warnings: list[str] = []

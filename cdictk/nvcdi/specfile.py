@@ -4,11 +4,11 @@ The file is written atomically with mode 0644 (runtimes of any user must be able
 the writer, and not at all when its bytes, mode and owner are right already, so spec watchers see no
 event for nothing. A file with the same bytes that someone else owns (or with another mode) is
 replaced all the same: its hooks run as root, and its owner could change them at any time. Temporary
-files a killed run left beside it are removed on the next run (:func:`cdictk.fsutil.sweep_temps`). Anything
-but a regular file at the path (a symlink, a FIFO, /dev/stdout) is refused before it is opened:
-reading a FIFO would hang, and the atomic rename would replace a link rather than write through it.
-``--check`` compares without writing. ``--watch`` regenerates when the node's fingerprint or the file
-itself changes (:class:`WatchedSpec`, :mod:`cdictk.nvcdi.watch`).
+files a killed run left beside it are removed on the next run
+(:func:`cdictk.startpath.helpers.fsutil.sweep_temps`). Anything but a regular file at the path (a symlink, a
+FIFO, /dev/stdout) is refused before it is opened: reading a FIFO would hang, and the atomic rename would
+replace a link rather than write through it. ``--check`` compares without writing. ``--watch`` regenerates
+when the node's fingerprint or the file itself changes (:class:`WatchedSpec`, :mod:`cdictk.nvcdi.watch`).
 """
 
 from __future__ import annotations
@@ -20,12 +20,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdictk.errors import CdictkError
-from cdictk.fsutil import atomic_write, read_capped, sweep_temps, writable_directory
-from cdictk.node.fingerprint import node_fingerprint
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import NodeSpec
 from cdictk.nvcdi.watch import FatalWatchError, WatchTiming, watch
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import atomic_write, read_capped, sweep_temps, writable_directory
+from cdictk.startpath.helpers.roots import Roots
+from cdictk.startpath.specs.fingerprint import node_fingerprint
 
 MAX_SPEC_BYTES = 64 << 20  # far above any generated spec; a bigger file is not ours
 

@@ -1,6 +1,6 @@
 """``cdictk cdi generate --watch``: keep a spec current while the node changes.
 
-Every ``interval`` seconds the node's fingerprint (:mod:`cdictk.node.fingerprint`, about a
+Every ``interval`` seconds the node's fingerprint (:mod:`cdictk.startpath.specs.fingerprint`, about a
 millisecond) is compared with the last one; when it differs, and at least every ``full_every`` seconds
 whatever it says, the spec is generated again and written only when its bytes changed. With the
 default one-second interval a new GPU, a removed one, a MIG reconfiguration or a driver upgrade is in
@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 MAX_BACKOFF = 30.0
 

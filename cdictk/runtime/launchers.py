@@ -15,7 +15,7 @@ Written by ``cdictk runtime install-launchers``, atomically, mode 0755, beside t
 first (``cdictk_trust.py``, 0644, and its bytecode in ``__pycache__``). The paths are this Python's:
 after moving or upgrading Python, install them again.
 
-Engines run them as root, so nobody else may be able to change what they run (:mod:`cdictk.trust`).
+Engines run them as root, so nobody else may be able to change what they run (:mod:`cdictk.startpath.trust`).
 Before writing, the install checks all that Python reads as root: the interpreter and its
 ``pyvenv.cfg``, the standard library, every ``sys.path`` entry and every file and directory of the
 cdictk package, and the directory written to. Each start checks the interpreter, ``pyvenv.cfg``, the
@@ -34,13 +34,14 @@ import subprocess
 import sys
 from typing import NamedTuple
 
-from cdictk import trust, trustscan
+from cdictk import trustscan
 from cdictk.runtime import startcheck
+from cdictk.startpath import trust
 
 LAUNCHERS = {
-    "cdictk-runtime.py": "cdictk.runtime.shim",  # behind the shell front, cdictk-runtime (shimfront)
-    "cdictk-precreate": "cdictk.runtime.precreate",
-    "cdictk-prestart": "cdictk.runtime.prestart.main",
+    "cdictk-runtime.py": "cdictk.startpath.shim.main",  # behind the shell front, cdictk-runtime (shimfront)
+    "cdictk-precreate": "cdictk.startpath.shim.precreate",
+    "cdictk-prestart": "cdictk.startpath.prestart.main",
 }
 DEFAULT_DIR = "/usr/local/libexec/cdictk"
 # Docker's --gpus looks this name up on the daemon's PATH: installing it is opt-in, since it takes
@@ -162,8 +163,8 @@ def _shebang(python: str) -> str:
 def _install_checker(directory: str, python: str) -> str:
     """Write :data:`startcheck.CHECKER` into ``directory`` and compile it with ``python``; the cache
     tag of ``python``."""
-    from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.fsutil import atomic_write  # noqa: PLC0415
+    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
+    from cdictk.startpath.helpers.fsutil import atomic_write  # noqa: PLC0415
 
     path = os.path.join(directory, startcheck.CHECKER)
     try:
@@ -188,10 +189,10 @@ def install_launchers(directory: str, python: str | None = None) -> list[str]:
 
 
 def _install_front(directory: str) -> str:
-    from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.fsutil import atomic_write  # noqa: PLC0415
-    from cdictk.runtime.settings import CONFIG_PATH  # noqa: PLC0415
     from cdictk.runtime.shimfront import written_front  # noqa: PLC0415
+    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
+    from cdictk.startpath.helpers.fsutil import atomic_write  # noqa: PLC0415
+    from cdictk.startpath.shim.settings import CONFIG_PATH  # noqa: PLC0415
 
     front = os.path.join(directory, SHIM)
     # Settings it cannot use send every command through the shim, which says what is wrong.
@@ -263,8 +264,8 @@ def _ours(path: str) -> bool:
 def _install(
     directory: str, launchers: dict[str, str], python: str | None, command: str, backup: bool = False
 ) -> list[str]:
-    from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.fsutil import atomic_write  # noqa: PLC0415
+    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
+    from cdictk.startpath.helpers.fsutil import atomic_write  # noqa: PLC0415
 
     python, reads = _checked(directory, python)
     _make_directory(directory)
@@ -315,12 +316,13 @@ def check_install(directory: str, python: str | None = None) -> None:
 
 
 def _make_directory(directory: str) -> None:
-    """Make ``directory`` as every writer makes its own (:func:`cdictk.fsutil.writable_directory`:
-    0755 whatever the umask, nothing made under a directory not root's), and refuse it even when it
-    is sticky: the launchers import their checker from it, and in a sticky directory anyone may plant
-    a ``cdictk_trust/`` package or ``.so`` that Python would find first."""
-    from cdictk.errors import CdictkError  # noqa: PLC0415
-    from cdictk.fsutil import writable_directory  # noqa: PLC0415
+    """Make ``directory`` as every writer makes its own
+    (:func:`cdictk.startpath.helpers.fsutil.writable_directory`: 0755 whatever the umask, nothing made under a
+    directory not root's), and refuse it even when it is sticky: the launchers import their checker from it,
+    and in a sticky directory anyone may plant a ``cdictk_trust/`` package or ``.so`` that Python would find
+    first."""
+    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
+    from cdictk.startpath.helpers.fsutil import writable_directory  # noqa: PLC0415
 
     try:
         writable_directory(directory)

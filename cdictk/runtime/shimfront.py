@@ -5,10 +5,10 @@ the shim only execs the low-level runtime: starting Python for that cost an inte
 front finds the subcommand as the shim does (the first word that is not a global option or its value)
 and, for anything but ``create`` and ``run``, execs the low-level runtime itself: the first of the
 settings' ``runtimes`` found (an absolute path, or a name looked up in ``PATH``), as
-:func:`cdictk.runtime.shim.find_runtime` finds it.
+:func:`cdictk.startpath.shim.main.find_runtime` finds it.
 
 Most containers ask for no GPU, and for those the shim's create changes nothing either. So for
-``create`` and ``run`` the front finds the bundle as :func:`cdictk.runtime.shim.bundle_dir` does and,
+``create`` and ``run`` the front finds the bundle as :func:`cdictk.startpath.shim.main.bundle_dir` does and,
 when its ``config.json`` holds none of the strings every request needs (:func:`triggers`: the
 settings' annotation prefixes, ``NVIDIA_VISIBLE_DEVICES``, the volume-mount directory's name), execs
 the runtime too. One ``grep -F`` decides: a string anywhere in the file, even in an unrelated field,
@@ -35,11 +35,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 
-from cdictk.runtime.requests import VISIBLE_DEVICES, VOLUME_MOUNT_ROOT
-from cdictk.runtime.runtimelog import GLOBAL_VALUES  # the front must read argv as the shim does
-from cdictk.runtime.settings import CONFIG_PATH, load_settings
-from cdictk.runtime.shim import CREATING
-from cdictk.settingsfile import SettingsError
+from cdictk.startpath.helpers.settingsfile import SettingsError
+from cdictk.startpath.shim.main import CREATING
+from cdictk.startpath.shim.requests import VISIBLE_DEVICES, VOLUME_MOUNT_ROOT
+from cdictk.startpath.shim.runtimelog import GLOBAL_VALUES  # the front must read argv as the shim does
+from cdictk.startpath.shim.settings import CONFIG_PATH, load_settings
 
 # Printable ASCII that JSON writers put in a string as it is: not '"' or '\' (always escaped), nor
 # '<', '>' and '&' (Go's encoder escapes them by default).

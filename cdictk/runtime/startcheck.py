@@ -7,11 +7,11 @@ catches one loosened afterwards: the interpreter, its ``pyvenv.cfg``, the standa
 package), before Python reads it. Only what is imported is looked at: the whole package tree, which
 the install walks, is ten times the files a start imports.
 
-It cannot import :mod:`cdictk.trust` to do so: that import would run code of the very package it is
+It cannot import :mod:`cdictk.startpath.trust` to do so: that import would run code of the very package it is
 about to check. So the install copies that module's source, as it is, into the launchers' directory as
 :data:`CHECKER` (root's, 0644, like the launchers), where an operator reads what runs before cdictk
-does; the launcher imports it from there and calls :func:`cdictk.trust.paths_problem` and
-:func:`cdictk.trust.guard_imports`: one implementation of the rules, at install and at start, tested
+does; the launcher imports it from there and calls :func:`cdictk.startpath.trust.paths_problem` and
+:func:`cdictk.startpath.trust.guard_imports`: one implementation of the rules, at install and at start, tested
 as the module it is. The install also compiles it, with the launcher's own Python, into a
 checked-hash ``.pyc`` in ``__pycache__`` there: Python then checks the bytecode against the text on
 every start, and no start pays for compiling it (a launcher's own text is compiled on every start,
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import inspect
 
-from cdictk import trust
+from cdictk.startpath import trust
 
 CHECKER = "cdictk_trust.py"
 # Run by the launcher's Python (-I -S) with the checker's path: its cache tag, once the checked-hash
@@ -34,14 +34,14 @@ py_compile.compile(sys.argv[1], doraise=True, invalidation_mode=py_compile.PycIn
 print(sys.implementation.cache_tag, end="")
 """
 _HEADER = """\
-# cdictk/trust.py, copied here by `cdictk runtime install-launchers`: the launchers in this directory
-# import it to check, before they import anything of cdictk, that all Python reads as root is root's
+# cdictk/startpath/trust.py, copied here by `cdictk runtime install-launchers`: the launchers in this
+# directory import it to check, before they import anything of cdictk, that all Python reads as root is root's
 # alone. Written anew by each install; see cdictk/runtime/startcheck.py.
 """
 
 _LINES = """\
 # Before cdictk is imported: is all that Python and cdictk read as root still root's alone? The check
-# is {checker} beside this file (cdictk/trust.py, copied there by the install: importing cdictk's
+# is {checker} beside this file (cdictk/startpath/trust.py, copied there by the install: importing cdictk's
 # own would trust cdictk before the check).
 import os, sys
 # Root's umask may be 000: a __pycache__ Python makes must not come out world-writable.
@@ -75,13 +75,14 @@ _WHY = "someone other than root could change what runs as root; cdictk not start
 
 
 def checker_text() -> str:
-    """The text of :data:`CHECKER`: :mod:`cdictk.trust`'s source under a header that says so."""
+    """The text of :data:`CHECKER`: :mod:`cdictk.startpath.trust`'s source under a header that says so."""
     return _HEADER + inspect.getsource(trust)
 
 
 def check_lines(tag: str, directory: str, paths: list[str], owners: frozenset[int]) -> str:
     """The launcher's lines that stop it (status 1, one line on stderr) unless every path of ``paths``
-    belongs to ``owners`` alone, and that then guard every import (:class:`cdictk.trust.GuardedFinder`).
+    belongs to ``owners`` alone, and that then guard every import
+    (:class:`cdictk.startpath.trust.GuardedFinder`).
 
     ``tag``: the cache tag of the Python that compiled the checker (:data:`COMPILE`); ``directory``:
     where the checker is, the launcher's own directory.

@@ -28,12 +28,12 @@ from typing import Any
 import yaml
 
 from cdictk.api import SpecDirs
-from cdictk.cdi.apply import EditsSource, apply_edits
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, reference_minimum_version
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.specs.apply import EditsSource, apply_edits
 from tests import REPO
 
 CORPUS = REPO / "tests" / "data" / "cdi-reference"

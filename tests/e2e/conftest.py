@@ -27,8 +27,8 @@ import pytest
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdictk.cdi.version import minimum_version
-from cdictk.errors import HookError
-from cdictk.hooks.hostbinary import check_static_elf
+from cdictk.startpath.helpers.errors import HookError
+from cdictk.startpath.hooks.hostbinary import check_static_elf
 from nodeimage import makeimage
 from nodeimage.ocilayout import read_image
 from realnode.containers import oci_config as realnode_oci_config

@@ -269,7 +269,9 @@ def test_generated_spec_carries_one_batch_hook(generated: Generated, tmp_path: P
     python, *flags_and_script = hook["args"][:4]
     assert hook["path"] == python and os.path.isabs(python) and os.access(python, os.X_OK)
     assert flags_and_script[:2] == ["-I", "-S"]
-    assert flags_and_script[2].endswith("/cdictk/hooks/__main__.py") and os.path.isfile(flags_and_script[2])
+    assert flags_and_script[2].endswith("/cdictk/startpath/hooks/__main__.py") and os.path.isfile(
+        flags_and_script[2]
+    )
     assert hook["args"][4] == "batch"
     assert hook["env"] == HOOK_ENV
     assert option_values(hooks, "host-driver-version") == [V]

@@ -34,7 +34,7 @@ from tests.e2e.test_hooks import (
     watch,
 )
 from tests.fakenode.node import LIB_DIR
-from tests.unit.hooks.cudalibs import OWNER, _gcc, _note_source
+from tests.unit.startpath.hooks.cudalibs import OWNER, _gcc, _note_source
 
 pytestmark = pytest.mark.root
 

@@ -38,16 +38,16 @@ from typing import Any
 
 import pytest
 
-from cdictk.elfdso import read_soname
-from cdictk.hooks.cudacompat import enable_cuda_compat
-from cdictk.hooks.ldcache import update_ldcache
-from cdictk.rootfs import Rootfs
+from cdictk.elflinks import read_soname
+from cdictk.startpath.helpers.rootfs import Rootfs
+from cdictk.startpath.hooks.cudacompat import enable_cuda_compat
+from cdictk.startpath.hooks.ldcache import update_ldcache
 from tests.conftest import node_with_spec
 from tests.e2e.conftest import Runtime, fetch_minbase, overlay, require_tool
 from tests.e2e.test_hooks import gpu_bundle, links_of, option_values, run_ok, set_script
 from tests.e2e.test_hooks_cuda_compat import COMPAT_DIR, HOST_DRIVER, NEWER, add_compat_libcuda, compat_note
 from tests.fakenode.node import FakeNode
-from tests.unit.test_elfdso import NOTES_C
+from tests.unit.startpath.helpers.test_elfdso import NOTES_C
 
 pytestmark = [pytest.mark.slow, pytest.mark.root]
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.bundlepaths import ENTRIES
+from cdictk.bundlelayout import ENTRIES
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.install import Target, install
 from tests.conftest import require_node_tools

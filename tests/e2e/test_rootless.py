@@ -120,7 +120,7 @@ def rootless_spec(open_node: tuple[FakeNode, Path]) -> Iterator[Path]:
     try:
         made = subprocess.run(generate, capture_output=True, text=True, env=env, cwd=base, check=False)
         assert made.returncode == 0, made.stderr
-        assert str(base / "pkg" / "cdictk" / "hooks" / "__main__.py") in output.read_text()
+        assert str(base / "pkg" / "cdictk" / "startpath" / "hooks" / "__main__.py") in output.read_text()
         yield output
     finally:
         output.unlink(missing_ok=True)

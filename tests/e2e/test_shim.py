@@ -17,13 +17,13 @@ import pytest
 
 from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import ContainerEdits, Device
-from cdictk.runtime import settings
 from cdictk.runtime.launchers import install_launchers
+from cdictk.startpath.shim import settings
 from tests.conftest import NodeFactory
 from tests.e2e.conftest import ENXIO, FakeGpuHost, Runtime, e2e_spec
 from tests.e2e.test_runtimes import cdictk, make_bundle
 from tests.fakenode.node import LIB_DIR
-from tests.unit.runtime.test_runtimelog import last_runtime_error
+from tests.unit.startpath.shim.test_runtimelog import last_runtime_error
 
 pytestmark = pytest.mark.root
 

@@ -15,17 +15,17 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools", "grpc", "google.pr
 @pytest.mark.parametrize(
     "module",
     [
-        "cdictk.errors",
-        "cdictk.strictjson",
-        "cdictk.fsutil",
-        "cdictk.ociconfig",
-        "cdictk.cdi.names",
-        "cdictk.cdi.apply",
-        "cdictk.hooks.__main__",
-        "cdictk.runtime.shim",
-        "cdictk.runtime.requests",
-        "cdictk.runtime.settings",
-        "cdictk.settingsfile",
+        "cdictk.startpath.helpers.errors",
+        "cdictk.startpath.helpers.strictjson",
+        "cdictk.startpath.helpers.fsutil",
+        "cdictk.startpath.helpers.ociconfig",
+        "cdictk.startpath.specs.names",
+        "cdictk.startpath.specs.apply",
+        "cdictk.startpath.hooks.__main__",
+        "cdictk.startpath.shim.main",
+        "cdictk.startpath.shim.requests",
+        "cdictk.startpath.shim.settings",
+        "cdictk.startpath.helpers.settingsfile",
     ],
 )
 def test_hot_path_modules_import_no_heavy_library(module: str) -> None:
@@ -80,8 +80,8 @@ def test_no_command_module_imports_nvml_elf_readers_or_grpc_until_it_runs() -> N
     # every command module was loaded: the test can fail for each of them
     assert commands - set(loaded.split(",")) <= {
         "cdictk.cli.__init__",
-        "cdictk.cli.console",
-        "cdictk.cli.hook",
+        "cdictk.startpath.console",
+        "cdictk.startpath.hooks.command",
     }
     assert heavy == "", f"loading the commands imports {heavy}"
 
@@ -89,7 +89,7 @@ def test_no_command_module_imports_nvml_elf_readers_or_grpc_until_it_runs() -> N
 LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse", "subprocess", "ctypes"}
 
 
-@pytest.mark.parametrize("module", ["cdictk.cli.main", "cdictk.api", "cdictk.runtime.shim"])
+@pytest.mark.parametrize("module", ["cdictk.cli.main", "cdictk.api", "cdictk.startpath.shim.main"])
 def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
     """The kubernetes extra is optional: the CLI (whose device-plugin command imports them when it
     runs), the library API and the start path load neither grpc nor protobuf."""
@@ -103,16 +103,16 @@ def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
 @pytest.mark.parametrize(
     "module",
     [
-        "cdictk.hooks.entry",
-        "cdictk.runtime.requests",
-        "cdictk.runtime.capabilities",
-        "cdictk.runtime.settings",
-        "cdictk.runtime.prestart.main",
-        "cdictk.runtime.prestart.additions",
-        "cdictk.runtime.prestart.require",
-        "cdictk.runtime.prestart.log",
-        "cdictk.hostpaths",
-        "cdictk.cdi.mountcheck",
+        "cdictk.startpath.hooks.entry",
+        "cdictk.startpath.shim.requests",
+        "cdictk.startpath.shim.capabilities",
+        "cdictk.startpath.shim.settings",
+        "cdictk.startpath.prestart.main",
+        "cdictk.startpath.prestart.additions",
+        "cdictk.startpath.prestart.require",
+        "cdictk.startpath.prestart.log",
+        "cdictk.startpath.helpers.hostpaths",
+        "cdictk.startpath.specs.mountcheck",
     ],
 )
 def test_container_start_modules_import_only_light_standard_modules(module: str) -> None:
@@ -131,34 +131,44 @@ def test_container_start_modules_import_only_light_standard_modules(module: str)
 
 
 # The start path: what runs on every container start, from these entry points and what they import
-# (lazily too). Each of its modules says so on the first line of its docstring.
-START_PATH = "Start path: standard library only."
+# (lazily too). It is exactly the modules of cdictk.startpath.
 START_ENTRIES = (
-    "cdictk.hooks.__main__",  # the hook generated specs run (its steps: the table's modules, below)
-    "cdictk.cli.console",  # `cdictk hook ...` through the console script
-    "cdictk.runtime.shim",  # cdictk-runtime, behind its shell front
-    "cdictk.runtime.precreate",  # podman's precreate hook
-    "cdictk.runtime.prestart.main",  # the legacy prestart hook
-    "cdictk.trust",  # what a launcher checks before it imports cdictk
+    "cdictk.startpath.hooks.__main__",  # the hook generated specs run (its steps: the table's modules, below)
+    "cdictk.startpath.console",  # `cdictk hook ...` through the console script
+    "cdictk.startpath.shim.main",  # cdictk-runtime, behind its shell front
+    "cdictk.startpath.shim.precreate",  # podman's precreate hook
+    "cdictk.startpath.prestart.main",  # the legacy prestart hook
+    "cdictk.startpath.trust",  # what a launcher checks before it imports cdictk
 )
 # Imports a start makes only when a cache misses: each leads off the start path, to code that runs
 # once per change (and may use typing, re, dataclasses and PyYAML).
 OFF_THE_START_PATH = {
-    ("cdictk.cdi.cache", "cdictk.cdi.registry"): "the spec files parsed: the parse cache missed",
-    ("cdictk.cdi.cache", "cdictk.cdi.dump"): "the spec dirs' index built anew from the parsed specs",
-    ("cdictk.cdi.cache", "cdictk.cdi.rescan"): "never on a start: the library's view, kept current",
-    ("cdictk.cdi.cache", "cdictk.cdi.decode"): "never on a start: the library's copy of a device (the model)",
-    ("cdictk.runtime.inject", "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
-    ("cdictk.runtime.inject", "cdictk.node.modes"): "the same",
-    ("cdictk.runtime.inject", "cdictk.nvcdi.hooks"): "the same",
-    ("cdictk.runtime.inject", "cdictk.nvcdi.nodespec"): "the same",
-    ("cdictk.runtime.inject", "cdictk.nvcdi.options"): "the same",
-    ("cdictk.runtime.prestart.factcache", "cdictk.runtime.prestart.driverfacts"): (
+    ("cdictk.startpath.specs.cache", "cdictk.cdi.registry"): "the spec files parsed: the parse cache missed",
+    (
+        "cdictk.startpath.specs.cache",
+        "cdictk.cdi.dump",
+    ): "the spec dirs' index built anew from the parsed specs",
+    (
+        "cdictk.startpath.specs.cache",
+        "cdictk.cdi.rescan",
+    ): "never on a start: the library's view, kept current",
+    (
+        "cdictk.startpath.specs.cache",
+        "cdictk.cdi.decode",
+    ): "never on a start: the library's copy of a device (the model)",
+    ("cdictk.startpath.shim.inject", "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
+    ("cdictk.startpath.shim.inject", "cdictk.node.modes"): "the same",
+    ("cdictk.startpath.shim.inject", "cdictk.nvcdi.hooks"): "the same",
+    ("cdictk.startpath.shim.inject", "cdictk.nvcdi.nodespec"): "the same",
+    ("cdictk.startpath.shim.inject", "cdictk.nvcdi.options"): "the same",
+    ("cdictk.startpath.prestart.factcache", "cdictk.runtime.driverfacts"): (
         "the driver facts read anew (NVML in the runner's child): the parse cache missed"
     ),
-    ("cdictk.cli.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
-    ("cdictk.cdi.mountcheck", "cdictk.cdi.dump"): "never on a start: cdi validate's and info's findings",
-    ("cdictk.settingsfile", "cdictk.strictyaml"): "never on a start: YAML settings (the device plugin's)",
+    ("cdictk.startpath.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
+    (
+        "cdictk.startpath.helpers.settingsfile",
+        "cdictk.strictyaml",
+    ): "never on a start: YAML settings (the device plugin's)",
 }
 
 
@@ -199,7 +209,7 @@ def runtime_imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
 
 
 def start_path() -> set[str]:
-    from cdictk.hooks.steps import STEPS
+    from cdictk.startpath.hooks.steps import STEPS
 
     known = module_files()
     pending = [*START_ENTRIES, *(step.module for step in STEPS)]
@@ -215,17 +225,16 @@ def start_path() -> set[str]:
     return seen
 
 
-def test_exactly_the_start_paths_modules_say_they_are_on_it() -> None:
-    """Packages' __init__ files aside (a docstring, or the version), which every submodule imports."""
+def test_the_start_path_is_exactly_the_startpath_package() -> None:
+    """Every module a container start runs is under cdictk/startpath, and every module there is run by
+    one: the tree shows which code a start pays for. cdictk's own __init__ (the version) aside."""
     known = module_files()
-    marked = {
-        name
-        for name, path in known.items()
-        if (ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or "").startswith(START_PATH)
-    }
-    modules = {name for name in start_path() if known[name].name != "__init__.py"}
-    assert sorted(modules - marked) == [], "on the start path, without the line"
-    assert sorted(marked - modules) == [], "with the line, off the start path"
+    package = {name for name in known if name == "cdictk.startpath" or name.startswith("cdictk.startpath.")}
+    run = start_path()
+    # a module's packages run before it: their __init__ files are on the path too
+    on_path = {".".join(name.split(".")[:i]) for name in run for i in range(2, len(name.split(".")) + 1)}
+    assert sorted(on_path - package) == [], "on the start path, outside cdictk/startpath"
+    assert sorted(package - on_path) == [], "in cdictk/startpath, off the start path"
 
 
 def test_the_start_path_imports_the_standard_library_alone() -> None:

@@ -1,15 +1,17 @@
 """The package's layers: no import cycle, and no import against the layer order.
 
 Every ``import`` in ``cdictk/`` counts, the lazy ones inside functions and the type-only ones too: a
-lazy import is still a dependency, only a cheaper one. The order is the one docs/development.md draws:
+lazy import is still a dependency, only a cheaper one. The order is the one docs/architecture.md draws:
 
-    helpers  <- hooks
+    startpath (what runs on every container start) <- every other layer
     helpers  <- cdi <- node <- nvcdi <- runtime <- info <- api <- cli
     runtime  <- noderuntime (the node runtime: built, installed, the node set up around it) <- cli
     node     <- configure (engine configs) <- info, noderuntime, cli
-    hooks    <- nvcdi (the hook program and its steps), runtime (the prestart hook runs them)
 
-A layer may import itself and what it lists below; a module that fits no layer fails the test.
+The start path imports nothing above it but through its doors off it (test_import_cost's
+OFF_THE_START_PATH: the imports a start makes only when a cache misses) and for type checkers alone
+(the records it is handed, such as cdi.model's Spec). A layer may import itself and
+what it lists below; a module that fits no layer fails the test.
 """
 
 from __future__ import annotations
@@ -22,57 +24,45 @@ from pathlib import Path
 import pytest
 
 from tests import REPO
+from tests.unit.test_import_cost import OFF_THE_START_PATH
 
 PACKAGE = REPO / "cdictk"
 
 # layer -> (the modules it holds, by dotted prefix; the layers it may import)
 LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    # and the package's __init__ (the version), which every import of a submodule runs anyway
+    "startpath": (("cdictk.startpath", "cdictk"), ()),
     "helpers": (
         (
-            "cdictk",  # its __init__: the version, nothing else (a prefix for no other module)
-            "cdictk.errors",
-            "cdictk.fsutil",
-            "cdictk.strictjson",
             "cdictk.strictyaml",
             "cdictk.libyaml",
             "cdictk.yamlscalar",
-            "cdictk.settingsfile",
-            "cdictk.ociconfig",
             "cdictk.sorting",
-            "cdictk.rootfs",
-            "cdictk.syscalls",
-            "cdictk.mountinfo",
-            "cdictk.ocistate",
-            "cdictk.parsecache",
-            "cdictk.trust",
-            "cdictk.hostpaths",
             "cdictk.trustscan",
-            "cdictk.elfdso",
-            "cdictk.ldcachefile",
-            "cdictk.bundlepaths",
+            "cdictk.elflinks",
+            "cdictk.bundlelayout",
         ),
-        (),
+        ("startpath",),
     ),
-    "hooks": (("cdictk.hooks",), ("helpers",)),
-    "cdi": (("cdictk.cdi",), ("helpers",)),
-    "node": (("cdictk.node",), ("helpers", "cdi")),
-    "nvcdi": (("cdictk.nvcdi",), ("helpers", "cdi", "node", "hooks")),
-    "runtime": (("cdictk.runtime",), ("helpers", "cdi", "node", "nvcdi", "hooks")),
-    "configure": (("cdictk.configure",), ("helpers", "node")),
-    "info": (("cdictk.info",), ("helpers", "cdi", "node", "nvcdi", "runtime", "configure")),
+    "cdi": (("cdictk.cdi",), ("startpath", "helpers")),
+    "node": (("cdictk.node",), ("startpath", "helpers", "cdi")),
+    "nvcdi": (("cdictk.nvcdi",), ("startpath", "helpers", "cdi", "node")),
+    "runtime": (("cdictk.runtime",), ("startpath", "helpers", "cdi", "node", "nvcdi")),
+    "configure": (("cdictk.configure",), ("startpath", "helpers", "node")),
+    "info": (("cdictk.info",), ("startpath", "helpers", "cdi", "node", "nvcdi", "runtime", "configure")),
     # The node runtime: built from the image's Python, installed on the node (the shim's front is runtime's),
     # and a node without Kubernetes set up around it (the engine's config is configure's).
-    "noderuntime": (("cdictk.noderuntime",), ("helpers", "node", "runtime", "configure")),
-    "api": (("cdictk.api",), ("helpers", "cdi", "node", "nvcdi", "runtime", "info")),
+    "noderuntime": (("cdictk.noderuntime",), ("startpath", "helpers", "node", "runtime", "configure")),
+    "api": (("cdictk.api",), ("startpath", "helpers", "cdi", "node", "nvcdi", "runtime", "info")),
     # The Kubernetes node agents: gRPC front-ends over the library API (and the node's facts).
-    "deviceplugin": (("cdictk.deviceplugin",), ("helpers", "node", "api")),
+    "deviceplugin": (("cdictk.deviceplugin",), ("startpath", "helpers", "node", "api")),
     # The node's GPU labels for NFD: the node's facts, and the spec writer's file policy and watch.
-    "labels": (("cdictk.labels",), ("helpers", "node", "nvcdi")),
+    "labels": (("cdictk.labels",), ("startpath", "helpers", "node", "nvcdi")),
     "cli": (
         ("cdictk.cli", "cdictk.__main__"),
         (
+            "startpath",
             "helpers",
-            "hooks",
             "cdi",
             "node",
             "nvcdi",
@@ -86,6 +76,8 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
 }
+# The start path's doors off it: lazy imports where a cache misses, to code that runs once per change.
+DOORS = frozenset(OFF_THE_START_PATH)
 ROOT = "cdictk"
 
 
@@ -94,6 +86,7 @@ class Import:
     source: str  # the importing module
     target: str  # the imported module (or package, for `from package import name` of a non-module)
     line: int
+    type_only: bool = False  # under ``if TYPE_CHECKING:``: never imported when the code runs
 
 
 def modules(package: Path) -> dict[str, Path]:
@@ -113,7 +106,15 @@ def imports(package: Path) -> list[Import]:
     found = []
     for name, path in known.items():
         is_package = path.name == "__init__.py"
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        type_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+            for statement in node.body
+            for inner in ast.walk(statement)
+        }
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
@@ -131,7 +132,7 @@ def imports(package: Path) -> list[Import]:
             else:
                 continue
             found += [
-                Import(name, target, node.lineno)
+                Import(name, target, node.lineno, id(node) in type_only)
                 for target in targets
                 if (target == root or target.startswith(f"{root}.")) and target != name
             ]
@@ -155,6 +156,8 @@ def against_the_order(
     problems = []
     for item in found:
         source, target = layer_of(item.source, layers), layer_of(item.target, layers)
+        if (item.source, item.target) in DOORS or (source == "startpath" and item.type_only):
+            continue  # a door off the start path, or a type the start path handles but never imports
         if source is None or target is None:
             problems.append(
                 f"{item.source}:{item.line}: {item.source if source is None else item.target} is in no layer"
@@ -233,12 +236,13 @@ def tree(tmp_path: Path) -> Path:
         tmp_path,
         {
             "__init__.py": "",
-            "errors.py": "",
-            "hooks/__init__.py": "",
-            "hooks/entry.py": "from cdictk.errors import Problem\n",
+            "startpath/__init__.py": "",
+            "startpath/errors.py": "",
+            "startpath/hooks/__init__.py": "",
+            "startpath/hooks/entry.py": "from cdictk.startpath.errors import Problem\n",
             "runtime/__init__.py": "",
-            "runtime/shim.py": "from cdictk.hooks import entry\nfrom . import other\n",
-            "runtime/other.py": "def f():\n    from cdictk import errors\n",
+            "runtime/launch.py": "from cdictk.startpath.hooks import entry\nfrom . import other\n",
+            "runtime/other.py": "def f():\n    from cdictk.startpath import errors\n",
         },
     )
 
@@ -246,23 +250,41 @@ def tree(tmp_path: Path) -> Path:
 def test_a_clean_tree_passes(tree: Path) -> None:
     found = imports(tree)
     assert {(item.source, item.target) for item in found} == {
-        ("cdictk.hooks.entry", "cdictk.errors"),
-        ("cdictk.runtime.shim", "cdictk.hooks.entry"),
-        ("cdictk.runtime.shim", "cdictk.runtime.other"),
-        ("cdictk.runtime.other", "cdictk.errors"),
+        ("cdictk.startpath.hooks.entry", "cdictk.startpath.errors"),
+        ("cdictk.runtime.launch", "cdictk.startpath.hooks.entry"),
+        ("cdictk.runtime.launch", "cdictk.runtime.other"),
+        ("cdictk.runtime.other", "cdictk.startpath.errors"),
     }
     assert cycles(found) == [] and against_the_order(found, LAYERS) == []
 
 
 def test_a_planted_cycle_fails(tree: Path) -> None:
     """Even through a lazy import inside a function, as hooks.entry and the prestart hook had."""
-    (tree / "hooks/entry.py").write_text("def main():\n    from cdictk.hooks import late\n")
-    (tree / "hooks/late.py").write_text("from cdictk.hooks.entry import main\n")
-    assert cycles(imports(tree)) == [["cdictk.hooks.entry", "cdictk.hooks.late"]]
+    (tree / "startpath/hooks/entry.py").write_text(
+        "def main():\n    from cdictk.startpath.hooks import late\n"
+    )
+    (tree / "startpath/hooks/late.py").write_text("from cdictk.startpath.hooks.entry import main\n")
+    assert cycles(imports(tree)) == [["cdictk.startpath.hooks.entry", "cdictk.startpath.hooks.late"]]
 
 
 def test_an_import_against_the_order_fails(tree: Path) -> None:
-    (tree / "hooks/entry.py").write_text("def main():\n    from cdictk.runtime.shim import x\n")
+    (tree / "startpath/hooks/entry.py").write_text("def main():\n    from cdictk.runtime.launch import x\n")
     assert against_the_order(imports(tree), LAYERS) == [
-        "cdictk.hooks.entry:2: imports cdictk.runtime.shim (hooks may not import runtime)"
+        "cdictk.startpath.hooks.entry:2: imports cdictk.runtime.launch (startpath may not import runtime)"
+    ]
+
+
+def test_a_door_off_the_start_path_is_no_import_against_the_order(tree: Path) -> None:
+    """The doors off the start path, and only they, lead from it to the layers above it."""
+    (tree / "startpath/specs").mkdir()
+    (tree / "startpath/specs/__init__.py").write_text("")
+    (tree / "startpath/specs/cache.py").write_text(
+        "def parse():\n    from cdictk.cdi import registry\n    from cdictk.cdi import load\n"
+    )
+    (tree / "cdi").mkdir()
+    (tree / "cdi/__init__.py").write_text("")
+    (tree / "cdi/registry.py").write_text("")
+    (tree / "cdi/load.py").write_text("")
+    assert against_the_order(imports(tree), LAYERS) == [
+        "cdictk.startpath.specs.cache:3: imports cdictk.cdi.load (startpath may not import cdi)"
     ]

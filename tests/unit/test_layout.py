@@ -31,7 +31,7 @@ CONCERNS = {
     "cli/test_generate_layouts.py",  # cdi generate on every driver layout
     "cli/test_generate_watch.py",  # cdi generate --watch
     "cli/test_generate_modes.py",  # cdi generate in the modes beside the GPU host's
-    "hooks/test_hardening.py",  # every hook against hostile images
+    "startpath/hooks/test_hardening.py",  # every hook against hostile images
     "info/test_info.py",  # cdictk info as a whole
     "test_root_marker.py",  # the root marker and its check (tests/rootmarker.py)
 }
@@ -41,10 +41,12 @@ CONCERNS = {
 # A module that gets its own test file leaves this list (test_the_covered_list_is_current says so).
 COVERED_BY = {
     "__main__.py": "cli/test_cdi.py",  # python -m cdictk
-    "hooks/__main__.py": "hooks/test_entry.py",  # the path generated hooks run
-    "cli/config.py": "runtime/test_settings.py",  # cdictk config default
-    "cli/console.py": "hooks/test_entry.py",  # the console script's fast path to the hooks
-    "cli/hook.py": "hooks/test_entry.py",
+    "startpath/hooks/__main__.py": "startpath/hooks/test_entry.py",  # the path generated hooks run
+    "bundlelayout.py": "startpath/helpers/test_bundlepaths.py",  # the layout's other half
+    "elflinks.py": "startpath/helpers/test_elfdso.py",  # held against readelf with the ELF reader
+    "cli/config.py": "startpath/shim/test_settings.py",  # cdictk config default
+    "startpath/console.py": "startpath/hooks/test_entry.py",  # the console script's fast path to the hooks
+    "startpath/hooks/command.py": "startpath/hooks/test_entry.py",
     "cli/info.py": "info/test_info.py",
     "cli/main.py": "cli/test_cdi.py",
     "cli/system.py": "node/test_nodecreate.py",
@@ -58,7 +60,7 @@ COVERED_BY = {
     "node/drm.py": "node/test_facts.py",
     "node/gpus.py": "nvcdi/test_naming.py",
     "node/libraries.py": "node/test_facts.py",
-    "node/nvmllib.py": "runtime/prestart/test_driverfacts.py",
+    "node/nvmllib.py": "runtime/test_driverfacts.py",
     "nvcdi/cdiversion.py": "nvcdi/test_build.py",
     "nvcdi/claims.py": "test_api.py",
     "nvcdi/devices.py": "nvcdi/test_build.py",

@@ -13,7 +13,7 @@ from cdictk.cdi.dump import dump_yaml
 from cdictk.cdi.model import Spec
 from cdictk.cdi.parse import parse_document
 from cdictk.cli.main import main
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.strictyaml import more_documents
 
 

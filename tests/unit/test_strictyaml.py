@@ -3,7 +3,7 @@ keys, anchors, tags, complex keys and deep nesting refused with one line naming 
 
 import pytest
 
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.strictyaml import MAX_DEPTH, more_documents, parse_yaml
 from cdictk.yamlscalar import Timestamp
 

@@ -5,7 +5,7 @@ import pytest
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdictk.cdi.parse import parse_document
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def decode_yaml(text: str) -> Spec:

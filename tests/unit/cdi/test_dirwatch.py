@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk import syscalls
 from cdictk.cdi.dirwatch import DirWatch
+from cdictk.startpath.helpers import syscalls
 
 
 def test_each_kind_of_change_is_seen_once(tmp_path: Path) -> None:

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from cdictk.cdi.load import InvalidSpecError, load_spec, load_spec_data, read_document
-from cdictk.cdi.specdirs import MAX_SPEC_BYTES
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES
 
 VALID = """\
 cdiVersion: 0.5.0

@@ -1,7 +1,7 @@
 import pytest
 
 from cdictk.cdi.parse import parse_document
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.strictyaml import MAX_DEPTH
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cdictk.cdi import apply
 from cdictk.cli.main import main
+from cdictk.startpath.specs import apply
 from tests.cdiref.cases import VERSIONS, make_fixtures
 from tests.cdiref.replay import (
     AGREE,

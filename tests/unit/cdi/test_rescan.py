@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.cdi.cache import ClosedError, SpecDirs, UnresolvedDevicesError
+from cdictk.startpath.specs.cache import ClosedError, SpecDirs, UnresolvedDevicesError
 
 SPEC = "cdiVersion: 0.3.0\nkind: v.com/c\ndevices:\n- {name: %s, containerEdits: {env: [%s]}}\n"
 

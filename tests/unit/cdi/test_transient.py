@@ -6,7 +6,7 @@ import pytest
 
 from cdictk.cdi.model import ContainerEdits, Device, Spec
 from cdictk.cdi.transient import SpecDirError, SpecExistsError, TransientSpecs, transient_spec_name
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def claim_spec(claim: str, kind: str = "vendor.com/gpu", env: str = "A=1") -> Spec:

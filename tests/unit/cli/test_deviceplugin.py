@@ -22,7 +22,7 @@ from cdictk.cli.deviceplugin import device_plugin_command
 from cdictk.cli.main import main
 from cdictk.deviceplugin import plugin as plugin_module
 from cdictk.deviceplugin.pluginsettings import Settings
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.fakenode.nvml import FakeMig

@@ -14,8 +14,8 @@ import pytest
 from cdictk.cdi.load import load_spec
 from cdictk.cli.main import main
 from cdictk.node.libraries import candidate_dirs, find_driver_libraries, version_from_libraries
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.hooks import entry_file, hook_program
+from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import NodeFactory
 from tests.fakenode.node import LIB_DIR, FakeNode
 from tests.fakenode.planted import USER, plant, ran, relist, user_lib_dir

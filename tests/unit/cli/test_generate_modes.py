@@ -16,10 +16,10 @@ from cdictk.cdi.model import Spec
 from cdictk.cdi.validate import validate_file
 from cdictk.cli.main import main
 from cdictk.node.modes import Mode
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import node_spec
 from cdictk.nvcdi.options import SpecOptions
 from cdictk.nvcdi.specfile import WatchedSpec
+from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import NodeFactory, PlatformFactory
 from tests.fakenode.nvml import FakeGpu, FakeNvmlConfig, build_fake_nvml
 from tests.fakenode.platforms import (

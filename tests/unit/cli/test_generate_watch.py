@@ -161,10 +161,10 @@ def test_a_spec_removed_right_after_the_write_is_still_put_back(
 ) -> None:
     """The race behind a flaky run of the test above: the output was stamped by looking at the path
     again after the write, so a spec removed in that moment was remembered as ours and never put back."""
-    from cdictk import fsutil
-    from cdictk.node.roots import Roots
     from cdictk.nvcdi.nodespec import NodeSpec
     from cdictk.nvcdi.specfile import WatchedSpec
+    from cdictk.startpath.helpers import fsutil
+    from cdictk.startpath.helpers.roots import Roots
 
     class Made:
         """What the watch uses of a NodeSpec."""

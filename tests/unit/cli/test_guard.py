@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from cdictk.cli.guard import guarded
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def test_a_command_runs_under_umask_022_and_its_status_is_kept(umask_000: None) -> None:

@@ -14,7 +14,7 @@ from cdictk.configure.containerd import (
     configure_drop_in,
     configure_in_place,
 )
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 DROP_IN = "/etc/containerd/conf.d/99-cdictk.toml"
 PATH = "/usr/local/bin/cdictk-runtime"

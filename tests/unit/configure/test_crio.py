@@ -8,7 +8,7 @@ import pytest
 from cdictk.cli.main import main
 from cdictk.configure.change import RuntimeChange
 from cdictk.configure.crio import HEADER, configure
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 from tests import REPO
 
 MAIN = """# CRI-O main config
@@ -80,7 +80,7 @@ def test_second_in_place_run_with_set_as_default_changes_nothing() -> None:
 def test_tables_of_the_wrong_type_are_one_error() -> None:
     import pytest
 
-    from cdictk.errors import CdictkError
+    from cdictk.startpath.helpers.errors import CdictkError
 
     for text in ("crio = 5\n", '[crio]\nruntime = "x"\n', "[crio.runtime]\nruntimes = 1\n"):
         with pytest.raises(CdictkError, match="is not a table"):

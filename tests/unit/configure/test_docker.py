@@ -6,7 +6,7 @@ import pytest
 from cdictk.cli.main import main
 from cdictk.configure.change import RuntimeChange
 from cdictk.configure.docker import MAX_DAEMON_JSON_BYTES, configure_docker
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 FILE = "/etc/docker/daemon.json"
 RUNTIME_ONLY = """\

@@ -16,8 +16,8 @@ from cdictk.cli.runtime import configure_command
 from cdictk.configure.change import Request
 from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES, Engine
-from cdictk.errors import CdictkError, Problem
-from cdictk.node.roots import join
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.helpers.roots import join
 
 RUNTIME = "/usr/local/bin/cdictk-runtime"
 EACH = pytest.mark.parametrize("engine", ENGINES.values(), ids=list(ENGINES))

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.configure.restart import restart, socket_owner
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 # A stand-in daemon: listens on a unix socket and notes a SIGHUP, as dockerd reloads on one.
 DAEMON = """

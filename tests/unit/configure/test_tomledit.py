@@ -6,7 +6,7 @@ import pytest
 
 from cdictk.configure import tomledit
 from cdictk.configure.tomledit import edit_top_level
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.configure import writer
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def test_read_missing_regular_and_refused(tmp_path: Path) -> None:

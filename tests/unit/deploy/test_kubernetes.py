@@ -28,7 +28,8 @@ from typing import Any
 import pytest
 import yaml
 
-from cdictk.bundlepaths import BIN, CURRENT, HOOK, SHIM
+from cdictk.bundlelayout import CURRENT, SHIM
+from cdictk.startpath.helpers.bundlepaths import BIN, HOOK
 from nodeimage import imageroot, lockfile, makeimage
 from tests import REPO
 from tests.fakeruntime import fake_runtime, id_of

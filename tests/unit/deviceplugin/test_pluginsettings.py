@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from cdictk.deviceplugin.pluginsettings import Replicas, from_data, list_strategies, load
-from cdictk.settingsfile import SettingsError
+from cdictk.startpath.helpers.settingsfile import SettingsError
 
 
 def test_nvidia_shaped_file(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ from cdictk.deviceplugin.proto.deviceplugin_pb2_grpc import DevicePluginStub
 from cdictk.deviceplugin.registration import register
 from cdictk.deviceplugin.resources import PluginDevice, Resource
 from cdictk.deviceplugin.server import ResourceServer
-from cdictk.errors import CdictkError
+from cdictk.startpath.helpers.errors import CdictkError
 from tests.e2e.kubelet.kubelet import Kubelet
 
 GPU = "nvidia.com/gpu"

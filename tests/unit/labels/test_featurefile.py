@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.errors import CdictkError
 from cdictk.labels import featurefile
+from cdictk.startpath.helpers.errors import CdictkError
 
 LABELS = {"nvidia.com/gpu.product": "NVIDIA-H100", "nvidia.com/gpu.count": "8", "nvidia.com/x": ""}
 WHEN = datetime.datetime(2026, 12, 2, 10, 30, 0, tzinfo=datetime.UTC)

@@ -10,8 +10,8 @@ import pytest
 from cdictk.labels import featurefile
 from cdictk.labels.gfdrules import Sharing
 from cdictk.labels.labeller import LabelOptions, Made, WatchedLabels, make_labels
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.watch import FatalWatchError
+from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import NodeFactory, roots_of
 
 

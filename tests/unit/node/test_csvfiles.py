@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.errors import CdictkError
 from cdictk.node import csvfiles
 from cdictk.node.csvfiles import CsvEntry, CsvSource, EntryType
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 
 DEFAULTS = Path(csvfiles.DEFAULT_DIR.lstrip("/"))
 

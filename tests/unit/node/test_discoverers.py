@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.errors import CdictkError
 from cdictk.node.discoverers import COMMON, Context, Found, discover_common
 from cdictk.node.libraries import candidate_dirs
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import NodeFactory, PlatformFactory, roots_of
 from tests.fakenode.node import FakeNode
 

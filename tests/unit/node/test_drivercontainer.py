@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdictk.node.drivercontainer import has_driver, in_driver_container
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 
 LIB = "/usr/lib/x86_64-linux-gnu"
 

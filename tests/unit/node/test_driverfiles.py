@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdictk.node import driverfiles
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 
 
 def test_tree_dirs_are_beside_lib_and_lib64_only() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.node import othernodes
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 
 
 def node(root: Path, path: str, major: int, minor: int) -> None:

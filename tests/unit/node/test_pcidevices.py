@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.node.pcidevices import COMPUTE_CLASS, VgpuHost, pci_class, vgpu_scan
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import NodeFactory, roots_of
 from tests.fakenode.node import pci_config
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdictk.node.platform import Platform, detect, is_integrated_gpu, is_tegra
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 
 
 def roots_at(root: Path) -> Roots:

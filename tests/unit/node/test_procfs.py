@@ -3,7 +3,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from cdictk.node import procfs
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 
 DEVICES = """Character devices:
   1 mem

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.node import wsl
-from cdictk.node.roots import Roots
+from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import PlatformFactory
 from tests.fakenode.planted import USER, plant, ran
 from tests.fakenode.platforms import WSL_EXTRA, WSL_STORE, WSL_VERSION, PlatformNode

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.bundlepaths import ENTRIES
+from cdictk.bundlelayout import ENTRIES
 from cdictk.noderuntime import assemble, manifest
 from cdictk.noderuntime.assemble import COMPILE, ENTRY, BuildError, build
 from cdictk.noderuntime.closure import Closure
@@ -81,7 +81,7 @@ def test_an_output_that_exists_is_refused(tmp_path: Path) -> None:
 def test_the_images_ldconfig_must_be_static(monkeypatch: pytest.MonkeyPatch) -> None:
     if not os.path.isfile("/sbin/ldconfig"):
         pytest.skip("no /sbin/ldconfig here")
-    from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
+    from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
 
     assert assemble._ldconfig(FLAG_X8664_LIB64).endswith("ldconfig")
     with pytest.raises(BuildError, match="not a static program of this machine"):
@@ -149,12 +149,12 @@ def test_a_build_lays_out_the_tree_and_its_manifest(stubbed: list[list[str]], tm
         == ("f", 0o755)
     )
     assert kinds["lib/libc.so.6"] == kinds[f"lib/{version}/os.py"] == ("f", 0o644)
-    assert kinds[f"lib/{version}/site-packages/cdictk/hooks/entry.py"] == ("f", 0o644)
+    assert kinds[f"lib/{version}/site-packages/cdictk/startpath/hooks/entry.py"] == ("f", 0o644)
     assert (
         f"lib/{version}/tkinter/__init__.py" not in kinds and f"lib/{version}/unittest/case.py" not in kinds
     )
     assert (output / "libexec" / "cdictk-hook.py").read_text() == ENTRY.format(
-        name="cdictk-hook", module="cdictk.hooks.entry", version=version
+        name="cdictk-hook", module="cdictk.startpath.hooks.entry", version=version
     )
     assert "cdictk.noderuntime.selftest" in (output / "libexec" / "selftest.py").read_text()
     assert [command[1:3] for command in stubbed] == [["-B", "-S"], ["-B", "-I"]]  # compiled, then tested

@@ -98,7 +98,9 @@ def test_cdictk_is_taken_from_where_it_is_imported() -> None:
     editable install: a SOURCES.txt written by an earlier install)."""
     cdictk = importlib.metadata.distribution("cdictk")
     targets = {copy.target for copy in package_files(cdictk, "site", imported=True)}
-    assert "site/cdictk/hooks/entry.py" in targets and "site/cdictk/noderuntime/assemble.py" in targets
+    assert (
+        "site/cdictk/startpath/hooks/entry.py" in targets and "site/cdictk/noderuntime/assemble.py" in targets
+    )
     assert "site/cdictk/cdi/schemas/cdi-spec.schema.json" in targets
     assert not [target for target in targets if "__pycache__" in target or "SOURCES" in target]
     assert not [target for target in targets if target.count("/") == 1 and not target.endswith("-info")]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
 from cdictk.noderuntime.launcher import LauncherError, check_launcher, compile_launcher
+from cdictk.startpath.helpers.elfdso import FLAG_AARCH64_LIB64, FLAG_X8664_LIB64
 
 LOADER = "ld-linux-x86-64.so.2"
 # The stand-in loader: its arguments one a line, then the LD_ variables it was left.

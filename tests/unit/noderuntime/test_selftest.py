@@ -29,7 +29,7 @@ def test_extension_modules_by_their_import_names(tmp_path: Path) -> None:
 
 def test_every_cdictk_module_but_the_device_plugins_and_the_entry_points() -> None:
     names = cdictk_modules()
-    assert "cdictk.hooks.entry" in names and "cdictk.noderuntime.selftest" in names
+    assert "cdictk.startpath.hooks.entry" in names and "cdictk.noderuntime.selftest" in names
     assert not [name for name in names if name.startswith("cdictk.deviceplugin") or name.endswith("__main__")]
 
 

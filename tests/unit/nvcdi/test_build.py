@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from cdictk.cdi.model import ContainerEdits, Device, Spec
-from cdictk.errors import CdictkError
 from cdictk.node.devnodes import NodeInfo
 from cdictk.node.discoverers import Found
 from cdictk.node.driverfiles import DriverFile, FileKind
@@ -15,12 +14,13 @@ from cdictk.node.gpus import Gpu, MigDevice
 from cdictk.node.libraries import DriverLibrary
 from cdictk.node.modes import Mode
 from cdictk.node.procfs import MigMinors
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.build import build_spec
 from cdictk.nvcdi.cdiversion import fit_version
 from cdictk.nvcdi.edits import device_node, file_mount, group_only_gids
 from cdictk.nvcdi.naming import Strategy
 from cdictk.nvcdi.options import SpecOptions
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 
 ROOTS = Roots(driver="/", dev="/", proc="/p", sys="/s")
 

@@ -5,7 +5,6 @@ import sys
 import pytest
 
 from cdictk.cdi.model import Hook
-from cdictk.errors import CdictkError
 from cdictk.nvcdi.hooks import (
     HOOK_ENV,
     HOOK_NAMES,
@@ -15,6 +14,7 @@ from cdictk.nvcdi.hooks import (
     hook_program,
     link_args,
 )
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 def test_default_program_is_this_python_isolated() -> None:
@@ -178,7 +178,7 @@ def test_batched_hook_carries_every_step_in_order() -> None:
 def test_every_hook_the_generator_writes_parses_with_the_hooks_own_table() -> None:
     """The generator and the hook entry point read one table of steps: whatever a spec says, the hook
     (and the prestart hook running it in process) understands, option by option."""
-    from cdictk.hooks.steps import BY_NAME
+    from cdictk.startpath.hooks.steps import BY_NAME
 
     def written(program: HookProgram) -> list[Hook]:
         return common_hooks(

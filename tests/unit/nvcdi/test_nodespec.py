@@ -1,6 +1,6 @@
 """The one way to a node's spec: every host path it names is root's alone.
 
-The property is checked here with a walker of the test's own (not cdictk.hostpaths'), on the spec of
+The property is checked here with a walker of the test's own (not cdictk.startpath.helpers.hostpaths'), on the spec of
 every fake-node preset in every GPU mode and of every platform node, each after a user planted what a
 user can plant: the MPS pipe directory in a world-writable sticky /tmp (as a directory, and as a link
 to /etc), a library or config file of theirs, a group-writable firmware directory, a device node of
@@ -16,11 +16,11 @@ from pathlib import Path
 import pytest
 
 from cdictk.cdi.model import Spec
-from cdictk.errors import CdictkError
 from cdictk.node.modes import Mode
-from cdictk.node.roots import Roots
 from cdictk.nvcdi.nodespec import NodeSpec, node_spec
 from cdictk.nvcdi.options import SpecOptions
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import require_node_tools, roots_of
 from tests.fakenode.node import PRESETS, FakeNode, build_node
 from tests.fakenode.platforms import PLATFORMS, build_platform

@@ -1,5 +1,5 @@
-from cdictk.cdi.names import kind_problem
 from cdictk.nvcdi.options import SpecOptions
+from cdictk.startpath.specs.names import kind_problem
 
 
 def test_the_default_kind_is_one_a_spec_may_be_written_for() -> None:

@@ -12,9 +12,9 @@ from typing import cast
 
 import pytest
 
-from cdictk.node.roots import Roots
 from cdictk.nvcdi import specfile
 from cdictk.nvcdi.nodespec import NodeSpec
+from cdictk.startpath.helpers.roots import Roots
 
 
 def mode_of(path: Path) -> int:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from cdictk.errors import CdictkError
 from cdictk.nvcdi.watch import MAX_BACKOFF, WatchTiming, watch
+from cdictk.startpath.helpers.errors import CdictkError
 
 
 class Script:

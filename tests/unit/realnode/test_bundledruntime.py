@@ -101,7 +101,15 @@ def spec(hook: dict[str, Any], mount: str = "/usr/lib/libcuda.so.1") -> dict[str
 VENV_HOOK = {
     "hookName": "createContainer",
     "path": "/tmp/v/bin/python",
-    "args": ["/tmp/v/bin/python", "-I", "-S", "/tmp/v/cdictk/hooks/__main__.py", "batch", "--link", "a::b"],
+    "args": [
+        "/tmp/v/bin/python",
+        "-I",
+        "-S",
+        "/tmp/v/cdictk/startpath/hooks/__main__.py",
+        "batch",
+        "--link",
+        "a::b",
+    ],
     "env": ["PATH=/usr/bin"],
 }
 RUNTIME_HOOK = {

@@ -51,7 +51,7 @@ def cdictk_hook(*args: str) -> dict[str, Any]:
     return {
         "hookName": "createContainer",
         "path": python,
-        "args": [python, "-I", "-S", "/opt/venv/lib/cdictk/hooks/__main__.py", "batch", *args],
+        "args": [python, "-I", "-S", "/opt/venv/lib/cdictk/startpath/hooks/__main__.py", "batch", *args],
         "env": ["PATH=/usr/bin:/bin"],
     }
 

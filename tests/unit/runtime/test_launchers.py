@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from cdictk import trust
 from cdictk.cli.main import main
 from cdictk.cli.runtime import default_runtime
-from cdictk.runtime import launchers, settings
+from cdictk.runtime import launchers
 from cdictk.runtime.launchers import LauncherError, Reads, install_launchers, launcher_text
+from cdictk.startpath import trust
+from cdictk.startpath.shim import settings
 from tests import REPO
 from tests.rootmarker import root_only
 
@@ -27,10 +28,12 @@ TAG = "cpython-311"
 
 
 def test_a_launcher_runs_this_python_isolated_without_site() -> None:
-    text = launcher_text("cdictk.runtime.shim", "/usr/bin/python3", READS, TAG, "/usr/libexec/cdictk")
+    text = launcher_text("cdictk.startpath.shim.main", "/usr/bin/python3", READS, TAG, "/usr/libexec/cdictk")
     lines = text.splitlines()
     assert lines[0] == "#!/usr/bin/python3 -IS"  # one argument: the kernel passes the rest as one
-    assert "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.runtime.shim import main" in text
+    assert (
+        "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.startpath.shim.main import main" in text
+    )
     checker = text.index("sys.path.insert(0, '/usr/libexec/cdictk')\ntry:\n    from cdictk_trust import ")
     check = text.index("problem = paths_problem(PATHS, owners=OWNERS)")
     guard = text.index("guard_imports(OWNERS)")
@@ -192,7 +195,7 @@ def test_configure_run_from_the_node_runtime_registers_its_stable_front(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Not the version's own launcher, which a later version removes: PREFIX/bin/cdictk-runtime."""
-    monkeypatch.setattr("cdictk.bundlepaths.stable_program", lambda name: f"/opt/cdictk/bin/{name}")
+    monkeypatch.setattr("cdictk.bundlelayout.stable_program", lambda name: f"/opt/cdictk/bin/{name}")
     path, line = default_runtime(install=True)
     assert (path, line) == (
         "/opt/cdictk/bin/cdictk-runtime",
@@ -264,7 +267,7 @@ def test_the_legacy_hook_is_an_executable_launcher_of_the_prestart_hook(tmp_path
     text = Path(path).read_text()
     assert (
         text.startswith(f"#!{sys.executable} -IS\n")
-        and "from cdictk.runtime.prestart.main import main" in text
+        and "from cdictk.startpath.prestart.main import main" in text
     )
     result = subprocess.run([path, "--help"], capture_output=True, text=True, env={}, check=False)
     assert (result.returncode, result.stderr) == (0, "")
@@ -284,7 +287,7 @@ def test_the_legacy_hook_keeps_a_foreign_file_unless_forced(tmp_path: Path) -> N
     assert "\n" not in str(info.value)
     assert foreign.read_text() == FOREIGN
     assert launchers.install_legacy_hook(str(tmp_path), force=True) == str(foreign)
-    assert "from cdictk.runtime.prestart.main import main" in foreign.read_text()
+    assert "from cdictk.startpath.prestart.main import main" in foreign.read_text()
     backup = tmp_path / "nvidia-container-runtime-hook.cdictk-orig"
     assert backup.read_text() == FOREIGN  # kept aside, to undo with a rename
     later = "#!/bin/sh\n# a later NVIDIA package\n"
@@ -379,7 +382,7 @@ def test_the_install_legacy_hook_command(tmp_path: Path, capsys: pytest.CaptureF
     assert (directory / "nvidia-container-runtime-hook").read_text() == FOREIGN
     assert main(["runtime", "install-legacy-hook", "--dir", str(directory), "--force"]) == 0
     assert capsys.readouterr().err.startswith("wrote ")
-    assert "cdictk.runtime.prestart.main" in (directory / "nvidia-container-runtime-hook").read_text()
+    assert "cdictk.startpath.prestart.main" in (directory / "nvidia-container-runtime-hook").read_text()
     assert main(["runtime", "install-legacy-hook", "--dir", "relative"]) == 1
     assert "must be an absolute path" in capsys.readouterr().err
 
@@ -506,7 +509,7 @@ def test_a_package_directory_of_another_user_is_refused(venv: Path, tmp_path: Pa
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("name", ["runtime/shim.py", "__init__.py", "runtime/prestart"])
+@pytest.mark.parametrize("name", ["startpath/shim/main.py", "__init__.py", "startpath/prestart"])
 def test_a_package_entry_others_can_write_is_refused(venv: Path, tmp_path: Path, name: str) -> None:
     """Every file and directory of the package: a launcher imports modules it does not name."""
     loose = package(venv) / name
@@ -555,12 +558,16 @@ def open_directory(path: Path) -> None:
     ("loosen", "why"),
     [
         (
-            lambda venv: (package(venv) / "runtime" / "precreate.py").chmod(0o666),
+            lambda venv: (package(venv) / "startpath" / "shim" / "precreate.py").chmod(0o666),
             "writable by group or others (mode 0666)",
         ),
-        (lambda venv: os.chown(package(venv) / "cdi", OTHER, OTHER), f"owned by uid {OTHER}, not root"),
+        # folders a start reads (cdictk/cdi is no longer one: nothing there runs on a start)
         (
-            lambda venv: open_directory(package(venv) / "cdi" / "__pycache__"),
+            lambda venv: os.chown(package(venv) / "startpath" / "specs", OTHER, OTHER),
+            f"owned by uid {OTHER}, not root",
+        ),
+        (
+            lambda venv: open_directory(package(venv) / "startpath" / "specs" / "__pycache__"),
             "writable by group or others (mode 0777)",
         ),
         (lambda venv: (venv / "pyvenv.cfg").chmod(0o646), "writable by group or others (mode 0646)"),

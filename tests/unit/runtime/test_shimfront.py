@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from cdictk.runtime import launchers, settings, shimfront
+from cdictk.runtime import launchers, shimfront
 from cdictk.runtime.launchers import install_launchers
-from cdictk.runtime.requests import Policy, requests_from_config
-from cdictk.runtime.settings import Settings
 from cdictk.runtime.shimfront import front_text, triggers
+from cdictk.startpath.shim import settings
+from cdictk.startpath.shim.requests import Policy, requests_from_config
+from cdictk.startpath.shim.settings import Settings
 
 MARK = "# test"
 PREFIXES = ["cdi.k8s.io/"]

@@ -1,4 +1,4 @@
-"""The check a launcher runs before it imports cdictk: cdictk/trust.py, installed beside it."""
+"""The check a launcher runs before it imports cdictk: cdictk/startpath/trust.py, installed beside it."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk import trust
 from cdictk.runtime.startcheck import CHECKER, COMPILE, check_lines, checker_text, main_lines
+from cdictk.startpath import trust
 from tests.rootmarker import root_only
 
 ROOT_ONLY = frozenset({0})
@@ -62,7 +62,9 @@ def test_the_checker_is_trusts_source_as_it_is(tmp_path: Path) -> None:
     text = checker_text()
     assert text.endswith(Path(trust.__file__).read_text())
     header = text.removesuffix(Path(trust.__file__).read_text())
-    assert all(line.startswith("# ") for line in header.splitlines()) and "cdictk/trust.py" in header
+    assert (
+        all(line.startswith("# ") for line in header.splitlines()) and "cdictk/startpath/trust.py" in header
+    )
     assert install_checker(tmp_path) == sys.implementation.cache_tag
 
 
