@@ -26,6 +26,8 @@ CONCERNS = {
     "test_readme.py",  # README.md and docs/
     "test_docs.py",  # every page's size, links and wording
     "test_examples.py",  # the programs in examples/
+    "test_protogen.py",  # the generated protocol code is what its .proto files give
+    "deviceplugin/test_grpc_range.py",  # the kubernetes extra at both ends of its grpcio/protobuf range
     "cdi/test_reference_corpus.py",  # the CDI reference library's outcomes replayed (tests/cdiref)
     "cli/test_generate_faults.py",  # cdi generate on broken nodes
     "cli/test_generate_layouts.py",  # cdi generate on every driver layout
@@ -65,6 +67,9 @@ COVERED_BY = {
     "nvcdi/claims.py": "test_api.py",
     "nvcdi/devices.py": "nvcdi/test_build.py",
     "noderuntime/__main__.py": "noderuntime/test_assemble.py",  # python -m cdictk.noderuntime
+    "deviceplugin/kubelet.py": "deviceplugin/test_registration.py",  # the kubelet's names and paths
+    "deviceplugin/proto/deviceplugin_pb2.py": "test_protogen.py",  # generated
+    "deviceplugin/proto/deviceplugin_pb2_grpc.py": "test_protogen.py",  # generated
 }
 
 
