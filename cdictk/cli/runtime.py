@@ -8,7 +8,7 @@ import sys
 
 import click
 
-from cdictk.bundlelayout import SHIM, stable_program
+from cdictk import bundlelayout
 from cdictk.configure.change import Request
 from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES
@@ -25,7 +25,7 @@ def default_runtime(*, install: bool) -> tuple[str, str]:
     which: run from an installed node runtime, its stable ``PREFIX/bin/cdictk-runtime``; else the shell
     front in the launchers' directory, installed there first when it is missing (``install`` false:
     only checked, for --dry-run); the console script when it cannot be."""
-    stable = stable_program(SHIM)
+    stable = bundlelayout.stable_program(bundlelayout.SHIM)
     if stable is not None:  # not this version's own launcher, which a later version removes
         return stable, f"cdictk: registering {stable}: the node runtime's cdictk-runtime"
     directory = launchers.DEFAULT_DIR

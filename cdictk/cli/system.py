@@ -17,7 +17,8 @@ from cdictk.info.readiness import check_node
 from cdictk.node.devchar import all_possible, create_links, existing_sources, select
 from cdictk.node.modules import load_modules
 from cdictk.node.nodecreate import create_control_nodes, read_majors
-from cdictk.noderuntime.install import InstallError, Target, install, uninstall
+from cdictk.noderuntime import install as runtime
+from cdictk.noderuntime.install import InstallError, Target
 from cdictk.noderuntime.nodesetup import Choices, install_node, uninstall_node
 from cdictk.startpath.helpers.bundlepaths import running_bundle
 from cdictk.startpath.helpers.errors import Problem
@@ -246,7 +247,7 @@ def install_runtime_command(*, bundle: str | None, prefix: str, target: str | No
     if source is None:
         return _errors([Problem("", "--bundle", "this cdictk runs from no node runtime: name one")])
     try:
-        installed = install(os.path.abspath(source), Target(prefix, target or "", host_root), _say)
+        installed = runtime.install(os.path.abspath(source), Target(prefix, target or "", host_root), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
     except OSError as exc:  # a read-only or full file system, a directory that went away
@@ -272,7 +273,7 @@ def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
     runtime is in PREFIX fails.
     """
     try:
-        removed = uninstall(Target(prefix, target or ""), _say)
+        removed = runtime.uninstall(Target(prefix, target or ""), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
     except OSError as exc:

@@ -41,7 +41,7 @@ from cdictk.runtime.shimfront import written_front
 from cdictk.startpath import trust
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.fsutil import atomic_write, writable_directory
-from cdictk.startpath.shim.settings import CONFIG_PATH
+from cdictk.startpath.shim import settings
 
 LAUNCHERS = {
     "cdictk-runtime.py": "cdictk.startpath.shim.main",  # behind the shell front, cdictk-runtime (shimfront)
@@ -193,7 +193,7 @@ def _install_front(directory: str) -> str:
     front = os.path.join(directory, SHIM)
     # Settings it cannot use send every command through the shim, which says what is wrong.
     written_by = "`cdictk runtime install-launchers`"
-    text, _ = written_front(front, front + ".py", written_by=written_by, config=CONFIG_PATH)
+    text, _ = written_front(front, front + ".py", written_by=written_by, config=settings.CONFIG_PATH)
     try:
         atomic_write(front, text.encode(), mode=0o755, keep_mode=False)
     except CdictkError as exc:
