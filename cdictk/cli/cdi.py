@@ -13,9 +13,7 @@ from cdictk.cdi.dump import dump
 from cdictk.cdi.load import load_spec, load_spec_data
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.transform import transform_root
-from cdictk.cdi.validate import validate_dirs, validate_file
 from cdictk.cli.generate import generate_command
-from cdictk.nvcdi import specfile
 from cdictk.startpath.helpers.errors import CdictkError, Problem
 from cdictk.startpath.helpers.ociconfig import (
     MAX_CONFIG_BYTES,
@@ -76,6 +74,8 @@ def validate_command(files: tuple[str, ...], spec_dirs: tuple[str, ...], accept_
     The schema is stricter than container runtimes (absolute paths, hook timeouts of at least one
     second, Kubernetes-style annotation keys): a spec can fail here and still be usable.
     """
+    from cdictk.cdi.validate import validate_dirs, validate_file  # noqa: PLC0415 - heavy: the other cdi commands skip it
+
     between: list[Problem] = []
     if files:
         reports = [validate_file(path) for path in files]
@@ -235,7 +235,9 @@ def transform_root_command(  # click passes every option by keyword
         sys.stdout.buffer.write(text)
         sys.stdout.flush()
     else:
-        specfile.write(target, text)
+        from cdictk.nvcdi.specfile import write  # noqa: PLC0415 - heavy: the other cdi commands skip it
+
+        write(target, text)
     return 0
 
 

@@ -13,13 +13,9 @@ import click
 
 from cdictk.cli.rootflags import root_options
 from cdictk.configure.engines import ENGINES
-from cdictk.info.readiness import check_node
 from cdictk.node.devchar import all_possible, create_links, existing_sources, select
 from cdictk.node.modules import load_modules
 from cdictk.node.nodecreate import create_control_nodes, read_majors
-from cdictk.noderuntime import install as runtime
-from cdictk.noderuntime.install import InstallError, Target
-from cdictk.noderuntime.nodesetup import Choices, install_node, uninstall_node
 from cdictk.startpath.helpers.bundlepaths import running_bundle
 from cdictk.startpath.helpers.errors import Problem
 from cdictk.startpath.helpers.roots import Roots
@@ -243,11 +239,13 @@ def install_runtime_command(*, bundle: str | None, prefix: str, target: str | No
     PREFIX/current/bin/cdictk-hook (cdictk cdi generate --hook-path). Installing the version that is
     there already changes nothing.
     """
+    from cdictk.noderuntime.install import InstallError, Target, install  # noqa: PLC0415 - heavy: the other system commands skip it
+
     source = bundle or running_bundle()
     if source is None:
         return _errors([Problem("", "--bundle", "this cdictk runs from no node runtime: name one")])
     try:
-        installed = runtime.install(os.path.abspath(source), Target(prefix, target or "", host_root), _say)
+        installed = install(os.path.abspath(source), Target(prefix, target or "", host_root), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
     except OSError as exc:  # a read-only or full file system, a directory that went away
@@ -272,8 +270,10 @@ def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
     Configure the engines and specs away from it first: a container started afterwards whose hook or
     runtime is in PREFIX fails.
     """
+    from cdictk.noderuntime.install import InstallError, Target, uninstall  # noqa: PLC0415 - the same
+
     try:
-        removed = runtime.uninstall(Target(prefix, target or ""), _say)
+        removed = uninstall(Target(prefix, target or ""), _say)
     except InstallError as exc:
         return _errors([Problem("", "", str(exc))])
     except OSError as exc:
@@ -324,6 +324,8 @@ def check_node_command(
     enough for a readiness probe (the DaemonSet's); unlike `cdictk info`, it asks neither NVML nor the
     driver. Exit status 0 and the line on stdout when all holds; 1 and the line on stderr otherwise.
     """
+    from cdictk.info.readiness import check_node  # noqa: PLC0415 - heavy: the other system commands skip it
+
     if not (specs or prefix or engines):
         raise click.UsageError("name something to check: --spec, --prefix or --engine")
     for path, flag in ((host_root, "--host-root"), (prefix or "/", "--prefix")):
@@ -408,6 +410,9 @@ def install_command(  # click passes every option by keyword
     version) replaces what it wrote. What it did is kept in PREFIX/.setup.json: `cdictk system
     uninstall` undoes it.
     """
+    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415 - heavy: the other system commands skip it
+    from cdictk.noderuntime.nodesetup import Choices, install_node  # noqa: PLC0415 - the same
+
     source = bundle or running_bundle()
     if source is None:
         return _errors([Problem("", "--bundle", "this cdictk runs from no node runtime: name one")])
@@ -434,6 +439,9 @@ def uninstall_command(*, prefix: str, dry_run: bool) -> int:
     CDI setting as before), the hooks, links and directories the install made, the specs whose hooks
     run the runtime, and the runtime itself. A file changed since the install wrote it is left, and said.
     """
+    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415 - the same
+    from cdictk.noderuntime.nodesetup import uninstall_node  # noqa: PLC0415 - the same
+
     try:
         removed = uninstall_node(Target(prefix), _say, dry_run=dry_run)
     except InstallError as exc:
