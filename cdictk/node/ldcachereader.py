@@ -26,7 +26,7 @@ import os
 import stat
 import struct
 import sys
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from cdictk.startpath.helpers.ldcachefile import NEW_MAGIC as _NEW_MAGIC
 from cdictk.startpath.helpers.ldcachefile import OLD_ENTRY as _OLD_ENTRY
@@ -67,9 +67,9 @@ _ARCH_BITS = {
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
-@dataclass(frozen=True, slots=True)
-class CacheEntry:
-    """One entry of the cache.
+class CacheEntry(NamedTuple):
+    """One entry of the cache. A NamedTuple, not a dataclass: NVML's runner imports this module (through
+    :mod:`cdictk.node.libchoice`) before it forks its child, which ``dataclasses`` would delay.
 
     ``name``: the key, e.g. "libcuda.so.1"; ``path``: the value as stored, inside the cache's own root
     ("/usr/lib/x86_64-linux-gnu/libcuda.so.1"); ``flags``: the raw flags word; ``bits``: 64 or 32 (from
