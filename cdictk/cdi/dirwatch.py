@@ -1,6 +1,6 @@
 """Whether anything changed in a few directories since the last look: inotify, read without blocking.
 
-The library's view of the spec dirs (:class:`cdictk.startpath.specs.cache.SpecDirs`) asks on every call, as
+The library's view of the spec dirs (:class:`cdictk.cdi.specview.SpecDirs`) asks on every call, as
 the reference library's cache does, instead of running a thread: a change is seen by the first call after
 it, and a view nobody calls costs nothing. Events
 are not told apart: any of them means "scan again", and the scan re-reads only the files whose status

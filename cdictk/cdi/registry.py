@@ -1,6 +1,6 @@
 """Spec directories -> the devices a runtime would see, as model objects: the slow builder.
 
-:class:`cdictk.startpath.specs.cache.SpecDirs`, the one view of the spec dirs, is built from a registry; only
+:class:`cdictk.cdi.specview.SpecDirs`, the one view of the spec dirs, is built from a registry; only
 what needs each file's whole spec (``cdictk info``) reads the registry itself.
 
 As in the reference library: directories in priority order (a later one wins), in each only ``*.json``

@@ -11,7 +11,7 @@ A file system whose owners and contents a daemon reports is trusted only when ro
 a FUSE mount's ``user_id=`` (mountinfo) must be 0. Another user's FUSE mount (``allow_other``) can
 claim root's ownership and hand out one text to the check and another to the read. The mounts are
 looked up where the spec files are parsed (``filesystems``); the runtime shim's warm start instead
-keys its stored index on each spec dir's and file's device (:mod:`cdictk.startpath.specs.cache`), so a mount
+keys its stored index on each spec dir's and file's device (:mod:`cdictk.startpath.specs.index`), so a mount
 made since is a miss, checked then.
 
 Its own module so that the runtime shim can list the spec dirs (to check its stored index) without
