@@ -154,10 +154,6 @@ OFF_THE_START_PATH = {
         "the driver facts read anew (NVML in the runner's child): the parse cache missed"
     ),
     ("cdictk.startpath.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
-    (
-        "cdictk.startpath.helpers.settingsfile",
-        "cdictk.strictyaml",
-    ): "never on a start: YAML settings (the device plugin's)",
 }
 
 
