@@ -1,5 +1,5 @@
-"""One reader for every settings file: capped, UTF-8, strict TOML or YAML, and every failure one
-SettingsError line (a CdictkError), nesting 20,000 deep included."""
+"""One reader for every settings file: capped, UTF-8, strict TOML (the YAML is the device plugin's
+settings' own), and every failure one SettingsError line (a CdictkError), nesting 20,000 deep included."""
 
 from __future__ import annotations
 
