@@ -21,6 +21,7 @@ from typing import Any
 
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Device, Spec
+from cdictk.cdi.registry import DEFAULT_SPEC_DIRS
 from cdictk.cdi.rescan import Rescan
 from cdictk.cdi.scan import index_of, scan, spec_data
 from cdictk.startpath.helpers.errors import CdictkError, Problem
@@ -28,7 +29,6 @@ from cdictk.startpath.specs.apply import EditsSource, apply_edits
 from cdictk.startpath.specs.index import SpecIndex, spec_dir_names
 from cdictk.startpath.specs.mountcheck import check_host_paths
 from cdictk.startpath.specs.parsecache import ParseCache
-from cdictk.startpath.specs.specdirs import DEFAULT_SPEC_DIRS
 
 
 class ClosedError(CdictkError):

@@ -35,7 +35,7 @@ def _spec_dir_option(command: F) -> F:
 
 
 def _dirs(spec_dirs: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
-    from cdictk.startpath.specs.specdirs import DEFAULT_SPEC_DIRS  # noqa: PLC0415
+    from cdictk.cdi.registry import DEFAULT_SPEC_DIRS  # noqa: PLC0415
 
     return (spec_dirs, True) if spec_dirs else (DEFAULT_SPEC_DIRS, False)
 

@@ -29,7 +29,6 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from cdictk.startpath.trust import Seen
 
-DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 SPEC_SUFFIXES = (".json", ".yaml")
 MAX_SPEC_BYTES = 8 << 20  # a spec file larger than this is refused
 UNTRUSTED = "not trusted, skipped"  # how a problem of trust starts
