@@ -144,6 +144,9 @@ START_ENTRIES = (
 # once per change (and may use typing, re, dataclasses and PyYAML).
 OFF_THE_START_PATH = {
     ("cdictk.startpath.specs.index", "cdictk.cdi.scan"): "the spec files parsed: the parse cache missed",
+    ("cdictk.startpath.specs.specdirs", "cdictk.cdi.fusemounts"): (
+        "never on a start: the FUSE check where the spec files are parsed (the index keys on devices)"
+    ),
     ("cdictk.startpath.shim.inject", "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
     ("cdictk.startpath.shim.inject", "cdictk.node.modes"): "the same",
     ("cdictk.startpath.shim.inject", "cdictk.nvcdi.hooks"): "the same",

@@ -120,10 +120,10 @@ def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path
 
 def fuse_over(monkeypatch: pytest.MonkeyPatch, path: Path, owner: str) -> None:
     """The mount table as if ``path``'s file system were a FUSE mount whose daemon runs as ``owner``."""
-    from cdictk.startpath.specs import specdirs
+    from cdictk.cdi import fusemounts
 
     device = os.stat(path).st_dev
-    monkeypatch.setattr(specdirs, "_fuse_mounts", lambda: {device: ("fuse.sshfs", owner)})
+    monkeypatch.setattr(fusemounts, "fuse_mounts", lambda: {device: ("fuse.sshfs", owner)})
 
 
 def test_a_spec_dir_on_another_users_fuse_mount_is_skipped(
@@ -150,8 +150,8 @@ def test_a_mount_table_that_cannot_be_read_skips_the_specs(
     """Fails closed: whether a FUSE daemon serves the spec cannot be told, so it is not read. Before:
     an unreadable or unparsable mount table was taken for one without FUSE mounts, and every spec
     passed (a user's FUSE mount plus a line the parser refuses was enough)."""
+    from cdictk.cdi.fusemounts import FuseMounts
     from cdictk.startpath.helpers import mountinfo
-    from cdictk.startpath.specs import specdirs
 
     def unparsable(fd: int) -> list[mountinfo.Mount]:
         raise ValueError("mountinfo: unexpected line 'x'")
@@ -167,7 +167,7 @@ def test_a_mount_table_that_cannot_be_read_skips_the_specs(
         )
     ]
     monkeypatch.undo()
-    assert specdirs._Mounts().problem(str(spec_dir / "gone.yaml")) == (
+    assert FuseMounts().problem(str(spec_dir / "gone.yaml")) == (
         f"{spec_dir}/gone.yaml: No such file or directory: cannot tell which file system it is on"
     )
 
