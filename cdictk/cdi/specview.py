@@ -23,7 +23,7 @@ from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.model import Device, Spec
 from cdictk.cdi.registry import DEFAULT_SPEC_DIRS
 from cdictk.cdi.rescan import Rescan
-from cdictk.cdi.scan import index_of, scan, spec_data
+from cdictk.cdi.scan import index_data, scan, spec_data
 from cdictk.startpath.helpers.errors import CdictkError, Problem
 from cdictk.startpath.specs.apply import EditsSource, apply_edits
 from cdictk.startpath.specs.index import SpecIndex, spec_dir_names
@@ -90,7 +90,8 @@ class SpecDirs:
         self._open()
         rescan = self._rescan
         if rescan is None:
-            self._index = scan(self.dirs, require_dirs=self._require_dirs, trusted_only=self.trusted_only)
+            data = scan(self.dirs, require_dirs=self._require_dirs, trusted_only=self.trusted_only)
+            self._index = SpecIndex.built(self.dirs, data)
             return
         with rescan.lock:
             self._rescanned(rescan)
@@ -188,4 +189,4 @@ class SpecDirs:
 
     def _rescanned(self, rescan: Rescan) -> None:
         registry = rescan.registry(require_dirs=self._require_dirs, trusted_only=self.trusted_only)
-        self._index = index_of(registry, self.dirs)
+        self._index = SpecIndex.built(self.dirs, index_data(registry))

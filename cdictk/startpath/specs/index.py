@@ -8,7 +8,7 @@ hook and the legacy prestart hook ask (resolve names, a kind's common edits, the
 Each device's edits and its spec's common edits are in the spec's JSON shape, which
 :func:`cdictk.startpath.specs.apply.apply_edits` reads. Loading it again is one JSON read, so a start
 skips PyYAML and the model once the spec dirs have been seen; on a miss the registry builds it
-(:mod:`cdictk.cdi.scan`, off the start path).
+(:mod:`cdictk.cdi.scan`, off the start path, which writes the stored form this module reads).
 
 The cache key is the text of every spec file (and what went wrong reading a directory or a file), so
 any edit, a new file or a removed one rebuilds the index, and the size and mtime of the code that
@@ -62,9 +62,6 @@ class SpecRecord:
         self.kind = kind
         self.edits = edits
 
-    def to_data(self) -> dict[str, Any]:
-        return {"path": self.path, "kind": self.kind, "edits": self.edits}
-
     @classmethod
     def from_data(cls, data: Any) -> SpecRecord | None:
         """The record ``data`` holds, or None when it has another shape."""
@@ -89,15 +86,6 @@ class DeviceRecord:
         self.index = index
         self.edits = edits
         self.annotations = annotations
-
-    def to_data(self, spec_number: int) -> dict[str, Any]:
-        """Stored with its spec as a number into the index's specs."""
-        return {
-            "spec": spec_number,
-            "index": self.index,
-            "edits": self.edits,
-            "annotations": self.annotations,
-        }
 
     @classmethod
     def from_data(cls, data: Any, specs: list[SpecRecord]) -> DeviceRecord | None:
@@ -160,21 +148,27 @@ class SpecIndex:
         edit. ``trusted_only``: skip the spec files someone other than root could change
         (:mod:`cdictk.startpath.specs.specdirs`); ``require_dirs``: a missing spec dir is a problem.
         """
-        from cdictk.cdi.scan import scan  # noqa: PLC0415 - the slow path: the spec files parsed
-
         dirs = spec_dir_names(spec_dirs)
         key, stamp = _snapshot(dirs, trusted_only) if store is not None and not require_dirs else (None, [])
         if store is None or key is None:
-            return scan(dirs, require_dirs=require_dirs, trusted_only=trusted_only)
+            return cls.built(dirs, _scan(dirs, require_dirs, trusted_only))
         from cdictk.startpath.specs.parsecache import entry_name  # noqa: PLC0415
 
         name = entry_name(ENTRY, "\0".join(dirs))
         index = cls.from_data(dirs, store.load(name, key))
         if index is not None:
             return index
-        index = scan(dirs, require_dirs=require_dirs, trusted_only=trusted_only)
+        data = _scan(dirs, require_dirs, trusted_only)
         if _snapshot(dirs, trusted_only) == (key, stamp):
-            store.store(name, key, index.to_data())
+            store.store(name, key, data)
+        return cls.built(dirs, data)
+
+    @classmethod
+    def built(cls, dirs: tuple[str, ...], data: dict[str, Any]) -> SpecIndex:
+        """The index of ``dirs`` a scan made, in its stored form (:mod:`cdictk.cdi.scan`)."""
+        index = cls.from_data(dirs, data)
+        if index is None:
+            raise ValueError("a scan of the spec dirs made an index of another shape")
         return index
 
     def untrusted(self) -> list[Problem]:
@@ -227,15 +221,6 @@ class SpecIndex:
             devices[f"{vendor}/{cls}={name}"] = DeviceRecord(record, index, edits, {})
         return SpecIndex(self.dirs, [*self.specs, record], devices, self.problems)
 
-    def to_data(self) -> dict[str, Any]:
-        """The index as it is stored: named fields, a device's spec as a number into the specs."""
-        numbers = {id(spec): number for number, spec in enumerate(self.specs)}
-        return {
-            "specs": [spec.to_data() for spec in self.specs],
-            "devices": {name: found.to_data(numbers[id(found.spec)]) for name, found in self.devices.items()},
-            "problems": [{"file": p.file, "field": p.field, "reason": p.reason} for p in self.problems],
-        }
-
     @classmethod
     def from_data(cls, dirs: tuple[str, ...], data: Any) -> SpecIndex | None:
         """The index of ``dirs`` that ``data`` stores; None (a miss) when any part has another shape."""
@@ -275,6 +260,12 @@ class SpecIndex:
         if problems:
             return f" ({len(problems)} problem(s) in the spec dirs, first: {problems[0]})"
         return f" (spec dirs: {', '.join(self.dirs)})"
+
+
+def _scan(dirs: tuple[str, ...], require_dirs: bool, trusted_only: bool) -> dict[str, Any]:
+    from cdictk.cdi.scan import scan  # noqa: PLC0415 - the slow path: the spec files parsed
+
+    return scan(dirs, require_dirs=require_dirs, trusted_only=trusted_only)
 
 
 def spec_key(dirs: Sequence[str], *, trusted_only: bool = True) -> list[Any] | None:

@@ -1,14 +1,16 @@
-"""The spec dirs scanned into their index: one record per spec file, shared by its devices, and a spec
-made in memory in the form the index takes."""
+"""The spec dirs scanned into their index's stored form: a spec file once, its devices naming it by
+number, and a spec made in memory in the form the index takes."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from cdictk.cdi.dump import to_data
 from cdictk.cdi.model import ContainerEdits, Device, Spec
 from cdictk.cdi.registry import load_registry
-from cdictk.cdi.scan import index_of, scan, spec_data
+from cdictk.cdi.scan import index_data, scan, spec_data
 from cdictk.startpath.specs.index import SpecIndex
 from tests.unit.cdi.test_registry import write_spec
 
@@ -17,24 +19,24 @@ def test_a_spec_s_devices_share_its_record(tmp_path: Path) -> None:
     write_spec(tmp_path / "etc", "a.yaml", "0", "1", env="A=1")
     write_spec(tmp_path / "run", "b.yaml", "1", env="B=1")  # the later dir wins
     dirs = (str(tmp_path / "etc"), str(tmp_path / "run"))
-    index = scan(dirs, require_dirs=False, trusted_only=False)
-    assert index.dirs == dirs
-    assert [(spec.path, spec.kind) for spec in index.specs] == [
+    data = scan(dirs, require_dirs=False, trusted_only=False)
+    assert [(spec["path"], spec["kind"]) for spec in data["specs"]] == [
         (str(tmp_path / "etc" / "a.yaml"), "vendor.com/gpu"),
         (str(tmp_path / "run" / "b.yaml"), "vendor.com/gpu"),
     ]
+    assert data == index_data(load_registry(dirs, trusted_only=False))
+    index = SpecIndex.built(dirs, data)
+    assert index.dirs == dirs
     assert index.devices["vendor.com/gpu=0"].spec is index.specs[0]
     assert index.devices["vendor.com/gpu=1"].spec is index.specs[1]
     assert index.devices["vendor.com/gpu=1"].edits == {"env": ["B=1"]}
-    registry = load_registry(dirs, trusted_only=False)
-    assert index_of(registry, dirs).to_data() == index.to_data()
 
 
 def test_a_missing_required_dir_is_a_problem(tmp_path: Path) -> None:
     missing = (str(tmp_path / "nowhere"),)
-    index = scan(missing, require_dirs=True, trusted_only=False)
-    assert [str(problem) for problem in index.problems] == [f"{missing[0]}: no such spec directory"]
-    assert scan(missing, require_dirs=False, trusted_only=False).problems == []
+    data = scan(missing, require_dirs=True, trusted_only=False)
+    assert data["problems"] == [{"file": missing[0], "field": "", "reason": "no such spec directory"}]
+    assert scan(missing, require_dirs=False, trusted_only=False)["problems"] == []
 
 
 def test_spec_data_is_what_the_index_takes() -> None:
@@ -50,3 +52,8 @@ def test_spec_data_is_what_the_index_takes() -> None:
         ({"env": ["C=1"]}, "containerEdits"),
         ({"env": ["D=1"]}, "devices[0].containerEdits"),
     ]
+
+
+def test_an_index_of_another_shape_is_refused() -> None:
+    with pytest.raises(ValueError, match="another shape"):
+        SpecIndex.built((), {"specs": [], "devices": {"v.com/c=d": {"spec": 0}}, "problems": []})
