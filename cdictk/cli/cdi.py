@@ -35,7 +35,7 @@ def _spec_dir_option(command: F) -> F:
 
 
 def _dirs(spec_dirs: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
-    from cdictk.startpath.specs.specdirs import DEFAULT_SPEC_DIRS  # noqa: PLC0415
+    from cdictk.cdi.registry import DEFAULT_SPEC_DIRS  # noqa: PLC0415
 
     return (spec_dirs, True) if spec_dirs else (DEFAULT_SPEC_DIRS, False)
 
@@ -96,7 +96,7 @@ def list_command(spec_dirs: tuple[str, ...], accept_untrusted_specs: bool, as_js
     cannot be used are reported on stderr and their devices are left out. Exit status 1 only when a
     directory named with --spec-dir cannot be read.
     """
-    from cdictk.startpath.specs.cache import SpecDirs  # noqa: PLC0415
+    from cdictk.cdi.specview import SpecDirs  # noqa: PLC0415
 
     dirs, required = _dirs(spec_dirs)
     specs = SpecDirs.load(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
@@ -147,6 +147,7 @@ def inject_command(
     '-' reads it from stdin. Injecting the same devices again changes nothing. If any device cannot be
     resolved or applied, nothing is written.
     """
+    from cdictk.cdi.specview import SpecDirs  # noqa: PLC0415
     from cdictk.startpath.helpers.ociconfig import (  # noqa: PLC0415
         MAX_CONFIG_BYTES,
         dump_config,
@@ -154,7 +155,6 @@ def inject_command(
         read_config,
         write_config,
     )
-    from cdictk.startpath.specs.cache import SpecDirs  # noqa: PLC0415
 
     if config == "-":
         oci = parse_config(sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1), "<stdin>")
