@@ -18,11 +18,11 @@ from typing import Any
 from cdictk.cdi.dump import dump_json, dump_yaml
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
+from cdictk.cdi.specview import SpecDirs
 from cdictk.cdi.validate import validate_file
 from cdictk.cdi.version import minimum_version
 from cdictk.startpath.helpers.ociconfig import dump_config
 from cdictk.startpath.specs.apply import apply_edits
-from cdictk.startpath.specs.cache import SpecDirs
 
 BUDGET_MS = 50.0
 DEVICES = 200

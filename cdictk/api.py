@@ -21,6 +21,7 @@ from cdictk.cdi.annotate import update_annotations
 from cdictk.cdi.load import InvalidSpecError
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, Mount, Spec
 from cdictk.cdi.rules import check_spec
+from cdictk.cdi.specview import ClosedError, SpecDirs
 from cdictk.cdi.transient import SpecDirError, SpecExistsError, TransientSpecs, transient_spec_name
 from cdictk.cdi.version import minimum_version
 from cdictk.node.facts import DiscoveryError
@@ -28,7 +29,7 @@ from cdictk.nvcdi.claims import NodeSpecs, UnknownDeviceError
 from cdictk.startpath.helpers.errors import CdictkError, Problem
 from cdictk.startpath.specs import annotations as _annotations
 from cdictk.startpath.specs import names as _names
-from cdictk.startpath.specs.cache import ClosedError, SpecDirs, UnresolvedDevicesError
+from cdictk.startpath.specs.index import UnresolvedDevicesError
 from cdictk.startpath.specs.names import QualifiedName
 
 __all__ = [

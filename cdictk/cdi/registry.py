@@ -1,6 +1,6 @@
 """Spec directories -> the devices a runtime would see, as model objects: the slow builder.
 
-:class:`cdictk.startpath.specs.cache.SpecDirs`, the one view of the spec dirs, is built from a registry; only
+:class:`cdictk.cdi.specview.SpecDirs`, the one view of the spec dirs, is built from a registry; only
 what needs each file's whole spec (``cdictk info``) reads the registry itself.
 
 As in the reference library: directories in priority order (a later one wins), in each only ``*.json``
@@ -23,7 +23,11 @@ from cdictk.cdi.load import InvalidSpecError, load_spec
 from cdictk.cdi.model import Device, Spec
 from cdictk.startpath.helpers.errors import CdictkError, Problem
 from cdictk.startpath.specs.names import QualifiedName, split_kind
-from cdictk.startpath.specs.specdirs import DEFAULT_SPEC_DIRS, spec_paths
+from cdictk.startpath.specs.specdirs import spec_paths
+
+# The CDI reference library's default spec dirs, a later one winning: what the commands and the
+# library read when given none (the runtime's settings default to the same two)
+DEFAULT_SPEC_DIRS = ("/etc/cdi", "/var/run/cdi")
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -1,4 +1,4 @@
-"""What keeps a :class:`cdictk.startpath.specs.cache.SpecDirs` current: its scans and the watch on its dirs.
+"""What keeps a :class:`cdictk.cdi.specview.SpecDirs` current: its scans and the watch on its dirs.
 
 A scan loads the spec dirs with the registry (:mod:`cdictk.cdi.registry`, the same loader as every
 command) but re-reads only the files whose inode, size, mtime or ctime changed since the last scan,

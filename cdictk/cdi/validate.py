@@ -25,10 +25,10 @@ from cdictk.cdi.model import MODEL_CLASSES, Kind, Spec, spec_fields
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
 from cdictk.cdi.schema import schema_problems
+from cdictk.cdi.specview import SpecDirs
 from cdictk.cdi.version import KNOWN_VERSIONS, is_newer, minimum_version, reference_minimum_version
 from cdictk.startpath.helpers import fsutil
 from cdictk.startpath.helpers.errors import CdictkError, Problem
-from cdictk.startpath.specs.cache import SpecDirs
 from cdictk.startpath.specs.mountcheck import edit_problems
 from cdictk.startpath.specs.names import kind_problem, split_kind
 from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES, spec_paths

@@ -11,7 +11,9 @@ import click
 
 from cdictk.cdi.dump import dump
 from cdictk.cdi.load import load_spec, load_spec_data
+from cdictk.cdi.registry import DEFAULT_SPEC_DIRS
 from cdictk.cdi.rules import check_spec
+from cdictk.cdi.specview import SpecDirs
 from cdictk.cdi.transform import transform_root
 from cdictk.cli.generate import generate_command
 from cdictk.startpath.helpers.errors import CdictkError, Problem
@@ -22,8 +24,7 @@ from cdictk.startpath.helpers.ociconfig import (
     read_config,
     write_config,
 )
-from cdictk.startpath.specs.cache import SpecDirs
-from cdictk.startpath.specs.specdirs import DEFAULT_SPEC_DIRS, MAX_SPEC_BYTES
+from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -17,8 +17,9 @@ from typing import Any
 from cdictk.api import InvalidNameError
 from cdictk.api import check_kind as cdi_kind
 from cdictk.deviceplugin.kubelet import DEVICE_PLUGIN_DIR
-from cdictk.startpath.helpers import settingsfile
-from cdictk.startpath.helpers.settingsfile import SettingsError
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.settingsfile import SettingsError, read_text
+from cdictk.strictyaml import parse_yaml as strict_yaml
 
 MIG_STRATEGIES = ("none", "single", "mixed")
 # What Allocate answers with. envvar (NVIDIA's default) is refused: see docs/kubernetes.md.
@@ -81,8 +82,17 @@ class Settings:
 
 def load(path: str) -> Settings:
     """The settings of the YAML file at ``path`` (defaults for what it leaves out)."""
-    data = settingsfile.parse_yaml(settingsfile.read_text(path), path)
+    data = parse_yaml(read_text(path), path)
     return from_data(data if data is not None else {}, path)
+
+
+def parse_yaml(text: str, path: str) -> object:
+    """The YAML document in ``text``, read from ``path`` (None when it is empty); every failure a
+    SettingsError."""
+    try:
+        return strict_yaml(text, path)
+    except CdictkError as exc:  # nesting past strictyaml.MAX_DEPTH among them
+        raise SettingsError(path, exc.problem.field, exc.problem.reason) from exc.__cause__ or exc
 
 
 def from_data(data: object, source: str = "<settings>") -> Settings:

@@ -143,32 +143,20 @@ START_ENTRIES = (
 # Imports a start makes only when a cache misses: each leads off the start path, to code that runs
 # once per change (and may use typing, re, dataclasses and PyYAML).
 OFF_THE_START_PATH = {
-    ("cdictk.startpath.specs.cache", "cdictk.cdi.registry"): "the spec files parsed: the parse cache missed",
-    (
-        "cdictk.startpath.specs.cache",
-        "cdictk.cdi.dump",
-    ): "the spec dirs' index built anew from the parsed specs",
-    (
-        "cdictk.startpath.specs.cache",
-        "cdictk.cdi.rescan",
-    ): "never on a start: the library's view, kept current",
-    (
-        "cdictk.startpath.specs.cache",
-        "cdictk.cdi.decode",
-    ): "never on a start: the library's copy of a device (the model)",
+    ("cdictk.startpath.specs.index", "cdictk.cdi.scan"): "the spec files parsed: the parse cache missed",
+    ("cdictk.startpath.specs.specdirs", "cdictk.cdi.fusemounts"): (
+        "never on a start: the FUSE check where the spec files are parsed (the index keys on devices)"
+    ),
     ("cdictk.startpath.shim.inject", "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
     ("cdictk.startpath.shim.inject", "cdictk.node.modes"): "the same",
     ("cdictk.startpath.shim.inject", "cdictk.nvcdi.hooks"): "the same",
     ("cdictk.startpath.shim.inject", "cdictk.nvcdi.nodespec"): "the same",
     ("cdictk.startpath.shim.inject", "cdictk.nvcdi.options"): "the same",
+    ("cdictk.startpath.shim.inject", "cdictk.cdi.scan"): "the same",
     ("cdictk.startpath.prestart.factcache", "cdictk.runtime.driverfacts"): (
         "the driver facts read anew (NVML in the runner's child): the parse cache missed"
     ),
     ("cdictk.startpath.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
-    (
-        "cdictk.startpath.helpers.settingsfile",
-        "cdictk.strictyaml",
-    ): "never on a start: YAML settings (the device plugin's)",
 }
 
 

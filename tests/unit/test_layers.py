@@ -278,13 +278,13 @@ def test_a_door_off_the_start_path_is_no_import_against_the_order(tree: Path) ->
     """The doors off the start path, and only they, lead from it to the layers above it."""
     (tree / "startpath/specs").mkdir()
     (tree / "startpath/specs/__init__.py").write_text("")
-    (tree / "startpath/specs/cache.py").write_text(
-        "def parse():\n    from cdictk.cdi import registry\n    from cdictk.cdi import load\n"
+    (tree / "startpath/specs/index.py").write_text(
+        "def parse():\n    from cdictk.cdi import scan\n    from cdictk.cdi import load\n"
     )
     (tree / "cdi").mkdir()
     (tree / "cdi/__init__.py").write_text("")
-    (tree / "cdi/registry.py").write_text("")
+    (tree / "cdi/scan.py").write_text("")
     (tree / "cdi/load.py").write_text("")
     assert against_the_order(imports(tree), LAYERS) == [
-        "cdictk.startpath.specs.cache:3: imports cdictk.cdi.load (startpath may not import cdi)"
+        "cdictk.startpath.specs.index:3: imports cdictk.cdi.load (startpath may not import cdi)"
     ]

@@ -47,6 +47,7 @@ COVERED_BY = {
     "bundlelayout.py": "startpath/helpers/test_bundlepaths.py",  # the layout's other half
     "elflinks.py": "startpath/helpers/test_elfdso.py",  # held against readelf with the ELF reader
     "cli/config.py": "startpath/shim/test_settings.py",  # cdictk config default
+    "cdi/fusemounts.py": "startpath/specs/test_specdirs.py",  # spec_paths' FUSE check
     "startpath/console.py": "startpath/hooks/test_entry.py",  # the console script's fast path to the hooks
     "startpath/hooks/command.py": "startpath/hooks/test_entry.py",
     "cli/info.py": "info/test_info.py",

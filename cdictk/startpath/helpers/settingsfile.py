@@ -1,10 +1,10 @@
 """cdictk's settings files, read one way: the runtime's ``config.toml`` (TOML) and the device plugin's
 settings (YAML, which ``cdictk node-labels`` reads too). A file is opened without blocking on a FIFO,
-read up to :data:`MAX_BYTES`, decoded as UTF-8 and parsed by the strict reader of its format (YAML:
-:mod:`cdictk.strictyaml`). Every failure, from a missing file to one nested 20,000 deep, is a
-:class:`SettingsError`: one line naming the file, and the key where there is one. What the keys mean
-is each file's own module's, which raises the same error. The YAML reader is imported only to read
-YAML, which no container start does.
+read up to :data:`MAX_BYTES`, decoded as UTF-8 and parsed by the strict reader of its format. Every
+failure, from a missing file to one nested 20,000 deep, is a :class:`SettingsError`: one line naming
+the file, and the key where there is one. What the keys mean is each file's own module's, which raises
+the same error. The YAML is parsed where it is read (:mod:`cdictk.deviceplugin.pluginsettings`), since
+no container start reads YAML.
 """
 
 from __future__ import annotations
@@ -56,13 +56,3 @@ def parse_toml(text: str, path: str) -> dict[str, object]:
         raise SettingsError(path, "", str(exc)) from exc
     except RecursionError as exc:  # tomllib recurses into nested arrays and inline tables
         raise SettingsError(path, "", "nested too deeply") from exc
-
-
-def parse_yaml(text: str, path: str) -> object:
-    """The YAML document in ``text``, read from ``path`` (None when it is empty)."""
-    from cdictk.strictyaml import parse_yaml as strict_yaml  # noqa: PLC0415 - never on the start path
-
-    try:
-        return strict_yaml(text, path)
-    except CdictkError as exc:  # nesting past strictyaml.MAX_DEPTH among them
-        raise SettingsError(path, exc.problem.field, exc.problem.reason) from exc.__cause__ or exc

@@ -3,8 +3,8 @@
 Imported only by the hook steps that need them (ctypes costs milliseconds per container start):
 openat2 for confined path resolution, namespaces, mounts and pivot_root for the ldconfig sandbox, the new
 mount API for read-only overlays of single files, fchmodat2 for chmod without following links;
-renameat2 for a create that must not replace a file, inotify for the library's view of the spec dirs, and bpf
-for the prestart hook's cgroup device programs.
+renameat2 for a create that must not replace a file, and bpf for the prestart hook's cgroup device
+programs.
 
 glibc's wrapper is called where every glibc we run on (2.31 to 2.39) has one; the new mount API's
 wrappers came with glibc 2.36, so before it those calls, like openat2 and fchmodat2 (no wrapper in
@@ -80,19 +80,6 @@ MOUNT_ATTR_RDONLY = 0x1
 MOUNT_ATTR_NOSUID = 0x2
 MOUNT_ATTR_NODEV = 0x4
 MOUNT_ATTR_NOEXEC = 0x8
-
-IN_MODIFY = 0x2
-IN_ATTRIB = 0x4
-IN_CLOSE_WRITE = 0x8
-IN_MOVED_FROM = 0x40
-IN_MOVED_TO = 0x80
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_ONLYDIR = 0x01000000
-IN_NONBLOCK = os.O_NONBLOCK
-IN_CLOEXEC = os.O_CLOEXEC
 
 PROC_SUPER_MAGIC = 0x9FA0
 TMPFS_MAGIC = 0x01021994
@@ -273,17 +260,6 @@ def renameat2(old_dirfd: int, old: str, new_dirfd: int, new: str, flags: int) ->
     """renameat2(2): with RENAME_NOREPLACE, EEXIST instead of replacing ``new``, atomically."""
     call = _function("renameat2", _int, _int, _char_p, _int, _char_p, _uint)
     _check(call(old_dirfd, _path(old), new_dirfd, _path(new), flags), "renameat2", new)
-
-
-def inotify_init1(flags: int) -> int:
-    """A new inotify instance's descriptor."""
-    return _check(_function("inotify_init1", _int, _int)(flags), "inotify_init1")
-
-
-def inotify_add_watch(fd: int, path: str, mask: int) -> int:
-    """The watch descriptor; adding a path watched already returns its descriptor again."""
-    call = _function("inotify_add_watch", _int, _int, _char_p, ctypes.c_uint32)
-    return _check(call(fd, _path(path), mask), "inotify_add_watch", path)
 
 
 def fstatfs_type(fd: int) -> int:

@@ -187,7 +187,7 @@ def _stem(name: str) -> str:
     return name
 
 
-def _classify(container_path: str) -> tuple[tuple[str, ...], bool]:
+def classify(container_path: str) -> tuple[tuple[str, ...], bool]:
     """The capabilities any one of which keeps the file (none: always kept), and whether it is 32-bit."""
     parts = container_path.rstrip("/").split("/")
     name = parts[-1]
@@ -212,33 +212,6 @@ def _classify(container_path: str) -> tuple[tuple[str, ...], bool]:
     return _ALWAYS, is32
 
 
-def capabilities_of(container_path: str) -> tuple[str, ...]:
-    """Every capability that keeps the mount at ``container_path``, its own first; ``()``: kept always.
-
-    ``compat32`` is not listed for a 32-bit copy (see :func:`is_compat32`) unless the copy is of a kind
-    this module does not know, which then needs ``compat32`` alone.
-    """
-    owners, is32 = _classify(container_path)
-    if not owners and is32:
-        return (COMPAT32,)
-    return owners
-
-
-def is_compat32(container_path: str) -> bool:
-    """Whether the mount is a 32-bit copy, which needs ``compat32`` on top of its own capability."""
-    return _classify(container_path)[1]
-
-
-def capability_of(container_path: str) -> str | None:
-    """The driver capability the mount at ``container_path`` belongs to; None for one kept always.
-
-    For a 32-bit copy this is its own capability (``compute`` for the 32-bit ``libcuda``); it is kept
-    only when ``compat32`` is asked for as well. A 32-bit file of unknown kind gives ``compat32``.
-    """
-    owners = capabilities_of(container_path)
-    return owners[0] if owners else None
-
-
 def effective_capabilities(capabilities: Iterable[str]) -> frozenset[str]:
     """``capabilities`` with what they imply: ``all`` is every capability, ``display`` brings ``graphics``."""
     wanted = frozenset(capabilities)
@@ -250,17 +223,12 @@ def effective_capabilities(capabilities: Iterable[str]) -> frozenset[str]:
 
 
 def _keep(container_path: str, wanted: frozenset[str]) -> bool:
-    owners, is32 = _classify(container_path)
+    owners, is32 = classify(container_path)
     if is32 and COMPAT32 not in wanted:
         return False
     if not owners:
         return True
     return any(owner in wanted for owner in owners)
-
-
-def keep_mount(container_path: str, capabilities: frozenset[str]) -> bool:
-    """Whether a container asking for ``capabilities`` gets the mount at ``container_path``."""
-    return _keep(container_path, effective_capabilities(capabilities))
 
 
 def select_mounts(mounts: list[dict[str, Any]], capabilities: frozenset[str]) -> list[dict[str, Any]]:

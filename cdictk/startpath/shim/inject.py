@@ -2,9 +2,9 @@
 and the prestart hook).
 
 Requests (annotations, ``NVIDIA_VISIBLE_DEVICES``) are read by :mod:`cdictk.startpath.shim.requests`,
-resolved in the spec directories' view (:class:`cdictk.startpath.specs.cache.SpecDirs`, with the node's spec
-made in memory when none of the default kind is on disk), trimmed to ``NVIDIA_DRIVER_CAPABILITIES`` and
-applied with the CDI core's engine, in place.
+resolved in the spec directories' stored index (:class:`cdictk.startpath.specs.index.SpecIndex`, the
+cached form of their one view, with the node's spec made in memory when none of the default kind is
+on disk), trimmed to ``NVIDIA_DRIVER_CAPABILITIES`` and applied with the CDI core's engine, in place.
 """
 
 from __future__ import annotations
@@ -81,12 +81,12 @@ def _inject(
     from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
     from cdictk.startpath.shim.trim import trim_edits  # noqa: PLC0415
     from cdictk.startpath.specs.apply import apply_edits  # noqa: PLC0415
-    from cdictk.startpath.specs.cache import SpecDirs  # noqa: PLC0415
+    from cdictk.startpath.specs.index import SpecIndex  # noqa: PLC0415
     from cdictk.startpath.specs.mountcheck import check_host_paths  # noqa: PLC0415
 
     devices, kind = requests.devices, settings.default_kind
     try:
-        specs = SpecDirs.load(settings.spec_dirs, cache, trusted_only=not settings.accept_untrusted_specs)
+        specs = SpecIndex.load(settings.spec_dirs, cache, trusted_only=not settings.accept_untrusted_specs)
         for skipped in specs.untrusted():
             warn(str(skipped))
         wanted = requests.driver_only or any(device.startswith(kind + "=") for device in devices)
@@ -110,7 +110,7 @@ def _inject(
 
 def _spec_in_memory(settings: Settings, cache: ParseCache) -> list[Any]:
     """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk;
-    in the form :func:`cdictk.startpath.specs.cache.spec_data` gives.
+    in the form :func:`cdictk.cdi.scan.spec_data` gives.
 
     Discovery (NVML, the libraries' ELF headers) costs a create several times its own work, so the spec is
     kept in the parse cache under the node's fingerprint (:mod:`cdictk.startpath.specs.fingerprint`: the
@@ -155,11 +155,11 @@ def _discover_spec(roots: Roots, kind: str) -> list[Any]:
 
     # NVML's child first: it loads pynvml while this process imports the discovery.
     with NvmlQuery() as nvml:
+        from cdictk.cdi.scan import spec_data  # noqa: PLC0415
         from cdictk.node.modes import Mode  # noqa: PLC0415
         from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
         from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
         from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
-        from cdictk.startpath.specs.cache import spec_data  # noqa: PLC0415
 
         vendor, _, cls = kind.partition("/")
         options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())

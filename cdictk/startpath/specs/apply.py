@@ -21,7 +21,7 @@ entries again.
 The engine reads container edits as the spec writes them (``{"env": [...], "deviceNodes": [...]}``,
 a validated spec's ``containerEdits`` as plain data) rather than as model objects: the runtime shim
 applies devices on every container start from the spec dirs' stored index, and
-the model's dataclasses would cost it their imports. :class:`cdictk.startpath.specs.cache.SpecDirs`
+the model's dataclasses would cost it their imports. :class:`cdictk.startpath.specs.index.SpecIndex`
 gives the edit blocks in the library's order. Standard library only, no :mod:`typing`.
 """
 

@@ -4,7 +4,7 @@
 (:mod:`cdictk.startpath.helpers.hostpaths`), but a spec may be applied months later, and may come from another
 producer. So before :func:`cdictk.startpath.specs.apply.apply_edits` touches a config (the runtime shim,
 podman's precreate hook, the legacy prestart hook, ``cdictk cdi inject``,
-:meth:`cdictk.startpath.specs.cache.SpecDirs.inject`), every mount source, device node and hook program of the
+:meth:`cdictk.cdi.specview.SpecDirs.inject`), every mount source, device node and hook program of the
 edit blocks is checked with the container-start rule: the same owners, and every symlink on the way root's
 own. A hook is a host program the runtime runs as root: whoever could change it, or a directory on its way,
 runs their code as root on every container start, so it is held to a stricter rule than a mount: root's only,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.startpath.specs.cache import ClosedError, SpecDirs, UnresolvedDevicesError
+from cdictk.cdi.specview import ClosedError, SpecDirs
+from cdictk.startpath.specs.index import UnresolvedDevicesError
 
 SPEC = "cdiVersion: 0.3.0\nkind: v.com/c\ndevices:\n- {name: %s, containerEdits: {env: [%s]}}\n"
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cdictk.deviceplugin.pluginsettings import Replicas, from_data, list_strategies, load
+from cdictk.deviceplugin.pluginsettings import Replicas, from_data, list_strategies, load, parse_yaml
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.settingsfile import SettingsError
 
 
@@ -140,3 +141,33 @@ def test_a_file_nested_20000_deep_is_one_line(tmp_path: Path, text: str) -> None
         load(str(deep))
     assert str(raised.value).startswith(f"{deep}: ") and "nest" in str(raised.value)
     assert "\n" not in str(raised.value)
+
+
+DEEP_YAML = [
+    "a: " + "[" * 20000 + "]" * 20000 + "\n",
+    "a: " + "{b: " * 20000 + "c" + "}" * 20000 + "\n",
+    "".join(f"{' ' * depth}b:\n" for depth in range(3000)),
+]
+
+
+def one_line(error: pytest.ExceptionInfo[SettingsError], path: str) -> str:
+    message = str(error.value)
+    assert isinstance(error.value, CdictkError) and message.startswith(f"{path}: ") and "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("text", DEEP_YAML)
+def test_yaml_nested_20000_deep_is_one_line(text: str) -> None:
+    with pytest.raises(SettingsError) as error:
+        parse_yaml(text, "settings.yaml")
+    assert "nest" in one_line(error, "settings.yaml")
+
+
+def test_the_yaml_is_strict() -> None:
+    assert parse_yaml("a: [1, yes]\n", "s.yaml") == {"a": [1, True]}
+    assert parse_yaml("", "s.yaml") is None
+    with pytest.raises(SettingsError) as error:
+        parse_yaml("a: 1\nb: {c: 1, c: 2}\n", "s.yaml")
+    assert one_line(error, "s.yaml") == "s.yaml: b.c: duplicate key (line 2, column 11)"
+    with pytest.raises(SettingsError, match="YAML anchor &x is not allowed"):
+        parse_yaml("a: &x 1\n", "s.yaml")

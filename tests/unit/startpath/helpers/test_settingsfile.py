@@ -1,5 +1,5 @@
-"""One reader for every settings file: capped, UTF-8, strict TOML or YAML, and every failure one
-SettingsError line (a CdictkError), nesting 20,000 deep included."""
+"""One reader for every settings file: capped, UTF-8, strict TOML (the YAML is the device plugin's
+settings' own), and every failure one SettingsError line (a CdictkError), nesting 20,000 deep included."""
 
 from __future__ import annotations
 
@@ -9,14 +9,9 @@ from pathlib import Path
 import pytest
 
 from cdictk.startpath.helpers.errors import CdictkError
-from cdictk.startpath.helpers.settingsfile import MAX_BYTES, SettingsError, parse_toml, parse_yaml, read_text
+from cdictk.startpath.helpers.settingsfile import MAX_BYTES, SettingsError, parse_toml, read_text
 
 DEEP_TOML = ["a = " + "[" * 20000 + "]" * 20000 + "\n", "a = " + "{b = " * 20000 + "1" + "}" * 20000 + "\n"]
-DEEP_YAML = [
-    "a: " + "[" * 20000 + "]" * 20000 + "\n",
-    "a: " + "{b: " * 20000 + "c" + "}" * 20000 + "\n",
-    "".join(f"{' ' * depth}b:\n" for depth in range(3000)),
-]
 
 
 def one_line(error: pytest.ExceptionInfo[SettingsError], path: str) -> str:
@@ -60,23 +55,6 @@ def test_toml_nested_20000_deep_is_one_line(text: str) -> None:
     with pytest.raises(SettingsError) as error:
         parse_toml(text, "config.toml")
     assert one_line(error, "config.toml") == "config.toml: nested too deeply"
-
-
-@pytest.mark.parametrize("text", DEEP_YAML)
-def test_yaml_nested_20000_deep_is_one_line(text: str) -> None:
-    with pytest.raises(SettingsError) as error:
-        parse_yaml(text, "settings.yaml")
-    assert "nest" in one_line(error, "settings.yaml")
-
-
-def test_the_yaml_is_strict() -> None:
-    assert parse_yaml("a: [1, yes]\n", "s.yaml") == {"a": [1, True]}
-    assert parse_yaml("", "s.yaml") is None
-    with pytest.raises(SettingsError) as error:
-        parse_yaml("a: 1\nb: {c: 1, c: 2}\n", "s.yaml")
-    assert one_line(error, "s.yaml") == "s.yaml: b.c: duplicate key (line 2, column 11)"
-    with pytest.raises(SettingsError, match="YAML anchor &x is not allowed"):
-        parse_yaml("a: &x 1\n", "s.yaml")
 
 
 def test_bad_toml_is_one_line() -> None:

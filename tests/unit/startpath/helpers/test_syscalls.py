@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import stat
-import sys
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -427,18 +426,3 @@ def test_fstatfs_type_tells_procfs_from_the_rest(tmp_path: Path) -> None:
     with pytest.raises(OSError) as caught:
         syscalls.fstatfs_type(here)  # closed
     assert caught.value.errno == errno.EBADF
-
-
-def test_inotify_reports_a_file_made_in_a_watched_directory(tmp_path: Path) -> None:
-    fd = syscalls.inotify_init1(syscalls.IN_NONBLOCK | syscalls.IN_CLOEXEC)
-    try:
-        watch = syscalls.inotify_add_watch(fd, str(tmp_path), syscalls.IN_CREATE | syscalls.IN_ONLYDIR)
-        assert syscalls.inotify_add_watch(fd, str(tmp_path), syscalls.IN_CREATE) == watch
-        (tmp_path / "spec.yaml").write_text("")
-        event = os.read(fd, 4096)
-        assert int.from_bytes(event[:4], sys.byteorder) == watch
-        assert event[16:].rstrip(b"\0") == b"spec.yaml"
-        with pytest.raises(NotADirectoryError):
-            syscalls.inotify_add_watch(fd, str(tmp_path / "spec.yaml"), syscalls.IN_ONLYDIR)
-    finally:
-        os.close(fd)

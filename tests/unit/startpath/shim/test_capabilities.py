@@ -10,14 +10,7 @@ from cdictk.cdi.dump import to_data
 from cdictk.cdi.load import load_spec
 from cdictk.cdi.model import Mount
 from cdictk.cli.main import main
-from cdictk.startpath.shim.capabilities import (
-    capabilities_of,
-    capability_of,
-    effective_capabilities,
-    is_compat32,
-    keep_mount,
-    select_mounts,
-)
+from cdictk.startpath.shim.capabilities import COMPAT32, classify, effective_capabilities, select_mounts
 from cdictk.startpath.shim.requests import ALL_CAPABILITIES, DEFAULT_CAPABILITIES
 from tests import REPO as CLONE
 from tests.conftest import NodeFactory
@@ -119,6 +112,28 @@ DRIVER_FILES: list[tuple[str, str | None]] = [
     (f"/usr/lib32/libnvidia-ml.so.{V}", "utility"),
     (f"{LIB32}/libnvidia-brand-new-thing.so.{V}", "compat32"),
 ]
+
+
+def capabilities_of(path: str) -> tuple[str, ...]:
+    """Every capability that keeps the mount at ``path``, its own first; ``()``: kept always. A 32-bit
+    copy of a kind the table does not know needs ``compat32`` alone."""
+    owners, is32 = classify(path)
+    return (COMPAT32,) if not owners and is32 else owners
+
+
+def capability_of(path: str) -> str | None:
+    """The mount's own capability (a 32-bit copy's too, though it is kept only with ``compat32``)."""
+    owners = capabilities_of(path)
+    return owners[0] if owners else None
+
+
+def is_compat32(path: str) -> bool:
+    return classify(path)[1]
+
+
+def keep_mount(path: str, capabilities: frozenset[str]) -> bool:
+    """Whether a container asking for ``capabilities`` gets the mount at ``path``."""
+    return bool(select_mounts([{"containerPath": path}], capabilities))
 
 
 @pytest.mark.parametrize(("path", "expected"), DRIVER_FILES, ids=[p for p, _ in DRIVER_FILES])

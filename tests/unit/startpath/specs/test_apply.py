@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
+from cdictk.cdi.scan import spec_data
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.apply import EditsSource, apply_edits
-from cdictk.startpath.specs.cache import SpecDirs
+from cdictk.startpath.specs.index import SpecIndex
 
 NULL_MODE = os.stat("/dev/null").st_mode & 0o7777
 
-# A device as SpecDirs resolves it: its spec, the spec's file, its qualified name.
+# A device as the spec dirs' index resolves it: its spec, the spec's file, its qualified name.
 Registered = tuple[Spec, str, str]
 
 
@@ -23,14 +24,14 @@ def registered(spec: Spec, path: str = "/etc/cdi/spec.yaml") -> list[Registered]
 
 
 def edits_for(devices: list[Registered]) -> list[EditsSource]:
-    """The edit blocks SpecDirs gives for ``devices``, in the library's order."""
-    cache = SpecDirs.load([])
+    """The edit blocks the index gives for ``devices``, in the library's order."""
+    index = SpecIndex.load([])
     added: list[tuple[int, str]] = []
     for spec, path, _ in devices:
         if (id(spec), path) not in added:
             added.append((id(spec), path))
-            cache = cache.with_spec(spec, path)
-    return cache.resolve([name for _, _, name in devices])
+            index = index.with_spec_data(spec_data(spec), path)
+    return index.resolve([name for _, _, name in devices])
 
 
 def inject_devices(config: dict[str, Any], devices: list[Registered], config_file: str) -> None:

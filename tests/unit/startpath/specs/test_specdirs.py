@@ -13,7 +13,7 @@ import pytest
 
 from cdictk.cdi.registry import load_registry
 from cdictk.startpath.helpers.errors import Problem
-from cdictk.startpath.specs.cache import SpecDirs
+from cdictk.startpath.specs.index import SpecIndex
 from cdictk.startpath.specs.specdirs import spec_paths, untrusted
 from tests.rootmarker import root_only
 
@@ -93,14 +93,14 @@ def test_a_directory_others_can_write_is_skipped_whole(spec_dir: Path) -> None:
     ]
 
 
-def test_the_registry_and_the_cache_skip_it(spec_dir: Path) -> None:
+def test_the_registry_and_the_index_skip_it(spec_dir: Path) -> None:
     plant(spec_dir)
     registry = load_registry([str(spec_dir)])
     assert sorted(registry.devices) == ["example.com/gpu=good"]
-    assert SpecDirs.load([str(spec_dir)]).devices() == ["example.com/gpu=good"]
-    assert len(SpecDirs.load([str(spec_dir)]).untrusted()) == 1
-    everything = SpecDirs.load([str(spec_dir)], trusted_only=False)
-    assert everything.devices() == ["example.com/gpu=good", "example.com/gpu=planted"]
+    assert sorted(SpecIndex.load([str(spec_dir)]).devices) == ["example.com/gpu=good"]
+    assert len(SpecIndex.load([str(spec_dir)]).untrusted()) == 1
+    everything = SpecIndex.load([str(spec_dir)], trusted_only=False)
+    assert sorted(everything.devices) == ["example.com/gpu=good", "example.com/gpu=planted"]
     assert everything.untrusted() == []
 
 
@@ -110,9 +110,9 @@ def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path
 
     store = ParseCache(str(tmp_path / "store"))
     planted = plant(spec_dir, owner=0)
-    assert "example.com/gpu=planted" in SpecDirs.load([str(spec_dir)], store).devices()
+    assert "example.com/gpu=planted" in SpecIndex.load([str(spec_dir)], store).devices
     planted.chmod(0o666)
-    assert SpecDirs.load([str(spec_dir)], store).devices() == ["example.com/gpu=good"]
+    assert list(SpecIndex.load([str(spec_dir)], store).devices) == ["example.com/gpu=good"]
 
 
 # A FUSE mount reports whatever owners and contents its daemon chooses.
@@ -120,10 +120,10 @@ def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path
 
 def fuse_over(monkeypatch: pytest.MonkeyPatch, path: Path, owner: str) -> None:
     """The mount table as if ``path``'s file system were a FUSE mount whose daemon runs as ``owner``."""
-    from cdictk.startpath.specs import specdirs
+    from cdictk.cdi import fusemounts
 
     device = os.stat(path).st_dev
-    monkeypatch.setattr(specdirs, "_fuse_mounts", lambda: {device: ("fuse.sshfs", owner)})
+    monkeypatch.setattr(fusemounts, "fuse_mounts", lambda: {device: ("fuse.sshfs", owner)})
 
 
 def test_a_spec_dir_on_another_users_fuse_mount_is_skipped(
@@ -150,8 +150,8 @@ def test_a_mount_table_that_cannot_be_read_skips_the_specs(
     """Fails closed: whether a FUSE daemon serves the spec cannot be told, so it is not read. Before:
     an unreadable or unparsable mount table was taken for one without FUSE mounts, and every spec
     passed (a user's FUSE mount plus a line the parser refuses was enough)."""
+    from cdictk.cdi.fusemounts import FuseMounts
     from cdictk.startpath.helpers import mountinfo
-    from cdictk.startpath.specs import specdirs
 
     def unparsable(fd: int) -> list[mountinfo.Mount]:
         raise ValueError("mountinfo: unexpected line 'x'")
@@ -167,7 +167,7 @@ def test_a_mount_table_that_cannot_be_read_skips_the_specs(
         )
     ]
     monkeypatch.undo()
-    assert specdirs._Mounts().problem(str(spec_dir / "gone.yaml")) == (
+    assert FuseMounts().problem(str(spec_dir / "gone.yaml")) == (
         f"{spec_dir}/gone.yaml: No such file or directory: cannot tell which file system it is on"
     )
 
@@ -177,12 +177,14 @@ def test_the_stored_index_is_keyed_on_the_devices(
 ) -> None:
     """The shim's warm start reads no mount table: a mount made over a spec dir since the index was
     built changes the directory's device, so the start misses and the check runs."""
-    from cdictk.startpath.specs import cache
+    from cdictk.startpath.specs import index
     from cdictk.startpath.specs.parsecache import ParseCache
 
     store = ParseCache(str(tmp_path / "store"))
-    assert SpecDirs.load([str(spec_dir)], store).devices() == ["example.com/gpu=good"]
+    assert list(SpecIndex.load([str(spec_dir)], store).devices) == ["example.com/gpu=good"]
     fuse_over(monkeypatch, spec_dir, "1000")
-    assert SpecDirs.load([str(spec_dir)], store).devices() == ["example.com/gpu=good"]  # same device: kept
-    monkeypatch.setattr(cache, "_device", lambda directory: -1)  # what a mount over it would do
-    assert SpecDirs.load([str(spec_dir)], store).devices() == []
+    assert list(SpecIndex.load([str(spec_dir)], store).devices) == [
+        "example.com/gpu=good"
+    ]  # same device: kept
+    monkeypatch.setattr(index, "_device", lambda directory: -1)  # what a mount over it would do
+    assert list(SpecIndex.load([str(spec_dir)], store).devices) == []

@@ -1,5 +1,5 @@
-"""The spec dirs' view: the registry's devices as records, its index stored and rebuilt whenever a
-spec file changes, and the one place CDI names are resolved."""
+"""The spec dirs' stored index: the registry's devices as records, stored and rebuilt whenever a spec
+file changes, and the one place CDI names are resolved."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 import cdictk.cdi.registry
+import cdictk.cdi.scan
+import cdictk.startpath.specs.index as index_module
 from cdictk.cdi.dump import to_data
-from cdictk.cdi.model import Device
 from cdictk.cdi.registry import Registry, load_registry
 from cdictk.runtime.launchers import install_launchers
 from cdictk.startpath.helpers.errors import CdictkError
-from cdictk.startpath.specs import cache
 from cdictk.startpath.specs.apply import EditsSource
-from cdictk.startpath.specs.cache import SpecDirs, UnresolvedDevicesError, spec_key
+from cdictk.startpath.specs.index import SpecIndex, UnresolvedDevicesError, spec_key
 from cdictk.startpath.specs.parsecache import ParseCache
 from tests.unit.cdi.test_registry import write_spec
 
@@ -88,7 +88,7 @@ def test_the_index_gives_what_the_registry_gives(
     registry = load_registry(spec_dirs)
     expected = plain(from_registry(registry, requested))
     for _ in range(2):  # built, then read back from the cache
-        index = SpecDirs.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
+        index = SpecIndex.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
         assert plain(index.resolve(requested)) == expected
 
 
@@ -96,38 +96,38 @@ def test_a_cached_index_does_not_load_the_specs(
     spec_dirs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
-    built = SpecDirs.load(spec_dirs, cache)
+    built = SpecIndex.load(spec_dirs, cache)
 
     def no_registry(*_: object, **__: object) -> None:
         raise AssertionError("the registry was loaded")
 
-    monkeypatch.setattr(cdictk.cdi.registry, "load_registry", no_registry)
-    again = SpecDirs.load(spec_dirs, cache)
-    names = built.devices()
-    assert again.devices() == names and plain(again.resolve(names)) == plain(built.resolve(names))
-    assert again.errors() == built.errors()
+    monkeypatch.setattr(cdictk.cdi.scan, "load_registry", no_registry)
+    again = SpecIndex.load(spec_dirs, cache)
+    names = sorted(built.devices)
+    assert sorted(again.devices) == names and plain(again.resolve(names)) == plain(built.resolve(names))
+    assert again.problems == built.problems
     assert again.has_kind("other.com/net") and not again.has_kind("other.com/ne")
 
 
 def test_any_change_to_the_spec_dirs_rebuilds_it(spec_dirs: list[str], tmp_path: Path) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
-    assert "vendor.com/gpu=1" in SpecDirs.load(spec_dirs, cache).devices()
+    assert "vendor.com/gpu=1" in SpecIndex.load(spec_dirs, cache).devices
     spec = tmp_path / "etc" / "a.yaml"
     stat = spec.stat()
     spec.write_text(SPEC.replace('name: "1"', 'name: "2"'))  # the same size, the same mtime
     os.utime(spec, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert SpecDirs.load(spec_dirs, cache).devices()[-2:] == ["vendor.com/gpu=0", "vendor.com/gpu=2"]
+    assert sorted(SpecIndex.load(spec_dirs, cache).devices)[-2:] == ["vendor.com/gpu=0", "vendor.com/gpu=2"]
     write_spec(tmp_path / "run", "c.yaml", "3")  # a new file
-    assert "vendor.com/gpu=3" in SpecDirs.load(spec_dirs, cache).devices()
+    assert "vendor.com/gpu=3" in SpecIndex.load(spec_dirs, cache).devices
     (tmp_path / "run" / "c.yaml").unlink()  # and gone again
-    assert "vendor.com/gpu=3" not in SpecDirs.load(spec_dirs, cache).devices()
+    assert "vendor.com/gpu=3" not in SpecIndex.load(spec_dirs, cache).devices
     (tmp_path / "run" / "b.yaml").unlink()
     (tmp_path / "run").rmdir()
-    assert not SpecDirs.load(spec_dirs, cache).has_kind("other.com/net")
+    assert not SpecIndex.load(spec_dirs, cache).has_kind("other.com/net")
 
 
 def test_a_name_the_index_lacks_is_unresolved(spec_dirs: list[str], tmp_path: Path) -> None:
-    index = SpecDirs.load(spec_dirs, ParseCache(None))
+    index = SpecIndex.load(spec_dirs, ParseCache(None))
     for names in (["vendor.com/gpu=0", "vendor.com/gpu=9"], ["vendor.com/gpu=00"]):
         with pytest.raises(UnresolvedDevicesError):
             index.resolve(names)
@@ -137,14 +137,14 @@ def test_conflicting_and_broken_specs_hold_no_devices(tmp_path: Path) -> None:
     write_spec(tmp_path / "etc", "a.yaml", "0", "1")
     write_spec(tmp_path / "etc", "b.yaml", "1")
     (tmp_path / "etc" / "c.yaml").write_text("cdiVersion: 0.6.0\nkind: bad\n")
-    index = SpecDirs.load(dirs(tmp_path), ParseCache(str(tmp_path / "cache")))
-    assert index.devices() == ["vendor.com/gpu=0"]
+    index = SpecIndex.load(dirs(tmp_path), ParseCache(str(tmp_path / "cache")))
+    assert sorted(index.devices) == ["vendor.com/gpu=0"]
 
 
 def test_a_spec_that_is_not_utf8_is_never_cached(spec_dirs: list[str], tmp_path: Path) -> None:
     (tmp_path / "etc" / "z.yaml").write_bytes(b"\xff\xfe")
     assert spec_key(spec_dirs) is None
-    SpecDirs.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
+    SpecIndex.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
     assert not (tmp_path / "cache").exists()
 
 
@@ -158,7 +158,7 @@ def test_unreadable_entries_are_part_of_the_key(spec_dirs: list[str], tmp_path: 
 def test_edits_trimmed_for_one_container_stay_there(spec_dirs: list[str], tmp_path: Path) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
     for _ in range(2):  # built, then read back
-        specs = SpecDirs.load(spec_dirs, cache)
+        specs = SpecIndex.load(spec_dirs, cache)
         common = specs.resolve(["vendor.com/gpu=1"])[0].edits
         assert common["env"] == ["COMMON=1"]
         common["env"].append("CHANGED=1")
@@ -204,7 +204,7 @@ def test_a_warm_create_imports_no_parser(tmp_path: Path) -> None:
 
 def test_an_entry_of_the_wrong_shape_is_a_miss(spec_dirs: list[str], tmp_path: Path) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
-    SpecDirs.load(spec_dirs, cache)
+    SpecIndex.load(spec_dirs, cache)
     (entry,) = (tmp_path / "cache").iterdir()
     stored = json.loads(entry.read_text())
     value = stored["value"]
@@ -226,8 +226,8 @@ def test_an_entry_of_the_wrong_shape_is_a_miss(spec_dirs: list[str], tmp_path: P
     ]
     for broken in broken_values:
         entry.write_text(json.dumps({"key": stored["key"], "value": broken}))
-        index = SpecDirs.load(spec_dirs, cache)  # rebuilt from the spec files, and stored again
-        assert index.devices() == sorted(value["devices"])
+        index = SpecIndex.load(spec_dirs, cache)  # rebuilt from the spec files, and stored again
+        assert sorted(index.devices) == sorted(value["devices"])
         assert json.loads(entry.read_text()) == stored
 
 
@@ -245,12 +245,12 @@ def test_an_index_built_while_a_spec_changed_is_not_kept(
         spec.write_text(text)
         return registry
 
-    monkeypatch.setattr(cdictk.cdi.registry, "load_registry", rewriting)
+    monkeypatch.setattr(cdictk.cdi.scan, "load_registry", rewriting)
     cache = ParseCache(str(tmp_path / "cache"))
-    SpecDirs.load(spec_dirs, cache)
+    SpecIndex.load(spec_dirs, cache)
     assert not (tmp_path / "cache").exists()
-    monkeypatch.setattr(cdictk.cdi.registry, "load_registry", real)
-    assert "vendor.com/gpu=1" in SpecDirs.load(spec_dirs, cache).devices()
+    monkeypatch.setattr(cdictk.cdi.scan, "load_registry", real)
+    assert "vendor.com/gpu=1" in SpecIndex.load(spec_dirs, cache).devices
     assert len(list((tmp_path / "cache").iterdir())) == 1
 
 
@@ -261,25 +261,25 @@ def test_a_change_to_the_cdi_core_rebuilds_it(
     core.mkdir()
     for name in ("__init__.py", "rules.py"):
         (core / name).write_text("")
-    monkeypatch.setattr(cache, "CORE_DIRECTORIES", (str(core),))
+    monkeypatch.setattr(index_module, "CORE_DIRECTORIES", (str(core),))
     before = spec_key(spec_dirs)
     assert spec_key(spec_dirs) == before
     (core / "rules.py").write_text("# an upgrade")
     assert spec_key(spec_dirs) != before
 
 
-def test_the_cdi_core_is_the_cdi_package_and_the_spec_cache_s_own() -> None:
+def test_the_cdi_core_is_the_cdi_package_and_the_index_s_own() -> None:
     import cdictk.cdi
 
     assert (
         os.path.dirname(os.path.abspath(cdictk.cdi.__file__)),
-        os.path.dirname(os.path.abspath(cache.__file__)),
-    ) == cache.CORE_DIRECTORIES
+        os.path.dirname(os.path.abspath(index_module.__file__)),
+    ) == index_module.CORE_DIRECTORIES
 
 
 def test_resolve_keeps_request_order(tmp_path: Path) -> None:
     write_spec(tmp_path, "a.yaml", "0", "1")
-    specs = SpecDirs.load([str(tmp_path)])
+    specs = SpecIndex.load([str(tmp_path)])
     assert [source.field for source in specs.resolve(["vendor.com/gpu=1", "vendor.com/gpu=0"])] == [
         "containerEdits",
         "devices[1].containerEdits",
@@ -289,7 +289,7 @@ def test_resolve_keeps_request_order(tmp_path: Path) -> None:
 
 def test_resolve_is_all_or_nothing(tmp_path: Path) -> None:
     write_spec(tmp_path, "a.yaml", "0")
-    specs = SpecDirs.load([str(tmp_path)])
+    specs = SpecIndex.load([str(tmp_path)])
     with pytest.raises(UnresolvedDevicesError) as caught:
         specs.resolve(["vendor.com/gpu=0", "vendor.com/gpu=7", "vendor.com/gpu=8"])
     assert caught.value.names == ["vendor.com/gpu=7", "vendor.com/gpu=8"]
@@ -302,7 +302,7 @@ def test_resolve_is_all_or_nothing(tmp_path: Path) -> None:
 def test_resolve_hints_at_spec_problems(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("{")
     for store in (ParseCache(None), ParseCache(str(tmp_path / "c")), ParseCache(str(tmp_path / "c"))):
-        specs = SpecDirs.load([str(tmp_path)], store)  # the problems are kept with the cache
+        specs = SpecIndex.load([str(tmp_path)], store)  # the problems are kept with the cache
         with pytest.raises(
             UnresolvedDevicesError, match=r"1 problem\(s\) in the spec dirs, first: .*bad\.yaml"
         ):
@@ -311,168 +311,11 @@ def test_resolve_hints_at_spec_problems(tmp_path: Path) -> None:
 
 def test_resolve_refuses_invalid_names(tmp_path: Path) -> None:
     with pytest.raises(CdictkError, match="not a qualified CDI device name"):
-        SpecDirs.load([str(tmp_path)]).resolve(["gpu0"])
-
-
-def test_a_spec_made_in_memory_is_held_above_the_dirs(tmp_path: Path) -> None:
-    from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Spec
-
-    write_spec(tmp_path, "a.yaml", "0", kind="nvidia.com/other")
-    specs = SpecDirs.load([str(tmp_path)])
-    assert not specs.has_kind("nvidia.com/gpu")
-    spec = Spec(
-        kind="nvidia.com/gpu",
-        devices=[
-            Device(name="0", container_edits=ContainerEdits(device_nodes=[DeviceNode(path="/dev/nvidia0")]))
-        ],
-    )
-    both = specs.with_spec(spec, "<memory>")
-    assert both.has_kind("nvidia.com/gpu") and not both.has_kind("nvidia.com")
-    assert not specs.has_kind("nvidia.com/gpu")  # a new view; the one from the dirs is as it was
-    assert [source.file for source in both.resolve(["nvidia.com/gpu=0"])] == ["<memory>", "<memory>"]
-    assert both.spec_file("nvidia.com/gpu=0") == "<memory>"
-
-
-@pytest.mark.root
-def test_inject_refuses_every_device_when_a_host_path_is_a_users(tmp_path: Path) -> None:
-    """``cdictk cdi inject`` and the library's inject: all or nothing, one line, when a host path is a user's."""
-    os.chmod(tmp_path, 0o755)
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    (tmp_path / "cdi").mkdir()
-    (tmp_path / "cdi" / "x.json").write_text(
-        json.dumps(
-            {
-                "cdiVersion": "0.5.0",
-                "kind": "example.com/x",
-                "devices": [
-                    {"name": "a", "containerEdits": {"env": ["A=1"]}},
-                    {
-                        "name": "b",
-                        "containerEdits": {"mounts": [{"hostPath": str(shared), "containerPath": "/s"}]},
-                    },
-                ],
-            }
-        )
-    )
-    specs = SpecDirs.load([str(tmp_path / "cdi")])
-    config: dict[str, object] = {}
-    specs.apply_to(config, ["example.com/x=a", "example.com/x=b"], "config.json")
-    assert config["mounts"]
-    os.chown(shared, 12345, 12345)
-    config = {}
-    with pytest.raises(CdictkError, match=r"devices\[1\]\.containerEdits\.mounts\[0\]: .*owned by uid 12345"):
-        specs.apply_to(config, ["example.com/x=a", "example.com/x=b"], "config.json")
-    assert config == {}
-
-
-# --- one view, however it is held -------------------------------------------------------------------
-
-
-def views(dirs: list[str], store: str) -> dict[str, SpecDirs]:
-    """Every way cdictk holds the spec dirs: kept current (the library), scanned once (the commands),
-    stored and read back (the runtime shim)."""
-    built = SpecDirs.load(dirs, ParseCache(store))
-    return {
-        "watched": SpecDirs(dirs),
-        "refreshed by hand": SpecDirs(dirs, auto_refresh=False),
-        "scanned once": SpecDirs.load(dirs),
-        "stored": built,
-        "read back": SpecDirs.load(dirs, ParseCache(store)),
-    }
-
-
-Answers = tuple[list[str], list[str | None], list[Device | None], list[str], list[tuple[object, str, str]]]
-
-
-def answers(view: SpecDirs) -> Answers:
-    names = view.devices()
-    return (
-        names,
-        [view.spec_file(name) for name in names],
-        [view.device(name) for name in names],
-        [str(problem) for problem in view.errors()],
-        plain(view.resolve(names)),
-    )
-
-
-def test_every_spelling_of_a_spec_dir_names_the_same_files(tmp_path: Path) -> None:
-    """``/etc/cdi/`` and ``/etc/cdi`` are one dir: its files and problems are named one way by every
-    view and by the registry. (The library's view named ``etc/x.yaml`` where ``cdictk cdi list``, the
-    shim and ``cdictk cdi validate`` named ``etc//x.yaml``.)"""
-    from cdictk.cdi.validate import validate_dirs
-
-    write_spec(tmp_path / "etc", "a.yaml", "0", "1")
-    write_spec(tmp_path / "etc", "b.yaml", "1")  # a conflict: both files get a problem
-    write_spec(tmp_path / "run", "c.yaml", "0")  # the later dir wins
-    plain_dirs = [str(tmp_path / "etc"), str(tmp_path / "run")]
-    spelled = [f"{tmp_path}/etc//", f"{tmp_path}/./run/."]
-    expected = answers(SpecDirs.load(plain_dirs))
-    assert expected[0] == ["vendor.com/gpu=0"] and expected[1] == [str(tmp_path / "run" / "c.yaml")]
-    assert {problem.split(":")[0] for problem in expected[3]} == {
-        str(tmp_path / "etc" / "a.yaml"),
-        str(tmp_path / "etc" / "b.yaml"),
-    }
-    for label, view in views(spelled, str(tmp_path / "cache")).items():
-        assert view.dirs == tuple(plain_dirs), label
-        assert answers(view) == expected, label
-    registry = load_registry(spelled)
-    assert [str(problem) for problem in registry.problems] == expected[3]
-    assert registry.devices["vendor.com/gpu=0"].spec_file.path == str(tmp_path / "run" / "c.yaml")
-    reports, between = validate_dirs(spelled, require_dirs=True)
-    files = ("etc/a.yaml", "etc/b.yaml", "run/c.yaml")
-    assert [report.file for report in reports] == [str(tmp_path / file) for file in files]
-    assert [str(problem) for problem in between] == expected[3]
-
-
-def test_every_view_gives_the_same_answers(tmp_path: Path) -> None:
-    """Priorities, conflicts, a file that does not load and a device's annotations, the same whether
-    the view was scanned, kept current or read back from the stored index (which kept no annotations
-    where the library's view gave them)."""
-    (tmp_path / "etc").mkdir()
-    (tmp_path / "etc" / "a.yaml").write_text(SPEC)
-    (tmp_path / "etc" / "n.yaml").write_text(
-        "cdiVersion: 0.6.0\nkind: vendor.com/gpu\ndevices:\n"
-        "- {name: noted, annotations: {why: kept}, containerEdits: {env: [N=1]}}\n"
-    )
-    write_spec(tmp_path / "run", "b.yaml", "1", env="LATER=1")  # over etc's "1"
-    write_spec(tmp_path / "run", "c.yaml", "x", kind="other.com/net")
-    write_spec(tmp_path / "run", "d.yaml", "x", kind="other.com/net")  # x: a conflict, dropped
-    (tmp_path / "run" / "e.yaml").write_text("cdiVersion: 0.6.0\nkind: bad\n")
-    every = views(dirs(tmp_path), str(tmp_path / "cache"))
-    expected = answers(every["scanned once"])
-    assert expected[0] == ["vendor.com/gpu=0", "vendor.com/gpu=1", "vendor.com/gpu=noted"]
-    assert sorted({problem.split(":")[0].rsplit("/", 1)[1] for problem in expected[3]}) == [
-        "c.yaml",
-        "d.yaml",
-        "e.yaml",
-    ]
-    registry = load_registry(dirs(tmp_path))
-    assert expected[2] == [registry.devices[name].device for name in expected[0]]  # the model's own
-    for label, view in every.items():
-        assert answers(view) == expected, label
-        noted = view.device("vendor.com/gpu=noted")
-        assert noted is not None and noted.annotations == {"why": "kept"}, label
-
-
-def test_a_required_dir_that_is_missing_is_a_problem_in_every_view(tmp_path: Path) -> None:
-    missing = str(tmp_path / "nowhere")
-    for view in (SpecDirs([missing], require_dirs=True), SpecDirs.load([missing], require_dirs=True)):
-        assert [str(problem) for problem in view.errors()] == [f"{missing}: no such spec directory"]
-    assert SpecDirs([missing]).errors() == SpecDirs.load([missing]).errors() == []
-
-
-def test_a_device_is_a_copy(spec_dirs: list[str], tmp_path: Path) -> None:
-    specs = SpecDirs.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
-    device = specs.device("vendor.com/gpu=1")
-    assert device is not None and device.name == "1" and device.container_edits.env == ["ONE=1"]
-    device.container_edits.env.append("CHANGED=1")
-    assert specs.inject({}, ["vendor.com/gpu=1"])["process"]["env"] == ["COMMON=1", "ONE=1"]
-    assert specs.device("vendor.com/gpu=9") is None and specs.spec_file("vendor.com/gpu=9") is None
+        SpecIndex.load([str(tmp_path)]).resolve(["gpu0"])
 
 
 def test_the_stored_index_has_named_fields(spec_dirs: list[str], tmp_path: Path) -> None:
-    SpecDirs.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
+    SpecIndex.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
     (entry,) = (tmp_path / "cache").iterdir()
     value = json.loads(entry.read_text())["value"]
     assert sorted(value) == ["devices", "problems", "specs"]
