@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass
 
 from cdictk.startpath.helpers.elfdso import (
     DT_NEEDED,
@@ -33,27 +34,18 @@ _ET_EXEC = 2
 _MAX_NEEDED = 256
 
 
+@dataclass(frozen=True, slots=True)
 class Links:
     """What the dynamic loader reads to load an ELF program or shared object: its ``DT_NEEDED`` names in
     order, its ``DT_RUNPATH`` and ``DT_RPATH`` (each a ``:``-separated list, ``$ORIGIN`` unexpanded),
     its ``PT_INTERP`` (programs), and ``arch``: the architecture bits of ldconfig's flags for its
     machine and class (:data:`FLAG_X8664_LIB64`...), None for a machine ldconfig does not know."""
 
-    __slots__ = ("arch", "interpreter", "needed", "rpath", "runpath")
-
-    def __init__(
-        self,
-        arch: int | None,
-        needed: tuple[bytes, ...],
-        runpath: bytes | None,
-        rpath: bytes | None,
-        interpreter: bytes | None,
-    ) -> None:
-        self.arch = arch
-        self.needed = needed
-        self.runpath = runpath
-        self.rpath = rpath
-        self.interpreter = interpreter
+    arch: int | None
+    needed: tuple[bytes, ...]
+    runpath: bytes | None
+    rpath: bytes | None
+    interpreter: bytes | None
 
 
 def read_links(path: str, max_size: int = 1 << 30) -> Links | None:

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from cdictk.startpath.helpers.errors import CdictkError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # for the annotations: PyYAML itself is imported when a class is asked for
     import yaml
 
 
 def _required(name: str) -> Any:
-    import yaml  # noqa: PLC0415 - lazy: JSON-only callers never pay for PyYAML
+    import yaml  # noqa: PLC0415 - JSON-only callers never load PyYAML
 
     found = getattr(yaml, name, None)
     if found is None:

@@ -30,7 +30,7 @@ _KEY = _AwaitingKey()
 
 
 def parse_yaml(text: str, file: str) -> Any:
-    import yaml  # noqa: PLC0415 (lazy: JSON-only callers never pay for PyYAML)
+    import yaml  # noqa: PLC0415 - JSON-only callers never load PyYAML
 
     loader = safe_loader()(text)
     try:
@@ -49,7 +49,7 @@ def _line(mark: Any) -> str:
 
 
 def _build_document(loader: Any, file: str) -> Any:  # a PyYAML loader; its event API is untyped
-    from yaml import events  # noqa: PLC0415
+    from yaml import events  # noqa: PLC0415 - as parse_yaml's
 
     loader.get_event()  # stream start
     if loader.check_event(events.StreamEndEvent):
@@ -63,8 +63,8 @@ def _build_document(loader: Any, file: str) -> Any:  # a PyYAML loader; its even
 def more_documents(text: str) -> bool:
     """Whether YAML ``text`` holds anything after its first document (broken YAML included), which no
     reader of specs sees; False when the first document itself does not parse."""
-    import yaml  # noqa: PLC0415
-    from yaml import events  # noqa: PLC0415
+    import yaml  # noqa: PLC0415 - as parse_yaml's
+    from yaml import events  # noqa: PLC0415 - as parse_yaml's
 
     loader = safe_loader()(text)
     try:
@@ -85,7 +85,7 @@ def more_documents(text: str) -> bool:
 
 
 def _build_value(loader: Any, file: str) -> Any:
-    from yaml import events  # noqa: PLC0415
+    from yaml import events  # noqa: PLC0415 - as parse_yaml's
 
     stack: list[Any] = []  # open mappings and sequences, outermost first
     keys: list[Any] = []  # per open mapping: the key whose value comes next, or _KEY

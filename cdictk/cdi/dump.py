@@ -60,7 +60,7 @@ def _dumper() -> Any:
     """PyYAML's C emitter, with strings double-quoted wherever a reader could take them for something
     else: by YAML 1.1 as Go's reader applies it (``y``, ``0660``, ``1_000``: :func:`is_ambiguous`) or
     by PyYAML's own resolver."""
-    import yaml  # noqa: PLC0415
+    import yaml  # noqa: PLC0415 - as dump_yaml's: JSON-only callers never load PyYAML
 
     safe_dumper()  # one line where PyYAML lacks libyaml, not an AttributeError
 

@@ -58,7 +58,7 @@ def inline_refs(schema: dict[str, Any]) -> dict[str, Any]:
 
 @functools.cache
 def _validator() -> Any:
-    import jsonschema  # noqa: PLC0415 (slow to import; only validate needs it)
+    import jsonschema  # noqa: PLC0415 - slow to import; `cdictk info` checks specs without it
 
     schema = load_schema()
     jsonschema.Draft202012Validator.check_schema(schema)

@@ -9,8 +9,22 @@ from typing import Any, TypeVar
 
 import click
 
+from cdictk.cdi.dump import dump
+from cdictk.cdi.load import load_spec, load_spec_data
+from cdictk.cdi.registry import DEFAULT_SPEC_DIRS
+from cdictk.cdi.rules import check_spec
+from cdictk.cdi.specview import SpecDirs
+from cdictk.cdi.transform import transform_root
 from cdictk.cli.generate import generate_command
-from cdictk.startpath.helpers.errors import Problem
+from cdictk.startpath.helpers.errors import CdictkError, Problem
+from cdictk.startpath.helpers.ociconfig import (
+    MAX_CONFIG_BYTES,
+    dump_config,
+    parse_config,
+    read_config,
+    write_config,
+)
+from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,8 +49,6 @@ def _spec_dir_option(command: F) -> F:
 
 
 def _dirs(spec_dirs: tuple[str, ...]) -> tuple[tuple[str, ...], bool]:
-    from cdictk.cdi.registry import DEFAULT_SPEC_DIRS  # noqa: PLC0415
-
     return (spec_dirs, True) if spec_dirs else (DEFAULT_SPEC_DIRS, False)
 
 
@@ -63,7 +75,7 @@ def validate_command(files: tuple[str, ...], spec_dirs: tuple[str, ...], accept_
     The schema is stricter than container runtimes (absolute paths, hook timeouts of at least one
     second, Kubernetes-style annotation keys): a spec can fail here and still be usable.
     """
-    from cdictk.cdi.validate import validate_dirs, validate_file  # noqa: PLC0415
+    from cdictk.cdi.validate import validate_dirs, validate_file  # noqa: PLC0415 - heavy: the other cdi commands skip it
 
     between: list[Problem] = []
     if files:
@@ -96,8 +108,6 @@ def list_command(spec_dirs: tuple[str, ...], accept_untrusted_specs: bool, as_js
     cannot be used are reported on stderr and their devices are left out. Exit status 1 only when a
     directory named with --spec-dir cannot be read.
     """
-    from cdictk.cdi.specview import SpecDirs  # noqa: PLC0415
-
     dirs, required = _dirs(spec_dirs)
     specs = SpecDirs.load(dirs, require_dirs=required, trusted_only=not accept_untrusted_specs)
     problems = specs.errors()
@@ -147,15 +157,6 @@ def inject_command(
     '-' reads it from stdin. Injecting the same devices again changes nothing. If any device cannot be
     resolved or applied, nothing is written.
     """
-    from cdictk.cdi.specview import SpecDirs  # noqa: PLC0415
-    from cdictk.startpath.helpers.ociconfig import (  # noqa: PLC0415
-        MAX_CONFIG_BYTES,
-        dump_config,
-        parse_config,
-        read_config,
-        write_config,
-    )
-
     if config == "-":
         oci = parse_config(sys.stdin.buffer.read(MAX_CONFIG_BYTES + 1), "<stdin>")
     else:
@@ -219,13 +220,6 @@ def transform_root_command(  # click passes every option by keyword
     written when anything fails. (cdictk's own hook names its script by a host path among its
     arguments: for cdictk's specs, generate with --driver-root and --host-root instead.)
     """
-    from cdictk.cdi.dump import dump  # noqa: PLC0415
-    from cdictk.cdi.load import load_spec, load_spec_data  # noqa: PLC0415
-    from cdictk.cdi.rules import check_spec  # noqa: PLC0415
-    from cdictk.cdi.transform import transform_root  # noqa: PLC0415
-    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
-    from cdictk.startpath.specs.specdirs import MAX_SPEC_BYTES  # noqa: PLC0415
-
     spec = (
         load_spec_data(sys.stdin.buffer.read(MAX_SPEC_BYTES + 1), "<stdin>")
         if source == "-"
@@ -242,7 +236,7 @@ def transform_root_command(  # click passes every option by keyword
         sys.stdout.buffer.write(text)
         sys.stdout.flush()
     else:
-        from cdictk.nvcdi.specfile import write  # noqa: PLC0415
+        from cdictk.nvcdi.specfile import write  # noqa: PLC0415 - heavy: the other cdi commands skip it
 
         write(target, text)
     return 0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-# Every key of the settings (cdictk.startpath.shim.settings) at its default, each explained; a test
-# holds it to what a missing file means.
+# Every key of the settings (cdictk.startpath.shim.settings.KEYS) at its default, each explained; a
+# test holds it to exactly those keys, in their order, and to what a missing file means.
 DEFAULT_CONFIG = """\
 # cdictk's runtime settings (/etc/cdictk/config.toml). Every key is shown at its default.
 

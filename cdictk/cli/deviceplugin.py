@@ -152,8 +152,8 @@ def device_plugin_command(
     # every rediscovery while the servers' threads run. Off unless the operator says otherwise.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     try:
-        from cdictk.deviceplugin import pluginsettings as loader  # noqa: PLC0415 - needs the kubernetes extra
-        from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415
+        from cdictk.deviceplugin import pluginsettings as loader  # noqa: PLC0415 - the kubernetes extra (grpc)
+        from cdictk.deviceplugin.plugin import DevicePlugin  # noqa: PLC0415 - the same
     except ImportError as exc:
         raise CdictkError(
             "", "device-plugin", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"

@@ -246,14 +246,14 @@ def generate_command(
     # (--watch asks NVML anew each time it looks.)
     nvml = NvmlQuery() if recipe.gpus in NVML_SOURCES and not watching else None
     try:
-        from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415
-        from cdictk.nvcdi import specfile  # noqa: PLC0415
-        from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415
-        from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415
-        from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415
-        from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
-        from cdictk.startpath.helpers.roots import Roots  # noqa: PLC0415
-        from cdictk.startpath.specs.names import kind_problem  # noqa: PLC0415
+        from cdictk.node.csvfiles import CsvSource  # noqa: PLC0415 - after NVML's child is forked
+        from cdictk.nvcdi import specfile  # noqa: PLC0415 - after NVML's child is forked
+        from cdictk.nvcdi.hooks import HOOK_NAMES, hook_program  # noqa: PLC0415 - after NVML's child is forked
+        from cdictk.nvcdi.naming import DEFAULT_STRATEGIES, Strategy  # noqa: PLC0415 - after NVML's child is forked
+        from cdictk.nvcdi.nodespec import NodeSpec, node_spec  # noqa: PLC0415 - after NVML's child is forked
+        from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415 - after NVML's child is forked
+        from cdictk.startpath.helpers.roots import Roots  # noqa: PLC0415 - after NVML's child is forked
+        from cdictk.startpath.specs.names import kind_problem  # noqa: PLC0415 - after NVML's child is forked
 
         # The non-GPU modes' own defaults (Recipe.cls, Recipe.output); an explicit option wins.
         cls = recipe.cls if cls is None else cls

@@ -8,6 +8,10 @@ import os
 import click
 
 from cdictk.cli.rootflags import root_options
+from cdictk.info.report import gather, to_json, to_table
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots, join
+from cdictk.startpath.specs.names import kind_problem
 
 
 @click.command("info")
@@ -56,11 +60,6 @@ def info_command(  # click passes every option by keyword
 
     Exit status: 0 when GPU containers should start, 1 when something would make them fail.
     """
-    from cdictk.info.report import gather, to_json, to_table  # noqa: PLC0415
-    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
-    from cdictk.startpath.helpers.roots import Roots, join  # noqa: PLC0415
-    from cdictk.startpath.specs.names import kind_problem  # noqa: PLC0415
-
     problem = kind_problem(kind)
     if problem:
         raise CdictkError("", "--kind", problem)

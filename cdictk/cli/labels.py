@@ -11,9 +11,12 @@ import time
 import click
 
 from cdictk.cli.rootflags import NVIDIA_DRIVER_ROOT_VARIABLES, root_options
+from cdictk.labels import featurefile
 from cdictk.labels.featurefile import DEFAULT_NAME, FEATURES_DIR
 from cdictk.labels.gfdrules import MIG_STRATEGIES, Sharing
+from cdictk.labels.labeller import LabelOptions, WatchedLabels, make_labels, watch_labels
 from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 
 DEFAULT_OUTPUT = f"{FEATURES_DIR}/{DEFAULT_NAME}"
 WATCH_EXPIRY = 600.0  # seconds: labels outlive a watch killed without cleanup by at most this
@@ -111,10 +114,6 @@ def node_labels_command(
     The file is replaced atomically, only when its content changes. No NVML, no GPU, or a bad settings
     file is an error (exit 1) and nothing is written. See docs/kubernetes.md.
     """
-    from cdictk.labels import featurefile  # noqa: PLC0415 - the command's own work, imported when it runs
-    from cdictk.labels.labeller import LabelOptions, WatchedLabels, make_labels, watch_labels  # noqa: PLC0415
-    from cdictk.startpath.helpers.roots import Roots  # noqa: PLC0415
-
     if output == "-" and watching:
         raise CdictkError("", "--watch", "needs a file to write, not stdout")
     strategy, sharing = _settings(config_file)
@@ -157,7 +156,7 @@ def _settings(config_file: str | None) -> tuple[str, Sharing]:
     if config_file is None:
         return "none", Sharing()
     try:
-        from cdictk.deviceplugin import pluginsettings  # noqa: PLC0415 - needs the kubernetes extra
+        from cdictk.deviceplugin import pluginsettings  # noqa: PLC0415 - the kubernetes extra (grpc)
     except ImportError as exc:
         raise CdictkError(
             "", "--config", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"

@@ -67,7 +67,7 @@ def hook_command(ctx: click.Context) -> int:
     The steps a CDI spec runs (links, CUDA compat, the ld cache, ...) and `prestart`, the legacy hook
     behind `docker run --gpus`. `cdictk hook --help` lists them with their options.
     """
-    from cdictk.startpath.hooks.command import run_hook  # noqa: PLC0415
+    from cdictk.startpath.hooks.command import run_hook  # noqa: PLC0415 - the steps: not for the other commands
 
     return run_hook(ctx.args)
 

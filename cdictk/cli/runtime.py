@@ -8,7 +8,13 @@ import sys
 
 import click
 
+from cdictk import bundlelayout
+from cdictk.configure.change import Request
+from cdictk.configure.edit import configure
 from cdictk.configure.engines import ENGINES
+from cdictk.configure.restart import restart
+from cdictk.runtime import launchers
+from cdictk.runtime.launchers import LauncherError, install_launchers, install_legacy_hook
 from cdictk.startpath.helpers.errors import CdictkError
 
 _DEFAULT = "RUNTIME_DEFAULT"
@@ -19,10 +25,7 @@ def default_runtime(*, install: bool) -> tuple[str, str]:
     which: run from an installed node runtime, its stable ``PREFIX/bin/cdictk-runtime``; else the shell
     front in the launchers' directory, installed there first when it is missing (``install`` false:
     only checked, for --dry-run); the console script when it cannot be."""
-    from cdictk.bundlelayout import SHIM, stable_program  # noqa: PLC0415
-    from cdictk.runtime import launchers  # noqa: PLC0415
-
-    stable = stable_program(SHIM)
+    stable = bundlelayout.stable_program(bundlelayout.SHIM)
     if stable is not None:  # not this version's own launcher, which a later version removes
         return stable, f"cdictk: registering {stable}: the node runtime's cdictk-runtime"
     directory = launchers.DEFAULT_DIR
@@ -183,9 +186,6 @@ def configure_command(  # click passes every option by keyword
     one line; when they cannot be installed, pip's console script, which starts Python for every
     container command, and why.
     """
-    from cdictk.configure.change import Request  # noqa: PLC0415
-    from cdictk.configure.edit import configure  # noqa: PLC0415
-
     for value, flag in (
         (config, "--config"),
         (drop_in, "--drop-in-config"),
@@ -213,8 +213,6 @@ def configure_command(  # click passes every option by keyword
     )  # fmt: skip
     changed = configure(request, lambda line: print(line, file=sys.stderr))
     if not dry_run and changed:
-        from cdictk.configure.restart import restart  # noqa: PLC0415
-
         print(restart(engine, restart_how, socket_path), file=sys.stderr)
     elif not dry_run:
         print(f"nothing changed: {engine} needs no restart", file=sys.stderr)
@@ -248,8 +246,6 @@ def install_launchers_command(*, directory: str) -> int:
     standard library and the import path again when it starts, and each module file as it is imported,
     with cdictk_trust.py (cdictk/startpath/trust.py, copied beside them, readable before they run).
     """
-    from cdictk.runtime.launchers import LauncherError, install_launchers  # noqa: PLC0415
-
     try:
         written = install_launchers(directory)
     except LauncherError as exc:
@@ -285,8 +281,6 @@ def install_legacy_hook_command(*, directory: str, force: bool) -> int:
     it imports cdictk, and its bytecode in __pycache__. Restart dockerd afterwards (it looks the hook up
     once, at start). To undo: remove the three (or rename the .cdictk-orig back) and restart dockerd.
     """
-    from cdictk.runtime.launchers import LauncherError, install_legacy_hook  # noqa: PLC0415
-
     try:
         path = install_legacy_hook(directory, force=force)
     except LauncherError as exc:

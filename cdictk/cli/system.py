@@ -7,17 +7,20 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
 from cdictk.cli.rootflags import root_options
 from cdictk.configure.engines import ENGINES
+from cdictk.node.devchar import all_possible, create_links, existing_sources, select
+from cdictk.node.modules import load_modules
+from cdictk.node.nodecreate import create_control_nodes, read_majors
+from cdictk.startpath.helpers.bundlepaths import running_bundle
 from cdictk.startpath.helpers.errors import Problem
+from cdictk.startpath.helpers.roots import Roots
 
 F = TypeVar("F", bound=Callable[..., Any])
-if TYPE_CHECKING:  # the node modules are imported by the commands that use them
-    from cdictk.startpath.helpers.roots import Roots
 
 
 def _say(line: str) -> None:
@@ -67,14 +70,10 @@ def _root_options(command: F) -> F:
 
 
 def _roots(driver_root: str, dev_root: str | None, proc_root: str) -> Roots:
-    from cdictk.startpath.helpers.roots import Roots  # noqa: PLC0415
-
     return Roots.from_options(driver_root, dev_root, proc_root)
 
 
 def _load_modules(roots: Roots, modprobe: str | None, *, dry_run: bool) -> None:
-    from cdictk.node.modules import load_modules  # noqa: PLC0415
-
     load_modules(_warn, _say, driver_root=roots.driver, modprobe=modprobe, dry_run=dry_run)
 
 
@@ -113,8 +112,6 @@ def create_device_nodes_command(  # click passes every option by keyword
     no link is ever followed. Exit status 0 when every node exists at the end; 1 on a problem, or when
     /proc/devices names no NVIDIA driver.
     """
-    from cdictk.node.nodecreate import create_control_nodes  # noqa: PLC0415
-
     del control_devices  # the default: see the option's help
     roots = _roots(driver_root, dev_root, proc_root)
     if load_kernel_modules:
@@ -167,9 +164,6 @@ def create_dev_char_symlinks_command(  # click passes every option by keyword
     A right link is left alone; a symlink to anything else is replaced atomically; any other file at a
     link's name is reported on one line and left alone (exit status 1).
     """
-    from cdictk.node.devchar import all_possible, create_links, existing_sources, select  # noqa: PLC0415
-    from cdictk.node.nodecreate import create_control_nodes, read_majors  # noqa: PLC0415
-
     roots = _roots(driver_root, dev_root, proc_root)
     if load_kernel_modules:
         _load_modules(roots, modprobe, dry_run=dry_run)
@@ -245,8 +239,7 @@ def install_runtime_command(*, bundle: str | None, prefix: str, target: str | No
     PREFIX/current/bin/cdictk-hook (cdictk cdi generate --hook-path). Installing the version that is
     there already changes nothing.
     """
-    from cdictk.noderuntime.install import InstallError, Target, install  # noqa: PLC0415
-    from cdictk.startpath.helpers.bundlepaths import running_bundle  # noqa: PLC0415
+    from cdictk.noderuntime.install import InstallError, Target, install  # noqa: PLC0415 - heavy: the other system commands skip it
 
     source = bundle or running_bundle()
     if source is None:
@@ -277,7 +270,7 @@ def uninstall_runtime_command(*, prefix: str, target: str | None) -> int:
     Configure the engines and specs away from it first: a container started afterwards whose hook or
     runtime is in PREFIX fails.
     """
-    from cdictk.noderuntime.install import InstallError, Target, uninstall  # noqa: PLC0415
+    from cdictk.noderuntime.install import InstallError, Target, uninstall  # noqa: PLC0415 - the same
 
     try:
         removed = uninstall(Target(prefix, target or ""), _say)
@@ -331,7 +324,7 @@ def check_node_command(
     enough for a readiness probe (the DaemonSet's); unlike `cdictk info`, it asks neither NVML nor the
     driver. Exit status 0 and the line on stdout when all holds; 1 and the line on stderr otherwise.
     """
-    from cdictk.info.readiness import check_node  # noqa: PLC0415
+    from cdictk.info.readiness import check_node  # noqa: PLC0415 - heavy: the other system commands skip it
 
     if not (specs or prefix or engines):
         raise click.UsageError("name something to check: --spec, --prefix or --engine")
@@ -417,9 +410,8 @@ def install_command(  # click passes every option by keyword
     version) replaces what it wrote. What it did is kept in PREFIX/.setup.json: `cdictk system
     uninstall` undoes it.
     """
-    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415
-    from cdictk.noderuntime.nodesetup import Choices, install_node  # noqa: PLC0415
-    from cdictk.startpath.helpers.bundlepaths import running_bundle  # noqa: PLC0415
+    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415 - heavy: the other system commands skip it
+    from cdictk.noderuntime.nodesetup import Choices, install_node  # noqa: PLC0415 - the same
 
     source = bundle or running_bundle()
     if source is None:
@@ -447,8 +439,8 @@ def uninstall_command(*, prefix: str, dry_run: bool) -> int:
     CDI setting as before), the hooks, links and directories the install made, the specs whose hooks
     run the runtime, and the runtime itself. A file changed since the install wrote it is left, and said.
     """
-    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415
-    from cdictk.noderuntime.nodesetup import uninstall_node  # noqa: PLC0415
+    from cdictk.noderuntime.install import InstallError, Target  # noqa: PLC0415 - the same
+    from cdictk.noderuntime.nodesetup import uninstall_node  # noqa: PLC0415 - the same
 
     try:
         removed = uninstall_node(Target(prefix), _say, dry_run=dry_run)

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from cdictk.configure.writer import Current
+from cdictk.configure.writer import Current
 
 SHIM = "cdictk-runtime"
 

@@ -26,6 +26,8 @@ import tomllib
 from collections.abc import Sequence
 from typing import Any
 
+import tomlkit
+
 from cdictk.configure import tomledit, writer
 from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 from cdictk.startpath.helpers.errors import CdictkError
@@ -355,8 +357,6 @@ def configure_drop_in(
 
 def _drop_in_text(data: dict[str, Any], file: str, current: str | None) -> str:
     """The drop-in's text; the current text itself when it already says the same (no rewrite)."""
-    import tomlkit  # noqa: PLC0415
-
     if current is not None:
         current_data = tomledit.read(current, file)
         if current_data == data:

@@ -12,6 +12,8 @@ import copy
 from collections.abc import Sequence
 from typing import Any
 
+import tomlkit
+
 from cdictk.configure import tomledit, writer
 from cdictk.configure.change import Edit, Inspection, Plan, RuntimeChange, describe, shim_paths
 from cdictk.configure.containerd import before, check_change, parse_all, table, walk
@@ -123,8 +125,6 @@ def configure(
     if change.remove and not intended and text.lstrip().startswith(HEADER):
         return Edit(file, None)  # our own drop-in, now empty
     if not data and not text.strip():
-        import tomlkit  # noqa: PLC0415
-
         return Edit(file, HEADER + tomledit.edit(tomlkit.document(), {}, intended, file))
     return Edit(file, tomledit.edit(document, data, intended, file, like=text))
 

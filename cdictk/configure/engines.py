@@ -12,39 +12,36 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from dataclasses import dataclass
+from typing import Protocol
 
+from cdictk.configure.change import Inspection, Plan, Request, RuntimeChange
+from cdictk.configure.writer import Current
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.roots import join
 
-if TYPE_CHECKING:
-    from cdictk.configure.change import Inspection, Plan, Request, RuntimeChange
-    from cdictk.configure.writer import Current
 
-    class EngineModule(Protocol):
-        """What an engine's module in this package provides."""
+class EngineModule(Protocol):
+    """What an engine's module in this package provides."""
 
-        def plan(self, main: Current, drop_in: Current | None, change: RuntimeChange) -> Plan:
-            """The edits of ``change`` to the main config and the drop-in (None: edit the main config
-            in place), read under configure's lock; raises CdictkError for a config it cannot edit."""
-            ...
+    def plan(self, main: Current, drop_in: Current | None, change: RuntimeChange) -> Plan:
+        """The edits of ``change`` to the main config and the drop-in (None: edit the main config
+        in place), read under configure's lock; raises CdictkError for a config it cannot edit."""
+        ...
 
-        def inspect(self, files: Sequence[tuple[str, str]]) -> Inspection:
-            """What the config says: ``files`` are (path, text) of the main config and then the
-            drop-ins that could be read, at least one. Forgiving: a file that does not parse is a
-            ``problem``."""
-            ...
+    def inspect(self, files: Sequence[tuple[str, str]]) -> Inspection:
+        """What the config says: ``files`` are (path, text) of the main config and then the
+        drop-ins that could be read, at least one. Forgiving: a file that does not parse is a
+        ``problem``."""
+        ...
 
 
 MAX_READ_BYTES = 4 << 20  # what info reads of a config
 
 
-class Engine(NamedTuple):
-    """One engine: its files, what it refuses, how its daemon takes a change; its module does the rest.
-
-    A NamedTuple, not a dataclass: every ``cdictk`` command reads this table, and building a dataclass
-    costs the start the import of ``dataclasses``.
-    """
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One engine: its files, what it refuses, how its daemon takes a change; its module does the rest."""
 
     name: str  # --runtime NAME
     title: str  # the engine in the command line's help
@@ -110,21 +107,22 @@ def _read(path: str) -> str | None:
         return None
 
 
-# Importing a module here rather than at the top keeps the editors out of the command line's start.
+# Importing a module here rather than at the top keeps the editors (tomlkit) out of the start of the
+# commands that build their options from this table.
 def _containerd() -> EngineModule:
-    from cdictk.configure import containerd  # noqa: PLC0415
+    from cdictk.configure import containerd  # noqa: PLC0415 - tomlkit: not for --help
 
     return containerd
 
 
 def _crio() -> EngineModule:
-    from cdictk.configure import crio  # noqa: PLC0415
+    from cdictk.configure import crio  # noqa: PLC0415 - the same
 
     return crio
 
 
 def _docker() -> EngineModule:
-    from cdictk.configure import docker  # noqa: PLC0415
+    from cdictk.configure import docker  # noqa: PLC0415 - the same
 
     return docker
 

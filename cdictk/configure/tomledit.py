@@ -15,6 +15,11 @@ import tomllib
 from collections.abc import Iterator
 from typing import Any
 
+import tomlkit
+from tomlkit.container import Container
+from tomlkit.exceptions import ParseError, TOMLKitError
+from tomlkit.items import AoT, InlineTable, Null, Table, Whitespace
+
 from cdictk.startpath.helpers.errors import CdictkError
 
 MAX_CONFIG_BYTES = 16 << 20
@@ -35,9 +40,6 @@ def read(text: str, file: str) -> dict[str, Any]:
 
 def _past_limits(text: str, file: str) -> CdictkError:
     """The error for TOML past tomllib's limits, placed by tomlkit (tomllib gives no place for these)."""
-    import tomlkit  # noqa: PLC0415
-    from tomlkit.exceptions import ParseError, TOMLKitError  # noqa: PLC0415
-
     try:
         tomlkit.parse(text)
     except ParseError as exc:
@@ -53,9 +55,6 @@ def load(text: str, file: str) -> tuple[Any, dict[str, Any]]:
     """The tomlkit document and the plain data of ``text``. The document is None for valid TOML that
     tomlkit cannot read (some layouts of tables spread over the file): :func:`edit` then changes what it
     can without it."""
-    import tomlkit  # noqa: PLC0415 (lazy: only configure needs it)
-    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
-
     data = read(text, file)
     try:
         return tomlkit.parse(text), data
@@ -65,9 +64,6 @@ def load(text: str, file: str) -> tuple[Any, dict[str, Any]]:
 
 def _unreadable(text: str, file: str) -> CdictkError:
     """Why tomlkit cannot read ``text``, valid TOML: say so, not "invalid"."""
-    import tomlkit  # noqa: PLC0415
-    from tomlkit.exceptions import ParseError, TOMLKitError  # noqa: PLC0415
-
     try:
         tomlkit.parse(text)
     except (TOMLKitError, RecursionError) as exc:
@@ -99,9 +95,6 @@ def _invalid(text: str, file: str, exc: tomllib.TOMLDecodeError) -> CdictkError:
 
 def _duplicate(text: str) -> str | None:
     """'duplicate key "NAME"' when tomlkit stops on a key given twice."""
-    import tomlkit  # noqa: PLC0415
-    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
-
     try:
         tomlkit.parse(text)
     except (TOMLKitError, RecursionError) as exc:
@@ -120,9 +113,6 @@ def dumps(document: Any, intended: dict[str, Any], file: str, like: str = "") ->
 
     Lines tomlkit adds end in "\n"; a file written with CRLF (``like``, the original text) keeps CRLF.
     """
-    import tomlkit  # noqa: PLC0415
-    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
-
     text: str = tomlkit.dumps(document)
     if "\r\n" in like:
         text = re.sub(r"(?<!\r)\n", "\r\n", text)
@@ -150,8 +140,6 @@ def edit(document: Any, old: dict[str, Any], new: dict[str, Any], file: str, lik
     Without a document (``like``, the file's text, is valid TOML that tomlkit cannot read), only values
     at the top, before the first table, can be changed: line by line (:func:`edit_top_level`).
     """
-    from tomlkit.exceptions import TOMLKitError  # noqa: PLC0415
-
     if document is None:
         text = edit_top_level(like, old, new)
         if text is None:
@@ -176,8 +164,6 @@ def _sync(parts: list[tuple[Any, Any]], old: dict[str, Any], new: dict[str, Any]
     in between, dotted keys. tomlkit's merged view of such a table (OutOfOrderTableProxy) cannot add a
     key, so each edit goes to the one part that can hold it.
     """
-    import tomlkit  # noqa: PLC0415
-
     for key in [key for key in old if key not in new]:
         for container in _holding(parts, key):
             del container[key]
@@ -219,9 +205,6 @@ def _edit_array(array: Any, old: list[Any], new: list[Any]) -> bool:
 
 
 def _add(parts: list[tuple[Any, Any]], key: str, value: Any) -> None:
-    import tomlkit  # noqa: PLC0415
-    from tomlkit.items import InlineTable, Table  # noqa: PLC0415
-
     inline = [container for _, container in parts if isinstance(container, InlineTable)]
     if inline:
         inline[0][key] = _inline(value)  # an inline table is written whole, and holds only inline values
@@ -279,8 +262,6 @@ def _leaves(value: Any, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str,
 
 def _indent(container: Any) -> str | None:
     """The indent of the last key written in ``container``'s own section (dotted keys included)."""
-    from tomlkit.items import AoT, Table  # noqa: PLC0415
-
     for name, item in reversed(_body(container)):
         if name is None or isinstance(item, AoT):
             continue
@@ -294,8 +275,6 @@ def _indent(container: Any) -> str | None:
 
 def _blank_after(container: Any) -> Any:
     """The whitespace item that ends ``container``'s text (the blank line before a next header), or None."""
-    from tomlkit.items import Null, Table, Whitespace  # noqa: PLC0415
-
     items = [item for _, item in _body(container) if not isinstance(item, Null)]
     if items and isinstance(items[-1], Whitespace):
         return items[-1]
@@ -314,8 +293,6 @@ def _entries(container: Any, key: str) -> list[tuple[Any, Any]]:
 
 
 def _inline(value: Any) -> Any:
-    import tomlkit  # noqa: PLC0415
-
     if not isinstance(value, dict):
         return tomlkit.item(value)
     table = tomlkit.inline_table()
@@ -325,8 +302,6 @@ def _inline(value: Any) -> Any:
 
 
 def _body(container: Any) -> list[tuple[Any, Any]]:
-    from tomlkit.container import Container  # noqa: PLC0415
-
     body: list[tuple[Any, Any]] = (container if isinstance(container, Container) else container.value).body
     return body
 
@@ -339,8 +314,6 @@ def edit_top_level(text: str, old: dict[str, Any], new: dict[str, Any]) -> str |
     What configure asks of a main config it keeps its CRI table out of (the drop-in) is exactly this,
     and it needs no parser that keeps layout: the tables below are not touched at all.
     """
-    import tomlkit  # noqa: PLC0415
-
     changed = [key for key in {**old, **new} if old.get(key, _ABSENT) != new.get(key, _ABSENT)]
     if any(isinstance(old.get(key), dict) or isinstance(new.get(key), dict) for key in changed):
         return None

@@ -10,7 +10,11 @@ from cdictk.info.checks import Finding, NodeReport, Status
 from cdictk.info.enginestate import check_engines
 from cdictk.info.platforms import check_node
 from cdictk.info.specs import SpecCheck, SpecState, check_specs
-from cdictk.nvcdi.nodespec import LEFT_OUT
+from cdictk.node.modes import Mode
+from cdictk.nvcdi.hooks import hook_program
+from cdictk.nvcdi.nodespec import LEFT_OUT, node_spec
+from cdictk.nvcdi.options import SpecOptions
+from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.roots import Roots
 from cdictk.trustscan import repairs
 
@@ -59,11 +63,6 @@ def _fresh_spec(roots: Roots, node: NodeReport, kind: str, host_root: str) -> tu
     it leaves out because someone other than root could change them."""
     if node.facts is None:
         return None, []
-    from cdictk.node.modes import Mode  # noqa: PLC0415
-    from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
-    from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
-    from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
-    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
 
     vendor, _, cls = kind.partition("/")
     try:

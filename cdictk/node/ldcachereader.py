@@ -26,6 +26,7 @@ import os
 import stat
 import struct
 import sys
+from typing import NamedTuple
 
 from cdictk.startpath.helpers.ldcachefile import NEW_MAGIC as _NEW_MAGIC
 from cdictk.startpath.helpers.ldcachefile import OLD_ENTRY as _OLD_ENTRY
@@ -66,8 +67,9 @@ _ARCH_BITS = {
 _NATIVE = "<" if sys.byteorder == "little" else ">"
 
 
-class CacheEntry:
-    """One entry, compared and hashed by value.
+class CacheEntry(NamedTuple):
+    """One entry of the cache. A NamedTuple, not a dataclass: NVML's runner imports this module (through
+    :mod:`cdictk.node.libchoice`) before it forks its child, which ``dataclasses`` would delay.
 
     ``name``: the key, e.g. "libcuda.so.1"; ``path``: the value as stored, inside the cache's own root
     ("/usr/lib/x86_64-linux-gnu/libcuda.so.1"); ``flags``: the raw flags word; ``bits``: 64 or 32 (from
@@ -75,31 +77,11 @@ class CacheEntry:
     entry every CPU of its ABI may load).
     """
 
-    __slots__ = ("bits", "flags", "hwcap", "name", "path")
-
-    def __init__(self, name: str, path: str, flags: int, bits: int, hwcap: int = 0) -> None:
-        self.name = name
-        self.path = path
-        self.flags = flags
-        self.bits = bits
-        self.hwcap = hwcap
-
-    def _key(self) -> tuple[str, str, int, int, int]:
-        return (self.name, self.path, self.flags, self.bits, self.hwcap)
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, CacheEntry):
-            return NotImplemented
-        return self._key() == other._key()
-
-    def __hash__(self) -> int:
-        return hash(self._key())
-
-    def __repr__(self) -> str:
-        return (
-            f"CacheEntry(name={self.name!r}, path={self.path!r}, flags={self.flags:#06x}, bits={self.bits}, "
-            f"hwcap={self.hwcap:#x})"
-        )
+    name: str
+    path: str
+    flags: int
+    bits: int
+    hwcap: int = 0
 
 
 class LdCacheError(Exception):

@@ -76,7 +76,7 @@ class NvmlQuery:
         self._answered = True
         answer = self._child.answer()
         try:
-            from cdictk.node.gpus import NvmlAnswer  # noqa: PLC0415 - after the fork, as _gpu_of's
+            from cdictk.node.gpus import NvmlAnswer  # noqa: PLC0415 - after the fork: dataclasses would delay it
 
             gpus = [_gpu_of(gpu) for gpu in answer["gpus"]]
             left_out = [str(line) for line in answer["left_out"]]
@@ -90,7 +90,7 @@ def _job(pynvml: Any, _argument: object, send: Send) -> None:
 
 
 def _gpu_of(data: dict[str, Any]) -> Gpu:
-    from cdictk.node.gpus import Gpu, MigDevice  # noqa: PLC0415
+    from cdictk.node.gpus import Gpu, MigDevice  # noqa: PLC0415 - after the fork, as answer's
 
     return Gpu(
         **{
@@ -104,7 +104,7 @@ def _gpu_of(data: dict[str, Any]) -> Gpu:
 def _answer(pynvml: Any) -> dict[str, Any]:
     """The query, run in the child of :func:`query_nvml` on the library it was pointed at, as plain
     data for the pipe."""
-    from dataclasses import asdict  # noqa: PLC0415
+    from dataclasses import asdict  # noqa: PLC0415 - runs in the forked child
 
     try:
         pynvml.nvmlInit()
@@ -142,7 +142,7 @@ def _optional(pynvml: Any, call: Any, default: Any, *args: Any) -> Any:
 
 
 def _gpu(pynvml: Any, index: int) -> Gpu:
-    from cdictk.node.gpus import Gpu, sysfs_bus_id  # noqa: PLC0415
+    from cdictk.node.gpus import Gpu, sysfs_bus_id  # noqa: PLC0415 - runs in the forked child
 
     device = pynvml.nvmlDeviceGetHandleByIndex(index)
     mig_capable = True
@@ -169,7 +169,7 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
 
 
 def _migs(pynvml: Any, device: Any, parent: int) -> list[MigDevice]:
-    from cdictk.node.gpus import MigDevice, mig_profile  # noqa: PLC0415
+    from cdictk.node.gpus import MigDevice, mig_profile  # noqa: PLC0415 - runs in the forked child
 
     migs = []
     for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(device)):

@@ -7,6 +7,10 @@ import argparse
 import sys
 from collections.abc import Sequence
 
+from cdictk.noderuntime.assemble import BuildError
+from cdictk.noderuntime.assemble import build as build_runtime
+from cdictk.noderuntime.launcher import LauncherError, compile_launcher
+
 PROG = "python -m cdictk.noderuntime"
 
 
@@ -43,16 +47,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     launcher.add_argument("--cc", default="gcc", metavar="CC", help="the C compiler (default gcc)")
     args = parser.parse_args(argv)
     if args.command == "launcher":
-        from cdictk.noderuntime.launcher import LauncherError, compile_launcher  # noqa: PLC0415
-
         try:
             print(compile_launcher(args.output, args.cc))
         except LauncherError as exc:
             print(f"{PROG} launcher: error: {exc}", file=sys.stderr)
             return 1
         return 0
-    from cdictk.noderuntime.assemble import BuildError  # noqa: PLC0415
-    from cdictk.noderuntime.assemble import build as build_runtime  # noqa: PLC0415
 
     try:
         built = build_runtime(args.output, args.launcher)

@@ -16,6 +16,7 @@ those of its extras (the device plugin's gRPC runs in the DaemonSet's image, nev
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 import os
 import re
 from collections.abc import Iterator
@@ -214,8 +215,6 @@ def _top_level(distribution: importlib.metadata.Distribution) -> set[str]:
 
 def _imported(distribution: importlib.metadata.Distribution, target: str, top_level: set[str]) -> list[Copy]:
     """The packages ``top_level`` names, found where Python imports them from."""
-    import importlib.util  # noqa: PLC0415
-
     copies = []
     for package in sorted(top_level):
         spec = importlib.util.find_spec(package)

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from cdictk.bundlelayout import CURRENT, DEFAULT_PREFIX, SELFTEST, SHIM, STABLE, VERSIONS
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.closure import in_root
+from cdictk.runtime.shimfront import written_front
 from cdictk.startpath.helpers.bundlepaths import BIN, HOOK, LIBEXEC, MANIFEST, PYTHON
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.fsutil import writable_directory
@@ -341,8 +342,6 @@ def _has_shell(host_root: str) -> bool:
 
 
 def _write_front(target: Target, path: str) -> None:
-    from cdictk.runtime.shimfront import written_front  # noqa: PLC0415
-
     front = os.path.join(target.prefix, BIN, SHIM)
     launcher = os.path.join(target.prefix, CURRENT, BIN, SHIM)
     text, _ = written_front(front, launcher, written_by=WRITTEN_BY, root=target.host_root)

@@ -19,6 +19,8 @@ import pkgutil
 import sys
 from collections.abc import Sequence
 
+import cdictk
+
 PROG = "cdictk-runtime-selftest"
 # Mapped names that are no file of a filesystem: anonymous memory, the kernel's pages, shared memory.
 _NOT_FILES = ("[", "/memfd:", "/dev/zero", "/SYSV", "/dev/shm/", "anon_inode:")  # noqa: S108
@@ -47,8 +49,6 @@ def extension_modules(root: str) -> list[str]:
 def cdictk_modules() -> list[str]:
     """Every module of cdictk but the device plugin's (its gRPC is not in the runtime) and the
     ``__main__`` modules, which would run."""
-    import cdictk  # noqa: PLC0415
-
     found = ["cdictk"]
     for module in pkgutil.walk_packages(cdictk.__path__, "cdictk."):
         name = module.name

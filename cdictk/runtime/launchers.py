@@ -32,11 +32,16 @@ import os
 import stat
 import subprocess
 import sys
-from typing import NamedTuple
+from dataclasses import dataclass
 
+import cdictk
 from cdictk import trustscan
 from cdictk.runtime import startcheck
+from cdictk.runtime.shimfront import written_front
 from cdictk.startpath import trust
+from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.fsutil import atomic_write, writable_directory
+from cdictk.startpath.shim import settings
 
 LAUNCHERS = {
     "cdictk-runtime.py": "cdictk.startpath.shim.main",  # behind the shell front, cdictk-runtime (shimfront)
@@ -56,7 +61,8 @@ class LauncherError(Exception):
     """A launcher cannot be written: one line."""
 
 
-class Reads(NamedTuple):
+@dataclass(frozen=True)
+class Reads:
     """What a launcher's Python reads as root (:func:`python_reads`)."""
 
     imports: list[str]  # what the launcher adds to sys.path: the package's directory first
@@ -88,8 +94,6 @@ def python_reads(python: str) -> Reads:
     package, _, _, *with_site = _ask(python, "-I")
     _, stdlib, platstdlib, *without_site = _ask(python, "-I", "-S")
     if not package:
-        import cdictk  # noqa: PLC0415
-
         package = os.path.dirname(os.path.dirname(os.path.abspath(cdictk.__file__)))
     imports = [package]
     for path in with_site:
@@ -163,9 +167,6 @@ def _shebang(python: str) -> str:
 def _install_checker(directory: str, python: str) -> str:
     """Write :data:`startcheck.CHECKER` into ``directory`` and compile it with ``python``; the cache
     tag of ``python``."""
-    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
-    from cdictk.startpath.helpers.fsutil import atomic_write  # noqa: PLC0415
-
     path = os.path.join(directory, startcheck.CHECKER)
     try:
         atomic_write(path, startcheck.checker_text().encode(), mode=0o644, keep_mode=False)
@@ -189,15 +190,10 @@ def install_launchers(directory: str, python: str | None = None) -> list[str]:
 
 
 def _install_front(directory: str) -> str:
-    from cdictk.runtime.shimfront import written_front  # noqa: PLC0415
-    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
-    from cdictk.startpath.helpers.fsutil import atomic_write  # noqa: PLC0415
-    from cdictk.startpath.shim.settings import CONFIG_PATH  # noqa: PLC0415
-
     front = os.path.join(directory, SHIM)
     # Settings it cannot use send every command through the shim, which says what is wrong.
     written_by = "`cdictk runtime install-launchers`"
-    text, _ = written_front(front, front + ".py", written_by=written_by, config=CONFIG_PATH)
+    text, _ = written_front(front, front + ".py", written_by=written_by, config=settings.CONFIG_PATH)
     try:
         atomic_write(front, text.encode(), mode=0o755, keep_mode=False)
     except CdictkError as exc:
@@ -264,9 +260,6 @@ def _ours(path: str) -> bool:
 def _install(
     directory: str, launchers: dict[str, str], python: str | None, command: str, backup: bool = False
 ) -> list[str]:
-    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
-    from cdictk.startpath.helpers.fsutil import atomic_write  # noqa: PLC0415
-
     python, reads = _checked(directory, python)
     _make_directory(directory)
     tag = _install_checker(directory, python)
@@ -321,9 +314,6 @@ def _make_directory(directory: str) -> None:
     directory not root's), and refuse it even when it is sticky: the launchers import their checker from it,
     and in a sticky directory anyone may plant a ``cdictk_trust/`` package or ``.so`` that Python would find
     first."""
-    from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
-    from cdictk.startpath.helpers.fsutil import writable_directory  # noqa: PLC0415
-
     try:
         writable_directory(directory)
     except CdictkError as exc:

@@ -21,7 +21,10 @@ if TYPE_CHECKING:
 
 CONFIG_PATH = "/etc/cdictk/config.toml"
 
-_KEYS: dict[str, dict[str, type]] = {
+# Every key of the file, by section, with its type: the one list of them. The default file
+# (cdictk.cli.config.DEFAULT_CONFIG), Settings' attributes and every key docs/ or cdictk names are
+# checked against it (tests/unit/startpath/shim/test_settings.py).
+KEYS: dict[str, dict[str, type]] = {
     "runtime": {"runtimes": list, "spec-dirs": list, "accept-untrusted-specs": bool},
     "node": {
         "generate-when-missing": bool,
@@ -34,9 +37,9 @@ _KEYS: dict[str, dict[str, type]] = {
         "default-kind": str,
         "annotation-prefixes": list,
         "accept-env-unprivileged": bool,
+        "env-kinds": list,
         "accept-volume-mounts": bool,
         "accept-copied-annotations": bool,
-        "env-kinds": list,
     },
 }
 
@@ -112,9 +115,9 @@ def _entry_name(path: str) -> str:
 
 def _apply(settings: Settings, document: Mapping[str, object], path: str) -> None:
     for section, table in document.items():
-        keys = _KEYS.get(section)
+        keys = KEYS.get(section)
         if keys is None or not isinstance(table, dict):
-            raise SettingsError(path, f"[{section}]", f"unknown section (known: {', '.join(_KEYS)})")
+            raise SettingsError(path, f"[{section}]", f"unknown section (known: {', '.join(KEYS)})")
         for key, value in table.items():
             kind = keys.get(key)
             if kind is None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -12,7 +14,8 @@ from cdictk.cli.config import DEFAULT_CONFIG
 from cdictk.cli.main import main
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.settingsfile import SettingsError, parse_toml
-from cdictk.startpath.shim.settings import Settings, load_settings
+from cdictk.startpath.shim.settings import KEYS, Settings, load_settings
+from tests import REPO
 
 
 def fields(settings: Settings) -> dict[str, object]:
@@ -148,3 +151,45 @@ def test_a_file_nested_20000_deep_stops_the_runtime_with_one_line(tmp_path: Path
     ]
     result = subprocess.run(shim, capture_output=True, text=True, env=env, check=False, timeout=60)
     assert (result.returncode, result.stderr) == (1, f"cdictk-runtime: error: {path}: nested too deeply\n")
+
+
+def test_the_default_file_lists_exactly_the_keys_in_their_order() -> None:
+    document = tomllib.loads(DEFAULT_CONFIG)
+    assert {section: list(table) for section, table in document.items()} == {
+        section: list(keys) for section, keys in KEYS.items()
+    }
+
+
+def test_settings_has_one_attribute_per_key() -> None:
+    assert sorted(Settings.__slots__) == sorted(
+        key.replace("-", "_") for keys in KEYS.values() for key in keys
+    )
+
+
+# A key named in the docs or the code: `[section] key` or `key = value` in Markdown, "section.key" in Python.
+NAMED_IN_DOCS = (re.compile(r"`\[(\w+)\] ([a-z][a-z-]*)"), re.compile(r"`()([a-z]+(?:-[a-z]+)+) = "))
+NAMED_IN_CODE = re.compile(r"""["'](runtime|node|requests)\.([a-z][a-z-]*)["']""")
+NVIDIAS_KEYS = {"accept-nvidia-visible-devices-envvar-when-unprivileged"}  # compatibility.md compares
+
+
+def test_the_docs_and_the_code_name_only_real_keys() -> None:
+    """A key renamed or misspelt in docs/, the README or a message (cdictk info's warnings) fails here."""
+    every = {key for keys in KEYS.values() for key in keys}
+    named: list[tuple[str, str, str]] = []
+    for path in [*sorted((REPO / "docs").glob("*.md")), REPO / "README.md"]:
+        text = path.read_text(encoding="utf-8")
+        named += [
+            (path.name, found[1], found[2]) for pattern in NAMED_IN_DOCS for found in pattern.finditer(text)
+        ]
+    for path in sorted((REPO / "cdictk").rglob("*.py")):
+        named += [
+            (path.name, found[1], found[2])
+            for found in NAMED_IN_CODE.finditer(path.read_text(encoding="utf-8"))
+        ]
+    assert named, "the patterns find the keys the docs name"
+    wrong = [
+        (where, section, key)
+        for where, section, key in named
+        if key not in NVIDIAS_KEYS and (key not in KEYS.get(section, {}) if section else key not in every)
+    ]
+    assert wrong == []
