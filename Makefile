@@ -76,7 +76,8 @@ lint: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m mypy
 
 # The Python code of our .proto files (the device plugin API, the tests' CRI), generated again by the
-# generators pinned in the dev group: after editing a .proto (tests/unit/test_protogen.py checks it).
+# generators tests/protogen.py pins, from a venv of their own (build/protogen-venv, made on first use):
+# after editing a .proto (tests/unit/test_protogen.py checks it).
 proto: $(VENV)/.cdictk-test-installed
 	$(PYTHON) -m tests.protogen
 

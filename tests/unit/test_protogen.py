@@ -1,17 +1,19 @@
-"""The protocol code checked in is what the pinned generators make of our .proto files, byte for byte,
-and it describes the API the kubelet and containerd speak: the published package, method paths and
-field numbers."""
+"""The protocol code checked in is what the pinned generators make of our .proto files, byte for byte
+(slow: the generators' venv comes from PyPI), its versions are the pins and the kubernetes extra's
+floors, and it describes the API the kubelet and containerd speak: the published package, method paths
+and field numbers."""
 
 from __future__ import annotations
+
+import tomllib
 
 import pytest
 
 from tests import REPO
-from tests.protogen import PROTOS, generate, outputs
-
-pytest.importorskip("grpc_tools", reason="grpcio-tools (pyproject.toml's dev group) generates the code")
+from tests.protogen import GENERATORS, PROTOS, generate, header, outputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("proto", PROTOS)
 def test_the_checked_in_code_is_the_proto_generated(proto: str) -> None:
     """After editing a .proto, or changing the generators' pins: make proto."""
@@ -19,6 +21,28 @@ def test_the_checked_in_code_is_the_proto_generated(proto: str) -> None:
     assert sorted(generated) == sorted(outputs(proto))
     for name, content in generated.items():
         assert (REPO / name).read_bytes() == content, f"{name} is stale: make proto"
+
+
+@pytest.mark.parametrize("proto", PROTOS)
+def test_the_checked_in_code_names_the_pinned_generators(proto: str) -> None:
+    """The fast check of the pins: a pin changed without make proto fails here, not only when slow."""
+    for name in outputs(proto):
+        assert (REPO / name).read_text().startswith(header(proto)), f"{name}: make proto"
+
+
+def test_the_extras_floors_are_what_the_generated_code_accepts() -> None:
+    """The code refuses a protobuf older than its protoc and a grpcio older than its grpcio-tools: a
+    floor below fails at import, one above shuts out users for nothing."""
+    extra = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    floors = dict(requirement.split(">=") for requirement in extra["kubernetes"])
+    assert sorted(floors) == ["grpcio", "protobuf"], floors
+    for proto in PROTOS:
+        stem = REPO / proto.removesuffix(".proto")
+        messages = stem.with_name(stem.name + "_pb2.py").read_text()
+        services = stem.with_name(stem.name + "_pb2_grpc.py").read_text()
+        assert f"# Protobuf Python Version: {floors['protobuf']}\n" in messages
+        assert f"GRPC_GENERATED_VERSION = '{floors['grpcio']}'\n" in services
+    assert floors["grpcio"] == GENERATORS["grpcio-tools"]
 
 
 def test_the_device_plugin_api_is_the_published_one() -> None:
