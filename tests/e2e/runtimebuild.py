@@ -25,6 +25,7 @@ from pathlib import Path
 from cdictk.noderuntime import manifest
 from cdictk.noderuntime.contents import distributions
 from cdictk.noderuntime.launcher import compile_launcher
+from nodeimage.makeimage import build_wheel, source_epoch
 from realnode.bundle import PLATFORMS
 from tests import REPO
 from tests.e2e.conftest import overlay
@@ -60,10 +61,11 @@ def in_chroot(root: Path, command: list[str], timeout: int = 600) -> subprocess.
 
 
 def wheels(directory: Path) -> Path:
-    """cdictk's wheel (built from this clone) and its node dependencies', pinned to this venv's."""
+    """cdictk's wheel (built from this clone's tracked files, as make image builds it: a build/ left by
+    an earlier build would add modules since removed) and its node dependencies', pinned to this venv's."""
     directory.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
-    run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(directory), str(REPO)])
+    build_wheel(REPO, directory, source_epoch())
     pins = [
         f"{d.metadata['Name']}=={d.version}"
         for d in distributions()
