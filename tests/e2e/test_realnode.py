@@ -28,7 +28,10 @@ from tests import REPO
 from tests.e2e.conftest import busybox_problem, require_root, require_tool
 from tests.fakenode.node import FakeNode, build_node
 
-pytestmark = pytest.mark.root
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.slow,
+]  # the bundle built and run: minutes, beside the README suite in CI
 
 NVIDIA_TOOLS = os.environ.get("CDICTK_NVIDIA_TOOLS", "")
 STEPS = (
