@@ -79,7 +79,9 @@ def test_image_environment_does_not_reach_our_hook(
     config["process"]["env"] = env
     config["root"]["readonly"] = False  # crun makes the rootfs read-only before createContainer hooks
     ours = hook_program().hook("create-symlinks", ["--link", "libcuda.so.1::/usr/lib/libcuda.so"])
-    control = {"path": "/bin/sh", "args": ["sh", "-c", "true"]}  # a hook without env, as NVIDIA's were
+    # A hook without env, as NVIDIA's were. It drains the state on stdin as every real hook does: crun
+    # fails a hook whose stdin pipe closed before it wrote the state (EPIPE, "exit code: -33").
+    control = {"path": "/bin/sh", "args": ["sh", "-c", "while read -r _; do :; done"]}
     config["hooks"] = {
         "createContainer": [{"path": ours.path, "args": ours.args, "env": ours.env}, control],
     }

@@ -35,6 +35,24 @@ class ContainerState:
         self.rootfs = rootfs
 
 
+def drain_state(stream: BinaryIO) -> None:
+    """Read the state a hook has no use for, so that its writer never sees the pipe closed.
+
+    crun fails a hook whose stdin it could not write (EPIPE, shown as "exit code: -33"), so a hook
+    that exits at once without reading would fail the container now and then.
+    """
+    try:
+        interactive = os.isatty(stream.fileno())
+    except (OSError, ValueError):  # no descriptor behind it: a test's buffer
+        interactive = False
+    if interactive:  # a person at a terminal gets the answer without typing a state
+        return
+    try:
+        stream.read(MAX_STATE + 1)
+    except (OSError, ValueError):  # closed or unreadable: nobody is waiting to write
+        return
+
+
 def read_state(stream: BinaryIO) -> dict[str, Any]:
     data = stream.read(MAX_STATE + 1)
     if len(data) > MAX_STATE:

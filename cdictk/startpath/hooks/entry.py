@@ -67,6 +67,9 @@ def main(argv: Sequence[str], stdin: BinaryIO | None = None) -> int:
         return 2
     step = BY_NAME.get(name)
     if step is None:
+        from cdictk.startpath.helpers.ocistate import drain_state  # noqa: PLC0415
+
+        drain_state(stdin if stdin is not None else sys.stdin.buffer)
         if not quiet:
             print(f"{PROG}: unsupported hook {name!r}; ignored", file=sys.stderr)
         return 0

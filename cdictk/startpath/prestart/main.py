@@ -88,6 +88,9 @@ def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> in
         os.environ["CDICTK_CONFIG"] = path
     args = parsed.rest
     if args in (["poststart"], ["poststop"]):
+        from cdictk.startpath.helpers.ocistate import drain_state  # noqa: PLC0415
+
+        drain_state(stdin if stdin is not None else sys.stdin.buffer)
         return 0
     if args in (["prestart", "--help"], ["prestart", "-h"]):
         print(USAGE)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.startpath.helpers.errors import HookError
-from cdictk.startpath.helpers.ocistate import MAX_STATE, container_state, read_state
+from cdictk.startpath.helpers.ocistate import MAX_STATE, container_state, drain_state, read_state
 
 
 def state(data: bytes) -> str:
@@ -105,3 +105,22 @@ def test_missing_or_odd_config_files(tmp_path: Path) -> None:
     big = bundle_with(tmp_path, b" " * (17 << 20))
     with pytest.raises(HookError, match="larger than"):
         state(json.dumps({"bundle": str(big)}).encode())
+
+
+def test_drain_state_reads_a_pipe_to_its_end_but_not_a_terminal() -> None:
+    reader, writer = os.pipe()
+    os.write(writer, b'{"ociVersion": "1.0.2"}')
+    os.close(writer)
+    with os.fdopen(reader, "rb") as stream:
+        drain_state(stream)
+        assert stream.read() == b""
+    leader, follower = os.openpty()
+    try:
+        with os.fdopen(follower, "rb", closefd=False) as terminal:
+            drain_state(terminal)  # would block here if it read a terminal
+    finally:
+        os.close(leader)
+        os.close(follower)
+    closed = io.BytesIO(b"x")
+    closed.close()
+    drain_state(closed)
