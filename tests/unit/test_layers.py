@@ -41,6 +41,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "cdictk.trustscan",
             "cdictk.elflinks",
             "cdictk.bundlelayout",
+            "cdictk.unixgrpc",
         ),
         ("startpath",),
     ),
