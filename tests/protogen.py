@@ -29,7 +29,13 @@ REPO = Path(__file__).resolve().parent.parent
 # Relative to the repository root, which is protoc's import path: the generated modules import each
 # other by their package (cdictk.deviceplugin.proto...), and that is also each file's name in protobuf's
 # descriptor pool.
-PROTOS = ("cdictk/deviceplugin/proto/deviceplugin.proto", "tests/e2e/kubelet/cri.proto")
+PROTOS = (
+    "cdictk/deviceplugin/proto/deviceplugin.proto",
+    "cdictk/dra/kubeletapi/dra_v1.proto",
+    "cdictk/dra/kubeletapi/dra_v1beta1.proto",
+    "cdictk/dra/kubeletapi/pluginregistration.proto",
+    "tests/e2e/kubelet/cri.proto",
+)
 SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py", "_pb2_grpc.pyi")
 # The generators, pinned: the one place their versions are written. A newer grpcio-tools raises the
 # kubernetes extra's floors (pyproject.toml), which tests/unit/test_protogen.py holds to its output.

@@ -24,11 +24,12 @@ from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import Resource, build, keep_missing, numa_reader
-from cdictk.deviceplugin.server import ResourceServer, check_socket_path
+from cdictk.deviceplugin.server import SHORTER_SOCKET, ResourceServer
 from cdictk.node.libchoice import LibraryError
 from cdictk.node.nvmllib import nvml_library
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.fingerprint import node_fingerprint
+from cdictk.unixgrpc import check_socket_path
 
 LOOK_INTERVAL = 1.0
 
@@ -84,7 +85,7 @@ class DevicePlugin:
         is too long, ends it at once (CdictkError): nothing could be served."""
         resources = self.discover()
         for resource in resources:
-            check_socket_path(os.path.join(self.settings.plugin_dir, resource.socket))
+            check_socket_path(os.path.join(self.settings.plugin_dir, resource.socket), SHORTER_SOCKET)
         library = self._nvml_library()
         if library is not None:
             self.health.start(library)

@@ -71,6 +71,12 @@ COVERED_BY = {
     "deviceplugin/kubelet.py": "deviceplugin/test_registration.py",  # the kubelet's names and paths
     "deviceplugin/proto/deviceplugin_pb2.py": "test_protogen.py",  # generated
     "deviceplugin/proto/deviceplugin_pb2_grpc.py": "test_protogen.py",  # generated
+    "dra/kubeletapi/dra_v1_pb2.py": "test_protogen.py",  # generated
+    "dra/kubeletapi/dra_v1_pb2_grpc.py": "test_protogen.py",  # generated
+    "dra/kubeletapi/dra_v1beta1_pb2.py": "test_protogen.py",  # generated
+    "dra/kubeletapi/dra_v1beta1_pb2_grpc.py": "test_protogen.py",  # generated
+    "dra/kubeletapi/pluginregistration_pb2.py": "test_protogen.py",  # generated
+    "dra/kubeletapi/pluginregistration_pb2_grpc.py": "test_protogen.py",  # generated
 }
 
 

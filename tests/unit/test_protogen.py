@@ -1,13 +1,15 @@
 """The protocol code checked in is what the pinned generators make of our .proto files, byte for byte
 (slow: the generators' venv comes from PyPI), its versions are the pins and the kubernetes extra's
 floors, and it describes the API the kubelet and containerd speak: the published package, method paths
-and field numbers."""
+and field numbers (the device plugin's, the DRA plugin's and plugin registration's, the CRI)."""
 
 from __future__ import annotations
 
 import tomllib
+from typing import Any
 
 import pytest
+from google.protobuf.descriptor import FieldDescriptor
 
 from tests import REPO
 from tests.protogen import GENERATORS, PROTOS, generate, header, outputs
@@ -89,3 +91,82 @@ def test_the_cri_is_the_published_one() -> None:
     assert cri_pb2.DESCRIPTOR.package == "runtime.v1"
     numbers = {f.name: f.number for f in cri_pb2.ContainerConfig.DESCRIPTOR.fields}
     assert numbers["CDI_devices"] == 17 and numbers["linux"] == 15 and numbers["envs"] == 6
+
+
+@pytest.mark.parametrize("version", ["v1", "v1beta1"])
+def test_the_dra_api_is_the_published_one(version: str) -> None:
+    """The method paths the kubelet calls, and the field numbers: v1beta1 is v1 without share_id."""
+    from cdictk.dra.kubeletapi import dra_v1_pb2, dra_v1beta1_pb2
+
+    pb = {"v1": dra_v1_pb2, "v1beta1": dra_v1beta1_pb2}[version]
+    package = f"k8s.io.kubelet.pkg.apis.dra.{version}"
+    assert pb.DESCRIPTOR.package == package
+    service = pb.DESCRIPTOR.services_by_name["DRAPlugin"]
+    assert [f"/{service.full_name}/{m.name}" for m in service.methods] == [
+        f"/{package}.DRAPlugin/NodePrepareResources",
+        f"/{package}.DRAPlugin/NodeUnprepareResources",
+    ]
+
+    def numbers(message: Any) -> dict[str, tuple[int, int]]:
+        return {f.name: (f.number, f.type) for f in message.DESCRIPTOR.fields}
+
+    repeated = {f.name for f in pb.Device.DESCRIPTOR.fields if f.is_repeated}
+    assert repeated == {"request_names", "cdi_device_ids"}
+
+    string, message = FieldDescriptor.TYPE_STRING, FieldDescriptor.TYPE_MESSAGE
+    assert numbers(pb.Claim) == {"namespace": (1, string), "uid": (2, string), "name": (3, string)}
+    device = {
+        "request_names": (1, string),
+        "pool_name": (2, string),
+        "device_name": (3, string),
+        "cdi_device_ids": (4, string),
+    }
+    if version == "v1":
+        device["share_id"] = (5, string)
+    assert numbers(pb.Device) == device
+    assert numbers(pb.NodePrepareResourceResponse) == {"devices": (1, message), "error": (2, string)}
+    assert numbers(pb.NodeUnprepareResourceResponse) == {"error": (1, string)}
+    for request in (pb.NodePrepareResourcesRequest, pb.NodeUnprepareResourcesRequest):
+        assert numbers(request) == {"claims": (1, message)}
+    for response in (pb.NodePrepareResourcesResponse, pb.NodeUnprepareResourcesResponse):
+        [claims] = response.DESCRIPTOR.fields
+        assert (claims.name, claims.number, claims.message_type.GetOptions().map_entry) == ("claims", 1, True)
+        assert claims.message_type.fields_by_name["key"].type == string  # the claim's UID
+
+
+def test_a_dra_v1_share_id_is_optional_on_the_wire() -> None:
+    from cdictk.dra.kubeletapi import dra_v1_pb2 as pb
+
+    response = pb.NodePrepareResourcesResponse()
+    response.claims["uid-1"].devices.add(
+        request_names=["gpu"], pool_name="node1", device_name="gpu-0", cdi_device_ids=["k/c=uid-1-gpu-0"]
+    )
+    response.claims["uid-2"].error = "refused"
+    back = pb.NodePrepareResourcesResponse.FromString(response.SerializeToString())
+    assert back == response and not back.claims["uid-1"].devices[0].HasField("share_id")
+    shared = pb.Device(device_name="gpu-0", share_id="")
+    assert pb.Device.FromString(shared.SerializeToString()).HasField("share_id")  # empty, yet set
+
+
+def test_the_plugin_registration_api_is_the_published_one() -> None:
+    from cdictk.dra.kubeletapi import pluginregistration_pb2 as pb
+
+    service = pb.DESCRIPTOR.services_by_name["Registration"]
+    assert [f"/{service.full_name}/{m.name}" for m in service.methods] == [
+        "/pluginregistration.Registration/GetInfo",
+        "/pluginregistration.Registration/NotifyRegistrationStatus",
+    ]
+    string = FieldDescriptor.TYPE_STRING
+    info = {f.name: (f.number, f.type, f.is_repeated) for f in pb.PluginInfo.DESCRIPTOR.fields}
+    assert info == {
+        "type": (1, string, False),
+        "name": (2, string, False),
+        "endpoint": (3, string, False),
+        "supported_versions": (4, string, True),
+    }
+    numbers = {f.name: (f.number, f.type) for f in pb.RegistrationStatus.DESCRIPTOR.fields}
+    assert numbers == {
+        "plugin_registered": (1, FieldDescriptor.TYPE_BOOL),
+        "error": (2, string),
+    }
+    assert not pb.InfoRequest.DESCRIPTOR.fields and not pb.RegistrationStatusResponse.DESCRIPTOR.fields
