@@ -35,7 +35,7 @@ def run_hook(args: Sequence[str]) -> int:
     except HookError:
         parsed = None  # the entry point says what is wrong
     if parsed is not None and parsed.final is None and parsed.rest[:1] == ["prestart"]:
-        from cdictk.entrypoints.misses import slow_path  # noqa: PLC0415
+        from cdictk.entrypoints.slowpath import slow_path  # noqa: PLC0415
         from cdictk.startpath.prestart.main import main as prestart_main  # noqa: PLC0415
 
         argv = [*(["--debug"] if "debug" in parsed.flags else []), *parsed.rest]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 
-from cdictk.entrypoints.misses import slow_path
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.startpath.shim.main import main as start
 
 TYPE_CHECKING = False

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.entrypoints.misses import slow_path
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.runtime import driverfacts
 from cdictk.startpath.prestart.factcache import KIND, NvmlFactsError, driver_facts
 from cdictk.startpath.prestart.factshape import shaped

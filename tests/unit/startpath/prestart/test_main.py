@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.entrypoints.misses import slow_path
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.startpath.hooks import entry
 from cdictk.startpath.prestart.main import LEGACY_NAME, PROG, main
 from tests import REPO as CLONE

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.entrypoints.misses import slow_path
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.startpath.helpers.roots import Roots
 from cdictk.startpath.misses import Misses
 from cdictk.startpath.shim.inject import InjectError, apply_requests

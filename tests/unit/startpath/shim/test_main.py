@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.entrypoints.misses import slow_path
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.startpath.shim.main import ShimError, bundle_dir, find_runtime, prepare_bundle, subcommand
 from cdictk.startpath.shim.settings import Settings
 from cdictk.startpath.specs.parsecache import ParseCache

@@ -9,7 +9,7 @@ import pytest
 
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdictk.cdi.scan import spec_data
-from cdictk.entrypoints.misses import scan_specs
+from cdictk.entrypoints.slowpath import scan_specs
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.apply import EditsSource, apply_edits
 from cdictk.startpath.specs.index import SpecIndex

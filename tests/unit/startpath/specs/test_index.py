@@ -16,7 +16,7 @@ import cdictk.cdi.scan
 import cdictk.startpath.specs.index as index_module
 from cdictk.cdi.dump import to_data
 from cdictk.cdi.registry import Registry, load_registry
-from cdictk.entrypoints.misses import scan_specs
+from cdictk.entrypoints.slowpath import scan_specs
 from cdictk.runtime.launchers import install_launchers
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.apply import EditsSource

@@ -14,7 +14,7 @@ import pytest
 from cdictk.cdi.fusemounts import FuseMounts
 from cdictk.cdi.registry import load_registry
 from cdictk.cdi.validate import validate_dirs
-from cdictk.entrypoints.misses import scan_specs
+from cdictk.entrypoints.slowpath import scan_specs
 from cdictk.startpath.helpers.errors import Problem
 from cdictk.startpath.specs.index import SpecIndex
 from cdictk.startpath.specs.specdirs import spec_paths, untrusted
