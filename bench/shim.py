@@ -34,7 +34,7 @@ The shim runs through the launcher ``cdictk runtime install-launchers`` writes (
 console script; that script (``cdictk-runtime`` on PATH, pip's wrapper: site, ``.pth`` files and
 :mod:`re` first) gets a create row of its own. A wrapper found on PATH instead of the script (pyenv's
 shim, a bash script) is resolved to the script beside this Python, and gets a row of its own too.
-Without either, ``python -m cdictk.startpath.shim.main`` and this Python. Time it in the environment a node
+Without either, ``python -m cdictk.entrypoints.shim`` and this Python. Time it in the environment a node
 has: a virtual environment with ``pip install .`` (an editable install adds a ``.pth`` finder).
 With ``--nvidia-runtime PATH`` (NVIDIA's ``nvidia-container-runtime``, built ad hoc from its source),
 the same creates (=0, =void, no request) and the same ``state`` through it, in its CDI mode over the same
@@ -128,10 +128,10 @@ def shim_command() -> tuple[list[str], str, str | None, str]:
         note = f"{beside} (runs {python}): PATH's {found} is a wrapper, not the script"
         return [beside], python, found, note
     return (
-        [sys.executable, "-m", "cdictk.startpath.shim.main"],
+        [sys.executable, "-m", "cdictk.entrypoints.shim"],
         sys.executable,
         None,
-        f"{sys.executable} -m cdictk.startpath.shim.main ({SCRIPT} is not installed)",
+        f"{sys.executable} -m cdictk.entrypoints.shim ({SCRIPT} is not installed)",
     )
 
 

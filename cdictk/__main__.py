@@ -1,5 +1,5 @@
 import sys
 
-from cdictk.startpath.console import main
+from cdictk.entrypoints.console import main
 
 sys.exit(main())

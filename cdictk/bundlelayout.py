@@ -21,11 +21,11 @@ SHIM = "cdictk-runtime"
 SELFTEST = "selftest"  # libexec/selftest.py: what the install runs once before a version goes live
 # Launcher name -> the module whose ``main(argv)`` it runs with its arguments.
 ENTRIES = {
-    "cdictk": "cdictk.startpath.console",
+    "cdictk": "cdictk.entrypoints.console",
     HOOK: "cdictk.startpath.hooks.entry",
-    SHIM: "cdictk.startpath.shim.main",
-    "cdictk-precreate": "cdictk.startpath.shim.precreate",
-    "nvidia-container-runtime-hook": "cdictk.startpath.prestart.main",
+    SHIM: "cdictk.entrypoints.shim",
+    "cdictk-precreate": "cdictk.entrypoints.precreate",
+    "nvidia-container-runtime-hook": "cdictk.entrypoints.prestart",
 }
 # What the prefix's bin/ holds: the stable paths engines and specs name, each ../current/bin/NAME
 # (cdictk-runtime: a shell front where the node has /bin/sh).

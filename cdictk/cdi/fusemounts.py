@@ -1,5 +1,5 @@
 """Which spec files a FUSE daemon other than root's serves: a spec dir's check where the spec files
-are parsed (:func:`cdictk.startpath.specs.specdirs.spec_paths` with ``filesystems``).
+are parsed (:func:`cdictk.startpath.specs.specdirs.spec_paths` with ``mounts``: one of these).
 
 A FUSE mount's daemon reports whatever owners and contents it chooses, so a file on another user's
 mount (``allow_other``) is not root's alone whatever its mode says. The mount table is read once per

@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from cdictk.cdi.fusemounts import FuseMounts
 from cdictk.cdi.load import InvalidSpecError, load_spec
 from cdictk.cdi.model import Device, Spec
 from cdictk.startpath.helpers.errors import CdictkError, Problem
@@ -69,9 +70,10 @@ def read_registry(
     registry = Registry(tuple(os.path.normpath(directory) for directory in dirs))
     # qualified name -> priority -> every definition of it at that priority
     definitions: dict[str, dict[int, list[RegisteredDevice]]] = {}
+    mounts = FuseMounts()  # the mount table read once per scan
     for priority, directory in enumerate(registry.dirs):
         for path in spec_paths(
-            directory, registry.problems, require_dirs=require_dirs, trusted_only=trusted_only
+            directory, registry.problems, require_dirs=require_dirs, trusted_only=trusted_only, mounts=mounts
         ):
             try:
                 spec = load(path)

@@ -72,7 +72,7 @@ class SpecDirs:
         """The spec dirs as they are now, not kept current: from ``store`` when the spec files are what
         its index was built from, else scanned (and the index stored): :meth:`SpecIndex.load`. What
         every command holds."""
-        index = SpecIndex.load(spec_dirs, store, require_dirs=require_dirs, trusted_only=trusted_only)
+        index = SpecIndex.load(spec_dirs, _scan, store, require_dirs=require_dirs, trusted_only=trusted_only)
         view = cls.__new__(cls)
         view._setup(index, trusted_only, require_dirs, None)
         return view
@@ -190,3 +190,8 @@ class SpecDirs:
     def _rescanned(self, rescan: Rescan) -> None:
         registry = rescan.registry(require_dirs=self._require_dirs, trusted_only=self.trusted_only)
         self._index = SpecIndex.built(self.dirs, index_data(registry))
+
+
+def _scan(dirs: tuple[str, ...], require_dirs: bool, trusted_only: bool) -> dict[str, Any]:
+    """:func:`cdictk.cdi.scan.scan` in the shape :meth:`SpecIndex.load` calls it."""
+    return scan(dirs, require_dirs=require_dirs, trusted_only=trusted_only)

@@ -21,6 +21,7 @@ from typing import Any
 
 from cdictk.cdi.decode import decode_spec
 from cdictk.cdi.dump import to_data
+from cdictk.cdi.fusemounts import FuseMounts
 from cdictk.cdi.model import MODEL_CLASSES, Kind, Spec, spec_fields
 from cdictk.cdi.parse import parse_document
 from cdictk.cdi.rules import check_spec
@@ -96,10 +97,13 @@ def validate_dirs(
 ) -> tuple[list[Report], list[Problem]]:
     """Reports for every spec file in ``dirs``, and the problems between files (conflicts, bad dirs,
     files skipped for trust)."""
+    mounts = FuseMounts()
     reports = [
         validate_file(path)
         for directory in dirs
-        for path in spec_paths(directory, [], require_dirs=require_dirs, trusted_only=trusted_only)
+        for path in spec_paths(
+            directory, [], require_dirs=require_dirs, trusted_only=trusted_only, mounts=mounts
+        )
     ]
     seen = {problem for report in reports for problem in report.problems}
     specs = SpecDirs.load(dirs, require_dirs=require_dirs, trusted_only=trusted_only)

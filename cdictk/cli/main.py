@@ -60,16 +60,15 @@ def cli() -> None:
     "hook",
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
 )
-@click.pass_context
-def hook_command(ctx: click.Context) -> int:
+def hook_command() -> None:
     """Run an OCI hook on a container (what runc and crun call; OCI state on stdin).
 
     The steps a CDI spec runs (links, CUDA compat, the ld cache, ...) and `prestart`, the legacy hook
     behind `docker run --gpus`. `cdictk hook --help` lists them with their options.
     """
-    from cdictk.startpath.hooks.command import run_hook  # noqa: PLC0415 - the steps: not for the other commands
-
-    return run_hook(ctx.args)
+    # Listed here for `cdictk --help` alone: the console script (cdictk.entrypoints.console) runs
+    # `cdictk hook` before click loads, handing the legacy hook its slow path, which this layer has not.
+    raise click.UsageError("`cdictk hook` runs from the cdictk program, not from its command line group")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

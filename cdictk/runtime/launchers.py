@@ -44,9 +44,9 @@ from cdictk.startpath.helpers.fsutil import atomic_write, writable_directory
 from cdictk.startpath.shim import settings
 
 LAUNCHERS = {
-    "cdictk-runtime.py": "cdictk.startpath.shim.main",  # behind the shell front, cdictk-runtime (shimfront)
-    "cdictk-precreate": "cdictk.startpath.shim.precreate",
-    "cdictk-prestart": "cdictk.startpath.prestart.main",
+    "cdictk-runtime.py": "cdictk.entrypoints.shim",  # behind the shell front, cdictk-runtime (shimfront)
+    "cdictk-precreate": "cdictk.entrypoints.precreate",
+    "cdictk-prestart": "cdictk.entrypoints.prestart",
 }
 DEFAULT_DIR = "/usr/local/libexec/cdictk"
 # Docker's --gpus looks this name up on the daemon's PATH: installing it is opt-in, since it takes

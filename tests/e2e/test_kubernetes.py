@@ -352,7 +352,7 @@ def shim_line(tmp_path: Path, config: dict[str, Any]) -> str:
     bundle.mkdir()
     (bundle / "config.json").write_text(json.dumps(config))
     result = subprocess.run(
-        [sys.executable, "-m", "cdictk.startpath.shim.main", "create", "--bundle", str(bundle), "probe"],
+        [sys.executable, "-m", "cdictk.entrypoints.shim", "create", "--bundle", str(bundle), "probe"],
         capture_output=True, text=True, check=False, env={**os.environ, "CDICTK_CACHE_DIR": ""},
     )  # fmt: skip
     assert result.returncode == 1 and result.stderr.count("\n") == 1, result

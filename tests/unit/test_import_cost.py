@@ -22,7 +22,7 @@ HEAVY = ("yaml", "jsonschema", "click", "pynvml", "elftools", "grpc", "google.pr
         "cdictk.startpath.specs.names",
         "cdictk.startpath.specs.apply",
         "cdictk.startpath.hooks.__main__",
-        "cdictk.startpath.shim.main",
+        "cdictk.entrypoints.shim",
         "cdictk.startpath.shim.requests",
         "cdictk.startpath.shim.settings",
         "cdictk.startpath.helpers.settingsfile",
@@ -78,18 +78,14 @@ def test_no_command_module_imports_nvml_elf_readers_or_grpc_until_it_runs() -> N
     loaded, heavy = result.stdout.splitlines()
     commands = {f"cdictk.cli.{path.stem}" for path in (REPO / "cdictk" / "cli").glob("*.py")}
     # every command module was loaded: the test can fail for each of them
-    assert commands - set(loaded.split(",")) <= {
-        "cdictk.cli.__init__",
-        "cdictk.startpath.console",
-        "cdictk.startpath.hooks.command",
-    }
+    assert commands - set(loaded.split(",")) <= {"cdictk.cli.__init__"}
     assert heavy == "", f"loading the commands imports {heavy}"
 
 
 LIGHT = {"typing", "dataclasses", "re", "json", "enum", "collections", "argparse", "subprocess", "ctypes"}
 
 
-@pytest.mark.parametrize("module", ["cdictk.cli.main", "cdictk.api", "cdictk.startpath.shim.main"])
+@pytest.mark.parametrize("module", ["cdictk.cli.main", "cdictk.api", "cdictk.entrypoints.shim"])
 def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
     """The kubernetes extra is optional: the CLI (whose device-plugin command imports them when it
     runs), the library API and the start path load neither grpc nor protobuf."""
@@ -107,6 +103,10 @@ def test_only_the_device_plugin_loads_grpc_and_protobuf(module: str) -> None:
         "cdictk.startpath.shim.requests",
         "cdictk.startpath.shim.capabilities",
         "cdictk.startpath.shim.settings",
+        "cdictk.entrypoints.console",
+        "cdictk.entrypoints.shim",
+        "cdictk.entrypoints.precreate",
+        "cdictk.entrypoints.prestart",
         "cdictk.startpath.prestart.main",
         "cdictk.startpath.prestart.additions",
         "cdictk.startpath.prestart.require",
@@ -131,33 +131,35 @@ def test_container_start_modules_import_only_light_standard_modules(module: str)
 
 
 # The start path: what runs on every container start, from these entry points and what they import
-# (lazily too). It is exactly the modules of cdictk.startpath.
+# (lazily too). It is exactly the modules of cdictk.startpath and cdictk.entrypoints.
 START_ENTRIES = (
     "cdictk.startpath.hooks.__main__",  # the hook generated specs run (its steps: the table's modules, below)
-    "cdictk.startpath.console",  # `cdictk hook ...` through the console script
-    "cdictk.startpath.shim.main",  # cdictk-runtime, behind its shell front
-    "cdictk.startpath.shim.precreate",  # podman's precreate hook
-    "cdictk.startpath.prestart.main",  # the legacy prestart hook
+    "cdictk.entrypoints.console",  # `cdictk hook ...` through the console script
+    "cdictk.entrypoints.shim",  # cdictk-runtime, behind its shell front
+    "cdictk.entrypoints.precreate",  # podman's precreate hook
+    "cdictk.entrypoints.prestart",  # the legacy prestart hook
     "cdictk.startpath.trust",  # what a launcher checks before it imports cdictk
 )
 # Imports a start makes only when a cache misses: each leads off the start path, to code that runs
-# once per change (and may use typing, re, dataclasses and PyYAML).
+# once per change (and may use typing, re, dataclasses and PyYAML). They are the entry points' alone:
+# the start path is handed them (cdictk.startpath.misses), and imports nothing of cdictk outside it.
+SLOW = "cdictk.entrypoints.slowpath"
 OFF_THE_START_PATH = {
-    ("cdictk.startpath.specs.index", "cdictk.cdi.scan"): "the spec files parsed: the parse cache missed",
-    ("cdictk.startpath.specs.specdirs", "cdictk.cdi.fusemounts"): (
-        "never on a start: the FUSE check where the spec files are parsed (the index keys on devices)"
-    ),
-    ("cdictk.startpath.shim.inject", "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
-    ("cdictk.startpath.shim.inject", "cdictk.node.modes"): "the same",
-    ("cdictk.startpath.shim.inject", "cdictk.nvcdi.hooks"): "the same",
-    ("cdictk.startpath.shim.inject", "cdictk.nvcdi.nodespec"): "the same",
-    ("cdictk.startpath.shim.inject", "cdictk.nvcdi.options"): "the same",
-    ("cdictk.startpath.shim.inject", "cdictk.cdi.scan"): "the same",
-    ("cdictk.startpath.prestart.factcache", "cdictk.runtime.driverfacts"): (
+    (SLOW, "cdictk.cdi.scan"): "the spec files parsed (the parse cache missed); a spec-less node's spec made",
+    (SLOW, "cdictk.node.nvml"): "a spec-less node's spec made anew (its discovery)",
+    (SLOW, "cdictk.node.modes"): "the same",
+    (SLOW, "cdictk.nvcdi.hooks"): "the same",
+    (SLOW, "cdictk.nvcdi.nodespec"): "the same",
+    (SLOW, "cdictk.nvcdi.options"): "the same",
+    (SLOW, "cdictk.runtime.driverfacts"): (
         "the driver facts read anew (NVML in the runner's child): the parse cache missed"
     ),
-    ("cdictk.startpath.console", "cdictk.cli.main"): "every command but `cdictk hook`: click's command line",
+    (
+        "cdictk.entrypoints.console",
+        "cdictk.cli.main",
+    ): "every command but `cdictk hook`: click's command line",
 }
+START_PACKAGES = ("cdictk.startpath", "cdictk.entrypoints")
 
 
 def module_files() -> dict[str, Path]:
@@ -213,16 +215,40 @@ def start_path() -> set[str]:
     return seen
 
 
-def test_the_start_path_is_exactly_the_startpath_package() -> None:
-    """Every module a container start runs is under cdictk/startpath, and every module there is run by
-    one: the tree shows which code a start pays for. cdictk's own __init__ (the version) aside."""
+def in_packages(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == package or name.startswith(f"{package}.") for package in packages)
+
+
+def test_the_start_path_is_exactly_the_startpath_package_and_the_entry_points() -> None:
+    """Every module a container start runs is under cdictk/startpath or cdictk/entrypoints, and every
+    module there is run by one: the tree shows which code a start pays for. cdictk's own __init__ (the
+    version) aside."""
     known = module_files()
-    package = {name for name in known if name == "cdictk.startpath" or name.startswith("cdictk.startpath.")}
+    packages = {name for name in known if in_packages(name, START_PACKAGES)}
     run = start_path()
     # a module's packages run before it: their __init__ files are on the path too
     on_path = {".".join(name.split(".")[:i]) for name in run for i in range(2, len(name.split(".")) + 1)}
-    assert sorted(on_path - package) == [], "on the start path, outside cdictk/startpath"
-    assert sorted(package - on_path) == [], "in cdictk/startpath, off the start path"
+    assert sorted(on_path - packages) == [], (
+        "on the start path, outside cdictk/startpath and cdictk/entrypoints"
+    )
+    assert sorted(packages - on_path) == [], "in cdictk/startpath or cdictk/entrypoints, off the start path"
+
+
+def test_the_startpath_package_imports_nothing_of_cdictk_outside_it() -> None:
+    """Not even where a cache misses: the entry points hand it the slow path (cdictk.startpath.misses),
+    so no package of cdictk imports one that imports it back. cdictk itself (the version) aside; the
+    imports for type checkers alone do not run."""
+    known = module_files()
+    outside = sorted(
+        f"{name}: {target}"
+        for name in known
+        if in_packages(name, ("cdictk.startpath",))
+        for target in runtime_imports(name, known[name], known)
+        if in_packages(target, ("cdictk",))
+        and target != "cdictk"
+        and not in_packages(target, ("cdictk.startpath",))
+    )
+    assert outside == []
 
 
 def test_the_start_path_imports_the_standard_library_alone() -> None:

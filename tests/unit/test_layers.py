@@ -7,11 +7,13 @@ lazy import is still a dependency, only a cheaper one. The order is the one docs
     helpers  <- cdi <- node <- nvcdi <- runtime <- info <- api <- cli
     runtime  <- noderuntime (the node runtime: built, installed, the node set up around it) <- cli
     node     <- configure (engine configs) <- info, noderuntime, cli
+    every layer <- entrypoints (the programs a start runs, and python -m cdictk)
 
-The start path imports nothing above it but through its doors off it (test_import_cost's
-OFF_THE_START_PATH: the imports a start makes only when a cache misses) and for type checkers alone
-(the records it is handed, such as cdi.model's Spec). A layer may import itself and
-what it lists below; a module that fits no layer fails the test.
+The start path imports nothing above it, not even where a cache misses: the entry points hand it the
+slow path it falls back on (test_import_cost's OFF_THE_START_PATH: their doors off the start path).
+Only type checkers may look above it, for the records it is handed. A layer may import itself and
+what it lists below; a module that fits no layer fails the test. And between cdictk's packages (and
+top-level modules), counting every import that runs, lazy ones too, there is no cycle.
 """
 
 from __future__ import annotations
@@ -24,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from tests import REPO
-from tests.unit.test_import_cost import OFF_THE_START_PATH
 
 PACKAGE = REPO / "cdictk"
 
@@ -61,7 +62,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     # The node's GPU labels for NFD: the node's facts, and the spec writer's file policy and watch.
     "labels": (("cdictk.labels",), ("startpath", "helpers", "node", "nvcdi")),
     "cli": (
-        ("cdictk.cli", "cdictk.__main__"),
+        ("cdictk.cli",),
         (
             "startpath",
             "helpers",
@@ -79,8 +80,9 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ),
     ),
 }
-# The start path's doors off it: lazy imports where a cache misses, to code that runs once per change.
-DOORS = frozenset(OFF_THE_START_PATH)
+# The top layer: the programs a start runs (each hands the start path its slow path) and the console
+# script. Nothing in cdictk imports it.
+LAYERS["entrypoints"] = (("cdictk.entrypoints", "cdictk.__main__"), tuple(LAYERS))
 ROOT = "cdictk"
 
 
@@ -159,8 +161,8 @@ def against_the_order(
     problems = []
     for item in found:
         source, target = layer_of(item.source, layers), layer_of(item.target, layers)
-        if (item.source, item.target) in DOORS or (source == "startpath" and item.type_only):
-            continue  # a door off the start path, or a type the start path handles but never imports
+        if source == "startpath" and item.type_only:
+            continue  # a type the start path is handed but never imports
         if source is None or target is None:
             problems.append(
                 f"{item.source}:{item.line}: {item.source if source is None else item.target} is in no layer"
@@ -211,8 +213,53 @@ def cycles(found: Iterable[Import]) -> list[list[str]]:
     return sorted(components)
 
 
+def package_of(module: str) -> str:
+    """``cdictk.X`` for any module under it (X a package or a top-level module); ``cdictk`` itself."""
+    return ".".join(module.split(".")[:2])
+
+
+def package_cycles(found: Iterable[Import]) -> list[str]:
+    """The import cycles between cdictk's packages and top-level modules, counting every import that
+    runs (lazy ones too, not those for type checkers alone): of each tangle, its shortest cycle through
+    its first package, an import named for each step."""
+    between: dict[tuple[str, str], Import] = {}
+    for item in found:
+        edge = (package_of(item.source), package_of(item.target))
+        if not item.type_only and edge[0] != edge[1]:
+            between.setdefault(edge, item)
+    named = []
+    for component in cycles(Import(source, target, 0) for source, target in sorted(between)):
+        start = component[0]
+        came_from: dict[str, str] = {}
+        pending = [start]
+        while start not in came_from:  # breadth first: the first way back is a shortest one
+            here = pending.pop(0)
+            for source, target in sorted(between):
+                if source == here and target in component and target not in came_from:
+                    came_from[target] = here
+                    pending.append(target)
+        path = [start]
+        while len(path) == 1 or path[-1] != start:
+            path.append(came_from[path[-1]])
+        steps = list(zip(path[1:], path[:-1], strict=True))[::-1]
+        named.append(
+            "; ".join(
+                f"{source} -> {target} ({between[source, target].source}:{between[source, target].line}"
+                f" imports {between[source, target].target})"
+                for source, target in steps
+            )
+        )
+    return named
+
+
 def test_no_import_cycle() -> None:
     assert cycles(imports(PACKAGE)) == []
+
+
+def test_no_import_cycle_between_packages() -> None:
+    """A lazy import is still a dependency: the start path reaching the CLI where a cache missed made
+    every package depend on every other. Each package's modules can be read without those above it."""
+    assert package_cycles(imports(PACKAGE)) == []
 
 
 def test_no_import_against_the_layer_order() -> None:
@@ -277,17 +324,38 @@ def test_an_import_against_the_order_fails(tree: Path) -> None:
     ]
 
 
-def test_a_door_off_the_start_path_is_no_import_against_the_order(tree: Path) -> None:
-    """The doors off the start path, and only they, lead from it to the layers above it."""
+def test_the_start_path_has_no_door_off_it(tree: Path) -> None:
+    """Not even a lazy import where a cache misses: the entry points hand the start path its slow path."""
     (tree / "startpath/specs").mkdir()
     (tree / "startpath/specs/__init__.py").write_text("")
-    (tree / "startpath/specs/index.py").write_text(
-        "def parse():\n    from cdictk.cdi import scan\n    from cdictk.cdi import load\n"
-    )
+    (tree / "startpath/specs/index.py").write_text("def parse():\n    from cdictk.cdi import scan\n")
     (tree / "cdi").mkdir()
     (tree / "cdi/__init__.py").write_text("")
     (tree / "cdi/scan.py").write_text("")
-    (tree / "cdi/load.py").write_text("")
     assert against_the_order(imports(tree), LAYERS) == [
-        "cdictk.startpath.specs.index:3: imports cdictk.cdi.load (startpath may not import cdi)"
+        "cdictk.startpath.specs.index:2: imports cdictk.cdi.scan (startpath may not import cdi)"
+    ]
+
+
+def test_the_entry_points_may_import_every_layer_and_none_them(tree: Path) -> None:
+    (tree / "entrypoints").mkdir()
+    (tree / "entrypoints/__init__.py").write_text("")
+    (tree / "entrypoints/slowpath.py").write_text("def scan():\n    from cdictk.runtime import launch\n")
+    assert against_the_order(imports(tree), LAYERS) == []
+    (tree / "runtime/other.py").write_text("def f():\n    from cdictk.entrypoints import slowpath\n")
+    assert against_the_order(imports(tree), LAYERS) == [
+        "cdictk.runtime.other:2: imports cdictk.entrypoints.slowpath (runtime may not import entrypoints)"
+    ]
+
+
+def test_a_planted_cycle_between_packages_is_named(tree: Path) -> None:
+    """Through lazy imports of modules that import each other not at all: the packages do."""
+    (tree / "startpath/hooks/entry.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cdictk.runtime import other\n"
+    )
+    assert package_cycles(imports(tree)) == []  # for type checkers alone: never imported
+    (tree / "startpath/late.py").write_text("def f():\n    from cdictk.runtime import other\n")
+    assert package_cycles(imports(tree)) == [
+        "cdictk.runtime -> cdictk.startpath (cdictk.runtime.launch:1 imports cdictk.startpath.hooks.entry); "
+        "cdictk.startpath -> cdictk.runtime (cdictk.startpath.late:2 imports cdictk.runtime.other)"
     ]

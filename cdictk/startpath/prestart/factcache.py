@@ -4,11 +4,12 @@ of asking NVML.
 
 The facts are the driver's (``cuda``, ``driver``) and every GPU's (its ``/dev/nvidia<minor>``, ``arch``
 and ``brand``), as :mod:`cdictk.runtime.driverfacts` reads them from NVML when the cache has
-none: the slow path, run once per change. The entry's key is the node's fingerprint
-(:mod:`cdictk.startpath.specs.fingerprint`: the driver, its modules, the GPUs, MIG, the device nodes, the ld
-cache), the NVML library the spec mounts, and cdictk's version; the entry holds the library NVML was
-loaded from and its identity (device, inode, size, modification and change times), checked against
-the file at every use: a driver replaced, or its file's owner or mode changed, is a miss.
+none: the slow path, run once per change, which the entry points hand in (``read``). The entry's key
+is the node's fingerprint (:mod:`cdictk.startpath.specs.fingerprint`: the driver, its modules, the
+GPUs, MIG, the device nodes, the ld cache), the NVML library the spec mounts, and cdictk's version;
+the entry holds the library NVML was loaded from and its identity (device, inode, size, modification
+and change times), checked against the file at every use: a driver replaced, or its file's owner or
+mode changed, is a miss.
 
 An entry is untrusted input: of any other shape it is a miss, never an error. Only complete facts
 (no NVML call failed) are kept; a partial answer serves the start that read it.
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from collections.abc import Collection, Sequence
     from typing import Any
 
+    from cdictk.startpath.misses import DriverFacts
     from cdictk.startpath.specs.parsecache import ParseCache
 
 KIND = "driver-facts"
@@ -39,10 +41,13 @@ class NvmlFactsError(HookError):
     """A fact the requirements ask for that NVML could not give: one line."""
 
 
-def driver_facts(cache: ParseCache, mounted: str, minors: Sequence[int], keys: Collection[str]) -> Facts:
-    """The facts named by ``keys`` for the GPUs ``minors``, from the cache or (a miss) NVML anew.
+def driver_facts(
+    cache: ParseCache, mounted: str, minors: Sequence[int], keys: Collection[str], *, read: DriverFacts
+) -> Facts:
+    """The facts named by ``keys`` for the GPUs ``minors``, from the cache or (a miss) ``read`` anew.
 
-    ``mounted``: the NVML library the spec mounts ("" for none: the host loader's).
+    ``mounted``: the NVML library the spec mounts ("" for none: the host loader's). ``read``: the slow
+    path that asks NVML (:attr:`cdictk.startpath.misses.Misses.driver_facts`).
     """
     unknown = set(keys) - set(KEYS)
     if unknown:
@@ -53,9 +58,7 @@ def driver_facts(cache: ParseCache, mounted: str, minors: Sequence[int], keys: C
     facts = usable(cache.load(name, key))
     if facts is None:
         # The cache missed: NVML asked in a child, once per change of the node.
-        from cdictk.runtime.driverfacts import read_facts  # noqa: PLC0415
-
-        facts = read_facts(mounted)
+        facts = read(mounted)
         if complete(facts):
             cache.store(name, key, facts)
     return select(facts, minors, keys)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any, BinaryIO
 
+    from cdictk.startpath.misses import Misses
     from cdictk.startpath.prestart.additions import Additions
     from cdictk.startpath.prestart.container import Container
     from cdictk.startpath.prestart.log import Log
@@ -65,8 +66,9 @@ _GPU_NODE_PREFIX = "/dev/nvidia"
 _NVML = "libnvidia-ml.so"
 
 
-def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> int:
-    """The ``nvidia-container-runtime-hook`` command line: ``[OPTIONS] prestart|poststart|poststop``."""
+def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None, *, misses: Misses) -> int:
+    """The ``nvidia-container-runtime-hook`` command line: ``[OPTIONS] prestart|poststart|poststop``
+    (:mod:`cdictk.entrypoints.prestart` runs it). ``misses``: the slow path, where a cache misses."""
     try:
         parsed = parse(sys.argv[1:] if argv is None else argv, _SYNTAX, operands=True)
     except HookError:
@@ -98,10 +100,10 @@ def main(argv: Sequence[str] | None = None, stdin: BinaryIO | None = None) -> in
     if args != ["prestart"]:
         print(USAGE, file=sys.stderr)
         return 2
-    return run(stdin if stdin is not None else sys.stdin.buffer, debug="debug" in parsed.flags)
+    return run(stdin if stdin is not None else sys.stdin.buffer, debug="debug" in parsed.flags, misses=misses)
 
 
-def run(stdin: BinaryIO, *, debug: bool = False) -> int:
+def run(stdin: BinaryIO, *, debug: bool = False, misses: Misses) -> int:
     """Read the state from ``stdin`` and prepare the container; the exit status."""
     from cdictk.startpath.helpers.ocistate import MAX_STATE  # noqa: PLC0415
     from cdictk.startpath.prestart.log import Log  # noqa: PLC0415
@@ -110,7 +112,7 @@ def run(stdin: BinaryIO, *, debug: bool = False) -> int:
     os.umask(0o022)
     log = Log(PROG, debug=debug)
     try:
-        prepare(stdin.read(MAX_STATE + 1), log)
+        prepare(stdin.read(MAX_STATE + 1), log, misses)
     except Exception as exc:  # every error ends here as one line, and the container does not start
         log.error(_describe(exc))
         return 1
@@ -119,7 +121,7 @@ def run(stdin: BinaryIO, *, debug: bool = False) -> int:
     return 0
 
 
-def prepare(state_bytes: bytes, log: Log) -> None:
+def prepare(state_bytes: bytes, log: Log, misses: Misses) -> None:
     """Everything the hook does, for the state JSON ``state_bytes``."""
     from cdictk.startpath.helpers import strictjson  # noqa: PLC0415
     from cdictk.startpath.helpers.fsutil import read_capped  # noqa: PLC0415
@@ -141,12 +143,12 @@ def prepare(state_bytes: bytes, log: Log) -> None:
 
     # dockerd adds this hook only for `docker run --gpus`, with the variable it sets: the engine's request.
     # False (all there already) goes on: the image's requirements are checked all the same.
-    if apply_requests(edited, settings, path, cache, log.warn, env_granted=True) is None:
+    if apply_requests(edited, settings, path, cache, log.warn, misses=misses, env_granted=True) is None:
         log.debug("the container asks for no GPU: left alone")
         return
     _refuse_mig_management(config)
     plan = additions_of(config, edited)
-    check_requirements(config, plan, cache)
+    check_requirements(config, plan, cache, misses)
     for what in plan.ignored:
         log.debug(f"not applicable to a created container, ignored: {what}")
     if not plan:
@@ -231,9 +233,10 @@ def _refuse_mig_management(config: dict[str, Any]) -> None:
             raise HookError(f"{name}: MIG management from a container is not supported by cdictk")
 
 
-def check_requirements(config: dict[str, Any], plan: Additions, cache: ParseCache) -> None:
+def check_requirements(config: dict[str, Any], plan: Additions, cache: ParseCache, misses: Misses) -> None:
     """``NVIDIA_REQUIRE_*`` of the image against the driver and the GPUs the container gets: the
-    driver's facts kept in ``cache`` (:mod:`cdictk.startpath.prestart.factcache`), read anew on a miss."""
+    driver's facts kept in ``cache`` (:mod:`cdictk.startpath.prestart.factcache`), read anew on a miss
+    (``misses.driver_facts``)."""
     from cdictk.startpath.prestart.require import check, needed_keys, requirements  # noqa: PLC0415
     from cdictk.startpath.shim.requests import environment  # noqa: PLC0415
 
@@ -243,7 +246,8 @@ def check_requirements(config: dict[str, Any], plan: Additions, cache: ParseCach
     from cdictk.startpath.prestart.factcache import driver_facts  # noqa: PLC0415
 
     minors = [node["minor"] for node in plan.nodes if _is_gpu_node(node.get("path", ""))]
-    check(wanted, driver_facts(cache, _nvml_mount(plan), minors, needed_keys(wanted)))
+    facts = driver_facts(cache, _nvml_mount(plan), minors, needed_keys(wanted), read=misses.driver_facts)
+    check(wanted, facts)
 
 
 def _is_gpu_node(path: str) -> bool:
@@ -274,7 +278,3 @@ def _describe(exc: BaseException) -> str:
     else:
         text = f"internal error: {type(exc).__name__}: {exc}"
     return "".join(c if c.isprintable() else f"\\x{ord(c):02x}" for c in text)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,6 +5,8 @@ Requests (annotations, ``NVIDIA_VISIBLE_DEVICES``) are read by :mod:`cdictk.star
 resolved in the spec directories' stored index (:class:`cdictk.startpath.specs.index.SpecIndex`, the
 cached form of their one view, with the node's spec made in memory when none of the default kind is
 on disk), trimmed to ``NVIDIA_DRIVER_CAPABILITIES`` and applied with the CDI core's engine, in place.
+Where a cache misses, the slow path the entry points hand in (:class:`cdictk.startpath.misses.Misses`)
+scans the spec dirs or makes the node's spec.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from typing import Any
 
-    from cdictk.startpath.helpers.roots import Roots
+    from cdictk.startpath.misses import Misses
     from cdictk.startpath.shim.requests import Requests
     from cdictk.startpath.shim.settings import Settings
     from cdictk.startpath.specs.apply import EditsSource
@@ -35,11 +37,12 @@ def apply_requests(
     cache: ParseCache,
     warn: Callable[[str], None],
     *,
+    misses: Misses,
     env_granted: bool = False,
 ) -> bool | None:
     """Apply the devices ``config`` asks for, in place: True when ``config`` changed; None when it asks
     for none, False when it holds them already (podman's precreate hook or a CDI-aware engine applied
-    them before the shim), ``config`` untouched either way.
+    them before the shim), ``config`` untouched either way. ``misses``: the slow path, where a cache misses.
 
     A request the policy ignores goes to ``warn``, one line each. ``env_granted``: the engine itself
     asked for ``NVIDIA_VISIBLE_DEVICES`` (dockerd adds the legacy prestart hook, and sets the variable
@@ -66,7 +69,7 @@ def apply_requests(
         warn(note)
     if not requests.devices and not requests.driver_only:
         return None
-    return _inject(config, requests, settings, where, cache, warn=warn)
+    return _inject(config, requests, settings, where, cache, warn=warn, misses=misses)
 
 
 def _inject(
@@ -77,6 +80,7 @@ def _inject(
     cache: ParseCache,
     *,
     warn: Callable[[str], None],
+    misses: Misses,
 ) -> bool:
     from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
     from cdictk.startpath.shim.trim import trim_edits  # noqa: PLC0415
@@ -86,12 +90,14 @@ def _inject(
 
     devices, kind = requests.devices, settings.default_kind
     try:
-        specs = SpecIndex.load(settings.spec_dirs, cache, trusted_only=not settings.accept_untrusted_specs)
+        specs = SpecIndex.load(
+            settings.spec_dirs, misses.scan_specs, cache, trusted_only=not settings.accept_untrusted_specs
+        )
         for skipped in specs.untrusted():
             warn(str(skipped))
         wanted = requests.driver_only or any(device.startswith(kind + "=") for device in devices)
         if wanted and settings.generate_when_missing and not specs.has_kind(kind):
-            specs = specs.with_spec_data(_spec_in_memory(settings, cache), IN_MEMORY)
+            specs = specs.with_spec_data(_spec_in_memory(settings, cache, misses), IN_MEMORY)
         sources: list[EditsSource]
         if requests.driver_only:
             sources = specs.driver_sources(kind)
@@ -108,9 +114,9 @@ def _inject(
         raise InjectError(str(exc)) from None
 
 
-def _spec_in_memory(settings: Settings, cache: ParseCache) -> list[Any]:
+def _spec_in_memory(settings: Settings, cache: ParseCache, misses: Misses) -> list[Any]:
     """This node's spec, as ``cdictk cdi generate`` would write it, for a node that has none on disk;
-    in the form :func:`cdictk.cdi.scan.spec_data` gives.
+    in the form :func:`cdictk.cdi.scan.spec_data` gives (``misses.node_spec`` makes it on a miss).
 
     Discovery (NVML, the libraries' ELF headers) costs a create several times its own work, so the spec is
     kept in the parse cache under the node's fingerprint (:mod:`cdictk.startpath.specs.fingerprint`: the
@@ -138,7 +144,7 @@ def _spec_in_memory(settings: Settings, cache: ParseCache) -> list[Any]:
     kept = cache.load(name, key)
     if isinstance(kept, list) and len(kept) == 3:
         return kept
-    made = _discover_spec(roots, settings.default_kind)
+    made = misses.node_spec(roots, settings.default_kind)
     cache.store(name, key, made)
     return made
 
@@ -148,19 +154,3 @@ def _plain(value: object) -> Any:
     if isinstance(value, (tuple, list)):
         return [_plain(item) for item in value]
     return value
-
-
-def _discover_spec(roots: Roots, kind: str) -> list[Any]:
-    from cdictk.node.nvml import NvmlQuery  # noqa: PLC0415
-
-    # NVML's child first: it loads pynvml while this process imports the discovery.
-    with NvmlQuery() as nvml:
-        from cdictk.cdi.scan import spec_data  # noqa: PLC0415
-        from cdictk.node.modes import Mode  # noqa: PLC0415
-        from cdictk.nvcdi.hooks import hook_program  # noqa: PLC0415
-        from cdictk.nvcdi.nodespec import node_spec  # noqa: PLC0415
-        from cdictk.nvcdi.options import SpecOptions  # noqa: PLC0415
-
-        vendor, _, cls = kind.partition("/")
-        options = SpecOptions(vendor=vendor, cls=cls, hook_program=hook_program())
-        return spec_data(node_spec(roots, Mode.AUTO, options, where=IN_MEMORY, nvml=nvml).spec)

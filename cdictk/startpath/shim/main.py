@@ -34,6 +34,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
+    from cdictk.startpath.misses import Misses
     from cdictk.startpath.shim.settings import Settings
     from cdictk.startpath.specs.parsecache import ParseCache
 
@@ -57,7 +58,9 @@ class ShimError(Exception):
     """The container must not start: one line in the runtime log and on stderr, exit status 1."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, misses: Misses) -> int:
+    """The command line of ``cdictk-runtime`` (:mod:`cdictk.entrypoints.shim` runs it); ``misses``:
+    the slow path a create falls back on where a cache misses."""
     from cdictk.startpath.helpers.settingsfile import SettingsError  # noqa: PLC0415
     from cdictk.startpath.shim.settings import load_settings  # noqa: PLC0415
     from cdictk.startpath.specs.parsecache import ParseCache  # noqa: PLC0415
@@ -72,7 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         settings = load_settings(cache=cache)
         runtime = find_runtime(settings.runtimes)
         if subcommand(args) in CREATING:
-            prepare_bundle(bundle_dir(args), settings, cache, log)
+            prepare_bundle(bundle_dir(args), settings, cache, log, misses=misses)
     except (ShimError, SettingsError) as exc:
         log.error(f"{PROG}: error: {exc}")
         return 1
@@ -122,10 +125,12 @@ def bundle_dir(args: Sequence[str]) -> str:
     return os.getcwd()
 
 
-def prepare_bundle(bundle: str, settings: Settings, cache: ParseCache, log: RuntimeLog | None = None) -> None:
+def prepare_bundle(
+    bundle: str, settings: Settings, cache: ParseCache, log: RuntimeLog | None = None, *, misses: Misses
+) -> None:
     """Apply the devices ``config.json`` asks for; nothing is written when it asks for none, or holds
     them already (podman's precreate hook, or a CDI-aware engine, applied them first). Warnings go to
-    ``log`` (None: stderr)."""
+    ``log`` (None: stderr); ``misses``: the slow path, where a cache misses."""
     from cdictk.startpath.helpers.errors import CdictkError  # noqa: PLC0415
     from cdictk.startpath.helpers.ociconfig import read_config, write_config  # noqa: PLC0415
     from cdictk.startpath.shim.inject import InjectError, apply_requests  # noqa: PLC0415
@@ -138,11 +143,7 @@ def prepare_bundle(bundle: str, settings: Settings, cache: ParseCache, log: Runt
     path = os.path.join(bundle, "config.json")
     try:
         config = read_config(path)
-        if apply_requests(config, settings, path, cache, warn):
+        if apply_requests(config, settings, path, cache, warn, misses=misses):
             write_config(path, config, compact=True, in_place=True)
     except (InjectError, CdictkError) as exc:
         raise ShimError(str(exc)) from None
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,6 +13,12 @@ from __future__ import annotations
 
 import sys
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from cdictk.startpath.misses import Misses
+
 PROG = "cdictk-precreate"
 MAX_CONFIG = 16 << 20
 
@@ -29,8 +35,10 @@ requests.accept-copied-annotations is true: ask with podman run --device nvidia.
 Settings: /etc/cdictk/config.toml ($CDICTK_CONFIG), as for cdictk-runtime."""
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+def main(argv: Sequence[str] | None = None, *, misses: Misses) -> int:
+    """The hook's command line (:mod:`cdictk.entrypoints.precreate` runs it); ``misses``: the slow
+    path, where a cache misses."""
+    args = list(sys.argv[1:] if argv is None else argv)
     if args or sys.stdin.isatty():  # podman passes no arguments and a pipe
         print(USAGE, file=sys.stdout if args in (["--help"], ["-h"]) else sys.stderr)
         return 0 if args in (["--help"], ["-h"]) else 2
@@ -38,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(data) > MAX_CONFIG:
             raise ValueError(f"the OCI config on stdin is larger than {MAX_CONFIG} bytes")
-        changed = _apply(data)
+        changed = _apply(data, misses)
     except Exception as exc:  # one line: podman shows it, and the container is not created
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 1
@@ -47,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _apply(data: bytes) -> bytes | None:
+def _apply(data: bytes, misses: Misses) -> bytes | None:
     from cdictk.startpath.helpers.ociconfig import dump_config, parse_config  # noqa: PLC0415
     from cdictk.startpath.shim.inject import apply_requests  # noqa: PLC0415
     from cdictk.startpath.shim.settings import load_settings  # noqa: PLC0415
@@ -56,14 +64,10 @@ def _apply(data: bytes) -> bytes | None:
     where = "<OCI config on stdin>"
     cache = ParseCache.from_environment()
     config = parse_config(data, where)
-    if not apply_requests(config, load_settings(cache=cache), where, cache, _warn):
+    if not apply_requests(config, load_settings(cache=cache), where, cache, _warn, misses=misses):
         return None
     return dump_config(config, compact=True)
 
 
 def _warn(line: str) -> None:
     print(f"{PROG}: warning: {line}", file=sys.stderr)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

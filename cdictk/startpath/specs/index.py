@@ -7,8 +7,8 @@ container start holds of it: its records, kept on disk in the parse cache
 hook and the legacy prestart hook ask (resolve names, a kind's common edits, the untrusted files).
 Each device's edits and its spec's common edits are in the spec's JSON shape, which
 :func:`cdictk.startpath.specs.apply.apply_edits` reads. Loading it again is one JSON read, so a start
-skips PyYAML and the model once the spec dirs have been seen; on a miss the registry builds it
-(:mod:`cdictk.cdi.scan`, off the start path, which writes the stored form this module reads).
+skips PyYAML and the model once the spec dirs have been seen; on a miss the scan it is handed builds
+it (:mod:`cdictk.cdi.scan`, off the start path, which writes the stored form this module reads).
 
 The cache key is the text of every spec file (and what went wrong reading a directory or a file), so
 any edit, a new file or a removed one rebuilds the index, and the size and mtime of the code that
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from typing import Any
 
+    from cdictk.startpath.misses import ScanSpecs
     from cdictk.startpath.specs.parsecache import ParseCache
 
 ENTRY = "spec-index"
@@ -135,13 +136,15 @@ class SpecIndex:
     def load(
         cls,
         spec_dirs: Sequence[str],
+        scan: ScanSpecs,
         store: ParseCache | None = None,
         *,
         require_dirs: bool = False,
         trusted_only: bool = True,
     ) -> SpecIndex:
         """The spec dirs as they are now: from ``store`` when the spec files are what its index was
-        built from, else scanned (and the index stored).
+        built from, else scanned with ``scan`` (the slow path:
+        :attr:`cdictk.startpath.misses.Misses.scan_specs`) and the index stored.
 
         An index with ``require_dirs`` is not stored, its key being the files alone. The files skipped
         for trust are in the key (as problems), so a chown or chmod is seen at the next start like an
@@ -151,14 +154,14 @@ class SpecIndex:
         dirs = spec_dir_names(spec_dirs)
         key, stamp = _snapshot(dirs, trusted_only) if store is not None and not require_dirs else (None, [])
         if store is None or key is None:
-            return cls.built(dirs, _scan(dirs, require_dirs, trusted_only))
+            return cls.built(dirs, scan(dirs, require_dirs, trusted_only))
         from cdictk.startpath.specs.parsecache import entry_name  # noqa: PLC0415
 
         name = entry_name(ENTRY, "\0".join(dirs))
         index = cls.from_data(dirs, store.load(name, key))
         if index is not None:
             return index
-        data = _scan(dirs, require_dirs, trusted_only)
+        data = scan(dirs, require_dirs, trusted_only)
         if _snapshot(dirs, trusted_only) == (key, stamp):
             store.store(name, key, data)
         return cls.built(dirs, data)
@@ -262,12 +265,6 @@ class SpecIndex:
         return f" (spec dirs: {', '.join(self.dirs)})"
 
 
-def _scan(dirs: tuple[str, ...], require_dirs: bool, trusted_only: bool) -> dict[str, Any]:
-    from cdictk.cdi.scan import scan  # noqa: PLC0415 - the slow path: the spec files parsed
-
-    return scan(dirs, require_dirs=require_dirs, trusted_only=trusted_only)
-
-
 def spec_key(dirs: Sequence[str], *, trusted_only: bool = True) -> list[Any] | None:
     """What the registry's result depends on: the spec files' text; None when one is not UTF-8."""
     return _snapshot(dirs, trusted_only)[0]
@@ -281,7 +278,7 @@ def _snapshot(dirs: Sequence[str], trusted_only: bool) -> tuple[list[Any] | None
         problems: list[Any] = []
         files: list[Any] = []
         # The mount table is looked at when the index is built; a mount made since changes a device.
-        for path in spec_paths(directory, problems, trusted_only=trusted_only, filesystems=False):
+        for path in spec_paths(directory, problems, trusted_only=trusted_only, mounts=None):
             text, stat_of = _read(path)
             stamp.append([path, stat_of])
             files.append([path, text, stat_of[0] if stat_of else None])

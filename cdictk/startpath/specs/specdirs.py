@@ -10,9 +10,10 @@ rootless and test setups.
 A file system whose owners and contents a daemon reports is trusted only when root runs the daemon:
 a FUSE mount's ``user_id=`` (mountinfo) must be 0. Another user's FUSE mount (``allow_other``) can
 claim root's ownership and hand out one text to the check and another to the read. The mounts are
-looked up where the spec files are parsed (``filesystems``, :mod:`cdictk.cdi.fusemounts`); the runtime
-shim's warm start instead keys its stored index on each spec dir's and file's device
-(:mod:`cdictk.startpath.specs.index`), so a mount made since is a miss, checked then.
+looked up where the spec files are parsed (``mounts``: :class:`cdictk.cdi.fusemounts.FuseMounts`, which
+the caller passes, so that this module imports nothing of the slow path); the runtime shim's warm start
+instead keys its stored index on each spec dir's and file's device (:mod:`cdictk.startpath.specs.index`),
+so a mount made since is a miss, checked then.
 
 Its own module so that the runtime shim can list the spec dirs (to check its stored index) without
 importing the spec loader. Standard library only.
@@ -27,8 +28,16 @@ from cdictk.startpath.trust import path_problem
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from cdictk.cdi.fusemounts import FuseMounts
+    from typing import Protocol
+
     from cdictk.startpath.trust import Seen
+
+    class FuseCheck(Protocol):
+        """What :class:`cdictk.cdi.fusemounts.FuseMounts` answers: why ``path`` is on a FUSE file
+        system whose daemon is not root's, or None."""
+
+        def problem(self, path: str) -> str | None: ...
+
 
 SPEC_SUFFIXES = (".json", ".yaml")
 MAX_SPEC_BYTES = 8 << 20  # a spec file larger than this is refused
@@ -41,10 +50,11 @@ def spec_paths(
     *,
     require_dirs: bool = False,
     trusted_only: bool = True,
-    filesystems: bool = True,
+    mounts: FuseCheck | None,
 ) -> list[str]:
     """The spec files of ``directory`` in lexical order; a directory's problem goes to ``problems``,
-    and so does each file skipped for trust. ``filesystems``: the FUSE check too (see above). Paths
+    and so does each file skipped for trust. ``mounts``: the FUSE check too (see above); required, so
+    that no caller that parses specs goes without it unawares (None: the index's snapshot alone). Paths
     and problems name the directory in one spelling (``/etc/cdi//`` is ``/etc/cdi``)."""
     directory = os.path.normpath(directory)
     try:
@@ -65,18 +75,13 @@ def spec_paths(
     if not trusted_only or not paths:
         return paths
     seen: Seen = {}
-    mounts: FuseMounts | None = None
-    if filesystems:
-        from cdictk.cdi.fusemounts import FuseMounts  # noqa: PLC0415 - where specs are parsed, not on a start
-
-        mounts = FuseMounts()
-    why = path_problem(directory, seen=seen) or (mounts.problem(directory) if mounts else None)
+    why = path_problem(directory, seen=seen) or (mounts.problem(directory) if mounts is not None else None)
     if why is not None:
         problems.append(Problem(directory, "", f"{UNTRUSTED}: {why}"))
         return []
     trusted = []
     for path in paths:
-        why = path_problem(path, seen=seen) or (mounts.problem(path) if mounts else None)
+        why = path_problem(path, seen=seen) or (mounts.problem(path) if mounts is not None else None)
         if why is None:
             trusted.append(path)
         else:

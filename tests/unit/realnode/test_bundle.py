@@ -283,9 +283,9 @@ def test_the_runtime_is_the_one_make_image_left_in_the_images_cdictk_layer(
 def test_a_runtime_built_from_another_cdictk_is_refused(tmp_path: Path) -> None:
     modules = clone_modules()
     assert bundle.stale(make_runtime(tmp_path / "same", modules)) is None
-    changed = {**modules, "cdictk/startpath/console.py": b"# another text\n"}
+    changed = {**modules, "cdictk/entrypoints/console.py": b"# another text\n"}
     assert bundle.stale(make_runtime(tmp_path / "changed", changed)) == (
-        "its cdictk is not this clone's: cdictk/startpath/console.py changed here"
+        "its cdictk is not this clone's: cdictk/entrypoints/console.py changed here"
     )
     fewer = {name: text for name, text in modules.items() if name != "cdictk/api.py"}
     assert (bundle.stale(make_runtime(tmp_path / "fewer", fewer)) or "").endswith("cdictk/api.py not in it")

@@ -28,12 +28,10 @@ TAG = "cpython-311"
 
 
 def test_a_launcher_runs_this_python_isolated_without_site() -> None:
-    text = launcher_text("cdictk.startpath.shim.main", "/usr/bin/python3", READS, TAG, "/usr/libexec/cdictk")
+    text = launcher_text("cdictk.entrypoints.shim", "/usr/bin/python3", READS, TAG, "/usr/libexec/cdictk")
     lines = text.splitlines()
     assert lines[0] == "#!/usr/bin/python3 -IS"  # one argument: the kernel passes the rest as one
-    assert (
-        "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.startpath.shim.main import main" in text
-    )
+    assert "sys.path += ['/opt/a', '/opt/b']" in text and "from cdictk.entrypoints.shim import main" in text
     checker = text.index("sys.path.insert(0, '/usr/libexec/cdictk')\ntry:\n    from cdictk_trust import ")
     check = text.index("problem = paths_problem(PATHS, owners=OWNERS)")
     guard = text.index("guard_imports(OWNERS)")
@@ -267,7 +265,7 @@ def test_the_legacy_hook_is_an_executable_launcher_of_the_prestart_hook(tmp_path
     text = Path(path).read_text()
     assert (
         text.startswith(f"#!{sys.executable} -IS\n")
-        and "from cdictk.startpath.prestart.main import main" in text
+        and "from cdictk.entrypoints.prestart import main" in text
     )
     result = subprocess.run([path, "--help"], capture_output=True, text=True, env={}, check=False)
     assert (result.returncode, result.stderr) == (0, "")
@@ -287,7 +285,7 @@ def test_the_legacy_hook_keeps_a_foreign_file_unless_forced(tmp_path: Path) -> N
     assert "\n" not in str(info.value)
     assert foreign.read_text() == FOREIGN
     assert launchers.install_legacy_hook(str(tmp_path), force=True) == str(foreign)
-    assert "from cdictk.startpath.prestart.main import main" in foreign.read_text()
+    assert "from cdictk.entrypoints.prestart import main" in foreign.read_text()
     backup = tmp_path / "nvidia-container-runtime-hook.cdictk-orig"
     assert backup.read_text() == FOREIGN  # kept aside, to undo with a rename
     later = "#!/bin/sh\n# a later NVIDIA package\n"
@@ -382,7 +380,7 @@ def test_the_install_legacy_hook_command(tmp_path: Path, capsys: pytest.CaptureF
     assert (directory / "nvidia-container-runtime-hook").read_text() == FOREIGN
     assert main(["runtime", "install-legacy-hook", "--dir", str(directory), "--force"]) == 0
     assert capsys.readouterr().err.startswith("wrote ")
-    assert "cdictk.startpath.prestart.main" in (directory / "nvidia-container-runtime-hook").read_text()
+    assert "cdictk.entrypoints.prestart" in (directory / "nvidia-container-runtime-hook").read_text()
     assert main(["runtime", "install-legacy-hook", "--dir", "relative"]) == 1
     assert "must be an absolute path" in capsys.readouterr().err
 
@@ -509,7 +507,9 @@ def test_a_package_directory_of_another_user_is_refused(venv: Path, tmp_path: Pa
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("name", ["startpath/shim/main.py", "__init__.py", "startpath/prestart"])
+@pytest.mark.parametrize(
+    "name", ["startpath/shim/main.py", "entrypoints/shim.py", "__init__.py", "startpath/prestart"]
+)
 def test_a_package_entry_others_can_write_is_refused(venv: Path, tmp_path: Path, name: str) -> None:
     """Every file and directory of the package: a launcher imports modules it does not name."""
     loose = package(venv) / name

@@ -126,17 +126,6 @@ def test_generated_hook_runs_as_a_runtime_runs_it(tmp_path: Path) -> None:
     assert os.readlink(rootfs / "usr/lib/libcuda.so") == "libcuda.so.1"
 
 
-def test_console_script_form(tmp_path: Path) -> None:
-    result = subprocess.run(
-        [sys.executable, "-I", "-m", "cdictk", "hook", "create-symlinks", "--link", "x::/y"],
-        input=state_for(tmp_path),
-        capture_output=True,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert os.readlink(tmp_path / "y") == "x"
-
-
 def evil_environment(tmp_path: Path) -> tuple[dict[str, str], list[Path]]:
     """What an image can put in the environment runc gives a hook that has no env of its own."""
     markers = [tmp_path / "sitecustomize-ran", tmp_path / "pth-ran", tmp_path / "startup-ran"]
@@ -227,19 +216,6 @@ def test_entry_point_imports_only_light_standard_modules(tmp_path: Path) -> None
     imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
     assert "cdictk.startpath.hooks.symlinks" in imported
     assert not heavy & imported
-
-
-def test_cdictk_hook_skips_the_cli() -> None:
-    """`cdictk hook ...` is routed before click and the other commands are imported."""
-    result = subprocess.run(
-        [sys.executable, "-I", "-X", "importtime", "-m", "cdictk", "hook", "noop"],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
-    assert "cdictk.startpath.hooks.entry" in imported
-    assert not {"click", "yaml", "cdictk.cli.main"} & imported
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.runtime import driverfacts
 from cdictk.startpath.prestart.factcache import KIND, NvmlFactsError, driver_facts
 from cdictk.startpath.prestart.factshape import shaped
@@ -24,6 +25,7 @@ from tests.unit.runtime.test_driverfacts import VERSION, config
 pytestmark = pytest.mark.skipif(shutil.which("gcc") is None, reason="gcc is needed to build the fake NVML")
 
 KEYS = ("cuda", "driver", "arch", "brand")
+READ = slow_path().driver_facts  # the entry points' slow path: NVML asked in a child
 
 
 @pytest.fixture
@@ -59,32 +61,36 @@ def entry(cache: ParseCache, lib: str) -> Path:
 
 
 def test_the_facts_are_read_once_then_kept(lib: str, cache: ParseCache, reads: list[str]) -> None:
-    first = driver_facts(cache, lib, [0, 3], KEYS)
+    first = driver_facts(cache, lib, [0, 3], KEYS, read=READ)
     assert first == Facts("13.0", VERSION, [GpuFacts("9.0", "nvidia", 0), GpuFacts("7.0", "tesla", 3)])
     config(cuda_version=12040).write(os.path.dirname(lib))  # NVML would say otherwise now
-    assert driver_facts(cache, lib, [0, 3], KEYS) == first  # one JSON read: NVML not asked
-    assert driver_facts(cache, lib, [5], ["arch"]) == Facts(gpus=[GpuFacts("8.6", "", 5)])  # every GPU kept
+    assert driver_facts(cache, lib, [0, 3], KEYS, read=READ) == first  # one JSON read: NVML not asked
+    assert driver_facts(cache, lib, [5], ["arch"], read=READ) == Facts(
+        gpus=[GpuFacts("8.6", "", 5)]
+    )  # every GPU kept
     assert reads == [lib]
-    assert driver_facts(cache, lib, [], []) == Facts() and reads == [lib]  # no requirement: nothing at all
+    assert driver_facts(cache, lib, [], [], read=READ) == Facts() and reads == [
+        lib
+    ]  # no requirement: nothing at all
 
 
 def test_a_changed_fingerprint_misses(
     lib: str, cache: ParseCache, reads: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = fingerprint.node_fingerprint
-    driver_facts(cache, lib, [], ["cuda"])
+    driver_facts(cache, lib, [], ["cuda"], read=READ)
     config(cuda_version=12040).write(os.path.dirname(lib))
     # a driver upgrade, a GPU added, a MIG change: the node's fingerprint moves
     monkeypatch.setattr(fingerprint, "node_fingerprint", lambda roots: (*real(roots), "changed"))
-    assert driver_facts(cache, lib, [], ["cuda"]).cuda == "12.4"
-    assert driver_facts(cache, lib, [], ["cuda"]).cuda == "12.4"
+    assert driver_facts(cache, lib, [], ["cuda"], read=READ).cuda == "12.4"
+    assert driver_facts(cache, lib, [], ["cuda"], read=READ).cuda == "12.4"
     assert len(reads) == 2
 
 
 def test_a_changed_library_misses(lib: str, cache: ParseCache, reads: list[str]) -> None:
-    driver_facts(cache, lib, [], ["driver"])
+    driver_facts(cache, lib, [], ["driver"], read=READ)
     os.utime(lib)  # rewritten (or chowned, chmodded: its change time moves)
-    driver_facts(cache, lib, [], ["driver"])
+    driver_facts(cache, lib, [], ["driver"], read=READ)
     assert len(reads) == 2
 
 
@@ -114,12 +120,14 @@ def test_a_changed_library_misses(lib: str, cache: ParseCache, reads: list[str])
 def test_an_entry_of_another_shape_is_a_miss(
     lib: str, cache: ParseCache, reads: list[str], change: Any
 ) -> None:
-    driver_facts(cache, lib, [0], KEYS)
+    driver_facts(cache, lib, [0], KEYS, read=READ)
     path = entry(cache, lib)
     stored = json.loads(path.read_text())
     stored["value"] = change(stored["value"])
     path.write_text(json.dumps(stored))
-    assert driver_facts(cache, lib, [0], KEYS) == Facts("13.0", VERSION, [GpuFacts("9.0", "nvidia", 0)])
+    assert driver_facts(cache, lib, [0], KEYS, read=READ) == Facts(
+        "13.0", VERSION, [GpuFacts("9.0", "nvidia", 0)]
+    )
     assert len(reads) == 2
 
 
@@ -127,9 +135,9 @@ def test_partial_facts_serve_their_start_and_are_not_kept(
     lib: str, cache: ParseCache, reads: list[str]
 ) -> None:
     config(cuda_version=0).write(os.path.dirname(lib))  # the driver's version reads, CUDA's does not
-    assert driver_facts(cache, lib, [], ["driver"]).driver == VERSION
+    assert driver_facts(cache, lib, [], ["driver"], read=READ).driver == VERSION
     with pytest.raises(NvmlFactsError, match=r"^NVML reports CUDA version 0$"):
-        driver_facts(cache, lib, [], ["cuda"])
+        driver_facts(cache, lib, [], ["cuda"], read=READ)
     assert not entry(cache, lib).exists() and len(reads) == 2
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from cdictk.startpath.console import main as launch
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.startpath.hooks import entry
 from cdictk.startpath.prestart.main import LEGACY_NAME, PROG, main
 from tests import REPO as CLONE
@@ -30,6 +30,8 @@ from tests.rootmarker import root_only
 
 REPO = str(CLONE)
 PREFIX = f"{PROG}: "
+
+MISSES = slow_path()
 
 
 class Unreadable(io.RawIOBase):
@@ -68,7 +70,7 @@ def gone_pid() -> int:
 
 @pytest.mark.parametrize("args", [["--help"], ["-h"], ["--debug", "--help"]])
 def test_help_is_usage_on_stdout(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(args, Unreadable()) == 0  # type: ignore[arg-type]
+    assert main(args, Unreadable(), misses=MISSES) == 0  # type: ignore[arg-type]
     out, err = capsys.readouterr()
     assert out.startswith(f"usage: {LEGACY_NAME} [--debug] [--config FILE] prestart|poststart|poststop")
     assert err == ""
@@ -78,7 +80,7 @@ def test_help_is_usage_on_stdout(args: list[str], capsys: pytest.CaptureFixture[
 def test_poststart_and_poststop_do_nothing(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     # They still read the state: crun fails a hook that exits before it could write it.
     state = io.BytesIO(b'{"ociVersion": "1.0.2", "id": "c1", "bundle": "/b"}')
-    assert main(args, state) == 0
+    assert main(args, state, misses=MISSES) == 0
     assert state.read() == b""
     assert capsys.readouterr() == ("", "")
 
@@ -98,7 +100,7 @@ def test_poststart_and_poststop_do_nothing(args: list[str], capsys: pytest.Captu
     ],
 )
 def test_anything_else_is_usage_on_stderr(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(args, Unreadable()) == 2  # type: ignore[arg-type]
+    assert main(args, Unreadable(), misses=MISSES) == 2  # type: ignore[arg-type]
     out, err = capsys.readouterr()
     assert out == "" and err.startswith(f"usage: {LEGACY_NAME}")
 
@@ -109,7 +111,7 @@ def test_nvidias_version_and_config_options(
     """-version answers; -config names the settings file (cdictk's), as $CDICTK_CONFIG does."""
     from cdictk import __version__
 
-    assert main(["-version"], Unreadable()) == 0  # type: ignore[arg-type]
+    assert main(["-version"], Unreadable(), misses=MISSES) == 0  # type: ignore[arg-type]
     assert capsys.readouterr().out == f"cdictk {__version__} (cdictk hook prestart)\n"
     monkeypatch.delenv("CDICTK_CONFIG", raising=False)
     settings = Path(os.environ["CDICTK_CACHE_DIR"]) / "x.toml"
@@ -118,40 +120,21 @@ def test_nvidias_version_and_config_options(
         ["-config", str(settings), "poststop"],
         [f"--config={settings}", "-debug=false", "poststop"],
     ):
-        assert main(args, io.BytesIO()) == 0
+        assert main(args, io.BytesIO(), misses=MISSES) == 0
         assert os.environ.pop("CDICTK_CONFIG") == str(settings)
     capsys.readouterr()
     # Given twice, the last one counts and is the one checked (Go's flag package keeps the last).
-    assert main(["--config", "/nonexistent.toml", f"-config={settings}", "poststop"], io.BytesIO()) == 0
+    assert (
+        main(
+            ["--config", "/nonexistent.toml", f"-config={settings}", "poststop"], io.BytesIO(), misses=MISSES
+        )
+        == 0
+    )
     assert os.environ.pop("CDICTK_CONFIG") == str(settings)
     for missing in (["--config", "/nonexistent.toml", "prestart"], ["--config=", "prestart"]):
-        assert main(missing, Unreadable()) == 2  # type: ignore[arg-type]
+        assert main(missing, Unreadable(), misses=MISSES) == 2  # type: ignore[arg-type]
         assert capsys.readouterr().err.endswith(": no such file\n")
     assert "CDICTK_CONFIG" not in os.environ
-
-
-def test_the_command_line_dispatches_prestart(capsys: pytest.CaptureFixture[str]) -> None:
-    """`cdictk hook prestart` reaches the legacy hook from cdictk's command line, not through the hook
-    entry point: hooks/ never imports the runtime."""
-    assert launch(["hook", "prestart", "--help"]) == 0
-    out, err = capsys.readouterr()
-    assert out.startswith(f"usage: {LEGACY_NAME} ") and "cdictk hook [--debug] prestart" in out and err == ""
-    assert launch(["hook", "--debug", "prestart", "extra"]) == 2
-    assert capsys.readouterr().err.startswith(f"usage: {LEGACY_NAME} ")
-    # The options before the name are read as the hook entry point reads them, in Go's forms too.
-    for options in (["-d"], ["-debug=true"], ["--debug=false", "--quiet"]):
-        assert launch(["hook", *options, "prestart", "-h"]) == 0
-        assert capsys.readouterr().out.startswith(f"usage: {LEGACY_NAME} ")
-    assert launch(["hook", "--verbose", "prestart"]) == 2
-    assert capsys.readouterr().err == "cdictk hook: before the hook name: unknown option --verbose\n"
-
-
-def test_the_command_line_reads_the_state(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"")))
-    assert launch(["hook", "prestart"]) == 1
-    assert "OCI state on stdin: empty" in one_error_line(capsys.readouterr().err)
 
 
 def test_the_hook_entry_point_refuses_prestart_rather_than_ignoring_it(
@@ -185,7 +168,7 @@ def run_module(
     ("module", "usage"),
     [
         (["cdictk", "hook", "prestart"], "cdictk hook [--debug] prestart"),
-        (["cdictk.startpath.prestart.main"], "CDICTK_HOOK_LOG=FILE"),
+        (["cdictk.entrypoints.prestart"], "CDICTK_HOOK_LOG=FILE"),
     ],
 )
 def test_every_way_in_has_help(module: list[str], usage: str) -> None:
@@ -198,7 +181,7 @@ def test_every_way_in_has_help(module: list[str], usage: str) -> None:
 
 
 def prestart(stdin: bytes, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
-    code = main([*args, "prestart"], io.BytesIO(stdin))
+    code = main([*args, "prestart"], io.BytesIO(stdin), misses=MISSES)
     out, err = capsys.readouterr()
     assert out == ""
     return code, err
@@ -335,7 +318,7 @@ def run_hook(tmp_path: Path, node: Node, bundle: Bundle, *args: str) -> subproce
     """The hook as its launcher runs it: a process of its own, the settings naming the node's spec."""
     settings = settings_file(tmp_path, node.spec_dir, generate=False)
     return run_module(
-        "cdictk.startpath.prestart.main",
+        "cdictk.entrypoints.prestart",
         *args,
         "prestart",
         stdin=bundle.state,
@@ -415,7 +398,7 @@ def test_a_container_prepared_already_gets_nothing_twice(tmp_path: Path, node: N
     config = json.loads(bundle.config.read_text())
     settings = load_settings(str(settings_file(tmp_path, node.spec_dir, generate=False)))
     cache = ParseCache.from_environment()
-    assert apply_requests(config, settings, str(bundle.config), cache, print, env_granted=True)
+    assert apply_requests(config, settings, str(bundle.config), cache, print, env_granted=True, misses=MISSES)
     assert config["linux"]["devices"] and config["mounts"]  # the shim's work
     bundle.config.write_text(json.dumps(config))
     before = bundle.config.read_bytes()
@@ -515,7 +498,7 @@ def test_annotations_and_volume_mount_requests(
     with settings.open("a") as file:
         file.write(f"[requests]\naccept-volume-mounts = {str(accept_mounts).lower()}\n")
     result = run_module(
-        "cdictk.startpath.prestart.main", "prestart", stdin=bundle.state, env={"CDICTK_CONFIG": str(settings)}
+        "cdictk.entrypoints.prestart", "prestart", stdin=bundle.state, env={"CDICTK_CONFIG": str(settings)}
     )
     if outcome == "left alone":
         assert (result.returncode, result.stderr) == (0, "")

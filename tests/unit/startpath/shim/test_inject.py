@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
-from cdictk.startpath.shim import inject
+from cdictk.entrypoints.slowpath import slow_path
+from cdictk.startpath.helpers.roots import Roots
+from cdictk.startpath.misses import Misses
 from cdictk.startpath.shim.inject import InjectError, apply_requests
 from cdictk.startpath.shim.settings import Settings
 from cdictk.startpath.specs.parsecache import ParseCache
 
+MISSES = slow_path()
 SPEC = """\
 cdiVersion: 0.5.0
 kind: nvidia.com/gpu
@@ -40,7 +43,9 @@ def settings(tmp_path: Path) -> Settings:
 def apply(tmp_path: Path, *env: str, cache: ParseCache | None = None) -> tuple[dict[str, Any], list[str]]:
     config: dict[str, Any] = {"process": {"env": list(env)}}
     warnings: list[str] = []
-    apply_requests(config, settings(tmp_path), "config.json", cache or ParseCache(None), warnings.append)
+    apply_requests(
+        config, settings(tmp_path), "config.json", cache or ParseCache(None), warnings.append, misses=MISSES
+    )
     return config, warnings
 
 
@@ -64,12 +69,12 @@ def test_what_applying_did_is_said(tmp_path: Path) -> None:
     is left as it was; None: nothing asked for."""
     node = settings(tmp_path)
     config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
-    assert apply_requests(config, node, "config.json", ParseCache(None), print) is True
+    assert apply_requests(config, node, "config.json", ParseCache(None), print, misses=MISSES) is True
     applied = json.loads(json.dumps(config))
-    assert apply_requests(config, node, "config.json", ParseCache(None), print) is False
+    assert apply_requests(config, node, "config.json", ParseCache(None), print, misses=MISSES) is False
     assert config == applied
     asks_nothing: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}}
-    assert apply_requests(asks_nothing, node, "config.json", ParseCache(None), print) is None
+    assert apply_requests(asks_nothing, node, "config.json", ParseCache(None), print, misses=MISSES) is None
 
 
 def test_none_gives_the_driver_without_a_device(tmp_path: Path) -> None:
@@ -87,7 +92,7 @@ def test_none_without_a_spec_of_the_kind_is_one_line(tmp_path: Path) -> None:
     empty.generate_when_missing = False
     empty.accept_env_unprivileged = True
     with pytest.raises(InjectError, match=r'"none": no CDI spec of kind nvidia\.com/gpu in '):
-        apply_requests(config, empty, "config.json", ParseCache(None), print)
+        apply_requests(config, empty, "config.json", ParseCache(None), print, misses=MISSES)
     assert config == {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=none"]}}
 
 
@@ -104,7 +109,9 @@ def test_an_ignored_request_is_a_warning(tmp_path: Path) -> None:
     refusing = settings(tmp_path)
     refusing.accept_env_unprivileged = False
     warnings: list[str] = []
-    assert not apply_requests(config, refusing, "config.json", ParseCache(None), warnings.append)
+    assert not apply_requests(
+        config, refusing, "config.json", ParseCache(None), warnings.append, misses=MISSES
+    )
     assert len(warnings) == 1 and "ignored" in warnings[0]
 
 
@@ -121,11 +128,13 @@ def test_a_spec_of_another_user_is_skipped_with_a_warning(tmp_path: Path) -> Non
     config: dict[str, Any] = {"annotations": {"cdi.k8s.io/x": "example.com/x=a"}}
     warnings: list[str] = []
     with pytest.raises(InjectError, match=r"example\.com/x=a: unresolvable CDI device"):
-        apply_requests(config, node, "config.json", ParseCache(str(tmp_path / "c")), warnings.append)
+        apply_requests(
+            config, node, "config.json", ParseCache(str(tmp_path / "c")), warnings.append, misses=MISSES
+        )
     assert warnings == [f"{planted}: not trusted, skipped: {planted}: owned by uid 12345, not root"]
     assert "hooks" not in config
     node.accept_untrusted_specs = True  # rootless and test setups
-    assert apply_requests(config, node, "config.json", ParseCache(None), print)
+    assert apply_requests(config, node, "config.json", ParseCache(None), print, misses=MISSES)
     assert config["hooks"]["createRuntime"][0]["path"] == "/home/user/evil"
 
 
@@ -142,19 +151,18 @@ def test_the_spec_made_in_memory_is_kept_until_the_node_changes(
     memory.driver_root = memory.dev_root = node.root
     memory.proc_root, memory.sys_root = node.proc, node.sys
     discovered: list[str] = []
-    real = inject._discover_spec
 
-    def counted(*args: Any) -> list[Any]:
+    def counted(roots: Roots, kind: str) -> list[Any]:
         discovered.append("once")
-        return real(*args)
+        return MISSES.node_spec(roots, kind)
 
-    monkeypatch.setattr(inject, "_discover_spec", counted)
+    misses = Misses(scan_specs=MISSES.scan_specs, node_spec=counted, driver_facts=MISSES.driver_facts)
     cache = ParseCache(str(tmp_path / "cache"))
     for expected in (1, 1, 2):
         if len(discovered) == 1 and expected == 2:
             os.rename(f"{node.root}/dev/nvidia-modeset", f"{node.root}/modeset-gone")
         config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
-        apply_requests(config, memory, "config.json", cache, print)
+        apply_requests(config, memory, "config.json", cache, print, misses=misses)
         assert "/dev/nvidia0" in nodes(config)
         assert len(discovered) == expected
     assert "/dev/nvidia-modeset" not in nodes(config)  # the spec made again saw the change
@@ -173,12 +181,14 @@ def test_a_mount_no_longer_roots_alone_stops_the_container_and_applies_nothing(t
     )
     (tmp_path / "cdi" / "nvidia.yaml").write_text(spec)
     config: dict[str, Any] = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
-    apply_requests(config, result, "config.json", ParseCache(None), print)
+    apply_requests(config, result, "config.json", ParseCache(None), print, misses=MISSES)
     assert "/tmp/nvidia-mps" in [m["destination"] for m in config["mounts"]]
     os.chown(mps, 12345, 12345)
     config = {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}}
     with pytest.raises(InjectError) as caught:
-        apply_requests(config, result, "config.json", ParseCache(str(tmp_path / "cache")), print)
+        apply_requests(
+            config, result, "config.json", ParseCache(str(tmp_path / "cache")), print, misses=MISSES
+        )
     assert str(caught.value) == (
         f"{tmp_path}/cdi/nvidia.yaml: containerEdits.mounts[1]: {mps}: owned by uid 12345, "
         "not root or a system account (below 1000): refusing to give it to a container"

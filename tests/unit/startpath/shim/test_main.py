@@ -10,11 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.entrypoints.slowpath import slow_path
 from cdictk.startpath.shim.main import ShimError, bundle_dir, find_runtime, prepare_bundle, subcommand
 from cdictk.startpath.shim.settings import Settings
 from cdictk.startpath.specs.parsecache import ParseCache
 from tests import REPO
 from tests.unit.startpath.shim.test_runtimelog import last_runtime_error
+
+MISSES = slow_path()
 
 
 def settings(spec_dir: Path) -> Settings:
@@ -73,7 +76,7 @@ def test_a_container_without_requests_is_left_alone(tmp_path: Path) -> None:
     bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=void"]}})
     before = (bundle / "config.json").read_bytes()
     mtime = os.stat(bundle / "config.json").st_mtime_ns
-    prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), ParseCache(None))
+    prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), ParseCache(None), misses=MISSES)
     assert (bundle / "config.json").read_bytes() == before
     assert os.stat(bundle / "config.json").st_mtime_ns == mtime
 
@@ -86,11 +89,11 @@ def test_a_config_that_holds_its_devices_already_is_not_written_again(tmp_path: 
         '- name: "0"\n  containerEdits: {deviceNodes: [{path: /dev/null}]}\n'
     )
     bundle = write_bundle(tmp_path, {"process": {"env": ["NVIDIA_VISIBLE_DEVICES=0"]}})
-    prepare_bundle(str(bundle), settings(tmp_path / "cdi"), ParseCache(None))
+    prepare_bundle(str(bundle), settings(tmp_path / "cdi"), ParseCache(None), misses=MISSES)
     assert json.loads((bundle / "config.json").read_bytes())["linux"]["devices"][0]["path"] == "/dev/null"
     before = (bundle / "config.json").read_bytes()
     written = os.stat(bundle / "config.json")
-    prepare_bundle(str(bundle), settings(tmp_path / "cdi"), ParseCache(None))
+    prepare_bundle(str(bundle), settings(tmp_path / "cdi"), ParseCache(None), misses=MISSES)
     assert (bundle / "config.json").read_bytes() == before
     again = os.stat(bundle / "config.json")
     assert (again.st_ino, again.st_mtime_ns) == (written.st_ino, written.st_mtime_ns)
@@ -109,14 +112,14 @@ def test_bad_requests_are_one_line_and_leave_the_config(tmp_path: Path, config: 
     bundle = write_bundle(tmp_path, config)
     before = (bundle / "config.json").read_bytes()
     with pytest.raises(ShimError, match=message) as info:
-        prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), ParseCache(None))
+        prepare_bundle(str(bundle), settings(tmp_path / "no-specs"), ParseCache(None), misses=MISSES)
     assert "\n" not in str(info.value)
     assert (bundle / "config.json").read_bytes() == before
 
 
 def test_a_missing_config_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(ShimError, match=r"config\.json") as info:
-        prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"), ParseCache(None))
+        prepare_bundle(str(tmp_path), settings(tmp_path / "no-specs"), ParseCache(None), misses=MISSES)
     assert "\n" not in str(info.value)
 
 
@@ -131,7 +134,7 @@ def test_a_node_without_driver_or_spec_is_one_line(tmp_path: Path) -> None:
     config.proc_root, config.sys_root = str(empty / "proc"), str(empty / "sys")
     before = (bundle / "config.json").read_bytes()
     with pytest.raises(ShimError) as info:
-        prepare_bundle(str(bundle), config, ParseCache(None))
+        prepare_bundle(str(bundle), config, ParseCache(None), misses=MISSES)
     assert "\n" not in str(info.value) and str(info.value)
     assert (bundle / "config.json").read_bytes() == before
 
@@ -139,7 +142,7 @@ def test_a_node_without_driver_or_spec_is_one_line(tmp_path: Path) -> None:
 def test_help_is_the_shims_own(capsys: pytest.CaptureFixture[str]) -> None:
     from cdictk.startpath.shim.main import main
 
-    assert main(["--help"]) == 0
+    assert main(["--help"], misses=MISSES) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: cdictk-runtime") and "NVIDIA_VISIBLE_DEVICES" in out
 
@@ -152,7 +155,7 @@ def test_a_warning_for_an_ignored_request_and_the_container_starts(
     before = (bundle / "config.json").read_bytes()
     refusing = settings(tmp_path / "no-specs")
     refusing.accept_env_unprivileged = Settings().accept_env_unprivileged  # the default refuses
-    prepare_bundle(str(bundle), refusing, ParseCache(None))
+    prepare_bundle(str(bundle), refusing, ParseCache(None), misses=MISSES)
     assert (bundle / "config.json").read_bytes() == before
     err = capsys.readouterr().err
     assert err == (
@@ -173,7 +176,7 @@ def run_shim(tmp_path: Path, bundle: Path, *global_options: str) -> subprocess.C
     )
     env = {"PATH": "/usr/bin:/bin", "CDICTK_CONFIG": str(config), "CDICTK_CACHE_DIR": ""}
     return subprocess.run(
-        [sys.executable, "-I", "-m", "cdictk.startpath.shim.main", *global_options, "create", "--bundle", str(bundle), "id"],
+        [sys.executable, "-I", "-m", "cdictk.entrypoints.shim", *global_options, "create", "--bundle", str(bundle), "id"],
         capture_output=True, text=True, env=env, check=False, cwd=REPO,
     )  # fmt: skip
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-HOOK = [sys.executable, "-m", "cdictk.startpath.shim.precreate"]
+HOOK = [sys.executable, "-m", "cdictk.entrypoints.precreate"]
 SPEC = """\
 cdiVersion: 0.5.0
 kind: vendor.com/gpu

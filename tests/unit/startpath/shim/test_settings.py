@@ -143,7 +143,7 @@ def test_a_file_nested_20000_deep_stops_the_runtime_with_one_line(tmp_path: Path
         sys.executable,
         "-I",
         "-m",
-        "cdictk.startpath.shim.main",
+        "cdictk.entrypoints.shim",
         "create",
         "--bundle",
         str(tmp_path),

@@ -9,6 +9,7 @@ import pytest
 
 from cdictk.cdi.model import ContainerEdits, Device, DeviceNode, Hook, IntelRdt, Mount, NetDevice, Spec
 from cdictk.cdi.scan import spec_data
+from cdictk.entrypoints.slowpath import scan_specs
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.apply import EditsSource, apply_edits
 from cdictk.startpath.specs.index import SpecIndex
@@ -25,7 +26,7 @@ def registered(spec: Spec, path: str = "/etc/cdi/spec.yaml") -> list[Registered]
 
 def edits_for(devices: list[Registered]) -> list[EditsSource]:
     """The edit blocks the index gives for ``devices``, in the library's order."""
-    index = SpecIndex.load([])
+    index = SpecIndex.load([], scan_specs)
     added: list[tuple[int, str]] = []
     for spec, path, _ in devices:
         if (id(spec), path) not in added:

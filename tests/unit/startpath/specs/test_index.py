@@ -16,6 +16,7 @@ import cdictk.cdi.scan
 import cdictk.startpath.specs.index as index_module
 from cdictk.cdi.dump import to_data
 from cdictk.cdi.registry import Registry, load_registry
+from cdictk.entrypoints.slowpath import scan_specs
 from cdictk.runtime.launchers import install_launchers
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.apply import EditsSource
@@ -88,7 +89,7 @@ def test_the_index_gives_what_the_registry_gives(
     registry = load_registry(spec_dirs)
     expected = plain(from_registry(registry, requested))
     for _ in range(2):  # built, then read back from the cache
-        index = SpecIndex.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
+        index = SpecIndex.load(spec_dirs, scan_specs, ParseCache(str(tmp_path / "cache")))
         assert plain(index.resolve(requested)) == expected
 
 
@@ -96,13 +97,13 @@ def test_a_cached_index_does_not_load_the_specs(
     spec_dirs: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
-    built = SpecIndex.load(spec_dirs, cache)
+    built = SpecIndex.load(spec_dirs, scan_specs, cache)
 
     def no_registry(*_: object, **__: object) -> None:
         raise AssertionError("the registry was loaded")
 
     monkeypatch.setattr(cdictk.cdi.scan, "load_registry", no_registry)
-    again = SpecIndex.load(spec_dirs, cache)
+    again = SpecIndex.load(spec_dirs, scan_specs, cache)
     names = sorted(built.devices)
     assert sorted(again.devices) == names and plain(again.resolve(names)) == plain(built.resolve(names))
     assert again.problems == built.problems
@@ -111,23 +112,26 @@ def test_a_cached_index_does_not_load_the_specs(
 
 def test_any_change_to_the_spec_dirs_rebuilds_it(spec_dirs: list[str], tmp_path: Path) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
-    assert "vendor.com/gpu=1" in SpecIndex.load(spec_dirs, cache).devices
+    assert "vendor.com/gpu=1" in SpecIndex.load(spec_dirs, scan_specs, cache).devices
     spec = tmp_path / "etc" / "a.yaml"
     stat = spec.stat()
     spec.write_text(SPEC.replace('name: "1"', 'name: "2"'))  # the same size, the same mtime
     os.utime(spec, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    assert sorted(SpecIndex.load(spec_dirs, cache).devices)[-2:] == ["vendor.com/gpu=0", "vendor.com/gpu=2"]
+    assert sorted(SpecIndex.load(spec_dirs, scan_specs, cache).devices)[-2:] == [
+        "vendor.com/gpu=0",
+        "vendor.com/gpu=2",
+    ]
     write_spec(tmp_path / "run", "c.yaml", "3")  # a new file
-    assert "vendor.com/gpu=3" in SpecIndex.load(spec_dirs, cache).devices
+    assert "vendor.com/gpu=3" in SpecIndex.load(spec_dirs, scan_specs, cache).devices
     (tmp_path / "run" / "c.yaml").unlink()  # and gone again
-    assert "vendor.com/gpu=3" not in SpecIndex.load(spec_dirs, cache).devices
+    assert "vendor.com/gpu=3" not in SpecIndex.load(spec_dirs, scan_specs, cache).devices
     (tmp_path / "run" / "b.yaml").unlink()
     (tmp_path / "run").rmdir()
-    assert not SpecIndex.load(spec_dirs, cache).has_kind("other.com/net")
+    assert not SpecIndex.load(spec_dirs, scan_specs, cache).has_kind("other.com/net")
 
 
 def test_a_name_the_index_lacks_is_unresolved(spec_dirs: list[str], tmp_path: Path) -> None:
-    index = SpecIndex.load(spec_dirs, ParseCache(None))
+    index = SpecIndex.load(spec_dirs, scan_specs, ParseCache(None))
     for names in (["vendor.com/gpu=0", "vendor.com/gpu=9"], ["vendor.com/gpu=00"]):
         with pytest.raises(UnresolvedDevicesError):
             index.resolve(names)
@@ -137,14 +141,14 @@ def test_conflicting_and_broken_specs_hold_no_devices(tmp_path: Path) -> None:
     write_spec(tmp_path / "etc", "a.yaml", "0", "1")
     write_spec(tmp_path / "etc", "b.yaml", "1")
     (tmp_path / "etc" / "c.yaml").write_text("cdiVersion: 0.6.0\nkind: bad\n")
-    index = SpecIndex.load(dirs(tmp_path), ParseCache(str(tmp_path / "cache")))
+    index = SpecIndex.load(dirs(tmp_path), scan_specs, ParseCache(str(tmp_path / "cache")))
     assert sorted(index.devices) == ["vendor.com/gpu=0"]
 
 
 def test_a_spec_that_is_not_utf8_is_never_cached(spec_dirs: list[str], tmp_path: Path) -> None:
     (tmp_path / "etc" / "z.yaml").write_bytes(b"\xff\xfe")
     assert spec_key(spec_dirs) is None
-    SpecIndex.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
+    SpecIndex.load(spec_dirs, scan_specs, ParseCache(str(tmp_path / "cache")))
     assert not (tmp_path / "cache").exists()
 
 
@@ -158,7 +162,7 @@ def test_unreadable_entries_are_part_of_the_key(spec_dirs: list[str], tmp_path: 
 def test_edits_trimmed_for_one_container_stay_there(spec_dirs: list[str], tmp_path: Path) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
     for _ in range(2):  # built, then read back
-        specs = SpecIndex.load(spec_dirs, cache)
+        specs = SpecIndex.load(spec_dirs, scan_specs, cache)
         common = specs.resolve(["vendor.com/gpu=1"])[0].edits
         assert common["env"] == ["COMMON=1"]
         common["env"].append("CHANGED=1")
@@ -204,7 +208,7 @@ def test_a_warm_create_imports_no_parser(tmp_path: Path) -> None:
 
 def test_an_entry_of_the_wrong_shape_is_a_miss(spec_dirs: list[str], tmp_path: Path) -> None:
     cache = ParseCache(str(tmp_path / "cache"))
-    SpecIndex.load(spec_dirs, cache)
+    SpecIndex.load(spec_dirs, scan_specs, cache)
     (entry,) = (tmp_path / "cache").iterdir()
     stored = json.loads(entry.read_text())
     value = stored["value"]
@@ -226,7 +230,7 @@ def test_an_entry_of_the_wrong_shape_is_a_miss(spec_dirs: list[str], tmp_path: P
     ]
     for broken in broken_values:
         entry.write_text(json.dumps({"key": stored["key"], "value": broken}))
-        index = SpecIndex.load(spec_dirs, cache)  # rebuilt from the spec files, and stored again
+        index = SpecIndex.load(spec_dirs, scan_specs, cache)  # rebuilt from the spec files, and stored again
         assert sorted(index.devices) == sorted(value["devices"])
         assert json.loads(entry.read_text()) == stored
 
@@ -247,10 +251,10 @@ def test_an_index_built_while_a_spec_changed_is_not_kept(
 
     monkeypatch.setattr(cdictk.cdi.scan, "load_registry", rewriting)
     cache = ParseCache(str(tmp_path / "cache"))
-    SpecIndex.load(spec_dirs, cache)
+    SpecIndex.load(spec_dirs, scan_specs, cache)
     assert not (tmp_path / "cache").exists()
     monkeypatch.setattr(cdictk.cdi.scan, "load_registry", real)
-    assert "vendor.com/gpu=1" in SpecIndex.load(spec_dirs, cache).devices
+    assert "vendor.com/gpu=1" in SpecIndex.load(spec_dirs, scan_specs, cache).devices
     assert len(list((tmp_path / "cache").iterdir())) == 1
 
 
@@ -279,7 +283,7 @@ def test_the_cdi_core_is_the_cdi_package_and_the_index_s_own() -> None:
 
 def test_resolve_keeps_request_order(tmp_path: Path) -> None:
     write_spec(tmp_path, "a.yaml", "0", "1")
-    specs = SpecIndex.load([str(tmp_path)])
+    specs = SpecIndex.load([str(tmp_path)], scan_specs)
     assert [source.field for source in specs.resolve(["vendor.com/gpu=1", "vendor.com/gpu=0"])] == [
         "containerEdits",
         "devices[1].containerEdits",
@@ -289,7 +293,7 @@ def test_resolve_keeps_request_order(tmp_path: Path) -> None:
 
 def test_resolve_is_all_or_nothing(tmp_path: Path) -> None:
     write_spec(tmp_path, "a.yaml", "0")
-    specs = SpecIndex.load([str(tmp_path)])
+    specs = SpecIndex.load([str(tmp_path)], scan_specs)
     with pytest.raises(UnresolvedDevicesError) as caught:
         specs.resolve(["vendor.com/gpu=0", "vendor.com/gpu=7", "vendor.com/gpu=8"])
     assert caught.value.names == ["vendor.com/gpu=7", "vendor.com/gpu=8"]
@@ -302,7 +306,7 @@ def test_resolve_is_all_or_nothing(tmp_path: Path) -> None:
 def test_resolve_hints_at_spec_problems(tmp_path: Path) -> None:
     (tmp_path / "bad.yaml").write_text("{")
     for store in (ParseCache(None), ParseCache(str(tmp_path / "c")), ParseCache(str(tmp_path / "c"))):
-        specs = SpecIndex.load([str(tmp_path)], store)  # the problems are kept with the cache
+        specs = SpecIndex.load([str(tmp_path)], scan_specs, store)  # the problems are kept with the cache
         with pytest.raises(
             UnresolvedDevicesError, match=r"1 problem\(s\) in the spec dirs, first: .*bad\.yaml"
         ):
@@ -311,11 +315,11 @@ def test_resolve_hints_at_spec_problems(tmp_path: Path) -> None:
 
 def test_resolve_refuses_invalid_names(tmp_path: Path) -> None:
     with pytest.raises(CdictkError, match="not a qualified CDI device name"):
-        SpecIndex.load([str(tmp_path)]).resolve(["gpu0"])
+        SpecIndex.load([str(tmp_path)], scan_specs).resolve(["gpu0"])
 
 
 def test_the_stored_index_has_named_fields(spec_dirs: list[str], tmp_path: Path) -> None:
-    SpecIndex.load(spec_dirs, ParseCache(str(tmp_path / "cache")))
+    SpecIndex.load(spec_dirs, scan_specs, ParseCache(str(tmp_path / "cache")))
     (entry,) = (tmp_path / "cache").iterdir()
     value = json.loads(entry.read_text())["value"]
     assert sorted(value) == ["devices", "problems", "specs"]

@@ -11,7 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from cdictk.cdi.fusemounts import FuseMounts
 from cdictk.cdi.registry import load_registry
+from cdictk.cdi.validate import validate_dirs
+from cdictk.entrypoints.slowpath import scan_specs
 from cdictk.startpath.helpers.errors import Problem
 from cdictk.startpath.specs.index import SpecIndex
 from cdictk.startpath.specs.specdirs import spec_paths, untrusted
@@ -51,25 +54,28 @@ def plant(spec_dir: Path, name: str = "planted", *, mode: int = 0o644, owner: in
 def test_only_spec_names_are_listed(spec_dir: Path) -> None:
     (spec_dir / "notes.txt").write_text("x")
     (spec_dir / "sub.yaml").mkdir()
-    assert spec_paths(str(spec_dir), []) == [str(spec_dir / "good.yaml")]
+    assert spec_paths(str(spec_dir), [], mounts=FuseMounts()) == [str(spec_dir / "good.yaml")]
 
 
 def test_a_file_of_another_user_is_skipped_with_why(spec_dir: Path) -> None:
     planted = plant(spec_dir)
     problems: list[Problem] = []
-    assert spec_paths(str(spec_dir), problems) == [str(spec_dir / "good.yaml")]
+    assert spec_paths(str(spec_dir), problems, mounts=FuseMounts()) == [str(spec_dir / "good.yaml")]
     assert [str(problem) for problem in problems] == [
         f"{planted}: not trusted, skipped: {planted}: owned by uid {OTHER}, not root"
     ]
     assert untrusted(problems[0])
-    assert spec_paths(str(spec_dir), [], trusted_only=False) == [str(spec_dir / "good.yaml"), str(planted)]
+    assert spec_paths(str(spec_dir), [], trusted_only=False, mounts=FuseMounts()) == [
+        str(spec_dir / "good.yaml"),
+        str(planted),
+    ]
 
 
 def test_a_root_file_others_can_write_is_skipped(spec_dir: Path) -> None:
     planted = plant(spec_dir, mode=0o666, owner=0)
     assert planted.stat().st_uid == 0
     problems: list[Problem] = []
-    assert spec_paths(str(spec_dir), problems) == [str(spec_dir / "good.yaml")]
+    assert spec_paths(str(spec_dir), problems, mounts=FuseMounts()) == [str(spec_dir / "good.yaml")]
     assert "writable by group or others (mode 0666)" in problems[0].reason
 
 
@@ -80,14 +86,14 @@ def test_a_link_to_a_file_of_another_user_is_skipped(spec_dir: Path, tmp_path: P
     target = plant(home, mode=0o666)
     (spec_dir / "link.yaml").symlink_to(target)
     problems: list[Problem] = []
-    assert spec_paths(str(spec_dir), problems) == [str(spec_dir / "good.yaml")]
+    assert spec_paths(str(spec_dir), problems, mounts=FuseMounts()) == [str(spec_dir / "good.yaml")]
     assert problems[0].file == str(spec_dir / "link.yaml") and f"{home}: owned by uid" in problems[0].reason
 
 
 def test_a_directory_others_can_write_is_skipped_whole(spec_dir: Path) -> None:
     spec_dir.chmod(0o777)
     problems: list[Problem] = []
-    assert spec_paths(str(spec_dir), problems) == []
+    assert spec_paths(str(spec_dir), problems, mounts=FuseMounts()) == []
     assert [str(problem) for problem in problems] == [
         f"{spec_dir}: not trusted, skipped: {spec_dir}: writable by group or others (mode 0777)"
     ]
@@ -97,9 +103,9 @@ def test_the_registry_and_the_index_skip_it(spec_dir: Path) -> None:
     plant(spec_dir)
     registry = load_registry([str(spec_dir)])
     assert sorted(registry.devices) == ["example.com/gpu=good"]
-    assert sorted(SpecIndex.load([str(spec_dir)]).devices) == ["example.com/gpu=good"]
-    assert len(SpecIndex.load([str(spec_dir)]).untrusted()) == 1
-    everything = SpecIndex.load([str(spec_dir)], trusted_only=False)
+    assert sorted(SpecIndex.load([str(spec_dir)], scan_specs).devices) == ["example.com/gpu=good"]
+    assert len(SpecIndex.load([str(spec_dir)], scan_specs).untrusted()) == 1
+    everything = SpecIndex.load([str(spec_dir)], scan_specs, trusted_only=False)
     assert sorted(everything.devices) == ["example.com/gpu=good", "example.com/gpu=planted"]
     assert everything.untrusted() == []
 
@@ -110,9 +116,9 @@ def test_a_chmod_is_seen_through_the_stored_index(spec_dir: Path, tmp_path: Path
 
     store = ParseCache(str(tmp_path / "store"))
     planted = plant(spec_dir, owner=0)
-    assert "example.com/gpu=planted" in SpecIndex.load([str(spec_dir)], store).devices
+    assert "example.com/gpu=planted" in SpecIndex.load([str(spec_dir)], scan_specs, store).devices
     planted.chmod(0o666)
-    assert list(SpecIndex.load([str(spec_dir)], store).devices) == ["example.com/gpu=good"]
+    assert list(SpecIndex.load([str(spec_dir)], scan_specs, store).devices) == ["example.com/gpu=good"]
 
 
 # A FUSE mount reports whatever owners and contents its daemon chooses.
@@ -131,7 +137,7 @@ def test_a_spec_dir_on_another_users_fuse_mount_is_skipped(
 ) -> None:
     fuse_over(monkeypatch, spec_dir, "1000")
     problems: list[Problem] = []
-    assert spec_paths(str(spec_dir), problems) == []
+    assert spec_paths(str(spec_dir), problems, mounts=FuseMounts()) == []
     assert [(p.file, p.reason) for p in problems] == [
         (
             str(spec_dir),
@@ -140,8 +146,11 @@ def test_a_spec_dir_on_another_users_fuse_mount_is_skipped(
         )
     ]
     assert sorted(load_registry([str(spec_dir)]).devices) == []
+    assert validate_dirs([str(spec_dir)], require_dirs=True) == ([], problems)  # each caller that parses
+    # The stored index's snapshot alone looks at no mount table: it keys on the devices instead (below).
+    assert spec_paths(str(spec_dir), [], mounts=None) == [str(spec_dir / "good.yaml")]
     fuse_over(monkeypatch, spec_dir, "0")  # root's own daemon
-    assert spec_paths(str(spec_dir), []) == [str(spec_dir / "good.yaml")]
+    assert spec_paths(str(spec_dir), [], mounts=FuseMounts()) == [str(spec_dir / "good.yaml")]
 
 
 def test_a_mount_table_that_cannot_be_read_skips_the_specs(
@@ -150,7 +159,6 @@ def test_a_mount_table_that_cannot_be_read_skips_the_specs(
     """Fails closed: whether a FUSE daemon serves the spec cannot be told, so it is not read. Before:
     an unreadable or unparsable mount table was taken for one without FUSE mounts, and every spec
     passed (a user's FUSE mount plus a line the parser refuses was enough)."""
-    from cdictk.cdi.fusemounts import FuseMounts
     from cdictk.startpath.helpers import mountinfo
 
     def unparsable(fd: int) -> list[mountinfo.Mount]:
@@ -158,7 +166,7 @@ def test_a_mount_table_that_cannot_be_read_skips_the_specs(
 
     monkeypatch.setattr(mountinfo, "read", unparsable)
     problems: list[Problem] = []
-    assert spec_paths(str(spec_dir), problems) == []
+    assert spec_paths(str(spec_dir), problems, mounts=FuseMounts()) == []
     assert [(p.file, p.reason) for p in problems] == [
         (
             str(spec_dir),
@@ -181,10 +189,10 @@ def test_the_stored_index_is_keyed_on_the_devices(
     from cdictk.startpath.specs.parsecache import ParseCache
 
     store = ParseCache(str(tmp_path / "store"))
-    assert list(SpecIndex.load([str(spec_dir)], store).devices) == ["example.com/gpu=good"]
+    assert list(SpecIndex.load([str(spec_dir)], scan_specs, store).devices) == ["example.com/gpu=good"]
     fuse_over(monkeypatch, spec_dir, "1000")
-    assert list(SpecIndex.load([str(spec_dir)], store).devices) == [
+    assert list(SpecIndex.load([str(spec_dir)], scan_specs, store).devices) == [
         "example.com/gpu=good"
     ]  # same device: kept
     monkeypatch.setattr(index, "_device", lambda directory: -1)  # what a mount over it would do
-    assert list(SpecIndex.load([str(spec_dir)], store).devices) == []
+    assert list(SpecIndex.load([str(spec_dir)], scan_specs, store).devices) == []
