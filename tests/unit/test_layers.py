@@ -56,6 +56,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "api": (("cdictk.api",), ("startpath", "helpers", "cdi", "node", "nvcdi", "runtime", "info")),
     # The Kubernetes node agents: gRPC front-ends over the library API (and the node's facts).
     "deviceplugin": (("cdictk.deviceplugin",), ("startpath", "helpers", "node", "api")),
+    "dra": (("cdictk.dra",), ("startpath", "helpers", "node", "nvcdi", "api")),
     # The node's GPU labels for NFD: the node's facts, and the spec writer's file policy and watch.
     "labels": (("cdictk.labels",), ("startpath", "helpers", "node", "nvcdi")),
     "cli": (
@@ -71,6 +72,7 @@ LAYERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
             "info",
             "api",
             "deviceplugin",
+            "dra",
             "labels",
             "noderuntime",
         ),

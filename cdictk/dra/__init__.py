@@ -1,0 +1,1 @@
+"""The DRA kubelet plugin: the node's GPUs as ResourceSlices, claims prepared as CDI specs."""
