@@ -16,13 +16,14 @@ checkpoints allocations by ID). Replicas (time-slicing) offer each device N time
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.node.gpus import Gpu, MigDevice
+from cdictk.node.pcidevices import numa_node
 from cdictk.startpath.helpers.errors import CdictkError
+from cdictk.startpath.helpers.roots import Roots
 
 REPLICA_SEPARATOR = "::"
 RESOURCE_DOMAIN = "nvidia.com"  # NVIDIA's plugin's: what pods and schedulers ask for
@@ -72,13 +73,10 @@ class Resource:
 def numa_reader(sys_root: str) -> Callable[[str], int | None]:
     """The NUMA node of a PCI device from ``<sys>/bus/pci/devices/<bus>/numa_node`` (None: -1 or none)."""
 
+    roots = Roots(sys=sys_root)
+
     def numa(bus_id: str) -> int | None:
-        try:
-            with open(os.path.join(sys_root, "bus/pci/devices", bus_id, "numa_node"), encoding="ascii") as f:
-                node = int(f.read().strip())
-        except (OSError, ValueError):
-            return None
-        return node if node >= 0 else None
+        return numa_node(roots, bus_id)
 
     return numa
 

@@ -44,6 +44,7 @@ class NodeFacts:
     caps_major: int | None
     warnings: list[str] = field(default_factory=list)
     faulty: list[str] = field(default_factory=list)  # GPUs NVML could not describe, left out: "GPU 3: ..."
+    cuda_version: int = 0  # NVML's CUDA driver version, 13000 for 13.0; 0: no NVML, or it gave none
 
 
 def discover(
@@ -102,8 +103,9 @@ def _discover(
         )
         gpus: list[Gpu] = []
         used = mode
+        cuda = 0
         if query is not None:
-            gpus, nvml_version, used = _gpus_from_nvml(recipe.gpus, query, warnings, faulty)
+            gpus, nvml_version, cuda, used = _gpus_from_nvml(recipe.gpus, query, warnings, faulty)
             version = version or nvml_version or ""
     finally:
         if isinstance(query, NvmlQuery):
@@ -150,6 +152,7 @@ def _discover(
         caps_major=majors.get("nvidia-caps"),
         warnings=warnings,
         faulty=faulty,
+        cuda_version=cuda,
     )
 
 
@@ -199,8 +202,9 @@ def _early_common(names: tuple[str, ...], context: Context) -> tuple[str, Found]
 
 def _gpus_from_nvml(
     source: GpuSource, query: NvmlQuery | NvmlError, warnings: list[str], faulty: list[str]
-) -> tuple[list[Gpu], str | None, Mode]:
-    """The GPUs NVML reports (``query``: its query under way, or why there is no library to load).
+) -> tuple[list[Gpu], str | None, int, Mode]:
+    """The GPUs NVML reports, its driver and CUDA versions (``query``: its query under way, or why
+    there is no library to load).
     procfs stands in only where there is no NVML at all, or none cdictk may load (not root's alone):
     an NVML that failed, hung or left a GPU out is never papered over with procfs, which knows nothing
     of MIG and would advertise a GPU in MIG mode as a full GPU."""
@@ -212,11 +216,11 @@ def _gpus_from_nvml(
         if source is GpuSource.NVML or not exc.absent:
             raise
         warnings.append(f"{exc}; falling back to /proc/driver/nvidia/gpus (full GPUs only, no MIG)")
-        return [], None, Mode.PROCFS
+        return [], None, 0, Mode.PROCFS
     for line in answer.left_out:
         faulty.append(line)
         warnings.append(f"{line}: NVML cannot describe it; left out of the spec (the other GPUs are kept)")
-    return answer.gpus, answer.version, Mode.NVML
+    return answer.gpus, answer.version, answer.cuda_version, Mode.NVML
 
 
 def _full_gpus_from_procfs(roots: Roots, warnings: list[str]) -> list[Gpu]:

@@ -12,6 +12,24 @@ _SHARED = re.compile(r"(\d+)c\.(\d+)g\.")  # a compute instance's slices, then i
 
 
 @dataclass(frozen=True, slots=True)
+class GpuInstance:
+    """What NVML says of a MIG device's GPU instance: its profile's ID (``19`` for an H100's 1g.10gb,
+    not the NVML_GPU_INSTANCE_PROFILE_* index), where it sits among the GPU's memory slices, and its
+    profile's sizes (nvmlGpuInstanceProfileInfo_t). What names a MIG device for DRA."""
+
+    profile_id: int
+    placement_start: int  # the first memory slice it occupies
+    placement_size: int  # how many
+    memory_mb: int  # the profile's memory, in MiB (nvml.h: "memorySizeMB ... (in MiB)")
+    multiprocessors: int
+    copy_engines: int
+    decoders: int
+    encoders: int
+    jpeg_decoders: int
+    ofas: int
+
+
+@dataclass(frozen=True, slots=True)
 class MigDevice:
     parent_index: int
     index: int  # NVML's MIG slot on the parent, as in "0:1" (slots can have holes)
@@ -29,6 +47,7 @@ class MigDevice:
     encoders: int = 0
     jpeg_decoders: int = 0
     ofas: int = 0  # optical flow accelerators
+    instance: GpuInstance | None = None  # None: NVML would not say (no permission to ask)
 
     @property
     def whole_instance(self) -> bool:
@@ -48,8 +67,14 @@ class Gpu:
     migs: tuple[MigDevice, ...] = field(default_factory=tuple)
     # What NVML says beside (node labels); procfs knows none of it.
     mig_capable: bool = False  # NVML answers its MIG mode (NOT_SUPPORTED: not capable)
-    memory_mib: int = 0  # total memory; 0: unknown
+    memory_bytes: int = 0  # total memory; 0: unknown
     compute_capability: tuple[int, int] = (0, 0)  # CUDA's (major, minor); (0, 0): unknown
+    brand: int | None = None  # nvmlBrandType_t; None: unknown
+    architecture: int | None = None  # nvmlDeviceArchitecture_t; None: unknown
+
+    @property
+    def memory_mib(self) -> int:
+        return self.memory_bytes >> 20
 
 
 def sysfs_bus_id(nvml_bus_id: str) -> str:

@@ -19,7 +19,7 @@ from cdictk.node.nvmlchild import NvmlChild, Send
 from cdictk.node.nvmllib import NvmlError
 
 if TYPE_CHECKING:  # imported after NVML's child is forked (NvmlQuery): the child need not wait for it
-    from cdictk.node.gpus import Gpu, MigDevice, NvmlAnswer
+    from cdictk.node.gpus import Gpu, GpuInstance, MigDevice, NvmlAnswer
 
 
 def query_nvml(library: str, *, deadline: float | None = None) -> NvmlAnswer:
@@ -90,15 +90,22 @@ def _job(pynvml: Any, _argument: object, send: Send) -> None:
 
 
 def _gpu_of(data: dict[str, Any]) -> Gpu:
-    from cdictk.node.gpus import Gpu, MigDevice  # noqa: PLC0415 - after the fork, as answer's
+    from cdictk.node.gpus import Gpu  # noqa: PLC0415 - after the fork, as answer's
 
     return Gpu(
         **{
             **data,
-            "migs": tuple(MigDevice(**mig) for mig in data["migs"]),
+            "migs": tuple(_mig_of(mig) for mig in data["migs"]),
             "compute_capability": tuple(data["compute_capability"]),
         }
     )
+
+
+def _mig_of(data: dict[str, Any]) -> MigDevice:
+    from cdictk.node.gpus import GpuInstance, MigDevice  # noqa: PLC0415 - after the fork, as answer's
+
+    instance = data["instance"]
+    return MigDevice(**{**data, "instance": None if instance is None else GpuInstance(**instance)})
 
 
 def _answer(pynvml: Any) -> dict[str, Any]:
@@ -152,6 +159,7 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         current, mig_capable = pynvml.NVML_DEVICE_MIG_DISABLE, False
     mig_enabled = current == pynvml.NVML_DEVICE_MIG_ENABLE
     memory = _optional(pynvml, pynvml.nvmlDeviceGetMemoryInfo, None, device)
+    migs = _migs(pynvml, device, index) if mig_enabled else []
     return Gpu(
         index=index,
         minor=pynvml.nvmlDeviceGetMinorNumber(device),
@@ -159,12 +167,14 @@ def _gpu(pynvml: Any, index: int) -> Gpu:
         bus_id=sysfs_bus_id(_text(pynvml.nvmlDeviceGetPciInfo(device).busId)),
         name=_text(pynvml.nvmlDeviceGetName(device)),
         mig_enabled=mig_enabled,
-        migs=tuple(_migs(pynvml, device, index)) if mig_enabled else (),
+        migs=tuple(migs),
         mig_capable=mig_capable,
-        memory_mib=memory.total >> 20 if memory is not None else 0,
+        memory_bytes=memory.total if memory is not None else 0,
         compute_capability=tuple(
             _optional(pynvml, pynvml.nvmlDeviceGetCudaComputeCapability, (0, 0), device)
         ),
+        brand=_optional(pynvml, pynvml.nvmlDeviceGetBrand, None, device),
+        architecture=_optional(pynvml, pynvml.nvmlDeviceGetArchitecture, None, device),
     )
 
 
@@ -172,17 +182,21 @@ def _migs(pynvml: Any, device: Any, parent: int) -> list[MigDevice]:
     from cdictk.node.gpus import MigDevice, mig_profile  # noqa: PLC0415 - runs in the forked child
 
     migs = []
+    profiles: dict[int, Any] | None = None  # the GPU's GPU instance profiles by ID, asked once
     for slot in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(device)):
         try:
             mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(device, slot)
         except pynvml.NVMLError_NotFound:
             continue
         attributes = pynvml.nvmlDeviceGetAttributes(mig)
+        gi = pynvml.nvmlDeviceGetGpuInstanceId(mig)
+        if profiles is None:
+            profiles = _gi_profiles(pynvml, device)
         migs.append(
             MigDevice(
                 parent_index=parent,
                 index=slot,
-                gi=pynvml.nvmlDeviceGetGpuInstanceId(mig),
+                gi=gi,
                 ci=pynvml.nvmlDeviceGetComputeInstanceId(mig),
                 uuid=_text(pynvml.nvmlDeviceGetUUID(mig)),
                 profile=mig_profile(
@@ -200,6 +214,46 @@ def _migs(pynvml: Any, device: Any, parent: int) -> list[MigDevice]:
                 encoders=attributes.sharedEncoderCount,
                 jpeg_decoders=attributes.sharedJpegCount,
                 ofas=attributes.sharedOfaCount,
+                instance=_instance(pynvml, device, gi, profiles),
             )
         )
     return migs
+
+
+def _gi_profiles(pynvml: Any, device: Any) -> dict[int, Any]:
+    """The GPU's GPU instance profiles (nvmlGpuInstanceProfileInfo_v2_t) by profile ID: NVML looks
+    them up by their NVML_GPU_INSTANCE_PROFILE_* index, a GPU instance names its profile by ID."""
+    found = {}
+    for index in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+        try:
+            info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(device, index)
+        except pynvml.NVMLError:  # a profile this GPU lacks (NOT_SUPPORTED), or past the last one
+            continue
+        found[info.id] = info
+    return found
+
+
+def _instance(pynvml: Any, device: Any, gi: int, profiles: dict[int, Any]) -> GpuInstance | None:
+    """The MIG device's GPU instance: its profile and placement; None where NVML would not say
+    (NO_PERMISSION: the GPU instance queries may need a privileged user)."""
+    from cdictk.node.gpus import GpuInstance  # noqa: PLC0415 - runs in the forked child
+
+    try:
+        info = pynvml.nvmlGpuInstanceGetInfo(pynvml.nvmlDeviceGetGpuInstanceById(device, gi))
+    except pynvml.NVMLError:
+        return None
+    profile = profiles.get(info.profileId)
+    if profile is None:
+        return None
+    return GpuInstance(
+        profile_id=info.profileId,
+        placement_start=info.placement.start,
+        placement_size=info.placement.size,
+        memory_mb=profile.memorySizeMB,
+        multiprocessors=profile.multiprocessorCount,
+        copy_engines=profile.copyEngineCount,
+        decoders=profile.decoderCount,
+        encoders=profile.encoderCount,
+        jpeg_decoders=profile.jpegCount,
+        ofas=profile.ofaCount,
+    )

@@ -1,7 +1,10 @@
-"""What sysfs says of the node's NVIDIA PCI functions: a GPU's PCI class, and which functions are vGPUs
-(a virtual GPU shows its host's driver in a vendor-specific capability of its configuration space).
+"""What sysfs says of the node's NVIDIA PCI functions: a GPU's PCI class, NUMA node and PCIe root, and
+which functions are vGPUs (a virtual GPU shows its host's driver in a vendor-specific capability of its
+configuration space).
 
-Read from ``<sys>/bus/pci/devices/<bus id>/``: ``vendor``, ``class`` and ``config``. An unprivileged
+Read from ``<sys>/bus/pci/devices/<bus id>/``: ``vendor``, ``class``, ``numa_node`` and ``config``, and
+the link itself, which points into ``<sys>/devices/pci<domain>:<bus>/`` under the function's root
+complex. An unprivileged
 reader gets the first 64 bytes of ``config`` only, where no capability list fits: then which function is
 a vGPU cannot be told, and :func:`vgpu_scan` says so with None rather than "none".
 """
@@ -9,6 +12,7 @@ a vGPU cannot be told, and :func:`vgpu_scan` says so with None rather than "none
 from __future__ import annotations
 
 import os
+import re
 import stat
 from dataclasses import dataclass
 
@@ -25,6 +29,8 @@ _VENDOR_SPECIFIC = 0x09
 _VGPU_SIGNATURE = b"VF"  # bytes 3 and 4 of a vGPU's vendor-specific capability
 _RECORDS_START = 5  # the capability's records: id, length, data
 _VERSION_BYTES = 10  # the host driver record (id 0): its version, then its branch, NUL-padded
+_BUS_ID = re.compile(r"[0-9a-f]{4,}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]")  # sysfs' form, nothing to walk out of
+_ROOT_COMPLEX = re.compile(r"pci[0-9a-f]{4,}:[0-9a-f]{2}")  # 5 digits for a VMD domain
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +49,38 @@ def devices_dir(roots: Roots) -> str:
 def pci_class(roots: Roots, bus_id: str) -> int | None:
     """The 24-bit PCI class of the function at ``bus_id`` (sysfs form), None when unreadable."""
     return _number(read_text(os.path.join(devices_dir(roots), bus_id, "class")))
+
+
+def numa_node(roots: Roots, bus_id: str) -> int | None:
+    """The NUMA node of the function at ``bus_id``; None when sysfs says -1 (no NUMA) or nothing."""
+    if not _BUS_ID.fullmatch(bus_id):
+        return None
+    node = _number(read_text(os.path.join(devices_dir(roots), bus_id, "numa_node")))
+    return node if node is not None and node >= 0 else None
+
+
+def pcie_root(roots: Roots, bus_id: str) -> str | None:
+    """The PCIe root complex the function at ``bus_id`` hangs off, as sysfs names its directory
+    (``pci0000:64``): the first step of the path its link under ``bus/pci/devices`` points to
+    (``../../../devices/pci0000:64/0000:64:00.0/0000:65:00.0``). None when that link is missing or
+    points elsewhere; the link is read, never followed."""
+    if not _BUS_ID.fullmatch(bus_id):
+        return None
+    try:
+        target = os.readlink(os.path.join(devices_dir(roots), bus_id))
+    except OSError:
+        return None
+    if os.path.isabs(target):
+        return None
+    parts = os.path.normpath(os.path.join("bus/pci/devices", target)).split("/")
+    if (
+        len(parts) < 3
+        or parts[0] != "devices"
+        or parts[-1] != bus_id
+        or not _ROOT_COMPLEX.fullmatch(parts[1])
+    ):
+        return None
+    return parts[1]
 
 
 def vgpu_scan(roots: Roots) -> list[VgpuHost] | None:

@@ -49,7 +49,7 @@
 #define FAKE_STR_SIZE 96     /* NVML_DEVICE_UUID_V2_BUFFER_SIZE and _NAME_V2_ */
 #define FAKE_DRIVER_SIZE 80  /* NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE */
 #define FAKE_LINE_SIZE 1024
-#define FAKE_MAX_TOKENS 16
+#define FAKE_MAX_TOKENS 20
 #define FAKE_KEY_SIZE 16
 #define FAKE_CONFIG_NAME "fake-nvml.conf"
 #define FAKE_EVENTS_NAME "fake-nvml.events"
@@ -229,6 +229,7 @@ struct fake_device {
     enum fake_mig_mode mig_mode;
     unsigned int max_mig;
     int arch_major, arch_minor; /* nvmlDeviceGetCudaComputeCapability */
+    unsigned int arch_id;       /* nvmlDeviceGetArchitecture: NVML_DEVICE_ARCH_*, by default the capability's */
     int brand;                  /* nvmlBrandType_t, any value: NVML adds brands */
     unsigned long long memory_mb; /* the GPU's total, or the MIG device's (its GPU instance's) */
     /* Topology (GPU only): the NUMA node and PCIe switch it hangs off (-1: not
@@ -594,6 +595,31 @@ static int fake_parse_arch(const char *s, int *major, int *minor)
     return 0;
 }
 
+/* The NVML_DEVICE_ARCH_* of a compute capability, as NVML reports it for
+ * the GPUs of each generation. */
+static unsigned int fake_arch_id(int major, int minor)
+{
+    switch (major) {
+    case 3:
+        return 2; /* Kepler */
+    case 5:
+        return 3; /* Maxwell */
+    case 6:
+        return 4; /* Pascal */
+    case 7:
+        return minor < 5 ? 5 : 6; /* Volta, Turing */
+    case 8:
+        return minor == 9 ? 8 : 7; /* Ada, Ampere */
+    case 9:
+        return 9; /* Hopper */
+    case 10:
+    case 12:
+        return 10; /* Blackwell */
+    default:
+        return 0xffffffffu; /* NVML_DEVICE_ARCH_UNKNOWN */
+    }
+}
+
 static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
 {
     unsigned int index, brand, lost;
@@ -625,6 +651,8 @@ static int fake_record_gpu(struct fake_line *l, struct fake_state *st)
     d->arch_minor = FAKE_DEFAULT_ARCH_MINOR;
     if (arch != NULL && fake_parse_arch(arch, &d->arch_major, &d->arch_minor) != 0)
         return fake_bad(l, "bad compute capability (want major.minor)", arch);
+    if (fake_uint(l, "archid", 0, fake_arch_id(d->arch_major, d->arch_minor), UINT_MAX, &d->arch_id) != 0)
+        return -1;
 
     if (fake_optional_int(l, "numa", &d->numa) != 0 || fake_optional_int(l, "pcisw", &d->pcisw) != 0)
         return -1;
@@ -853,7 +881,8 @@ static int fake_read_line(FILE *f, char *buf, size_t size)
  *   init error=9
  *   events supported=0     (nvmlEventSetCreate answers NOT_SUPPORTED)
  *   gpu index=0 minor=0 uuid=GPU-... bus=00000000:18:00.0 name="..." [mig=disabled|enabled|unsupported]
- *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [brand=14] [lost=0] [memmb=81559] [numa=0] [pcisw=0]
+ *       [maxmig=7] [pciid=0x233010DE] [arch=9.0] [archid=9] [brand=14] [lost=0] [memmb=81559] [numa=0]
+ *       [pcisw=0]     (archid: an NVML_DEVICE_ARCH_*, by default arch's generation's)
  *   nvlink gpu=0 link=0 peer=1     (after both gpu records; one line per direction)
  *   mig gpu=0 index=0 gi=2 ci=0 uuid=MIG-... name="... MIG 3g.40gb" gislices=3 cislices=3 memmb=40192 [sms=14]
  *       [ce=0] [dec=0] [enc=0] [jpeg=0] [ofa=0]   (its attributes' shared engine counts)
@@ -1523,6 +1552,19 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
     return NVML_SUCCESS;
 }
 
+nvmlReturn_t nvmlDeviceGetArchitecture(nvmlDevice_t device, unsigned int *arch)
+{
+    struct fake_device *d;
+    nvmlReturn_t rc = fake_device(device, arch, &d);
+
+    if (rc != NVML_SUCCESS)
+        return rc;
+    if (d->is_mig)
+        return NVML_ERROR_NOT_SUPPORTED;
+    *arch = d->arch_id;
+    return NVML_SUCCESS;
+}
+
 nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type)
 {
     struct fake_device *d;
@@ -1537,9 +1579,11 @@ nvmlReturn_t nvmlDeviceGetBrand(nvmlDevice_t device, int *type)
 }
 
 /* ---- MIG: memory, GPU and compute instances ----------------------------- */
-/* Not called by cdictk: nvidia-ctk's generator asks them of every MIG device
- * (go-nvlib's MigDevice.GetProfile), and bench/compare_generate.py runs it on
- * the fake nodes.  The config describes a profile only through the MIG devices
+/* cdictk's discovery asks a MIG device's GPU instance (its profile ID and
+ * placement) and the GPU's GPU instance profiles, which name it for DRA;
+ * nvidia-ctk's generator asks them all of every MIG device (go-nvlib's
+ * MigDevice.GetProfile), and bench/compare_generate.py runs it on the fake
+ * nodes.  The config describes a profile only through the MIG devices
  * that use it, so a GPU reports the GPU instance profiles of its MIG devices
  * and a GPU instance the compute instance profiles of its own: the others
  * answer NOT_SUPPORTED, as a profile the GPU lacks does. */
@@ -1702,6 +1746,12 @@ static void fake_gi_profile_info(const struct fake_device *mig, nvmlGpuInstanceP
     out->sliceCount = mig->gi_slices;
     out->instanceCount = strncmp(suffix, "+me", 3) == 0 ? 1 : fit;
     out->multiprocessorCount = mig->sms * mig->gi_slices / mig->ci_slices;
+    /* A compute instance shares its GPU instance's engines: the MIG device's are the profile's. */
+    out->copyEngineCount = mig->copy_engines;
+    out->decoderCount = mig->decoders;
+    out->encoderCount = mig->encoders;
+    out->jpegCount = mig->jpegs;
+    out->ofaCount = mig->ofas;
     out->memorySizeMB = mig->memory_mb;
     /* "MIG 3g.40gb": fits, as the name's part is shorter than the name. */
     memcpy(out->name, "MIG ", 4);
@@ -1724,6 +1774,11 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfo(nvmlDevice_t device, unsigned i
     info->sliceCount = v3.sliceCount;
     info->instanceCount = v3.instanceCount;
     info->multiprocessorCount = v3.multiprocessorCount;
+    info->copyEngineCount = v3.copyEngineCount;
+    info->decoderCount = v3.decoderCount;
+    info->encoderCount = v3.encoderCount;
+    info->jpegCount = v3.jpegCount;
+    info->ofaCount = v3.ofaCount;
     info->memorySizeMB = v3.memorySizeMB;
     return NVML_SUCCESS;
 }
@@ -1749,6 +1804,11 @@ nvmlReturn_t nvmlDeviceGetGpuInstanceProfileInfoV(nvmlDevice_t device, unsigned 
     info->sliceCount = v3.sliceCount;
     info->instanceCount = v3.instanceCount;
     info->multiprocessorCount = v3.multiprocessorCount;
+    info->copyEngineCount = v3.copyEngineCount;
+    info->decoderCount = v3.decoderCount;
+    info->encoderCount = v3.encoderCount;
+    info->jpegCount = v3.jpegCount;
+    info->ofaCount = v3.ofaCount;
     info->memorySizeMB = v3.memorySizeMB;
     memcpy(info->name, v3.name, sizeof info->name);
     return NVML_SUCCESS;

@@ -575,9 +575,25 @@ def _procfs(node: FakeNode) -> None:
     _mig_capabilities(node)
 
 
+def pcie_root(gpu: FakeGpu) -> str:
+    """The root complex the fake node puts the GPU under: the bus below its own (``pci0000:17`` for
+    ``0000:18:00.0``), through that bus's root port."""
+    domain, bus = sysfs_bus(gpu).split(":")[:2]
+    return f"pci{domain}:{int(bus, 16) - 1:02x}"
+
+
 def _sysfs(node: FakeNode) -> None:
     for gpu in node.preset.gpus:
-        device = f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}"
+        # As the kernel has it: the function's directory under its root complex and root port in
+        # devices/, and bus/pci/devices/<bus id> a relative link to it.
+        root = pcie_root(gpu)
+        port = f"{root.removeprefix('pci')}:00.0"
+        device = f"{node.sys}/devices/{root}/{port}/{sysfs_bus(gpu)}"
+        os.makedirs(device, exist_ok=True)
+        os.makedirs(f"{node.sys}/bus/pci/devices", exist_ok=True)
+        os.symlink(
+            f"../../../devices/{root}/{port}/{sysfs_bus(gpu)}", f"{node.sys}/bus/pci/devices/{sysfs_bus(gpu)}"
+        )
         os.makedirs(f"{device}/drm/card{gpu.index + 1}", exist_ok=True)
         os.makedirs(f"{device}/drm/renderD{128 + gpu.index}", exist_ok=True)
         _pci_device(device, gpu)

@@ -45,6 +45,7 @@ class FakeGpu:
     mig: str = "disabled"  # one of MIG_MODES
     max_mig: int = 7
     arch: str = "9.0"  # CUDA compute capability, major.minor (an H100's)
+    arch_id: int | None = None  # nvmlDeviceGetArchitecture's NVML_DEVICE_ARCH_*; None: arch's generation's
     brand: int = NVML_BRAND_NVIDIA  # an nvmlBrandType_t value
     lost: bool = False  # nvmlDeviceGetHandleByIndex (and ByUUID) answer "GPU is lost", as after an Xid 79
     memory_mb: int = 81559  # total memory (nvmlDeviceGetMemoryInfo), an H100 80GB HBM3's
@@ -92,6 +93,7 @@ class FakeNvmlConfig:
                 f"gpu index={gpu.index} minor={gpu.minor} uuid={_value(gpu.uuid)} bus={_value(gpu.bus_id)}"
                 f" name={_value(gpu.name)} mig={gpu.mig} maxmig={gpu.max_mig}"
                 f" arch={_value(gpu.arch)} brand={gpu.brand} lost={int(gpu.lost)} memmb={gpu.memory_mb}"
+                + (f" archid={gpu.arch_id}" if gpu.arch_id is not None else "")
                 + (f" numa={gpu.numa}" if gpu.numa is not None else "")
                 + (f" pcisw={gpu.pcisw}" if gpu.pcisw is not None else "")
             )

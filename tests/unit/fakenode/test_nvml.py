@@ -385,6 +385,44 @@ def test_gpu_instance_profiles(lib: str) -> None:
         )  # INVALID_ARGUMENT
 
 
+def test_a_gpu_instance_profile_has_its_mig_devices_engines(lib: str) -> None:
+    migs = [
+        FakeMig(0, 0, 2, 0, "MIG-a0", f"{H100} MIG 3g.40gb", 3, 3, 40192, sms=60, engines=(3, 3, 1, 3, 1))
+    ]
+    FakeNvmlConfig(VERSION, 13000, config().gpus[:1], migs).write(os.path.dirname(lib))
+    pynvml.nvmlInit()
+    gpu0 = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for version in (1, 2):
+        info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(
+            gpu0, pynvml.NVML_GPU_INSTANCE_PROFILE_3_SLICE, version
+        )
+        engines = (info.copyEngineCount, info.decoderCount, info.encoderCount, info.jpegCount, info.ofaCount)
+        assert engines == (3, 3, 1, 3, 1)
+
+
+@pytest.mark.parametrize(
+    ("arch", "arch_id", "answer"),
+    [
+        ("9.0", None, pynvml.NVML_DEVICE_ARCH_HOPPER),
+        ("8.0", None, pynvml.NVML_DEVICE_ARCH_AMPERE),
+        ("8.6", None, pynvml.NVML_DEVICE_ARCH_AMPERE),
+        ("8.9", None, pynvml.NVML_DEVICE_ARCH_ADA),
+        ("7.0", None, pynvml.NVML_DEVICE_ARCH_VOLTA),
+        ("7.5", None, pynvml.NVML_DEVICE_ARCH_TURING),
+        ("12.0", None, pynvml.NVML_DEVICE_ARCH_BLACKWELL),
+        ("99.0", None, pynvml.NVML_DEVICE_ARCH_UNKNOWN),
+        ("9.0", 77, 77),  # told: any number, as NVML adds architectures
+    ],
+)
+def test_the_architecture_is_the_compute_capabilitys_unless_told(
+    lib: str, arch: str, arch_id: int | None, answer: int
+) -> None:
+    gpu = FakeGpu(0, 0, "GPU-aaaaaaaa-0000", "00000000:18:00.0", H100, arch=arch, arch_id=arch_id)
+    FakeNvmlConfig(VERSION, 13000, [gpu], []).write(os.path.dirname(lib))
+    pynvml.nvmlInit()
+    assert pynvml.nvmlDeviceGetArchitecture(pynvml.nvmlDeviceGetHandleByIndex(0)) == answer
+
+
 def test_compute_instance_profiles(lib: str) -> None:
     mig_config().write(os.path.dirname(lib))
     pynvml.nvmlInit()

@@ -40,7 +40,7 @@ def gpu(
         migs is not None,
         migs or (),
         mig_capable=True,
-        memory_mib=81559,
+        memory_bytes=81559 << 20,
         compute_capability=cc,
     )
 

@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from cdictk.node.gpus import GpuInstance
 from cdictk.node.nvml import NvmlQuery, query_nvml
 from cdictk.node.nvmllib import NvmlError, nvml_library
 from tests.conftest import NodeFactory
@@ -47,6 +48,23 @@ def test_nvml_through_pynvml(make_node: NodeFactory) -> None:
         (2, 8, 0, "1g.10gb"),
     ]
     assert not gpus[1].mig_enabled and gpus[1].migs == ()
+
+
+def test_the_gpu_model_and_mig_placements(make_node: NodeFactory) -> None:
+    node = make_node("eight")
+    answer = query_nvml(nvml_library(node.root))
+    assert answer.cuda_version == 13000
+    first = answer.gpus[0]
+    # NVML's numbers: an H100 is NVML_BRAND_NVIDIA (14) and NVML_DEVICE_ARCH_HOPPER (9).
+    assert (first.brand, first.architecture, first.compute_capability) == (14, 9, (9, 0))
+    assert first.memory_bytes == 81559 << 20 and first.memory_mib == 81559
+    # Each MIG device's GPU instance: its profile's ID (not its index), its memory slices, and the
+    # profile's sizes, which the fake takes from the MIG devices on it.
+    assert [m.instance for m in first.migs] == [
+        GpuInstance(9, 0, 4, 40192, 60, 3, 3, 0, 3, 0),
+        GpuInstance(19, 4, 1, 9856, 16, 1, 1, 0, 1, 0),
+        GpuInstance(19, 5, 1, 9856, 16, 1, 1, 0, 1, 0),
+    ]
 
 
 def test_nvml_failure_is_an_nvml_error(make_node: NodeFactory) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cdictk.node.pcidevices import COMPUTE_CLASS, VgpuHost, pci_class, vgpu_scan
+from cdictk.node.pcidevices import COMPUTE_CLASS, VgpuHost, numa_node, pci_class, pcie_root, vgpu_scan
 from cdictk.startpath.helpers.roots import Roots
 from tests.conftest import NodeFactory, roots_of
 from tests.fakenode.node import pci_config
@@ -58,3 +58,41 @@ def test_a_vgpu_record_cut_short_gives_no_version(tmp_path: Path) -> None:
     short = bytes([16]) + VGPU[1:14]  # its length says 16: the record's version does not fit
     function(tmp_path, "0000:01:00.0", config=pci_config(0x030000, ((0x09, short),)))
     assert vgpu_scan(Roots(sys=str(tmp_path))) == [VgpuHost("0000:01:00.0", "", "")]
+
+
+@pytest.mark.root
+def test_the_fake_nodes_gpus_sit_under_their_root_complexes(make_node: NodeFactory) -> None:
+    roots = roots_of(make_node("eight"))
+    assert [pcie_root(roots, bus) for bus in ("0000:18:00.0", "0000:db:00.0")] == ["pci0000:17", "pci0000:da"]
+    assert [numa_node(roots, bus) for bus in ("0000:18:00.0", "0000:db:00.0")] == [0, 1]
+
+
+@pytest.mark.parametrize(
+    ("target", "root"),
+    [
+        ("../../../devices/pci0000:64/0000:64:00.0/0000:65:00.0", "pci0000:64"),
+        ("../../../devices/pci10000:e0/10000:e0:01.0/0000:65:00.0", "pci10000:e0"),  # a VMD domain
+        ("/sys/devices/pci0000:64/0000:64:00.0/0000:65:00.0", None),  # sysfs links are relative
+        ("../../../devices/pci0000:64/0000:64:00.0/0000:66:00.0", None),  # another function
+        ("../../../devices/platform/0000:65:00.0", None),  # no root complex
+        ("../../../../elsewhere/pci0000:64/0000:65:00.0", None),
+    ],
+)
+def test_the_pcie_root_is_read_from_the_link_never_followed(
+    tmp_path: Path, target: str, root: str | None
+) -> None:
+    devices = tmp_path / "bus/pci/devices"
+    devices.mkdir(parents=True)
+    (devices / "0000:65:00.0").symlink_to(target)
+    assert pcie_root(Roots(sys=str(tmp_path)), "0000:65:00.0") == root
+
+
+def test_no_link_or_a_bus_id_to_walk_out_with_gives_nothing(tmp_path: Path) -> None:
+    devices = tmp_path / "bus/pci/devices"
+    (devices / "0000:65:00.0").mkdir(parents=True)  # a directory, not the kernel's link
+    (devices / "0000:65:00.0" / "numa_node").write_text("-1\n")
+    (tmp_path / "numa_node").write_text("3\n")
+    roots = Roots(sys=str(tmp_path))
+    assert pcie_root(roots, "0000:65:00.0") is None and pcie_root(roots, "0000:66:00.0") is None
+    assert numa_node(roots, "0000:65:00.0") is None  # -1: no NUMA
+    assert numa_node(roots, "../../..") is None and pcie_root(roots, "../..") is None
