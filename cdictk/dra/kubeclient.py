@@ -1,10 +1,11 @@
 """The API server calls the DRA plugin makes, through the official client, JSON dicts in and out.
 
-Objects go out as the dicts :mod:`cdictk.dra.slices` builds (the client checks them against its models,
-and a field it does not know is refused before anything is sent) and come back as the server wrote
-them (``_preload_content=False``, then JSON), so nothing the server adds is lost to a model. ``resource.k8s.io/v1`` is spoken, or ``v1beta1`` for
-a server that lacks v1 (Kubernetes 1.32 and 1.33): the version is chosen when the client is made, or
-asked of the server (:meth:`KubeClient.served_version`).
+Objects go out as the dicts :mod:`cdictk.dra.slices` builds (the client checks them against its
+models, and a field it does not know is refused before anything is sent) and come back as the server
+wrote them (``_preload_content=False``, then JSON), so nothing the server adds is lost to a model.
+``resource.k8s.io/v1`` is spoken, or ``v1beta1`` for a server that lacks v1 (Kubernetes 1.32 and
+1.33): the version is chosen when the client is made, or asked of the server
+(:meth:`KubeClient.served_version`).
 
 Every failure is a :class:`KubeError`, one line naming the call and what the server said (its status
 code and the message of its Status object), or why no answer came.

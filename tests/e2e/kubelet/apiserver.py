@@ -17,7 +17,7 @@ Every object it stores is first validated against the official schema of Kuberne
 (kubernetes-validate): an unknown field, a wrong type or a missing required one is a 422 with a
 message shaped like the API server's. With a token set, a request without ``Authorization: Bearer
 <token>`` is a 401. Writes are recorded (:attr:`ApiServer.writes`), so a test can tell that nothing was
-written.
+written, and the next ones can be refused with an answer of the test's (:attr:`ApiServer.refusals`).
 
 What it is not: no watch, no paging, no admission beyond the schema (no CEL validation rules, no
 limits the schema does not state, no defaulting), no conversion between API versions, no garbage
@@ -79,6 +79,7 @@ class ApiServer:
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
         self.writes: list[Write] = []
+        self.refusals: list[Refusal] = []  # what the next writes are answered with, in turn
         self._lock = threading.Lock()
         self._revision = itertools.count(1)
         self._server: ThreadingHTTPServer | None = None
@@ -96,7 +97,9 @@ class ApiServer:
         server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, args=(0.05,), name="apiserver", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever, args=(0.05,), name="apiserver", daemon=True
+        )
         self._thread.start()
 
     def stop(self) -> None:
@@ -150,6 +153,8 @@ class ApiServer:
             split = urlsplit(target)
             query = {key: values[-1] for key, values in parse_qs(split.query).items()}
             with self._lock:
+                if method in {"POST", "PUT", "DELETE"} and self.refusals:
+                    raise self.refusals.pop(0)
                 return 200, self._route(method, split.path, query, body)
         except Refusal as refusal:
             status = {
@@ -315,7 +320,7 @@ def _handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = _answer
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base's name)
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # a test's output is not the place for an access log
 
     return Handler

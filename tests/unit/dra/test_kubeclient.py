@@ -44,7 +44,9 @@ def test_slices_are_created_listed_replaced_and_deleted(server: ApiServer, kube:
     (wanted,) = resource_slices([], NODE, node_uid=uid)
     created = kube.create_slice(wanted)
     name = created["metadata"]["name"]
-    assert name.startswith("00000-gpu.nvidia.com-node1-") and len(name) > len(wanted["metadata"]["generateName"])
+    assert name.startswith("00000-gpu.nvidia.com-node1-") and len(name) > len(
+        wanted["metadata"]["generateName"]
+    )
     assert created["spec"] == wanted["spec"]
     assert created["metadata"]["ownerReferences"][0]["uid"] == uid
     # Another driver's slice and another node's are not listed.
@@ -68,7 +70,9 @@ def test_a_claim_is_read_as_stored(server: ApiServer, kube: KubeClient) -> None:
         "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRIVER}}]}},
         "status": {
             "allocation": {
-                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]}
+                "devices": {
+                    "results": [{"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]
+                }
             }
         },
     }
@@ -78,7 +82,10 @@ def test_a_claim_is_read_as_stored(server: ApiServer, kube: KubeClient) -> None:
 
 def test_a_missing_claim_is_one_line_with_the_servers_message(kube: KubeClient) -> None:
     error = failure(lambda: kube.read_claim("default", "gone"))
-    assert str(error) == 'read ResourceClaim default/gone: 404 Not Found: resourceclaims.resource.k8s.io "gone" not found'
+    assert (
+        str(error)
+        == 'read ResourceClaim default/gone: 404 Not Found: resourceclaims.resource.k8s.io "gone" not found'
+    )
     assert error.status == 404
 
 
@@ -106,14 +113,16 @@ def test_an_object_the_clients_models_refuse_is_one_line(kube: KubeClient) -> No
     wanted = resource_slices([], NODE)[0]
     wanted["spec"]["bogus"] = 1
     error = failure(lambda: kube.create_slice(wanted))
-    assert str(error).startswith("create ResourceSlice 00000-gpu.nvidia.com-node1-: ") and "bogus" in str(error)
+    assert str(error).startswith("create ResourceSlice 00000-gpu.nvidia.com-node1-: ") and "bogus" in str(
+        error
+    )
     assert error.status is None
 
 
 def test_a_wrong_token_is_one_line(server: ApiServer, tmp_path: Path) -> None:
     server.token = "other"  # noqa: S105
     kube = KubeClient.from_kubeconfig(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
-    server.token = TOKEN  # noqa: S105
+    server.token = TOKEN
     error = failure(lambda: kube.node_uid(NODE))
     assert str(error) == "read Node node1: 401 Unauthorized: Unauthorized"
 
@@ -148,7 +157,7 @@ def test_a_server_without_either_version_is_one_line(server: ApiServer, kube: Ku
 
 
 def test_an_unknown_api_version_is_refused(kube: KubeClient) -> None:
-    with pytest.raises(KubeError, match="unknown API version 'resource.k8s.io/v2'"):
+    with pytest.raises(KubeError, match=r"unknown API version 'resource\.k8s\.io/v2'"):
         KubeClient(kube.api_client, "resource.k8s.io/v2")
 
 
