@@ -1,8 +1,9 @@
 """The API server calls the DRA plugin makes, through the official client, JSON dicts in and out.
 
-Objects go out as the dicts :mod:`cdictk.dra.slices` builds (the client checks them against its
-models, and a field it does not know is refused before anything is sent) and come back as the server
-wrote them (``_preload_content=False``, then JSON), so nothing the server adds is lost to a model.
+Objects go out as the dicts :mod:`cdictk.dra.slices` builds (clients 37 and later check them against
+their models first and refuse a field they do not know; 34 sends them as they are) and come back as
+the server wrote them (``_preload_content=False``, then JSON), so nothing the server adds is lost to a
+model.
 ``resource.k8s.io/v1`` is spoken, or ``v1beta1`` for a server that lacks v1 (Kubernetes 1.32 and
 1.33): the version is chosen when the client is made, or asked of the server
 (:meth:`KubeClient.served_version`).
