@@ -8,8 +8,8 @@ re-publish writes nothing and keeps the generation). Otherwise every slice is wr
 highest generation seen plus one (consumers use only the highest generation of a pool, and wait for
 ``resourceSliceCount`` slices of it): listed slices whose name gives an index the pool still has are
 replaced in place, the others (another pool size, a name taken twice) deleted, and the missing
-indexes created. Deletions go first, then replacements, then creations, as Kubernetes' own slice
-controller orders them, so that no moment shows more slices of the new generation than it counts.
+indexes created. Deletions go first, then replacements, then creations, the order of Kubernetes' own
+ResourceSlice controller.
 
 :class:`Publisher` carries it out through a :class:`~cdictk.dra.kubeclient.KubeClient`, with the
 Node as every slice's owner (its UID read once). Its :meth:`Publisher.resync` is for the plugin's
