@@ -34,8 +34,8 @@ from typing import Any
 
 from cdictk.api import CdictkError, NodeSpecs, TransientSpecs
 from cdictk.dra import cdinames
-from cdictk.dra.allocation import AllocatedDevice, ClaimError, allocated_devices
 from cdictk.dra.checkpoint import COMPLETED, STARTED, Checkpoint, PreparedClaim, PreparedDevice
+from cdictk.dra.claimresults import AllocatedDevice, ClaimError, allocated_devices
 from cdictk.dra.nodedevices import node_devices
 
 log = logging.getLogger(__name__)
@@ -130,14 +130,13 @@ class Preparer:
         known = self._claims.get(uid)
         if known is not None and known.state == COMPLETED:
             if not _spec_exists(self._specs, uid) and known.devices:
-                self._write_spec(
-                    label, uid, known.devices, ids
-                )  # the file went (a tmpfs emptied): write it again
+                # The file went (a reboot's empty tmpfs, a hand): the pods' runtime needs it again.
+                self._write_spec(label, uid, known.devices, ids)
             return known.devices
-        self._refuse_devices_in_use(label, uid, results)
-        if known is not None:  # started: a prepare cut short; its spec may be half of what it meant
+        if known is not None:  # started: a prepare cut short; undo what it may have written
             self._specs.remove(uid)
             self._forget(uid)
+        self._refuse_devices_in_use(label, uid, results)
         devices = tuple(_prepared_device(uid, result) for result in results)
         if not devices:
             return ()  # none of ours: nothing to write or to undo

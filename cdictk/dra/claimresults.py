@@ -67,7 +67,9 @@ def allocated_devices(
     if allocation is None:
         raise ClaimError(label, "not allocated")
     allocation = _mapping(allocation, label, "status.allocation")
-    results = _mapping(allocation.get("devices"), label, "status.allocation.devices").get("results") or []
+    results = _mapping(allocation.get("devices"), label, "status.allocation.devices").get("results")
+    if results is None:
+        results = []  # nothing allocated of any driver: the API server leaves the list out
     if not isinstance(results, list):
         raise ClaimError(label, "status.allocation.devices.results is not a list")
     ours = []
