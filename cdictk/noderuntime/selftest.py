@@ -46,13 +46,16 @@ def extension_modules(root: str) -> list[str]:
     return sorted(names)
 
 
+# The Kubernetes node agents: the kubernetes extra (gRPC, protobuf, the API client) is not in the runtime.
+NODE_AGENTS = ("cdictk.deviceplugin", "cdictk.dra")
+
+
 def cdictk_modules() -> list[str]:
-    """Every module of cdictk but the device plugin's (its gRPC is not in the runtime) and the
-    ``__main__`` modules, which would run."""
+    """Every module of cdictk but the node agents' and the ``__main__`` modules, which would run."""
     found = ["cdictk"]
     for module in pkgutil.walk_packages(cdictk.__path__, "cdictk."):
         name = module.name
-        if name.startswith("cdictk.deviceplugin") or name.endswith("__main__"):
+        if ".".join(name.split(".")[:2]) in NODE_AGENTS or name.endswith("__main__"):
             continue
         found.append(name)
     return sorted(found)

@@ -19,7 +19,7 @@ import copy
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from cdictk.cdi.model import ContainerEdits, Device, Spec
@@ -132,17 +132,31 @@ class NodeSpecs:
         made = node_spec(self.roots, self._mode, options, host_root=self.host_root, facts=warm.made.facts)
         return made.spec
 
-    def claim_spec(self, claim_uid: str, device_ids: Sequence[str]) -> Spec:
-        """The transient spec of a claim: the common edits, and a device ``<claim_uid>-<id>`` per id."""
+    def claim_spec(
+        self, claim_uid: str, device_ids: Sequence[str], *, names: Mapping[str, str] | None = None
+    ) -> Spec:
+        """The transient spec of a claim: the common edits, and a device ``<claim_uid>-<name>`` per id.
+
+        A device's ``name`` is ``names[id]`` where ``names`` has the id, else the id itself: a DRA
+        driver names the devices as its ResourceSlices do (``{"GPU-...": "gpu-0"}`` gives
+        ``<claim_uid>-gpu-0``), whatever id finds them here.
+        """
         if not device_ids:
             raise CdictkError("", "device ids", "a claim needs at least one device")
+        names = names or {}
         warm = self._current()
         devices = []
+        named: dict[str, str] = {}
         for device_id in dict.fromkeys(device_ids):
-            name = f"{claim_uid}-{device_id}"
+            name = f"{claim_uid}-{names.get(device_id, device_id)}"
             problem = device_name_problem(name)
             if problem is not None:
-                raise CdictkError("", "claim uid", problem)
+                raise CdictkError("", "names" if device_id in names else "claim uid", problem)
+            if name in named:
+                raise CdictkError(
+                    "", "names", f"{named[name]!r} and {device_id!r} would both be device {name!r}"
+                )
+            named[name] = device_id
             edits = self._device(warm, device_id).container_edits
             devices.append(Device(name=name, container_edits=copy.deepcopy(edits)))
         spec = Spec(

@@ -121,6 +121,20 @@ def test_a_claim_spec_names_its_devices_after_the_claim(specs: NodeSpecs) -> Non
 
 
 @pytest.mark.root
+def test_a_claim_spec_names_devices_as_the_caller_names_them(specs: NodeSpecs, node: FakeNode) -> None:
+    """A DRA driver finds a device by its UUID and names it as its ResourceSlice does; an id without a
+    name keeps its own, and two ids named alike are refused."""
+    gpu = node.preset.gpus[1].uuid
+    spec = specs.claim_spec(CLAIM, [gpu, "0:2"], names={gpu: "gpu-1", "7": "gpu-7"})
+    assert [device.name for device in spec.devices] == [f"{CLAIM}-gpu-1", f"{CLAIM}-0:2"]
+    assert spec.devices[0].container_edits == specs.device_edits("1")
+    with pytest.raises(CdictkError, match=f"^names: '1' and '2' would both be device '{CLAIM}-gpu-x'$"):
+        specs.claim_spec(CLAIM, ["1", "2"], names={"1": "gpu-x", "2": "gpu-x"})
+    with pytest.raises(CdictkError, match=r"^names: invalid device name"):
+        specs.claim_spec(CLAIM, ["1"], names={"1": "gpu/1"})
+
+
+@pytest.mark.root
 def test_a_whole_spec_has_every_device_and_all(specs: NodeSpecs, node: FakeNode) -> None:
     names = [device.name for device in specs.spec().devices]
     assert names[-1] == "all"
