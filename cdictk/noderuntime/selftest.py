@@ -46,8 +46,9 @@ def extension_modules(root: str) -> list[str]:
     return sorted(names)
 
 
-# The Kubernetes node agents: the kubernetes extra (gRPC, protobuf, the API client) is not in the runtime.
-NODE_AGENTS = ("cdictk.deviceplugin", "cdictk.dra")
+# The Kubernetes node agents and their gRPC server: neither the kubernetes extra (gRPC, protobuf, the
+# API client) nor asyncio is in the runtime.
+NODE_AGENTS = ("cdictk.deviceplugin", "cdictk.dra", "cdictk.unixgrpc")
 
 
 def cdictk_modules() -> list[str]:

@@ -81,8 +81,14 @@ class Kubelet(RegistrationServicer):
         os.makedirs(self.plugin_dir, exist_ok=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         add_RegistrationServicer_to_server(self, server)
-        server.add_insecure_port(f"unix://{self.socket}")
+        # Bound under another name and renamed once listening: a plugin that saw kubelet.sock between
+        # the bind and the listen would be refused a connection, which no kubelet restart test asks for.
+        staging = self.socket + ".new"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(staging)
+        server.add_insecure_port(f"unix://{staging}")
         server.start()
+        os.rename(staging, self.socket)
         self._server = server
 
     def stop(self) -> None:
