@@ -146,7 +146,7 @@ def test_it_serves_registers_publishes_prepares_and_stops_leaving_claims_and_sli
         server.add_node(NODE)
         run = Run(settings(node, dirs, server))
         try:
-            wait_for("the registration socket", lambda: (dirs / "registry" / f"{DRIVER}-reg.sock").exists())
+            wait_for("the registration socket", (dirs / "registry" / f"{DRIVER}-reg.sock").exists)
             # the DRA service listens before the kubelet can learn of it
             assert (dirs / "plugin" / "dra.sock").is_socket()
             info = register(dirs / "registry")
