@@ -126,7 +126,7 @@ def dra_plugin_command(
     # As for the device plugin: gRPC's fork handlers only log at each rediscovery's NVML child.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     try:
-        from cdictk.dra.plugin import DraPlugin, PluginSettings  # noqa: PLC0415 - the kubernetes extra
+        from cdictk.dra.kubeletplugin import DraPlugin, PluginSettings  # noqa: PLC0415 - the kubernetes extra
     except ImportError as exc:
         raise CdictkError(
             "", "dra-plugin", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"

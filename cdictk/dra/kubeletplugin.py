@@ -1,4 +1,4 @@
-"""The DRA plugin's life: discover, clean up, serve, register, publish, then follow the node.
+"""The DRA kubelet plugin's life: discover, clean up, serve, register, publish, then follow the node.
 
 In NVIDIA's ``gpu-kubelet-plugin``'s order: the node's devices discovered (the one discovery, through
 :class:`cdictk.api.NodeSpecs`, kept warm for the claims' specs), the checkpoint opened and what a

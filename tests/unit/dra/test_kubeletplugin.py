@@ -18,12 +18,12 @@ from typing import Any
 import grpc
 import pytest
 
-from cdictk.dra import plugin as plugin_module
+from cdictk.dra import kubeletplugin as plugin_module
 from cdictk.dra.kubeletapi import dra_v1_pb2 as v1
 from cdictk.dra.kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from cdictk.dra.kubeletapi.pluginregistration_pb2 import InfoRequest, PluginInfo, RegistrationStatus
 from cdictk.dra.kubeletapi.pluginregistration_pb2_grpc import RegistrationStub
-from cdictk.dra.plugin import DraPlugin, PluginSettings
+from cdictk.dra.kubeletplugin import DraPlugin, PluginSettings
 from cdictk.startpath.helpers.errors import CdictkError
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.apiserver import ApiServer, running
