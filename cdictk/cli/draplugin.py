@@ -88,6 +88,20 @@ def _absolute(path: str | None, flag: str) -> str | None:
     sys="Where sysfs is mounted (PCIe roots, NUMA nodes).",
 )
 @click.option(
+    "--host-root",
+    metavar="DIR",
+    default="/",
+    show_default=True,
+    help="Where this process sees the node's / (a DaemonSet mounting it at /host, with --driver-root "
+    "/host): the claims' specs name the node's paths, without DIR.",
+)
+@click.option(
+    "--hook-path",
+    metavar="PATH",
+    help="Absolute path, on the node, of the program the specs' hooks run (the node runtime's "
+    "cdictk-hook in the DaemonSet). Default: as cdictk cdi generate's.",
+)
+@click.option(
     "--resync",
     type=float,
     metavar="SECONDS",
@@ -107,6 +121,8 @@ def dra_plugin_command(
     dev_root: str | None,
     proc_root: str,
     sys_root: str,
+    host_root: str,
+    hook_path: str | None,
     resync: float,
 ) -> int:
     """Serve the node's GPUs to Kubernetes' Dynamic Resource Allocation (resource.k8s.io v1, or v1beta1
@@ -142,6 +158,8 @@ def dra_plugin_command(
         ("--dev-root", dev_root),
         ("--proc-root", proc_root),
         ("--sys-root", sys_root),
+        ("--host-root", host_root),
+        ("--hook-path", hook_path),
     ):
         _absolute(path, flag)
     if not resync > 0:
@@ -157,6 +175,8 @@ def dra_plugin_command(
         dev_root=dev_root,
         proc_root=proc_root,
         sys_root=sys_root,
+        host_root=host_root,
+        hook_path=hook_path,
         resync=resync,
     )
     stop = threading.Event()

@@ -76,6 +76,8 @@ class PluginSettings:
     dev_root: str | None = None
     proc_root: str = "/proc"
     sys_root: str = "/sys"
+    host_root: str = "/"  # where this process sees the node's /: the specs' paths are the node's
+    hook_path: str | None = None  # the program the specs' hooks run; None: NodeSpecs' default
     resync: float = RESYNC
 
     @property
@@ -115,6 +117,8 @@ class DraPlugin:
             vendor=cdinames.VENDOR,
             device_class=cdinames.DEVICE_CLASS,
             max_age=float("inf"),  # discovered again when the fingerprint says the node changed
+            hook_path=settings.hook_path,
+            host_root=settings.host_root,
         )
         self._client = client
         self.devices: tuple[DraDevice, ...] = ()
