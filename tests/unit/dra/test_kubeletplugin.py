@@ -6,6 +6,7 @@ the sockets and leaves claims and slices."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -34,6 +35,7 @@ pytestmark = pytest.mark.root
 DRIVER = "gpu.nvidia.com"
 NODE = "node1"
 BOOT = "5d0c4a8e-2b1f-4c3d-9e8f-7a6b5c4d3e2f"
+HOOK = "/opt/cdictk/current/bin/cdictk-hook"  # the DaemonSet's, as the node runs it
 
 
 def wait_for(what: str, condition: Callable[[], object], timeout: float = 30.0) -> None:
@@ -144,7 +146,7 @@ def test_it_serves_registers_publishes_prepares_and_stops_leaving_claims_and_sli
     node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
-        run = Run(settings(node, dirs, server))
+        run = Run(settings(node, dirs, server, hook_path=HOOK))
         try:
             wait_for("the registration socket", (dirs / "registry" / f"{DRIVER}-reg.sock").exists)
             # the DRA service listens before the kubelet can learn of it
@@ -182,6 +184,8 @@ def test_it_serves_registers_publishes_prepares_and_stops_leaving_claims_and_sli
         assert not os.path.lexists(dirs / "plugin" / "dra.sock")
         assert slice_devices(server) == devices  # the kubelet wipes them once the plugin stays away
         assert os.listdir(dirs / "cdi") == [f"k8s.gpu.nvidia.com-claim_{uid}.json"]  # its pod runs on
+        spec = json.loads((dirs / "cdi" / f"k8s.gpu.nvidia.com-claim_{uid}.json").read_text())
+        assert {hook["path"] for hook in spec["containerEdits"]["hooks"]} == {HOOK}
         assert uid in (dirs / "plugin" / "checkpoint.json").read_text()
         assert run.said("registered with the kubelet") == 1
 
