@@ -57,6 +57,7 @@ def with_boot_id(node: FakeNode) -> FakeNode:
 def quick(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(plugin_module, "LOOK_INTERVAL", 0.05)
     monkeypatch.setattr(plugin_module, "RESCAN", 0.1)
+    monkeypatch.setattr(plugin_module, "RETRY", 0.1)
 
 
 @pytest.fixture
@@ -258,6 +259,41 @@ def test_a_removed_socket_is_served_again(make_node: NodeFactory, dirs: Path) ->
             wait_for("the socket again", registration.exists)
             assert f"{registration} was removed; serving the registration again" in run.lines
             register(dirs / "registry")  # the kubelet's watcher sees a new socket
+            wait_for("registered again", lambda: run.said("registered with the kubelet") == 2)
+        finally:
+            run.stop()
+
+
+def test_a_publish_that_fails_is_said_once_and_tried_again_soon(make_node: NodeFactory, dirs: Path) -> None:
+    node = with_boot_id(make_node("eight"))
+    with running() as server:  # no Node yet: the slices' owner cannot be read
+        run = Run(settings(node, dirs, server))
+        try:
+            wait_for(
+                "the failure", lambda: any(line.startswith("publishing ResourceSlices") for line in run.lines)
+            )
+            time.sleep(0.3)
+            failures = [line for line in run.lines if line.startswith("publishing ResourceSlices")]
+            assert failures == [
+                "publishing ResourceSlices failed (trying again in 0.1 s): read Node node1: 404 Not Found: "
+                'nodes "node1" not found'
+            ]
+            server.add_node(NODE)
+            wait_for("the slices", lambda: any(line.startswith("published ") for line in run.lines))
+        finally:
+            run.stop()
+
+
+def test_each_registration_the_kubelet_notifies_is_logged(make_node: NodeFactory, dirs: Path) -> None:
+    node = with_boot_id(make_node("eight"))
+    with running() as server:
+        server.add_node(NODE)
+        run = Run(settings(node, dirs, server))
+        try:
+            wait_for("the registration socket", (dirs / "registry" / f"{DRIVER}-reg.sock").exists)
+            register(dirs / "registry")
+            wait_for("registered", lambda: run.said("registered with the kubelet") == 1)
+            register(dirs / "registry")  # a restarted kubelet finds the socket and registers it again
             wait_for("registered again", lambda: run.said("registered with the kubelet") == 2)
         finally:
             run.stop()
