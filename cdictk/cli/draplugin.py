@@ -149,19 +149,10 @@ def dra_plugin_command(
         ) from exc
     if not node_name:
         raise CdictkError("", "--node-name", "required (or NODE_NAME): the node this plugin runs on")
-    for flag, path in (
-        ("--kubeconfig", kubeconfig),
-        ("--registry-dir", registry_dir),
-        ("--plugin-dir", plugin_dir),
-        ("--cdi-dir", cdi_dir),
-        ("--driver-root", driver_root),
-        ("--dev-root", dev_root),
-        ("--proc-root", proc_root),
-        ("--sys-root", sys_root),
-        ("--host-root", host_root),
-        ("--hook-path", hook_path),
-    ):
-        _absolute(path, flag)
+    context = click.get_current_context()
+    for param in context.command.params:  # every path flag, the root flags among them
+        if isinstance(param, click.Option) and param.metavar in ("DIR", "PATH") and param.name:
+            _absolute(context.params[param.name], param.opts[0])
     if not resync > 0:
         raise CdictkError("", "--resync", "must be above 0 seconds")
     settings = PluginSettings(

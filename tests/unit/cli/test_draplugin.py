@@ -69,6 +69,8 @@ def test_help_explains_what_it_does_beside_the_device_plugin_and_its_flags() -> 
         (["--node-name", "node1", "--plugin-dir", "plugins"], "--plugin-dir: must be an absolute path"),
         (["--node-name", "node1", "--cdi-dir", "cdi"], "--cdi-dir: must be an absolute path, not 'cdi'"),
         (["--node-name", "node1", "--kubeconfig", "kc"], "--kubeconfig: must be an absolute path"),
+        (["--node-name", "node1", "--sys-root", "sys"], "--sys-root: must be an absolute path, not 'sys'"),
+        (["--node-name", "node1", "--hook-path", "hook"], "--hook-path: must be an absolute path"),
         (["--node-name", "node1", "--resync", "0"], "--resync: must be above 0 seconds"),
         (["--node-name", "node1", "--driver-name", "GPU"], "driver name: 'GPU' is not a DNS subdomain"),
         (["--node-name", "Node_1"], "node name: 'Node_1' is not a Kubernetes node name"),
