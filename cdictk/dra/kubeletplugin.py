@@ -40,7 +40,7 @@ from cdictk.dra.kubeclient import KubeClient
 from cdictk.dra.nodedevices import DraDevice, node_devices
 from cdictk.dra.preparer import Preparer
 from cdictk.dra.publisher import Publisher
-from cdictk.dra.registrar import REGISTRY_DIR, SHORTER_SOCKET, Registrar, check_driver_name
+from cdictk.dra.registrar import REGISTRY_DIR, SHORTER_SOCKET, Registrar, Status, check_driver_name
 from cdictk.dra.slices import DRIVER
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.fingerprint import node_fingerprint
@@ -93,15 +93,9 @@ class PluginSettings:
 
 
 class DraPlugin:
-    """One run of the plugin; ``client`` is made from the kubeconfig when not given (tests give one)."""
+    """One run of the plugin, logging one line per event to ``log``."""
 
-    def __init__(
-        self,
-        settings: PluginSettings,
-        log: Callable[[str], None] = print,
-        *,
-        client: KubeClient | None = None,
-    ) -> None:
+    def __init__(self, settings: PluginSettings, log: Callable[[str], None] = print) -> None:
         check_driver_name(settings.driver)
         if len(settings.node_name) > MAX_NODE_NAME or not _DNS_SUBDOMAIN.fullmatch(settings.node_name):
             raise CdictkError(
@@ -123,11 +117,10 @@ class DraPlugin:
             hook_path=settings.hook_path,
             host_root=settings.host_root,
         )
-        self._client = client
         self.devices: tuple[DraDevice, ...] = ()
         self._fingerprint: tuple[object, ...] = ()
         self._said: dict[str, str] = {}  # what -> the failure last said, said again only when it changes
-        self._status: object = None  # the kubelet's last answer seen (a new object per answer)
+        self._status: Status | None = None  # the kubelet's last answer seen (a new one per answer)
 
     def discover(self) -> tuple[DraDevice, ...]:
         """The node's devices now (discovery run again); its warnings logged."""
@@ -190,14 +183,17 @@ class DraPlugin:
         finally:
             registrar.stop()  # first: the kubelet unregisters the plugin, then its service goes
             server.stop()
-            if self._client is None:
-                client.close()
+            client.close()
 
     def _kube_client(self) -> KubeClient:
-        """The given client, or one from the kubeconfig, speaking the version the API server serves
-        (v1, else v1beta1 on Kubernetes 1.32 and 1.33)."""
-        client = self._client or KubeClient.from_kubeconfig(self.settings.kubeconfig)
-        version = client.served_version()
+        """A client from the kubeconfig (or the pod's service account), speaking the version the API
+        server serves (v1, else v1beta1 on Kubernetes 1.32 and 1.33)."""
+        client = KubeClient.from_kubeconfig(self.settings.kubeconfig)
+        try:
+            version = client.served_version()
+        except CdictkError:
+            client.close()
+            raise
         if version != client.api_version:
             client = KubeClient(client.api_client, version)
         return client
