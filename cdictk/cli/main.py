@@ -38,6 +38,7 @@ COMMANDS = {
     "info": "cdictk.cli.info.info_command",
     "system": "cdictk.cli.system.system_group",
     "device-plugin": "cdictk.cli.deviceplugin.device_plugin_command",
+    "dra-plugin": "cdictk.cli.draplugin.dra_plugin_command",
     "node-labels": "cdictk.cli.labels.node_labels_command",
 }
 
