@@ -7,7 +7,8 @@ class, then every selector of the request, is true, as the scheduler evaluates t
 allocated claim holds is passed over, unless both are admin access or this one is. The claim's
 ``status.allocation`` (results: request, driver, pool, device, ``adminAccess`` when asked; the node
 selector of the node) and ``status.reservedFor`` (the pods) are written into the stand-in, where the
-schema check applies to them as to any object.
+schema check applies to them as to any object; :meth:`Allocator.release` takes a gone pod out of
+``reservedFor`` and the allocation with the last one, as the claim controller and scheduler do.
 
 CEL is evaluated by cel-python, with the device as the scheduler exposes it: ``device.driver``,
 ``device.attributes[<domain>].<name>`` (an unqualified attribute is in the driver's domain),
@@ -34,6 +35,7 @@ from typing import Any
 import celpy
 import yaml
 from celpy import celtypes
+from celpy.evaluation import CELEvalError
 
 from tests.e2e.kubelet.apiserver import ApiServer
 
@@ -89,7 +91,8 @@ def quantity(text: str) -> int:
     found = _QUANTITY.fullmatch(text)
     if found is None:
         raise ValueError(f"{text!r} is not a whole quantity")
-    return int(found[1]) * _FACTORS[found[2] or ""]
+    factor: int = _FACTORS[found[2] or ""]
+    return int(found[1]) * factor
 
 
 def published_devices(server: ApiServer, node: str) -> list[Device]:
@@ -122,7 +125,13 @@ def _device(driver: str, pool: str, node: str, device: Mapping[str, Any], versio
         domain, _, ident = name.rpartition("/")
         capacity.setdefault(domain or driver, {})[ident] = quantity(str(value["value"]))
     return Device(
-        driver, pool, str(device["name"]), node, attributes, capacity, bool(body.get("allowMultipleAllocations"))
+        driver,
+        pool,
+        str(device["name"]),
+        node,
+        attributes,
+        capacity,
+        bool(body.get("allowMultipleAllocations")),
     )
 
 
@@ -146,7 +155,7 @@ _FUNCTIONS: dict[str, Any] = {
     "compareTo": _compare,
     "isGreaterThan": lambda a, b: celtypes.BoolType(a > b),
     "isLessThan": lambda a, b: celtypes.BoolType(a < b),
-    "asInteger": lambda a: celtypes.IntType(a),
+    "asInteger": celtypes.IntType,
 }
 
 
@@ -171,9 +180,11 @@ class Selector:
         }
         try:
             result = self._program.evaluate(activation)
-        except celpy.CELEvalError as error:
-            raise AllocationError(f"CEL {self.expression!r} on device {device.name}: {error.args[0]}") from None
-        if isinstance(result, celpy.CELEvalError):
+        except CELEvalError as error:
+            raise AllocationError(
+                f"CEL {self.expression!r} on device {device.name}: {error.args[0]}"
+            ) from None
+        if isinstance(result, CELEvalError):
             raise AllocationError(f"CEL {self.expression!r} on device {device.name}: {result.args[0]}")
         if not isinstance(result, celtypes.BoolType):
             raise AllocationError(f"CEL {self.expression!r} on device {device.name}: not a bool: {result!r}")
@@ -185,7 +196,9 @@ class Allocator:
 
     def __init__(self, server: ApiServer, classes: Mapping[str, Sequence[str]] | None = None) -> None:
         self.server = server
-        self.classes = {name: [Selector(e) for e in exprs] for name, exprs in (classes or device_classes()).items()}
+        self.classes = {
+            name: [Selector(e) for e in exprs] for name, exprs in (classes or device_classes()).items()
+        }
 
     def allocate(self, namespace: str, name: str, node: str, pods: Sequence[Pod]) -> dict[str, Any]:
         """Allocate the stored claim on ``node`` and reserve it for ``pods``; the stored claim."""
@@ -198,13 +211,20 @@ class Allocator:
         for request in claim["spec"]["devices"].get("requests") or []:
             exactly = request.get("exactly")
             if exactly is None:
-                raise AllocationError(f"request {request['name']}: only 'exactly' requests are allocated here")
+                raise AllocationError(
+                    f"request {request['name']}: only 'exactly' requests are allocated here"
+                )
             if exactly.get("allocationMode", "ExactCount") != "ExactCount":
-                raise AllocationError(f"request {request['name']}: allocationMode {exactly['allocationMode']}")
+                raise AllocationError(
+                    f"request {request['name']}: allocationMode {exactly['allocationMode']}"
+                )
             class_name = exactly["deviceClassName"]
             if class_name not in self.classes:
                 raise AllocationError(f"request {request['name']}: no DeviceClass {class_name}")
-            selectors = [*self.classes[class_name], *(Selector(s["cel"]["expression"]) for s in exactly.get("selectors") or [])]
+            selectors = [
+                *self.classes[class_name],
+                *(Selector(s["cel"]["expression"]) for s in exactly.get("selectors") or []),
+            ]
             admin = bool(exactly.get("adminAccess"))
             count = int(exactly.get("count", 1))
             picked = []
@@ -223,7 +243,12 @@ class Allocator:
                     f"{class_name}, node {node} has {len(picked)} free that match"
                 )
             for device in picked:
-                result = {"request": request["name"], "driver": device.driver, "pool": device.pool, "device": device.name}
+                result = {
+                    "request": request["name"],
+                    "driver": device.driver,
+                    "pool": device.pool,
+                    "device": device.name,
+                }
                 if admin:
                     result["adminAccess"] = True
                 results.append(result)
@@ -237,6 +262,19 @@ class Allocator:
         reserved += [pod.consumer() for pod in pods if pod.consumer() not in reserved]
         status["reservedFor"] = reserved
         return self.server.put_claim({**claim, "status": status})
+
+    def release(self, namespace: str, name: str, pod_uid: str) -> None:
+        """The pod is gone: drop it from the claim's ``reservedFor``, and the allocation with the last
+        one (the claim controller's and the scheduler's part). A claim that is gone is left so."""
+        claim = self.server.claims.get((namespace, name))
+        if claim is None:
+            return
+        status = dict(claim.get("status") or {})
+        reserved = [c for c in status.get("reservedFor") or [] if c.get("uid") != pod_uid]
+        status["reservedFor"] = reserved
+        if not reserved:
+            status = {k: v for k, v in status.items() if k not in {"allocation", "reservedFor"}}
+        self.server.put_claim({**claim, "status": status})
 
     def _claim(self, namespace: str, name: str) -> dict[str, Any]:
         claim = self.server.claims.get((namespace, name))
@@ -256,15 +294,25 @@ class Allocator:
 
 
 def write_allocation(
-    server: ApiServer, claim: Mapping[str, Any], results: Sequence[Mapping[str, Any]], node: str, pods: Sequence[Pod]
+    server: ApiServer,
+    claim: Mapping[str, Any],
+    results: Sequence[Mapping[str, Any]],
+    node: str,
+    pods: Sequence[Pod],
 ) -> dict[str, Any]:
     """Store ``claim`` allocated with ``results`` on ``node`` and reserved for ``pods``, as the scheduler
     writes it (a test may write results the scheduler would not, such as another node's pool)."""
     allocation = {
         "devices": {"results": [dict(result) for result in results]},
         "nodeSelector": {
-            "nodeSelectorTerms": [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}]
+            "nodeSelectorTerms": [
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+            ]
         },
     }
-    status = {**(claim.get("status") or {}), "allocation": allocation, "reservedFor": [pod.consumer() for pod in pods]}
+    status = {
+        **(claim.get("status") or {}),
+        "allocation": allocation,
+        "reservedFor": [pod.consumer() for pod in pods],
+    }
     return server.put_claim({**claim, "status": status})

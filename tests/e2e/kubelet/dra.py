@@ -17,6 +17,7 @@ DRA manager's prepare and unprepare of a pod's claims.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import threading
@@ -147,12 +148,13 @@ class DraKubelet:
                     problem = f"cannot dial the DRA service of {info.name} at {endpoint}"
                 else:
                     messages, stub = _PROTOCOL[version]
-                    driver = Driver(info.name, endpoint, version, driver_channel, stub(driver_channel), messages)
+                    driver = Driver(
+                        info.name, endpoint, version, driver_channel, stub(driver_channel), messages
+                    )
             status = RegistrationStatus(plugin_registered=problem is None, error=problem or "")
-            try:
+            # The plugin's answer changes nothing: the kubelet has decided.
+            with contextlib.suppress(grpc.RpcError):
                 registration.NotifyRegistrationStatus(status, timeout=5)
-            except grpc.RpcError:
-                pass  # the plugin's answer changes nothing: the kubelet has decided
             if driver is not None:
                 with self._changed:
                     old = self.drivers.get(driver.name)
@@ -218,15 +220,17 @@ class DraKubelet:
             if known is not None:
                 continue  # prepared for another pod already
             self.claims[uid] = ClaimInfo(namespace, name, uid, drivers, {})
-            for driver in drivers:
-                wanted.setdefault(driver, []).append((namespace, name, uid))
+            for each in drivers:
+                wanted.setdefault(each, []).append((namespace, name, uid))
         try:
             for driver_name, batch in wanted.items():
                 driver = self._driver(driver_name)
                 answer = self._call(driver, "NodePrepareResources", batch)
                 for namespace, name, uid in batch:
                     if uid not in answer.claims:
-                        raise DraError(f"NodePrepareResources of {driver_name} skipped claim {namespace}/{name}")
+                        raise DraError(
+                            f"NodePrepareResources of {driver_name} skipped claim {namespace}/{name}"
+                        )
                     result = answer.claims[uid]
                     if result.error:
                         raise DraError(
@@ -238,7 +242,9 @@ class DraKubelet:
                             ids.setdefault(request, []).extend(device.cdi_device_ids)
                 unknown = set(answer.claims) - {uid for _, _, uid in batch}
                 if unknown:
-                    raise DraError(f"NodePrepareResources of {driver_name} answered unknown claims {sorted(unknown)}")
+                    raise DraError(
+                        f"NodePrepareResources of {driver_name} answered unknown claims {sorted(unknown)}"
+                    )
         except DraError:
             for batch in wanted.values():
                 for _, _, uid in batch:
@@ -257,8 +263,8 @@ class DraKubelet:
                 continue
             info.pods.discard(pod_uid)
             if not info.pods:
-                for driver in info.drivers:
-                    batches.setdefault(driver, []).append(info)
+                for each in info.drivers:
+                    batches.setdefault(each, []).append(info)
         for driver_name, infos in batches.items():
             driver = self._driver(driver_name)
             batch = [(i.namespace, i.name, i.uid) for i in infos]
@@ -266,7 +272,9 @@ class DraKubelet:
             for info in infos:
                 result = answer.claims.get(info.uid)
                 if result is None:
-                    raise DraError(f"NodeUnprepareResources of {driver_name} skipped claim {info.namespace}/{info.name}")
+                    raise DraError(
+                        f"NodeUnprepareResources of {driver_name} skipped claim {info.namespace}/{info.name}"
+                    )
                 if result.error:
                     raise DraError(
                         f"unprepare of ResourceClaim {info.namespace}/{info.name} by {driver_name} failed: {result.error}"
@@ -311,7 +319,9 @@ def _check(plugin_type: str, name: str, versions: list[str]) -> tuple[str | None
     return None, chosen
 
 
-def container_cdi_ids(prepared: dict[str, dict[str, list[str]]], uid: str, request: str | None = None) -> list[str]:
+def container_cdi_ids(
+    prepared: dict[str, dict[str, list[str]]], uid: str, request: str | None = None
+) -> list[str]:
     """The CDI IDs a container naming claim ``uid`` (and ``request`` of it, if given) gets: the kubelet's
     ``CDI_devices``. Devices the plugin named no request for go to every container of the claim."""
     ids = prepared[uid]
