@@ -73,7 +73,8 @@ class FakeClaims:
         found = self.claims.get((namespace, name))
         if found is None:
             raise KubeError(
-                f'read ResourceClaim {namespace}/{name}: 404 Not Found: resourceclaims "{name}" not found', 404
+                f'read ResourceClaim {namespace}/{name}: 404 Not Found: resourceclaims "{name}" not found',
+                404,
             )
         return found
 
@@ -216,7 +217,9 @@ def test_a_claim_that_cannot_be_read_or_prepared_is_its_own_error_line(served: S
 
 def test_an_empty_request_is_an_empty_answer_and_reads_nothing(served: Served) -> None:
     assert not served.v1.NodePrepareResources(v1.NodePrepareResourcesRequest(), timeout=30).claims
-    assert not served.v1beta1.NodeUnprepareResources(v1beta1.NodeUnprepareResourcesRequest(), timeout=30).claims
+    assert not served.v1beta1.NodeUnprepareResources(
+        v1beta1.NodeUnprepareResourcesRequest(), timeout=30
+    ).claims
     assert served.claims.reads == []
 
 
