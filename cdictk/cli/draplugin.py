@@ -88,6 +88,20 @@ def _absolute(path: str | None, flag: str) -> str | None:
     sys="Where sysfs is mounted (PCIe roots, NUMA nodes).",
 )
 @click.option(
+    "--host-root",
+    metavar="DIR",
+    default="/",
+    show_default=True,
+    help="Where this process sees the node's / (a DaemonSet mounting it at /host, with --driver-root "
+    "/host): the claims' specs name the node's paths, without DIR.",
+)
+@click.option(
+    "--hook-path",
+    metavar="PATH",
+    help="Absolute path, on the node, of the program the specs' hooks run (the node runtime's "
+    "cdictk-hook in the DaemonSet). Default: as cdictk cdi generate's.",
+)
+@click.option(
     "--resync",
     type=float,
     metavar="SECONDS",
@@ -107,6 +121,8 @@ def dra_plugin_command(
     dev_root: str | None,
     proc_root: str,
     sys_root: str,
+    host_root: str,
+    hook_path: str | None,
     resync: float,
 ) -> int:
     """Serve the node's GPUs to Kubernetes' Dynamic Resource Allocation (resource.k8s.io v1, or v1beta1
@@ -126,24 +142,17 @@ def dra_plugin_command(
     # As for the device plugin: gRPC's fork handlers only log at each rediscovery's NVML child.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
     try:
-        from cdictk.dra.plugin import DraPlugin, PluginSettings  # noqa: PLC0415 - the kubernetes extra
+        from cdictk.dra.kubeletplugin import DraPlugin, PluginSettings  # noqa: PLC0415 - the kubernetes extra
     except ImportError as exc:
         raise CdictkError(
             "", "dra-plugin", f"{exc.name or exc} is missing: pip install 'cdictk[kubernetes]'"
         ) from exc
     if not node_name:
         raise CdictkError("", "--node-name", "required (or NODE_NAME): the node this plugin runs on")
-    for flag, path in (
-        ("--kubeconfig", kubeconfig),
-        ("--registry-dir", registry_dir),
-        ("--plugin-dir", plugin_dir),
-        ("--cdi-dir", cdi_dir),
-        ("--driver-root", driver_root),
-        ("--dev-root", dev_root),
-        ("--proc-root", proc_root),
-        ("--sys-root", sys_root),
-    ):
-        _absolute(path, flag)
+    context = click.get_current_context()
+    for param in context.command.params:  # every path flag, the root flags among them
+        if isinstance(param, click.Option) and param.metavar in ("DIR", "PATH") and param.name:
+            _absolute(context.params[param.name], param.opts[0])
     if not resync > 0:
         raise CdictkError("", "--resync", "must be above 0 seconds")
     settings = PluginSettings(
@@ -157,6 +166,8 @@ def dra_plugin_command(
         dev_root=dev_root,
         proc_root=proc_root,
         sys_root=sys_root,
+        host_root=host_root,
+        hook_path=hook_path,
         resync=resync,
     )
     stop = threading.Event()

@@ -70,7 +70,7 @@ class DraService:
             try:
                 found = self.client.read_claim(namespace, name)
             except KubeError as error:
-                answers[uid] = Prepared(error=f"claim {namespace}/{name}: {error}")
+                answers[uid] = Prepared(error=str(error))  # it names the claim and the server's answer
                 continue
             readable.append((namespace, name, uid, found))
         answers.update(self.preparer.prepare(readable))

@@ -46,6 +46,7 @@ def test_no_command_module_declares_a_root_flag_itself() -> None:
         (("info",), FLAGS, True),
         (("node-labels",), FLAGS, True),
         (("device-plugin",), FLAGS, False),
+        (("dra-plugin",), FLAGS, True),
         (("system", "create-device-nodes"), FLAGS[:3], True),
         (("system", "create-dev-char-symlinks"), FLAGS[:3], True),
         (("system", "check-node"), ("--proc-root",), True),

@@ -206,7 +206,7 @@ def test_a_claim_that_cannot_be_read_or_prepared_is_its_own_error_line(served: S
     )
     assert set(answer.claims) == {A, B, C}
     assert answer.claims[B].error == (
-        'claim team/gone: read ResourceClaim team/gone: 404 Not Found: resourceclaims "gone" not found'
+        'read ResourceClaim team/gone: 404 Not Found: resourceclaims "gone" not found'
     )
     assert not answer.claims[B].devices
     assert "another node's pool node2" in answer.claims[C].error

@@ -1,4 +1,4 @@
-"""deploy/kubernetes/dra: the DeviceClasses, the RBAC of the DRA plugin and the claim examples.
+"""deploy/kubernetes/dra: the DeviceClasses, the DRA plugin's RBAC and DaemonSet, and the claim examples.
 
 Every document is validated against the Kubernetes OpenAPI schemas kubernetes-validate bundles
 (strict) for 1.34, where resource.k8s.io/v1 begins, and the newest it has. Then what the schemas
@@ -17,13 +17,21 @@ from typing import Any
 import pytest
 import yaml
 
+from cdictk.cli.draplugin import dra_plugin_command
 from cdictk.dra.nodedevices import GPU, MIG
 from cdictk.dra.slices import DRIVER
 from tests import REPO
 from tests.unit.deploy.test_kubernetes import kubernetes_validate
 
 DRA = REPO / "deploy" / "kubernetes" / "dra"
-FILES = ("deviceclasses.yaml", "rbac.yaml", "gpu-claim.yaml", "mig-claim.yaml", "shared-claim.yaml")
+FILES = (
+    "deviceclasses.yaml",
+    "rbac.yaml",
+    "daemonset.yaml",
+    "gpu-claim.yaml",
+    "mig-claim.yaml",
+    "shared-claim.yaml",
+)
 FIRST_KUBERNETES = "1.34.0"  # resource.k8s.io/v1
 NAMESPACE = "cdictk"  # cdictk-daemonset.yaml's
 CLASS_CEL = re.compile(
@@ -62,7 +70,7 @@ def test_the_folder_holds_just_these_files() -> None:
 def test_every_document_is_valid_kubernetes(version: str) -> None:
     validator = kubernetes_validate()
     docs = every_document()
-    assert len(docs) == 12
+    assert len(docs) == 13
     for doc in docs:
         validator.validate(doc, version, strict=True)
 
@@ -176,3 +184,46 @@ def test_the_validation_catches_a_v1beta1_request_in_a_v1_claim() -> None:
     request |= request.pop("exactly")  # v1beta1's flat request
     with pytest.raises(validator.ValidationError):
         validator.validate(template, FIRST_KUBERNETES, strict=True)
+
+
+def the_plugin() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The DaemonSet's pod spec and its one container."""
+    (daemonset,) = documents("daemonset.yaml")
+    pod = daemonset["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    return pod, container
+
+
+def test_the_plugins_command_line_is_one_the_command_takes() -> None:
+    _, container = the_plugin()
+    command, *args = container["args"]
+    assert command == "dra-plugin"
+    context = dra_plugin_command.make_context("dra-plugin", list(args), resilient_parsing=True)
+    assert context.params["host_root"] == "/host"
+    assert context.params["driver_root"] == "/host$(DRIVER_ROOT)"
+    assert context.params["hook_path"] == "$(RUNTIME_PREFIX)/current/bin/cdictk-hook"  # node-setup's
+
+
+def test_the_plugin_runs_as_its_rbac_account_in_the_daemonsets_namespace_with_its_node_name() -> None:
+    (daemonset,) = documents("daemonset.yaml")
+    account = documents("rbac.yaml")[0]
+    assert daemonset["metadata"]["namespace"] == NAMESPACE
+    pod, container = the_plugin()
+    assert pod["serviceAccountName"] == account["metadata"]["name"]
+    assert pod.get("automountServiceAccountToken", True)  # the client's in-cluster credentials
+    assert {"name": "NODE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in container[
+        "env"
+    ]
+    assert container["envFrom"] == [{"configMapRef": {"name": "cdictk"}}]  # DRIVER_ROOT and the rest
+
+
+def test_the_plugin_serves_the_kubelets_paths_at_the_same_paths() -> None:
+    pod, container = the_plugin()
+    host_paths = {
+        volume["name"]: volume["hostPath"]["path"] for volume in pod["volumes"] if "hostPath" in volume
+    }
+    mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+    for path in ("/var/lib/kubelet/plugins_registry", "/var/lib/kubelet/plugins", "/var/run/cdi"):
+        assert host_paths[mounts[path]] == path, path
+        assert not any(m.get("readOnly") for m in container["volumeMounts"] if m["mountPath"] == path)
+    assert host_paths[mounts["/host"]] == "/"

@@ -1,4 +1,4 @@
-"""The DRA plugin's life: discover, clean up, serve, register, publish, then follow the node.
+"""The DRA kubelet plugin's life: discover, clean up, serve, register, publish, then follow the node.
 
 In NVIDIA's ``gpu-kubelet-plugin``'s order: the node's devices discovered (the one discovery, through
 :class:`cdictk.api.NodeSpecs`, kept warm for the claims' specs), the checkpoint opened and what a
@@ -12,9 +12,11 @@ plugin whose registration socket vanished has unregistered it); every :data:`RES
 fingerprint (driver, GPUs, MIG instances, device nodes: what the device plugin and ``cdictk cdi generate
 --watch`` watch), and when it changed the node is discovered again and published; every ``resync``
 seconds the slices are listed and written again where the kubelet wiped them (it does at its start,
-and when the plugin stays away 30 s) or they no longer say what the devices say. A publish or a
-rediscovery that fails keeps what is there and is tried again; its reason is said once until it
-changes.
+and when the plugin stays away 30 s) or they no longer say what the devices say. A publish that
+fails is tried again within :data:`RETRY` seconds, a rediscovery that fails at the next rescan (the
+devices published are kept); each reason is said once until it changes. Each registration the kubelet
+notifies is logged (``registered with the kubelet``), and each publish that wrote (``published N
+device(s) in M ResourceSlice(s)``).
 
 On stop (SIGTERM): the registration socket removed first (the kubelet unregisters the plugin), then
 the service; prepared claims stay prepared (their pods run on) and the slices stay published (the
@@ -49,6 +51,7 @@ SOCKET = "dra.sock"
 LOOK_INTERVAL = 1.0  # seconds between looks at the sockets and the kubelet's answer
 RESCAN = 2.0  # seconds between looks at the node's fingerprint (the device plugin's default)
 RESYNC = 30.0
+RETRY = 5.0  # seconds after a publish that failed
 MAX_NODE_NAME = 253
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -76,6 +79,8 @@ class PluginSettings:
     dev_root: str | None = None
     proc_root: str = "/proc"
     sys_root: str = "/sys"
+    host_root: str = "/"  # where this process sees the node's /: the specs' paths are the node's
+    hook_path: str | None = None  # the program the specs' hooks run; None: NodeSpecs' default
     resync: float = RESYNC
 
     @property
@@ -115,12 +120,14 @@ class DraPlugin:
             vendor=cdinames.VENDOR,
             device_class=cdinames.DEVICE_CLASS,
             max_age=float("inf"),  # discovered again when the fingerprint says the node changed
+            hook_path=settings.hook_path,
+            host_root=settings.host_root,
         )
         self._client = client
         self.devices: tuple[DraDevice, ...] = ()
         self._fingerprint: tuple[object, ...] = ()
         self._said: dict[str, str] = {}  # what -> the failure last said, said again only when it changes
-        self._registered = False
+        self._status: object = None  # the kubelet's last answer seen (a new object per answer)
 
     def discover(self) -> tuple[DraDevice, ...]:
         """The node's devices now (discovery run again); its warnings logged."""
@@ -167,19 +174,19 @@ class DraPlugin:
             self.log(f"serving the DRA service on {server.path}")
             registrar.start()
             self.log(f"waiting for the kubelet on {registrar.path}")
-            self._publish(publisher)
-            scanned = published = time.monotonic()
+            scanned = time.monotonic()
+            publish_at = scanned + self._publish(publisher)
             while not stop.wait(LOOK_INTERVAL):
                 self._look_at_sockets(server, registrar)
                 now = time.monotonic()
                 if now - scanned >= RESCAN:
                     scanned = now
-                    if self._rediscover_if_changed(publisher):
-                        published = now
+                    wait = self._rediscover_if_changed(publisher)
+                    if wait is not None:
+                        publish_at = now + wait
                         continue
-                if now - published >= settings.resync:
-                    published = now
-                    self._publish(publisher)
+                if now >= publish_at:
+                    publish_at = now + self._publish(publisher)
         finally:
             registrar.stop()  # first: the kubelet unregisters the plugin, then its service goes
             server.stop()
@@ -196,12 +203,12 @@ class DraPlugin:
         return client
 
     def _look_at_sockets(self, server: UnixServer, registrar: Registrar) -> None:
-        """The kubelet's answer logged once; a socket of ours that was removed served again."""
+        """Each registration the kubelet notifies logged once; a socket of ours that was removed
+        served again."""
         status = registrar.status
-        registered = status is not None and status.registered
-        if registered and not self._registered:
-            self.log("registered with the kubelet")
-        self._registered = registered
+        if status is not self._status and status is not None and status.registered:
+            self.log("registered with the kubelet")  # again after a kubelet restart: it registers anew
+        self._status = status
         sockets: tuple[tuple[str, _Socket], ...] = (("DRA service", server), ("registration", registrar))
         for what, socket in sockets:
             if os.path.lexists(socket.path):
@@ -215,34 +222,36 @@ class DraPlugin:
             else:
                 self._said.pop(what, None)
 
-    def _rediscover_if_changed(self, publisher: Publisher) -> bool:
-        """Discovery and a publish again when the node's fingerprint changed; whether it did."""
+    def _rediscover_if_changed(self, publisher: Publisher) -> float | None:
+        """Discovery and a publish again when the node's fingerprint changed: then the seconds until
+        the next publish, else None."""
         if node_fingerprint(self.node.roots) == self._fingerprint:
-            return False
+            return None
         if "discovery" not in self._said:
             self.log("the node changed (driver, GPUs or MIG); discovering it again")
         try:
             self.discover()
         except CdictkError as error:
             self._say("discovery", f"discovery failed, keeping the devices published: {error}")
-            return False
+            return None
         self._said.pop("discovery", None)
-        self._publish(publisher)
-        return True
+        return self._publish(publisher)
 
-    def _publish(self, publisher: Publisher) -> None:
+    def _publish(self, publisher: Publisher) -> float:
+        """Publish what the devices say where the API server's slices do not; the seconds until the
+        next try: ``resync``, or at most :data:`RETRY` after a failure (the API server back, the Node
+        made)."""
         try:
             steps = publisher.resync()
         except CdictkError as error:
-            self._say(
-                "publish",
-                f"publishing ResourceSlices failed (trying again in {self.settings.resync:g} s): {error}",
-            )
-            return
+            retry = min(RETRY, self.settings.resync)
+            self._say("publish", f"publishing ResourceSlices failed (trying again in {retry:g} s): {error}")
+            return retry
         self._said.pop("publish", None)
         if not steps.unchanged:
             slices = len(steps.replace) + len(steps.create)
             self.log(f"published {len(self.devices)} device(s) in {slices} ResourceSlice(s)")
+        return self.settings.resync
 
     def _say(self, what: str, line: str) -> None:
         if self._said.get(what) != line:
