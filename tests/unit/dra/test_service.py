@@ -46,13 +46,18 @@ def node(tmp_path_factory: pytest.TempPathFactory, stub_cache: str) -> FakeNode:
 
 @pytest.fixture(scope="module")
 def specs(node: FakeNode) -> NodeSpecs:
-    return NodeSpecs(
+    found = NodeSpecs(
         node.root,
         proc_root=node.proc,
         sys_root=node.sys,
         vendor=cdinames.VENDOR,
         device_class=cdinames.DEVICE_CLASS,
+        max_age=float("inf"),
     )
+    # Discovered before any server runs, as the plugin does: NVML's child is forked, and a fork from
+    # a gRPC server's thread (with grpcio's fork handlers on) can crash the child.
+    found.refresh()
+    return found
 
 
 class FakeClaims:
