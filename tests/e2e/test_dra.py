@@ -38,7 +38,7 @@ from tests.e2e.kubelet.cri import CriClient
 from tests.e2e.kubelet.dra import DraError, DraKubelet, container_cdi_ids
 from tests.e2e.kubelet.images import docker_archive, pause_archive
 from tests.e2e.kubelet.kubelet import Pod as RunningPod
-from tests.e2e.kubelet.kubelet import containerd_config, run_pod
+from tests.e2e.kubelet.kubelet import container_config, containerd_config, remove_pod, sandbox_config
 from tests.e2e.test_kubernetes import DEBIAN, gpu_inside, nvidia_gpus
 from tests.fakenode.node import FakeNode, build_node, mig_cap_minor
 
@@ -185,9 +185,13 @@ def _remove_cgroup(name: str) -> None:
 
 @dataclass
 class DraPod:
-    pod: RunningPod
+    containers: list[RunningPod]  # one per container, in the pod's one sandbox
     uid: str  # the pod's UID, which the claims are reserved for
     prepared: dict[str, dict[str, list[str]]]  # claim UID -> request -> CDI IDs
+
+    @property
+    def pod(self) -> RunningPod:
+        return self.containers[0]
 
     def claim_devices(self, cluster: Cluster, claim: str) -> list[str]:
         """The devices allocated to ``claim``."""
@@ -196,26 +200,65 @@ class DraPod:
 
 
 @contextlib.contextmanager
-def dra_pod(cluster: Cluster, claims: Sequence[str], *, allocate: bool = True) -> Iterator[DraPod]:
-    """A pod whose one container uses ``claims`` (names in the namespace): allocated (unless done
-    already) and reserved for it, prepared, its container made with their CDI IDs; on exit the pod
-    removed and the claims no other pod holds unprepared."""
+def dra_pod(cluster: Cluster, claims: Sequence[str], *, containers: int = 1) -> Iterator[DraPod]:
+    """A pod whose ``containers`` each use all of ``claims`` (names in the namespace): allocated
+    (unless done already) and reserved for it, prepared, each container made with their CDI IDs; on
+    exit the pod removed and the claims no other pod holds unprepared."""
     uid = str(uuid.uuid4())
     name = f"pod-{uid[:8]}"
     for claim in claims:
-        if allocate:
-            cluster.allocator.allocate(NAMESPACE, claim, NODE, [Pod(name, uid)])
+        cluster.allocator.allocate(NAMESPACE, claim, NODE, [Pod(name, uid)])
     prepared = cluster.kubelet.prepare(uid, [(NAMESPACE, claim) for claim in claims])
     try:
         ids = [i for claim_uid in prepared for i in container_cdi_ids(prepared, claim_uid)]
         answer = ContainerAllocateResponse(cdi_devices=[CDIDevice(name=i) for i in ids])
-        with run_pod(cluster.client, DEBIAN, [answer], cgroup_parent=cluster.cgroup) as pod:
-            yield DraPod(pod, uid, prepared)
-        nothing_left(cluster, pod)
+        with run_containers(cluster, [answer] * containers) as running_pod:
+            yield DraPod(running_pod, uid, prepared)
+        for container in running_pod:
+            nothing_left(cluster, container)
     finally:
         cluster.kubelet.unprepare(uid)
         for claim in claims:
             cluster.allocator.release(NAMESPACE, claim, uid)
+
+
+@contextlib.contextmanager
+def run_containers(
+    cluster: Cluster, answers: Sequence[ContainerAllocateResponse]
+) -> Iterator[list[RunningPod]]:
+    """One sandbox with a sleeping container per answer, started as the kubelet starts a pod's
+    containers; stopped and removed after."""
+    client = cluster.client
+    sandbox = sandbox_config(cluster.cgroup)
+    sandbox_id = client.runtime.RunPodSandbox(
+        cri.RunPodSandboxRequest(config=sandbox), timeout=client.timeout
+    ).pod_sandbox_id
+    started: list[RunningPod] = []
+    try:
+        for index, answer in enumerate(answers):
+            config = container_config(f"c{index}", DEBIAN, ["sleep", "3600"], [answer])
+            container_id = client.runtime.CreateContainer(
+                cri.CreateContainerRequest(pod_sandbox_id=sandbox_id, config=config, sandbox_config=sandbox),
+                timeout=client.timeout,
+            ).container_id
+            started.append(RunningPod(sandbox_id, container_id, client))
+            client.runtime.StartContainer(
+                cri.StartContainerRequest(container_id=container_id), timeout=client.timeout
+            )
+        yield started
+    finally:
+        for container in started[1:]:
+            remove_container(client, container.container_id)
+        remove_pod(client, sandbox_id, started[0].container_id if started else "")
+
+
+def remove_container(client: CriClient, container_id: str) -> None:
+    client.runtime.StopContainer(
+        cri.StopContainerRequest(container_id=container_id, timeout=0), timeout=client.timeout
+    )
+    client.runtime.RemoveContainer(
+        cri.RemoveContainerRequest(container_id=container_id), timeout=client.timeout
+    )
 
 
 def nothing_left(cluster: Cluster, pod: RunningPod) -> None:
@@ -276,20 +319,21 @@ def test_two_devices_in_one_claim(cluster: Cluster) -> None:
     assert not cluster.spec(_uid(cluster, "two")).exists()
 
 
-def test_a_claim_shared_by_two_pods(cluster: Cluster) -> None:
-    """One claim reserved for two pods' containers: prepared once, both see its GPU at once, and it is
-    unprepared only when the second has gone."""
+def test_a_claim_shared_by_two_containers_and_two_pods(cluster: Cluster) -> None:
+    """One claim in both containers of a pod, and reserved for a second pod too: prepared once, the
+    same GPU in all three containers at once, unprepared only when the second pod has gone."""
     cluster.server.put_claim(_claim("shared", "gpu.nvidia.com"))
     uid = _uid(cluster, "shared")
-    with dra_pod(cluster, ["shared"]) as first:
+    with dra_pod(cluster, ["shared"], containers=2) as first:
+        [device] = first.claim_devices(cluster, "shared")
         with dra_pod(cluster, ["shared"]) as second:
-            [device] = first.claim_devices(cluster, "shared")
             assert first.prepared == second.prepared
             reserved = cluster.server.claims[(NAMESPACE, "shared")]["status"]["reservedFor"]
             assert [c["uid"] for c in reserved] == [first.uid, second.uid]
-            for running_pod in (first, second):
-                assert nvidia_gpus(running_pod.pod) == [f"nvidia{_minor(device)}"]
+            for container in (*first.containers, second.pod):
+                assert nvidia_gpus(container) == [f"nvidia{_minor(device)}"]
         assert cluster.spec(uid).is_file()  # the first pod still runs
+        assert nvidia_gpus(first.containers[1]) == [f"nvidia{_minor(device)}"]
     assert not cluster.spec(uid).exists()
 
 
