@@ -139,6 +139,11 @@ class ApiServer:
             self.claims[(str(metadata.get("namespace")), str(metadata.get("name")))] = stored
         return stored
 
+    def delete_claim(self, namespace: str, name: str) -> None:
+        """Delete a stored ResourceClaim (a user's ``kubectl delete``); KeyError if there is none."""
+        with self._lock:
+            del self.claims[(namespace, name)]
+
     def wipe(self, node: str) -> None:
         """What a starting kubelet does: delete every slice of its node."""
         with self._lock:
