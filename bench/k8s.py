@@ -153,17 +153,10 @@ def measure(rounds: int, only: list[str]) -> int:
 
 
 def _chosen(rows: list[Row], only: list[str]) -> set[str]:
-    """The rows whose name holds one of ``only``, what they are compared with (and what that is), and
-    ``ctr run``."""
-    by_name = {row.name: row for row in rows}
-    wanted = [row.name for row in rows if any(text in row.name for text in only)]
-    chosen = {CTR_RUN}
-    while wanted:
-        name = wanted.pop()
-        if name and name not in chosen:
-            chosen.add(name)
-            wanted += [by_name[name].floor, by_name[name].versus]
-    return chosen
+    """The rows whose name holds one of ``only``, the rows they are compared with, and ``ctr run``."""
+    chosen = {row.name for row in rows if any(text in row.name for text in only)}
+    chosen |= {other for row in rows if row.name in chosen for other in (row.floor, row.versus)}
+    return (chosen | {CTR_RUN}) - {""}
 
 
 def report(rows: list[Row], rounds: int) -> None:
