@@ -1,5 +1,5 @@
-"""From the kubelet's ``Allocate`` to a running container, through each path a cluster uses to give a
-pod its GPU, against plain ``ctr run`` of the same image.
+"""From the kubelet's ``Allocate`` (or ``NodePrepareResources``) to a running container, through each
+path a cluster uses to give a pod its GPU, against plain ``ctr run`` of the same image.
 
 Sets up what tests/e2e/test_kubernetes.py does, twice: the fake eight-GPU node and its spec, our device
 plugin (in this process, health checks off) with the kubelet stand-in, and containerd 2.x (Debian sid's,
@@ -19,7 +19,15 @@ round in another order, round 0 a warm-up left out), each row once a round:
 - a pod with one GPU: ``Allocate`` (our plugin's answer, over gRPC), then the same calls with the
   answer's ``CDI_devices`` alone, or its ``cdi.k8s.io/`` annotation alone (containerd's CDI applies the
   spec), or through the RuntimeClass with the annotation, or with the volume-mount strategy's env and
-  mounts (``cdictk-runtime`` applies it; containerd's CDI off).
+  mounts (``cdictk-runtime`` applies it; containerd's CDI off);
+- a pod with one GPU by Dynamic Resource Allocation, set up as tests/e2e/test_dra.py does: ``cdictk
+  dra-plugin`` as a process for the same node (its claims' specs beside the node's), registered with
+  the kubelet stand-in's DRA side, the API server stand-in it reads claims from. A new claim for one
+  ``gpu.nvidia.com`` device each round, allocated by the scheduler stand-in (CEL in cel-python: timed
+  apart, not in the row's figure, as the scheduler's part of the device plugin rows is not either),
+  then ``NodePrepareResources`` and the CRI calls with the answered names in ``CDI_devices`` on the
+  CDI-on containerd; then, untimed, ``NodeUnprepareResources`` and the claim released and deleted.
+  Compared with the device plugin's ``CDI_devices`` row as well as with its floor.
 
 Every start runs the spec's createContainer hook. Timed with ``time.perf_counter`` around blocking
 calls only: each gRPC call returns when containerd has done the work (StartContainer: the task runs),
@@ -50,16 +58,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bench.fakespec import BenchError, checked, node_with_spec
+from cdictk.dra.cdinames import claim_specs
 from cdictk.runtime.launchers import install_launchers
 from cdictk.runtime.shimfront import written_front
 from tests.e2e.conftest import DEBIAN_ROOTFS
 from tests.e2e.daemons import SID_CONTAINERD_DIR, Containerd, containerd_daemon
+from tests.e2e.kubelet.allocator import AllocationError, Allocator, Pod
+from tests.e2e.kubelet.apiserver import ApiServer, running
+from tests.e2e.kubelet.draplugin import PluginProcess, plugin_command
 from tests.e2e.kubelet.images import docker_archive, pause_archive
 
 if TYPE_CHECKING:
     from cdictk.deviceplugin.proto.deviceplugin_pb2 import ContainerAllocateResponse
     from tests.e2e.kubelet.cri import CriClient
+    from tests.e2e.kubelet.dra import DraKubelet
     from tests.e2e.kubelet.kubelet import Kubelet
+    from tests.fakenode.node import FakeNode
 
 ROUNDS = 20
 GPU = "nvidia.com/gpu"
@@ -75,13 +89,20 @@ FIELD = "GPU: CDI_devices field (containerd's CDI)"
 ANNOTATIONS = "GPU: cdi.k8s.io annotations (containerd's CDI)"
 CLASS_ANNOTATIONS = "GPU: RuntimeClass cdictk, annotations (CDI off)"
 CLASS_MOUNTS = "GPU: RuntimeClass cdictk, volume-mounts (CDI off)"
-PHASES = ("Allocate", "RunPodSandbox", "CreateContainer", "StartContainer")
+DRA = "GPU: DRA claim, CDI_devices (containerd's CDI)"
+DRA_DRIVER = "gpu.nvidia.com"
+DRA_NODE = "bench-node"
+DRA_NAMESPACE = "default"
+ALLOCATION = "claim allocated"  # the scheduler stand-in's: a phase apart, before the row's figure
+POD_PHASES = ("RunPodSandbox", "CreateContainer", "StartContainer")
+PHASES = (ALLOCATION, "Allocate", "NodePrepareResources", *POD_PHASES)
 
 
 @dataclass
 class Row:
     name: str
     floor: str  # the row this one is compared with (the same containerd and runtime, no GPU)
+    versus: str = ""  # another GPU path on the same containerd it is compared with too
     samples: list[float] = field(default_factory=list)
     phases: dict[str, list[float]] = field(default_factory=dict)
 
@@ -117,8 +138,7 @@ def measure(rounds: int, only: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="cdictk-bench-k8s-") as scratch, setup(Path(scratch)) as bench:
         rows = bench.rows()
         if only:
-            chosen = {row.name for row in rows if any(text in row.name for text in only)}
-            chosen |= {row.floor for row in rows if row.name in chosen} | {CTR_RUN}
+            chosen = _chosen(rows, only)
             rows = [row for row in rows if row.name in chosen]
         for round_number in range(rounds + 1):
             order = rows[round_number % len(rows) :] + rows[: round_number % len(rows)]
@@ -132,34 +152,54 @@ def measure(rounds: int, only: list[str]) -> int:
     return 0
 
 
+def _chosen(rows: list[Row], only: list[str]) -> set[str]:
+    """The rows whose name holds one of ``only``, the rows they are compared with, and ``ctr run``."""
+    chosen = {row.name for row in rows if any(text in row.name for text in only)}
+    chosen |= {other for row in rows if row.name in chosen for other in (row.floor, row.versus)}
+    return (chosen | {CTR_RUN}) - {""}
+
+
 def report(rows: list[Row], rounds: int) -> None:
     by_name = {row.name: row for row in rows}
     ctr = statistics.median(by_name[CTR_RUN].samples)
-    print(f"Allocate to a running container, {rounds} rounds round-robin, ms: median (best)")
+    print(f"The kubelet's first call to a running container, {rounds} rounds round-robin, ms: median (best)")
     print(f"  {'path':<50} {'median':>8} {'best':>8} {'/ ctr run':>10} {'/ its floor':>12} {'+ ms':>8}")
     for row in rows:
         median = statistics.median(row.samples)
         ratio = over = ""
         if row.floor:
-            floor = by_name[row.floor].samples
-            # Paired by round: the load of a shared machine drifts between rounds more than within one.
-            paired = statistics.median(mine - theirs for mine, theirs in zip(row.samples, floor, strict=True))
-            ratio, over = f"{median / statistics.median(floor):>11.2f}x", f"{paired:>+8.1f}"
+            times, paired = _against(row, by_name[row.floor])
+            ratio, over = f"{times:>11.2f}x", f"{paired:>+8.1f}"
         figures = f"{median:>8.1f} {min(row.samples):>8.1f} {median / ctr:>9.2f}x"
         print(f"  {row.name:<50} {figures} {ratio:>12} {over:>8}")
     print(
         "its floor: the same containerd and handler without a GPU (for a pod without one, runc there); "
         "+ ms: the median of each round's difference to it"
     )
+    for row in (row for row in rows if row.versus):
+        times, paired = _against(row, by_name[row.versus])
+        print(f"{row.name}: {times:.2f}x, {paired:+.1f} ms paired, over {row.versus}")
     print("each phase's median, ms:")
-    print(f"  {'path':<50}" + "".join(f" {phase:>15}" for phase in PHASES))
+    widths = {phase: max(15, len(phase)) for phase in PHASES}
+    print(f"  {'path':<50}" + "".join(f" {phase:>{widths[phase]}}" for phase in PHASES))
     for row in rows:
         if row.phases:
             cells = "".join(
-                f" {statistics.median(row.phases[p]):>15.1f}" if p in row.phases else f" {'':>15}"
+                f" {statistics.median(row.phases[p]):>{widths[p]}.1f}"
+                if p in row.phases
+                else f" {'':>{widths[p]}}"
                 for p in PHASES
             )
             print(f"  {row.name:<50}{cells}")
+    if any(ALLOCATION in row.phases for row in rows):
+        print(f"{ALLOCATION}: the scheduler stand-in's (CEL in cel-python), not in the figures above")
+
+
+def _against(row: Row, other: Row) -> tuple[float, float]:
+    """``row``'s median over ``other``'s, and the median of each round's difference to it in ms."""
+    # Paired by round: the load of a shared machine drifts between rounds more than within one.
+    paired = statistics.median(mine - theirs for mine, theirs in zip(row.samples, other.samples, strict=True))
+    return statistics.median(row.samples) / statistics.median(other.samples), paired
 
 
 # ---- the set-up --------------------------------------------------------------------------------------
@@ -175,8 +215,9 @@ class Bench:
 
     def rows(self) -> list[Row]:
         floors = {POD: "", POD_OFF: "", POD_CLASS: POD_OFF, POD_SCRIPT: POD_OFF, FIELD: POD, ANNOTATIONS: POD}
-        floors |= {CLASS_ANNOTATIONS: POD_CLASS, CLASS_MOUNTS: POD_CLASS}
-        return [Row(CTR_RUN, ""), *(Row(name, floors[name]) for name in self.pod)]
+        floors |= {CLASS_ANNOTATIONS: POD_CLASS, CLASS_MOUNTS: POD_CLASS, DRA: POD}
+        versus = {DRA: FIELD}
+        return [Row(CTR_RUN, ""), *(Row(name, floors[name], versus.get(name, "")) for name in self.pod)]
 
     def start(self, name: str, *, verify: bool) -> tuple[float, dict[str, float]]:
         return self.ctr() if name == CTR_RUN else self.pod[name](verify)
@@ -219,6 +260,8 @@ def setup(scratch: Path) -> Iterator[Bench]:
         with (
             containerd_daemon(SID_CONTAINERD_DIR, configs[True]) as on,
             containerd_daemon(SID_CONTAINERD_DIR, configs[False]) as off,
+            running() as server,
+            contextlib.ExitStack() as stack,  # the DRA plugin's: stopped before the API server
         ):
             for daemon, cdi in ((on, True), (off, False)):
                 runtime = daemon.dump_config()["plugins"]["io.containerd.cri.v1.runtime"]
@@ -239,6 +282,7 @@ def setup(scratch: Path) -> Iterator[Bench]:
                 serve(kubelet, node, spec_dir, stop, list_strategies=strategies, health=Health(enabled=False))
                 kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
             names, mounts = kubelets
+            dra = stack.enter_context(_dra(scratch, node, spec_dir, server))
             clients = {True: CriClient(str(on.socket)), False: CriClient(str(off.socket))}
 
             def allocate(kubelet: Kubelet, keep: str) -> Callable[[], ContainerAllocateResponse]:
@@ -265,6 +309,7 @@ def setup(scratch: Path) -> Iterator[Bench]:
                 POD_SCRIPT: pod(False, None, "", SCRIPT_HANDLER),
                 CLASS_ANNOTATIONS: pod(False, names, "annotations", HANDLER),
                 CLASS_MOUNTS: pod(False, mounts, "all", HANDLER),
+                DRA: lambda verify: _dra_pod(dra, clients[True], verify=verify),
             }
             try:
                 yield Bench(lambda: _ctr_run(on), pods)
@@ -277,6 +322,46 @@ def setup(scratch: Path) -> Iterator[Bench]:
             kubelet.stop()
         for directory in plugin_dirs:
             shutil.rmtree(directory, ignore_errors=True)
+
+
+@dataclass
+class Dra:
+    """The DRA side of the node: the API server stand-in, the kubelet stand-in's DRA manager with
+    ``cdictk dra-plugin`` registered, the scheduler stand-in, and where the claims' specs go."""
+
+    server: ApiServer
+    kubelet: DraKubelet
+    allocator: Allocator
+    spec_dir: Path
+
+
+@contextlib.contextmanager
+def _dra(scratch: Path, node: FakeNode, spec_dir: Path, server: ApiServer) -> Iterator[Dra]:
+    """``cdictk dra-plugin`` for ``node``, its claims' specs in ``spec_dir`` (which the CDI-on
+    containerd reads), registered with a kubelet stand-in and its slices published; stopped after."""
+    from tests.e2e.kubelet.dra import DraKubelet  # noqa: PLC0415 - gRPC (see setup)
+
+    # Sockets want short paths: the registry and the plugin's own directory under /tmp.
+    top = Path(tempfile.mkdtemp(prefix="cdictk-bench-dra-", dir="/tmp"))
+    server.add_node(DRA_NODE)
+    kubeconfig = server.write_kubeconfig(scratch / "kubeconfig")
+    kubelet = DraKubelet(str(top / "registry"), server)
+    kubelet.start()
+    # The default resync, not the tests' second: no listing of slices beside the timed calls.
+    paths = {"registry": top / "registry", "plugin_dir": top / "plugin", "cdi_dir": spec_dir}
+    command = plugin_command(node, DRA_NODE, kubeconfig=kubeconfig, resync=30.0, **paths)
+    plugin = PluginProcess(command, scratch / "dra-plugin.log")
+    plugin.start()
+    try:
+        plugin.wait_for("published ")
+        kubelet.wait_for("the DRA plugin", lambda k: DRA_DRIVER in k.drivers)
+        yield Dra(server, kubelet, Allocator(server), spec_dir)
+    finally:
+        code = plugin.stop() if plugin.process is not None else 0
+        kubelet.stop()
+        shutil.rmtree(top, ignore_errors=True)
+    if code != 0:
+        raise BenchError(f"cdictk dra-plugin exited {code}: {plugin.text().strip()}")
 
 
 def _shim_front(directory: Path, config: Path) -> str:
@@ -350,11 +435,13 @@ def _pod(
     allocate: Callable[[], ContainerAllocateResponse] | None,
     handler: str,
     gpu_node: str | None,
+    *,
+    first: str = "Allocate",
 ) -> tuple[float, dict[str, float]]:
-    """Allocate (when a GPU is asked for), then the kubelet's calls for a one-container pod; the time
-    until StartContainer returns, and each call's. With ``gpu_node``, then a look inside: the GPU's
-    node there when one was allocated, no GPU node otherwise. The pod is then stopped and removed,
-    untimed."""
+    """``allocate`` (when a GPU is asked for; the phase ``first``), then the kubelet's calls for a
+    one-container pod; the time until StartContainer returns, and each call's. With ``gpu_node``, then
+    a look inside: the GPU's node there when one was allocated, no GPU node otherwise. The pod is then
+    stopped and removed, untimed."""
     from tests.e2e.kubelet import cri_pb2 as cri  # noqa: PLC0415 - gRPC (see setup)
     from tests.e2e.kubelet.kubelet import container_config, remove_pod, sandbox_config  # noqa: PLC0415
 
@@ -392,10 +479,61 @@ def _pod(
                 raise BenchError(f"{handler or 'runc'}: a pod without a GPU has {sorted(found)}")
     finally:
         remove_pod(client, sandbox_id, container_id)
-    phases = {phase: (marks[n + 1] - marks[n]) * 1000 for n, phase in enumerate(PHASES)}
+    phases = {phase: (marks[n + 1] - marks[n]) * 1000 for n, phase in enumerate((first, *POD_PHASES))}
     if allocate is None:
-        del phases["Allocate"]
+        del phases[first]
     return (marks[-1] - marks[0]) * 1000, phases
+
+
+def _dra_pod(dra: Dra, client: CriClient, *, verify: bool) -> tuple[float, dict[str, float]]:
+    """A new claim for one GPU, allocated by the scheduler stand-in (a phase of its own, outside the
+    figure), then :func:`_pod` with ``NodePrepareResources`` and the answered CDI names as the
+    container's ``CDI_devices``. After it, untimed: the claim unprepared (its spec gone, checked in
+    the warm-up), released and deleted."""
+    from cdictk.deviceplugin.proto.deviceplugin_pb2 import (  # noqa: PLC0415 - gRPC (see setup)
+        CDIDevice,
+        ContainerAllocateResponse,
+    )
+    from tests.e2e.kubelet.dra import DraError, container_cdi_ids  # noqa: PLC0415
+
+    name, pod_uid = f"bench-{uuid.uuid4().hex[:12]}", str(uuid.uuid4())
+    claim = dra.server.put_claim(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": DRA_NAMESPACE},
+            "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": DRA_DRIVER}}]}},
+        }
+    )
+    claim_uid = str(claim["metadata"]["uid"])
+
+    def prepare() -> ContainerAllocateResponse:
+        prepared = dra.kubelet.prepare(pod_uid, [(DRA_NAMESPACE, name)])
+        ids = container_cdi_ids(prepared, claim_uid)
+        return ContainerAllocateResponse(cdi_devices=[CDIDevice(name=i) for i in ids])
+
+    try:
+        began = time.perf_counter()
+        allocated = dra.allocator.allocate(
+            DRA_NAMESPACE, name, DRA_NODE, [Pod(f"pod-{pod_uid[:8]}", pod_uid)]
+        )
+        allocating = (time.perf_counter() - began) * 1000
+        [result] = allocated["status"]["allocation"]["devices"]["results"]
+        gpu_node = f"nvidia{result['device'].split('-')[1]}"  # gpu-<minor>
+        try:
+            took, phases = _pod(
+                client, prepare, "", gpu_node if verify else None, first="NodePrepareResources"
+            )
+        finally:
+            dra.kubelet.unprepare(pod_uid)
+            dra.allocator.release(DRA_NAMESPACE, name, pod_uid)
+    except (AllocationError, DraError) as error:
+        raise BenchError(f"DRA: {error}") from None
+    finally:
+        dra.server.delete_claim(DRA_NAMESPACE, name)
+    if verify and os.path.exists(claim_specs(str(dra.spec_dir)).path(claim_uid)):
+        raise BenchError(f"DRA: the spec of claim {claim_uid} is left after NodeUnprepareResources")
+    return took, {ALLOCATION: allocating, **phases}
 
 
 def _ctr_run(containerd: Containerd) -> tuple[float, dict[str, float]]:

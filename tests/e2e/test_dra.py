@@ -13,9 +13,7 @@ allocated devices' nodes), and on the pod's removal has the claims unprepared
 from __future__ import annotations
 
 import contextlib
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -36,6 +34,7 @@ from tests.e2e.kubelet.allocator import AllocationError, Allocator, Pod, publish
 from tests.e2e.kubelet.apiserver import ApiServer, running
 from tests.e2e.kubelet.cri import CriClient
 from tests.e2e.kubelet.dra import DraError, DraKubelet, container_cdi_ids
+from tests.e2e.kubelet.draplugin import PluginProcess, plugin_command
 from tests.e2e.kubelet.images import docker_archive, pause_archive
 from tests.e2e.kubelet.kubelet import Pod as RunningPod
 from tests.e2e.kubelet.kubelet import container_config, containerd_config, remove_pod, sandbox_config
@@ -47,37 +46,6 @@ pytestmark = pytest.mark.root
 NODE = "node-a"
 DRIVER = "gpu.nvidia.com"
 NAMESPACE = "default"
-
-
-@dataclass
-class PluginProcess:
-    """``cdictk dra-plugin`` as a subprocess, its stderr in ``log``."""
-
-    command: list[str]
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log.open("ab") as log:
-            self.process = subprocess.Popen(self.command, stdout=log, stderr=log)
-
-    def stop(self) -> int:
-        """SIGTERM, and its exit status."""
-        assert self.process is not None
-        self.process.send_signal(signal.SIGTERM)
-        code = self.process.wait(timeout=30)
-        self.process = None
-        return code
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def wait_for(self, line: str, count: int = 1, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.text().count(line) < count:
-            assert self.process is not None and self.process.poll() is None, self.text()
-            assert time.monotonic() < deadline, f"timed out waiting for {line!r}:\n{self.text()}"
-            time.sleep(0.05)
 
 
 @dataclass
@@ -142,15 +110,10 @@ def cluster(
             kubeconfig = server.write_kubeconfig(top / "kubeconfig")
             kubelet = DraKubelet(str(registry), server)
             kubelet.start()
-            plugin = PluginProcess(
-                [
-                    sys.executable, "-m", "cdictk", "dra-plugin", "--node-name", NODE,
-                    "--kubeconfig", str(kubeconfig), "--registry-dir", str(registry),
-                    "--plugin-dir", str(plugin_dir), "--cdi-dir", str(cdi_dir), *node.cli_args(),
-                    "--resync", "1",
-                ],
-                top / "plugin.log",
-            )  # fmt: skip
+            command = plugin_command(
+                node, NODE, kubeconfig=kubeconfig, registry=registry, plugin_dir=plugin_dir, cdi_dir=cdi_dir
+            )
+            plugin = PluginProcess(command, top / "plugin.log")
             plugin.start()
             client = CriClient(str(containerd.socket))
             try:
