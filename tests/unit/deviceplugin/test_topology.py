@@ -9,7 +9,7 @@ import itertools
 import pytest
 
 from cdictk.deviceplugin import topology
-from cdictk.deviceplugin.nvmlwatch import NVLINK_SCORE, PCIE_SCORES
+from cdictk.node.nvmlwatch import NVLINK_SCORE, PCIE_SCORES
 from cdictk.deviceplugin.resources import PluginDevice, Resource
 from cdictk.deviceplugin.topology import Links, preferred, set_score
 

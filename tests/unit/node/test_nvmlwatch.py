@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from cdictk.deviceplugin import nvmlwatch
-from cdictk.deviceplugin.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
+from cdictk.node import nvmlwatch
+from cdictk.node.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
 from cdictk.node.nvmlchild import NvmlChild
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
