@@ -216,8 +216,12 @@ class HealthMonitor:
         found = {}
         for device in self._devices:
             lost = self._lost.get(device.gpu_uuid) or self._absent.get(device.gpu_uuid)
-            finding = Finding(UNMONITORED, self._down) if self._down else Finding(LOST, lost) if lost else None
-            if finding is None:
+            finding: Finding | None = None
+            if self._down:
+                finding = Finding(UNMONITORED, self._down)
+            elif lost:
+                finding = Finding(LOST, lost)
+            else:
                 for key in ((device.gpu_uuid, None, None), (device.gpu_uuid, device.gi, device.ci)):
                     seen = self._xids.get(key)
                     if seen is not None and (recovery is None or now - seen[0] < recovery):

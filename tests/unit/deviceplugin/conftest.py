@@ -60,7 +60,11 @@ def run_plugin(make_node: NodeFactory, tmp_path: Path) -> Iterator[PluginFactory
         kubelet = Kubelet(plugin_dir)
         kubelet.start()
         lines: list[str] = []
-        changes = {"rescan_interval": 0.2, "health": HealthPolicy(probe_interval=0.1, xid_recovery=1.0), **changes}
+        changes = {
+            "rescan_interval": 0.2,
+            "health": HealthPolicy(probe_interval=0.1, xid_recovery=1.0),
+            **changes,
+        }
         stop = threading.Event()
         plugin, thread = serve(kubelet, node, spec_dir, stop, log=lines.append, **changes)
         started.append((stop, thread, kubelet))

@@ -16,8 +16,8 @@ import pytest
 from cdictk.deviceplugin.kubelet import HEALTHY, UNHEALTHY
 from cdictk.deviceplugin.plugin import DevicePlugin
 from cdictk.deviceplugin.pluginsettings import Replicas, Settings
-from cdictk.node.gpuhealth import HealthPolicy
 from cdictk.deviceplugin.resources import ResourceError
+from cdictk.node.gpuhealth import HealthPolicy
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.e2e.kubelet.nodeplugin import serve

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from cdictk.node import nvmlwatch
-from cdictk.node.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
 from cdictk.node.nvmlchild import NvmlChild
+from cdictk.node.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.fakenode.planted import USER, plant, ran, relist, user_lib_dir
