@@ -12,7 +12,16 @@ from typing import Any
 
 import pytest
 
-from cdictk.node.gpuhealth import IGNORED_XIDS, HealthMonitor, HealthPolicy, Watched
+from cdictk.node.gpuhealth import (
+    IGNORED_XIDS,
+    LOST,
+    UNMONITORED,
+    XID,
+    Finding,
+    HealthMonitor,
+    HealthPolicy,
+    Watched,
+)
 from cdictk.node.nvmlchild import Job, Send
 
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
@@ -82,6 +91,24 @@ def test_a_fatal_xid_makes_the_gpu_unhealthy() -> None:
     assert m.feed(xid=79, uuid=GPU_B, gi=None, ci=None) == {GPU_B: "Xid 79"}
     assert m.changes == 1
     assert m.lines == [f"Xid 79 on {GPU_B}", f"{GPU_B} unhealthy: Xid 79"]
+
+
+def test_findings_say_each_devices_trouble_as_xid_lost_or_unmonitored() -> None:
+    """What the DRA plugin taints by: the cause beside the words the device plugin's log says."""
+    m = Monitor()
+    m.feed(xid=79, uuid=GPU_M, gi=2, ci=0)
+    m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""})
+    assert m.monitor.findings() == {
+        MIG_2: Finding(XID, "Xid 79", 79),
+        GPU_A: Finding(LOST, "GPU is lost"),
+    }
+    m.monitor.watch(DEVICES, {GPU_B: "not found by the last discovery"})
+    assert m.monitor.findings()[GPU_B] == Finding(LOST, "not found by the last discovery")
+    m.feed(error="waiting for NVML events failed: Unknown Error")
+    assert set(m.monitor.findings().values()) == {
+        Finding(UNMONITORED, "waiting for NVML events failed: Unknown Error")
+    }
+    assert len(m.monitor.findings()) == len(DEVICES)
 
 
 def test_each_change_of_health_is_one_line() -> None:
