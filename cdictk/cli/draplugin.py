@@ -123,7 +123,8 @@ def _xids(text: str) -> tuple[int, ...]:
     help="How often to list the node's ResourceSlices and write again what was wiped or changed.",
 )
 @click.option(
-    "--health/--no-health",
+    "--health-checks/--no-health-checks",
+    "health",
     default=True,
     show_default=True,
     help="Watch the GPUs through NVML and publish an unhealthy device with a taint, as NVIDIA's driver "

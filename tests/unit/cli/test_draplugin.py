@@ -62,7 +62,7 @@ def test_help_explains_what_it_does_beside_the_device_plugin_and_its_flags() -> 
         "--sys-root",
         "--resync SECONDS",
         "[default: 30.0]",
-        "--health / --no-health",
+        "--health-checks / --no-health-checks",
         "gpu.nvidia.com/xid=<Xid>",
         "gpu.nvidia.com/gpu-lost (NoSchedule)",
         "DRADeviceTaints",
@@ -100,7 +100,7 @@ def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> N
     ("args", "enabled", "ignored"),
     [
         ([], True, IGNORED_XIDS),
-        (["--no-health"], False, IGNORED_XIDS),
+        (["--no-health-checks"], False, IGNORED_XIDS),
         (["--ignore-xids", "48, 63,"], True, (*IGNORED_XIDS, 48, 63)),
     ],
 )
