@@ -38,7 +38,7 @@ def without_node_name() -> dict[str, str]:
 
 
 def test_help_explains_what_it_does_beside_the_device_plugin_and_its_flags() -> None:
-    result = CliRunner().invoke(cli, ["dra-plugin", "--help"])
+    result = CliRunner().invoke(cli, ["dra-plugin", "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     for words in (
