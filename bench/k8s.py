@@ -228,8 +228,8 @@ def setup(scratch: Path) -> Iterator[Bench]:
     # gRPC imported here, after its fork handlers are turned off as the command turns them off: the
     # plugins' discovery forks NVML's child beside the other's threads, and the handlers only log.
     os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-    from cdictk.deviceplugin.pluginsettings import Health  # noqa: PLC0415
     from cdictk.deviceplugin.proto.deviceplugin_pb2 import ContainerAllocateResponse  # noqa: PLC0415
+    from cdictk.node.gpuhealth import HealthPolicy  # noqa: PLC0415
     from tests.e2e.kubelet.cri import CriClient  # noqa: PLC0415
     from tests.e2e.kubelet.kubelet import Kubelet  # noqa: PLC0415
     from tests.e2e.kubelet.nodeplugin import serve  # noqa: PLC0415
@@ -279,7 +279,14 @@ def setup(scratch: Path) -> Iterator[Bench]:
                 kubelet = Kubelet(plugin_dir)
                 kubelet.start()
                 kubelets.append(kubelet)
-                serve(kubelet, node, spec_dir, stop, list_strategies=strategies, health=Health(enabled=False))
+                serve(
+                    kubelet,
+                    node,
+                    spec_dir,
+                    stop,
+                    list_strategies=strategies,
+                    health=HealthPolicy(enabled=False),
+                )
                 kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
             names, mounts = kubelets
             dra = stack.enter_context(_dra(scratch, node, spec_dir, server))

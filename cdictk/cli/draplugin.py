@@ -15,6 +15,7 @@ import threading
 import click
 
 from cdictk.cli.rootflags import root_options
+from cdictk.node.gpuhealth import IGNORED_XIDS, HealthPolicy
 from cdictk.startpath.helpers.errors import CdictkError
 
 DRIVER = "gpu.nvidia.com"
@@ -32,6 +33,18 @@ def _absolute(path: str | None, flag: str) -> str | None:
     if path is not None and not os.path.isabs(path):
         raise CdictkError("", flag, f"must be an absolute path, not {path!r}")
     return path
+
+
+def _xids(text: str) -> tuple[int, ...]:
+    """``--ignore-xids``: comma-separated Xid numbers."""
+    xids = []
+    for part in text.split(","):
+        if not part.strip():
+            continue
+        if not part.strip().isdigit():
+            raise CdictkError("", "--ignore-xids", f"{part.strip()!r} is no Xid number (a list like 48,63)")
+        xids.append(int(part))
+    return tuple(xids)
 
 
 @click.command("dra-plugin")
@@ -109,6 +122,23 @@ def _absolute(path: str | None, flag: str) -> str | None:
     show_default=True,
     help="How often to list the node's ResourceSlices and write again what was wiped or changed.",
 )
+@click.option(
+    "--health-checks/--no-health-checks",
+    "health",
+    default=True,
+    show_default=True,
+    help="Watch the GPUs through NVML and publish an unhealthy device with a taint, as NVIDIA's driver "
+    "does: a fatal Xid gpu.nvidia.com/xid=<Xid> and a lost GPU gpu.nvidia.com/gpu-lost (NoSchedule), "
+    "the watcher down gpu.nvidia.com/unmonitored (effect None); the keys' domain is the driver name. "
+    "The API server keeps taints with its DRADeviceTaints feature gate (on from Kubernetes 1.36).",
+)
+@click.option(
+    "--ignore-xids",
+    metavar="LIST",
+    default="",
+    help="Xids, comma-separated, that leave the GPU untainted, besides the application errors "
+    f"{', '.join(map(str, IGNORED_XIDS))}.",
+)
 def dra_plugin_command(
     *,
     driver: str,
@@ -124,6 +154,8 @@ def dra_plugin_command(
     host_root: str,
     hook_path: str | None,
     resync: float,
+    health: bool,
+    ignore_xids: str,
 ) -> int:
     """Serve the node's GPUs to Kubernetes' Dynamic Resource Allocation (resource.k8s.io v1, or v1beta1
     on Kubernetes 1.32 and 1.33) as NVIDIA's DRA driver (gpu-kubelet-plugin) does.
@@ -133,7 +165,8 @@ def dra_plugin_command(
     mig.nvidia.com and CEL selectors written for NVIDIA's driver select the same devices; registers
     with the kubelet (plugins_registry); and answers NodePrepareResources with one CDI spec per claim
     (k8s.gpu.nvidia.com/claim=<claim UID>-<device>), NodeUnprepareResources by removing it. Prepared
-    claims are kept in a checkpoint across restarts; MIG and driver changes are published again.
+    claims are kept in a checkpoint across restarts; MIG and driver changes are published again, and
+    so is health: a GPU with a fatal Xid, or lost, is published with a taint.
     Runs until SIGTERM, which unregisters it and leaves prepared claims prepared.
 
     One owner per GPU: run either this or `cdictk device-plugin` (or NVIDIA's plugins) on a node,
@@ -169,6 +202,7 @@ def dra_plugin_command(
         host_root=host_root,
         hook_path=hook_path,
         resync=resync,
+        health=HealthPolicy(enabled=health, ignored_xids=IGNORED_XIDS + _xids(ignore_xids)),
     )
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):

@@ -20,11 +20,11 @@ from collections.abc import Callable
 from concurrent import futures
 
 from cdictk.api import NodeSpecs, SpecDirs
-from cdictk.deviceplugin.health import HealthMonitor, Watched
 from cdictk.deviceplugin.pluginsettings import Settings
 from cdictk.deviceplugin.registration import RegistrationError, kubelet_identity, register
 from cdictk.deviceplugin.resources import Resource, build, keep_missing, numa_reader
 from cdictk.deviceplugin.server import SHORTER_SOCKET, ResourceServer
+from cdictk.node.gpuhealth import HealthMonitor, Watched
 from cdictk.node.libchoice import LibraryError
 from cdictk.node.nvmllib import nvml_library
 from cdictk.startpath.helpers.errors import CdictkError

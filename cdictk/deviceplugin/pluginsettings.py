@@ -17,6 +17,7 @@ from typing import Any
 from cdictk.api import InvalidNameError
 from cdictk.api import check_kind as cdi_kind
 from cdictk.deviceplugin.kubelet import DEVICE_PLUGIN_DIR
+from cdictk.node.gpuhealth import HealthPolicy
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.helpers.settingsfile import SettingsError, read_text
 from cdictk.strictyaml import parse_yaml as strict_yaml
@@ -25,10 +26,6 @@ MIG_STRATEGIES = ("none", "single", "mixed")
 # What Allocate answers with. envvar (NVIDIA's default) is refused: see docs/kubernetes.md.
 LIST_STRATEGIES = ("cdi-cri", "cdi-annotations", "volume-mounts")
 DEFAULT_LIST_STRATEGIES = ("cdi-cri", "cdi-annotations")
-# Application errors that leave the GPU usable, as NVIDIA's plugin ignores them: graphics engine
-# exception, page fault, stopped processing, preemptive cleanup, video processor exception, context
-# switch timeout.
-IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
 _RESOURCE = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 ENVVAR_REFUSED = (
     "envvar is refused: an NVIDIA_VISIBLE_DEVICES that counts as a request lets any image that sets it "
@@ -47,16 +44,6 @@ class Replicas:
 
 
 @dataclass(frozen=True, slots=True)
-class Health:
-    enabled: bool = True
-    ignored_xids: tuple[int, ...] = IGNORED_XIDS
-    # A device made unhealthy by a fatal Xid is healthy again once NVML answers for it and this many
-    # seconds passed without another; None: never (NVIDIA's plugin: until it restarts).
-    xid_recovery: float | None = 300.0
-    probe_interval: float = 5.0  # seconds between NVML checks of lost devices (and event waits)
-
-
-@dataclass(frozen=True, slots=True)
 class Settings:
     mig_strategy: str = "none"
     list_strategies: tuple[str, ...] = DEFAULT_LIST_STRATEGIES
@@ -66,7 +53,7 @@ class Settings:
     replicas: tuple[Replicas, ...] = ()
     rename_by_default: bool = False
     fail_requests_greater_than_one: bool = False
-    health: Health = field(default_factory=Health)
+    health: HealthPolicy = field(default_factory=HealthPolicy)
     plugin_dir: str = DEVICE_PLUGIN_DIR
     driver_root: str = "/"
     dev_root: str | None = None
@@ -188,7 +175,7 @@ def from_data(data: object, source: str = "<settings>") -> Settings:
         health_values["probe_interval"] = reader.seconds(
             health["probeIntervalSeconds"], "health.probeIntervalSeconds", minimum=0.05
         )
-    values["health"] = Health(**health_values)
+    values["health"] = HealthPolicy(**health_values)
     settings = Settings(**values)
     _one_resource_per_name(settings, source)
     return settings

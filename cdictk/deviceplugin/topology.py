@@ -1,7 +1,7 @@
 """``GetPreferredAllocation``: which of the available devices a container should get.
 
 Whole GPUs without replicas: the set of the size asked for, holding the devices that must be in it,
-whose pairs are best connected (the sum of :func:`cdictk.deviceplugin.nvmlwatch.pair_score`: 100 per
+whose pairs are best connected (the sum of :func:`cdictk.node.nvmlwatch.pair_score`: 100 per
 NVLink, then one PCIe switch over one NUMA node over across CPUs), as NVIDIA's best-effort policy
 scores them; among sets that score the same, the one that leaves the best-connected devices behind
 for the next pod, then the lowest GPU indices. Every set is scored when there are at most

@@ -18,6 +18,12 @@ devices published are kept); each reason is said once until it changes. Each reg
 notifies is logged (``registered with the kubelet``), and each publish that wrote (``published N
 device(s) in M ResourceSlice(s)``).
 
+Health (unless off): the device plugin's monitor (:class:`cdictk.node.gpuhealth.HealthMonitor`, its
+NVML watcher in a child of its own) watches the published devices; each change of health is one log
+line and a publish at the next look, the unhealthy devices tainted (:mod:`cdictk.dra.devicetaints`)
+under a new generation; an Xid's recovery ends its taint the same way. A server that drops the taints
+(its DRADeviceTaints feature gate off) is said once; the devices are then published without them.
+
 On stop (SIGTERM): the registration socket removed first (the kubelet unregisters the plugin), then
 the service; prepared claims stay prepared (their pods run on) and the slices stay published (the
 kubelet wipes them when the plugin stays away).
@@ -30,18 +36,22 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from cdictk.api import NodeSpecs
 from cdictk.dra import cdinames, service
 from cdictk.dra.checkpoint import Checkpoint
+from cdictk.dra.devicetaints import TaintBook, watched
 from cdictk.dra.kubeclient import KubeClient
 from cdictk.dra.nodedevices import DraDevice, node_devices
 from cdictk.dra.preparer import Preparer
 from cdictk.dra.publisher import Publisher
 from cdictk.dra.registrar import REGISTRY_DIR, SHORTER_SOCKET, Registrar, Status, check_driver_name
 from cdictk.dra.slices import DRIVER
+from cdictk.node.gpuhealth import HealthMonitor, HealthPolicy
+from cdictk.node.libchoice import LibraryError
+from cdictk.node.nvmllib import nvml_library
 from cdictk.startpath.helpers.errors import CdictkError
 from cdictk.startpath.specs.fingerprint import node_fingerprint
 from cdictk.unixgrpc import UnixServer, check_socket_path
@@ -82,6 +92,7 @@ class PluginSettings:
     host_root: str = "/"  # where this process sees the node's /: the specs' paths are the node's
     hook_path: str | None = None  # the program the specs' hooks run; None: NodeSpecs' default
     resync: float = RESYNC
+    health: HealthPolicy = field(default_factory=HealthPolicy)
 
     @property
     def directory(self) -> str:
@@ -121,17 +132,26 @@ class DraPlugin:
         self._fingerprint: tuple[object, ...] = ()
         self._said: dict[str, str] = {}  # what -> the failure last said, said again only when it changes
         self._status: Status | None = None  # the kubelet's last answer seen (a new one per answer)
+        self._health_changed = threading.Event()  # set from the monitor's thread: publish at the next look
+        self.health = HealthMonitor(settings.health, self._health_changed.set, log=log)
+        self.taints = TaintBook(settings.driver)
 
     def discover(self) -> tuple[DraDevice, ...]:
         """The node's devices now (discovery run again); its warnings logged."""
         fingerprint = node_fingerprint(self.node.roots)  # before: a change meanwhile is seen next time
         self.node.refresh()
-        found = node_devices(self.node.facts())
+        facts = self.node.facts()
+        found = node_devices(facts)
         for warning in found.warnings:
             self.log(warning)
         self._fingerprint = fingerprint
         self.devices = found.devices
+        self.health.watch(watched(found.devices, facts.gpus))
         return found.devices
+
+    def published_devices(self) -> tuple[DraDevice, ...]:
+        """The devices as they are published now: tainted where health found trouble."""
+        return self.taints.apply(self.devices, self.health.findings())
 
     def run(self, stop: threading.Event) -> None:
         """Serve until ``stop`` is set. What makes serving impossible ends it at once (CdictkError): a
@@ -161,8 +181,9 @@ class DraPlugin:
             remedy=SHORTER_SOCKET,
         )
         registrar = Registrar(settings.driver, settings.socket, settings.registry_dir, log=self.log)
-        publisher = Publisher(client, settings.driver, settings.node_name, lambda: self.devices)
+        publisher = Publisher(client, settings.driver, settings.node_name, self.published_devices)
         try:
+            self._start_health()
             server.start()
             self.log(f"serving the DRA service on {server.path}")
             registrar.start()
@@ -171,7 +192,11 @@ class DraPlugin:
             publish_at = scanned + self._publish(publisher)
             while not stop.wait(LOOK_INTERVAL):
                 self._look_at_sockets(server, registrar)
+                self.health.tick()  # an Xid's recovery time may have come
                 now = time.monotonic()
+                if self._health_changed.is_set():
+                    self._health_changed.clear()  # before the publish: a change meanwhile publishes again
+                    publish_at = now
                 if now - scanned >= RESCAN:
                     scanned = now
                     wait = self._rediscover_if_changed(publisher)
@@ -184,6 +209,21 @@ class DraPlugin:
             registrar.stop()  # first: the kubelet unregisters the plugin, then its service goes
             server.stop()
             client.close()
+            self.health.stop()
+
+    def _start_health(self) -> None:
+        """The health monitor's NVML watcher started, where health is on and there is an NVML. One
+        that is not root's alone stops the plugin (LibraryError): its code would run as root."""
+        if not self.settings.health.enabled:
+            return
+        try:
+            library = nvml_library(self.node.roots.driver)
+        except LibraryError as error:
+            if error.refused:
+                raise
+            self.log("no libnvidia-ml.so.1 under the driver root: no health checks")
+            return
+        self.health.start(library)
 
     def _kube_client(self) -> KubeClient:
         """A client from the kubeconfig (or the pod's service account), speaking the version the API
@@ -244,6 +284,12 @@ class DraPlugin:
             self._say("publish", f"publishing ResourceSlices failed (trying again in {retry:g} s): {error}")
             return retry
         self._said.pop("publish", None)
+        if publisher.taints_dropped:  # said once: it stays so
+            self._say(
+                "taints",
+                "the API server dropped the devices' taints (its DRADeviceTaints feature gate is off): "
+                "unhealthy devices are published without them",
+            )
         if not steps.unchanged:
             slices = len(steps.replace) + len(steps.create)
             self.log(f"published {len(self.devices)} device(s) in {slices} ResourceSlice(s)")

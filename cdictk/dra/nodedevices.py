@@ -95,14 +95,27 @@ AttributeValue = str | int | bool | Version
 
 
 @dataclass(frozen=True, slots=True)
+class Taint:
+    """A device taint (:mod:`cdictk.dra.devicetaints` makes them from health): ``effect`` None,
+    NoSchedule or NoExecute; ``time_added`` RFC 3339, when it first appeared."""
+
+    key: str
+    effect: str
+    value: str = ""
+    time_added: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class DraDevice:
     """One device of the node's pool: its name, ``gpu`` or ``mig``, attributes by name (unqualified:
-    the driver's domain) and capacities by name (integers: bytes for ``memory``, counts otherwise)."""
+    the driver's domain) and capacities by name (integers: bytes for ``memory``, counts otherwise);
+    taints where health put some (discovery gives none)."""
 
     name: str
     type: str
     attributes: Mapping[str, AttributeValue]
     capacity: Mapping[str, int]
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,16 @@ ResourceSlice controller.
 Node as every slice's owner (its UID read once). Its :meth:`Publisher.resync` is for the plugin's
 loop: the kubelet deletes its node's slices when it starts, and again when the plugin stays away,
 so the plugin lists them now and then and publishes again what is gone or changed.
+
+A server without the ``DRADeviceTaints`` feature gate (off before Kubernetes 1.36) drops the devices'
+taints from what it stores. The publisher sees it in the server's answer
+(:attr:`Publisher.taints_dropped`) and from then on publishes without them: the slices would never
+say what it wants, and each resync would write them again under a new generation.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +113,7 @@ class Publisher:
         self.node = node
         self.devices_source = devices_source
         self.generation = 0  # the highest written or seen
+        self.taints_dropped = False  # the server dropped taints we sent: they are no longer sent
         self._node_uid: str | None = None
 
     def publish(self, devices: Sequence[DraDevice]) -> Plan:
@@ -114,6 +121,8 @@ class Publisher:
         KubeError where a call fails: the next publish or resync starts again from a fresh list."""
         if self._node_uid is None:
             self._node_uid = self.client.node_uid(self.node)
+        if self.taints_dropped:
+            devices = [dataclasses.replace(device, taints=()) for device in devices]
         published = self.client.list_slices(self.driver, self.node)
         steps = plan(
             published,
@@ -131,9 +140,9 @@ class Publisher:
                 if error.status != NOT_FOUND:  # gone already (the kubelet wiped it): as wanted
                     raise
         for name, body in steps.replace:
-            self.client.replace_slice(name, body)
+            self._dropped(body, self.client.replace_slice(name, body))
         for body in steps.create:
-            self.client.create_slice(body)
+            self._dropped(body, self.client.create_slice(body))
         self.generation = max(self.generation, steps.generation)
         return steps
 
@@ -141,6 +150,19 @@ class Publisher:
         """Publish the devices ``devices_source`` gives now: writes only where the listed slices were
         wiped, changed by someone else, or no longer say what the devices say."""
         return self.publish(self.devices_source())
+
+    def _dropped(self, sent: Mapping[str, Any], stored: Mapping[str, Any]) -> None:
+        """Note a server that stored a slice we sent with taints without them."""
+        if _tainted(sent) and not _tainted(stored):
+            self.taints_dropped = True
+
+
+def _tainted(item: Mapping[str, Any]) -> bool:
+    devices = (item.get("spec") or {}).get("devices") or []
+    return any(
+        isinstance(device, Mapping) and ((device.get("basic") or device).get("taints") or [])
+        for device in devices
+    )
 
 
 def _generation(item: Mapping[str, Any]) -> int:

@@ -1,7 +1,8 @@
 """The node's devices as ResourceSlice objects (plain JSON-able dicts), and whether published ones differ.
 
 One pool per node, named by the node, as NVIDIA's driver publishes it: the devices sorted by name and
-cut into slices of at most :data:`MAX_DEVICES` (the API's limit), each slice carrying the pool's
+cut into slices of at most :data:`MAX_DEVICES` (the API's limit; :data:`MAX_TAINTED_DEVICES` when a
+device has taints, which health gives it: :mod:`cdictk.dra.devicetaints`), each slice carrying the pool's
 generation and how many slices it has, the node's name, and the Node as its owner when its UID is
 known (the slices go with the Node). A node without devices still gets one empty slice: the driver is
 up and has nothing. Names are left to the API server: ``generateName`` is the slice's index in hex
@@ -11,7 +12,8 @@ index is told again from a published slice's name.
 ``resource.k8s.io/v1`` puts a device's attributes and capacities beside its name; ``v1beta1`` (what
 Kubernetes 1.32 and 1.33 serve) wraps them in ``basic``. Limits the API server would refuse a whole
 slice for are checked here first, one line naming the device: a string or version longer than 64
-characters, more than 32 attributes and capacities on a device, a name that is no DNS label.
+characters, more than 32 attributes and capacities on a device, more than 16 taints, a name that is no
+DNS label.
 
 :func:`slices_differ` is what a publisher asks before writing: do the slices the API server holds for
 this driver and node say what the wanted ones say.
@@ -24,7 +26,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from cdictk.dra.nodedevices import DraDevice, Version
+from cdictk.dra.nodedevices import DraDevice, Taint, Version
 from cdictk.startpath.helpers.errors import CdictkError
 
 DRIVER = "gpu.nvidia.com"
@@ -32,7 +34,9 @@ GROUP = "resource.k8s.io"
 V1 = f"{GROUP}/v1"
 V1BETA1 = f"{GROUP}/v1beta1"
 API_VERSIONS = (V1, V1BETA1)
-MAX_DEVICES = 128  # per slice (64 with taints, counters or list attributes, none of which are published)
+MAX_DEVICES = 128  # per slice
+MAX_TAINTED_DEVICES = 64  # per slice where a device has taints (or counters or list attributes: none here)
+MAX_TAINTS = 16  # of one device
 MAX_ENTRIES = 32  # attributes and capacities of one device together
 MAX_VALUE_LENGTH = 64  # of a string or version attribute
 MAX_ID_LENGTH = 32  # an attribute's or capacity's name, past its domain
@@ -92,7 +96,8 @@ def resource_slices(
         if before == name:
             raise SliceError(f"device {name}: two devices of that name in one pool")
     wire = [_device(device, driver, api_version) for device in ordered]
-    chunks = [wire[at : at + MAX_DEVICES] for at in range(0, len(wire), MAX_DEVICES)] or [[]]
+    most = MAX_TAINTED_DEVICES if any(device.taints for device in ordered) else MAX_DEVICES
+    chunks = [wire[at : at + most] for at in range(0, len(wire), most)] or [[]]
     width = index_width(len(chunks))
     slices = []
     for index, chunk in enumerate(chunks):
@@ -133,9 +138,11 @@ def slices_differ(published: Sequence[Mapping[str, Any]], wanted: Sequence[Mappi
     differ from ``wanted`` (:func:`resource_slices`): another number of slices, more than one
     generation among them, a name that gives no index or one taken twice, or a slice whose driver,
     pool name, slice count, node or devices (in order; values compared as the API server keeps them,
-    quantities by amount, ``basic`` unwrapped) are not those of the wanted slice of its index. The
-    generation's number and the rest of the metadata are not compared: a publisher writes the
-    wanted slices under a new generation when they differ."""
+    quantities by amount, ``basic`` unwrapped, taints by key, value and effect) are not those of the
+    wanted slice of its index. The generation's number and the rest of the metadata are not compared:
+    a publisher writes the wanted slices under a new generation when they differ. Nor is a taint's
+    ``timeAdded``: the server fills it in where it is missing, and a restarted plugin's taint is the
+    one published."""
     if len(published) != len(wanted):
         return True
     if len({_get(item, "spec", "pool", "generation") for item in published}) > 1:
@@ -172,7 +179,21 @@ def _device(device: DraDevice, driver: str, api_version: str) -> dict[str, Any]:
     body: dict[str, Any] = {"attributes": attributes}
     if capacity:
         body["capacity"] = capacity
+    if len(device.taints) > MAX_TAINTS:
+        raise SliceError(f"device {device.name}: {len(device.taints)} taints, more than {MAX_TAINTS}")
+    if device.taints:
+        body["taints"] = [_taint(taint) for taint in device.taints]
     return {"name": device.name, "basic": body} if api_version == V1BETA1 else {"name": device.name, **body}
+
+
+def _taint(taint: Taint) -> dict[str, str]:
+    wire = {"key": taint.key}
+    if taint.value:
+        wire["value"] = taint.value
+    wire["effect"] = taint.effect
+    if taint.time_added:
+        wire["timeAdded"] = taint.time_added
+    return wire
 
 
 def _check_name(device: str, name: str, driver: str) -> None:
@@ -238,6 +259,12 @@ def _compared_device(device: Any) -> Any:
     capacity = fields.get("capacity") or {}
     if isinstance(capacity, Mapping):
         fields["capacity"] = {name: _amount(value) for name, value in capacity.items()}
+    taints = fields.pop("taints", None) or []
+    if taints:
+        fields["taints"] = [
+            (t.get("key"), t.get("value") or "", t.get("effect")) if isinstance(t, Mapping) else t
+            for t in taints
+        ]
     return fields
 
 

@@ -30,8 +30,8 @@ from typing import Any
 import grpc
 import pytest
 
-from cdictk.deviceplugin.pluginsettings import Health
 from cdictk.deviceplugin.proto.deviceplugin_pb2 import ContainerAllocateResponse
+from cdictk.node.gpuhealth import HealthPolicy
 from cdictk.runtime.launchers import install_launchers
 from tests.conftest import node_with_spec
 from tests.e2e.conftest import build_busybox_rootfs, require_root
@@ -81,7 +81,7 @@ def _start_plugin(
 ) -> Kubelet:
     kubelet = Kubelet(plugin_dir)
     kubelet.start()
-    serve(kubelet, node, spec_dir, stop, mig_strategy="mixed", health=Health(enabled=False), **changes)
+    serve(kubelet, node, spec_dir, stop, mig_strategy="mixed", health=HealthPolicy(enabled=False), **changes)
     kubelet.wait_for("the plugin", lambda k: bool(k.devices(GPU)))
     return kubelet
 

@@ -15,7 +15,8 @@ and 1.33 do), the other answering 404 as a server that lacks it:
 
 Every object it stores is first validated against the official schema of Kubernetes 1.34, strict
 (kubernetes-validate): an unknown field, a wrong type or a missing required one is a 422 with a
-message shaped like the API server's. With a token set, a request without ``Authorization: Bearer
+message shaped like the API server's. With ``device_taints`` false it drops the devices' taints from
+the slices it stores, as a server without the DRADeviceTaints feature gate does. With a token set, a request without ``Authorization: Bearer
 <token>`` is a 401. Writes are recorded (:attr:`ApiServer.writes`), so a test can tell that nothing was
 written, and the next ones can be refused with an answer of the test's (:attr:`ApiServer.refusals`).
 
@@ -72,9 +73,10 @@ class Write:
 
 
 class ApiServer:
-    def __init__(self, *, version: str = "v1", token: str | None = None) -> None:
+    def __init__(self, *, version: str = "v1", token: str | None = None, device_taints: bool = True) -> None:
         self.version = version
         self.token = token
+        self.device_taints = device_taints
         self.slices: dict[str, dict[str, Any]] = {}
         self.claims: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: dict[str, dict[str, Any]] = {}
@@ -296,6 +298,9 @@ class ApiServer:
         metadata.setdefault("uid", str(uuid.uuid4()))
         metadata.setdefault("creationTimestamp", datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
         metadata["resourceVersion"] = str(next(self._revision))
+        if kind == "ResourceSlice" and not self.device_taints:
+            for device in (item.get("spec") or {}).get("devices") or []:
+                (device.get("basic") or device).pop("taints", None)
         try:
             kubernetes_validate.validate(item, KUBERNETES, strict=True)
         except kubernetes_validate.ValidationError as error:
@@ -332,8 +337,10 @@ def _handler(server: ApiServer) -> type[BaseHTTPRequestHandler]:
 
 
 @contextlib.contextmanager
-def running(*, version: str = "v1", token: str | None = None) -> Iterator[ApiServer]:
-    server = ApiServer(version=version, token=token)
+def running(
+    *, version: str = "v1", token: str | None = None, device_taints: bool = True
+) -> Iterator[ApiServer]:
+    server = ApiServer(version=version, token=token, device_taints=device_taints)
     server.start()
     try:
         yield server

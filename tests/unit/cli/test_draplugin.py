@@ -1,4 +1,5 @@
-"""``cdictk dra-plugin`` as a process: its help, one-line errors for bad settings and a missing extra, then
+"""``cdictk dra-plugin`` as a process: its help, one-line errors for bad settings and a missing extra, the
+health flags as the plugin gets them, then
 a run on the fake eight-GPU node against the API server stand-in that registers with a fake kubelet,
 publishes, and ends with status 0 on SIGTERM, its sockets removed."""
 
@@ -20,8 +21,11 @@ import pytest
 from click.testing import CliRunner
 
 from cdictk.cli.main import cli, main
+from cdictk.dra import kubeletplugin
 from cdictk.dra.kubeletapi.pluginregistration_pb2 import InfoRequest, RegistrationStatus
 from cdictk.dra.kubeletapi.pluginregistration_pb2_grpc import RegistrationStub
+from cdictk.dra.kubeletplugin import PluginSettings
+from cdictk.node.gpuhealth import IGNORED_XIDS, HealthPolicy
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.apiserver import running
 
@@ -34,7 +38,7 @@ def without_node_name() -> dict[str, str]:
 
 
 def test_help_explains_what_it_does_beside_the_device_plugin_and_its_flags() -> None:
-    result = CliRunner().invoke(cli, ["dra-plugin", "--help"])
+    result = CliRunner().invoke(cli, ["dra-plugin", "--help"], terminal_width=200)
     assert result.exit_code == 0, result.output
     text = " ".join(result.output.split())
     for words in (
@@ -58,6 +62,12 @@ def test_help_explains_what_it_does_beside_the_device_plugin_and_its_flags() -> 
         "--sys-root",
         "--resync SECONDS",
         "[default: 30.0]",
+        "--health-checks / --no-health-checks",
+        "gpu.nvidia.com/xid=<Xid>",
+        "gpu.nvidia.com/gpu-lost (NoSchedule)",
+        "DRADeviceTaints",
+        "--ignore-xids LIST",
+        "13, 31, 43, 45, 68, 109",
     ):
         assert words in text, words
 
@@ -74,6 +84,7 @@ def test_help_explains_what_it_does_beside_the_device_plugin_and_its_flags() -> 
         (["--node-name", "node1", "--resync", "0"], "--resync: must be above 0 seconds"),
         (["--node-name", "node1", "--driver-name", "GPU"], "driver name: 'GPU' is not a DNS subdomain"),
         (["--node-name", "Node_1"], "node name: 'Node_1' is not a Kubernetes node name"),
+        (["--node-name", "node1", "--ignore-xids", "48,x"], "--ignore-xids: 'x' is no Xid number"),
     ],
 )
 def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> None:
@@ -83,6 +94,33 @@ def test_bad_settings_are_one_line_and_status_1(args: list[str], said: str) -> N
     assert result.returncode == 1, result
     assert said in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "enabled", "ignored"),
+    [
+        ([], True, IGNORED_XIDS),
+        (["--no-health-checks"], False, IGNORED_XIDS),
+        (["--ignore-xids", "48, 63,"], True, (*IGNORED_XIDS, 48, 63)),
+    ],
+)
+def test_the_health_flags_reach_the_plugin(
+    monkeypatch: pytest.MonkeyPatch, args: list[str], enabled: bool, ignored: tuple[int, ...]
+) -> None:
+    given: list[PluginSettings] = []
+
+    class Plugin:
+        def __init__(self, settings: PluginSettings, log: object) -> None:
+            given.append(settings)
+
+        def run(self, stop: object) -> None:
+            pass
+
+    monkeypatch.setattr(kubeletplugin, "DraPlugin", Plugin)
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # pytest's own SIGTERM stays its own
+    assert main(["dra-plugin", "--node-name", "node1", *args]) == 0
+    [settings] = given
+    assert settings.health == HealthPolicy(enabled=enabled, ignored_xids=ignored)
 
 
 def test_a_flag_click_cannot_read_is_a_usage_error() -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.pluginsettings import Health
+from cdictk.node.gpuhealth import HealthPolicy
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.e2e.kubelet.nodeplugin import serve
@@ -60,7 +60,11 @@ def run_plugin(make_node: NodeFactory, tmp_path: Path) -> Iterator[PluginFactory
         kubelet = Kubelet(plugin_dir)
         kubelet.start()
         lines: list[str] = []
-        changes = {"rescan_interval": 0.2, "health": Health(probe_interval=0.1, xid_recovery=1.0), **changes}
+        changes = {
+            "rescan_interval": 0.2,
+            "health": HealthPolicy(probe_interval=0.1, xid_recovery=1.0),
+            **changes,
+        }
         stop = threading.Event()
         plugin, thread = serve(kubelet, node, spec_dir, stop, log=lines.append, **changes)
         started.append((stop, thread, kubelet))

@@ -15,8 +15,9 @@ import pytest
 
 from cdictk.deviceplugin.kubelet import HEALTHY, UNHEALTHY
 from cdictk.deviceplugin.plugin import DevicePlugin
-from cdictk.deviceplugin.pluginsettings import Health, Replicas, Settings
+from cdictk.deviceplugin.pluginsettings import Replicas, Settings
 from cdictk.deviceplugin.resources import ResourceError
+from cdictk.node.gpuhealth import HealthPolicy
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.e2e.kubelet.nodeplugin import serve
@@ -310,7 +311,7 @@ def test_a_look_sends_the_list_when_an_xids_recovery_time_comes_without_waiting_
         driver_root=node.root,
         proc_root=node.proc,
         sys_root=node.sys,
-        health=Health(xid_recovery=10.0),
+        health=HealthPolicy(xid_recovery=10.0),
     )
     plugin = DevicePlugin(settings, lambda line: None)
     now = [1000.0]

@@ -9,9 +9,9 @@ import itertools
 import pytest
 
 from cdictk.deviceplugin import topology
-from cdictk.deviceplugin.nvmlwatch import NVLINK_SCORE, PCIE_SCORES
 from cdictk.deviceplugin.resources import PluginDevice, Resource
 from cdictk.deviceplugin.topology import Links, preferred, set_score
+from cdictk.node.nvmlwatch import NVLINK_SCORE, PCIE_SCORES
 
 SWITCH = PCIE_SCORES[10]  # one PCIe switch between the two
 NUMA = PCIE_SCORES[40]  # the same CPU (NUMA node)

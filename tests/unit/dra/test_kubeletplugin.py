@@ -1,8 +1,9 @@
 """The plugin's run on the fake eight-GPU node (GPU 0 in MIG mode), in a thread, against the API server
 stand-in through the real client and a kubeconfig: the DRA service up before the registration socket,
 the kubelet's GetInfo and Notify, the slices published, a claim prepared, the slices written again
-after the kubelet wipes them or the MIG layout changes, a v1beta1-only server, and a stop that removes
-the sockets and leaves claims and slices."""
+after the kubelet wipes them or the MIG layout changes, a v1beta1-only server, health (an Xid and a
+lost GPU tainting the device under a new generation, their recovery untainting it), and a stop that
+removes the sockets and leaves claims and slices."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from cdictk.dra.kubeletapi import dra_v1_pb2_grpc as v1_grpc
 from cdictk.dra.kubeletapi.pluginregistration_pb2 import InfoRequest, PluginInfo, RegistrationStatus
 from cdictk.dra.kubeletapi.pluginregistration_pb2_grpc import RegistrationStub
 from cdictk.dra.kubeletplugin import DraPlugin, PluginSettings
+from cdictk.node.gpuhealth import HealthPolicy
 from cdictk.startpath.helpers.errors import CdictkError
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.apiserver import ApiServer, running
@@ -218,6 +220,107 @@ def test_a_mig_change_is_published(make_node: NodeFactory, dirs: Path) -> None:
             assert "the node changed (driver, GPUs or MIG); discovering it again" in run.lines
             [published] = server.slices.values()
             assert published["spec"]["pool"]["generation"] == 2
+        finally:
+            run.stop()
+
+
+QUICK_HEALTH = HealthPolicy(probe_interval=0.1, xid_recovery=1.0)
+
+
+def pool_taints(server: ApiServer) -> tuple[int, dict[str, list[tuple[str, str, str]]]]:
+    """The pool's generation, and the taints of each tainted device (key, value, effect)."""
+    [published] = server.slices.values()
+    found = {
+        device["name"]: [(t["key"], t.get("value", ""), t["effect"]) for t in device["taints"]]
+        for device in published["spec"].get("devices") or []
+        if device.get("taints")
+    }
+    return published["spec"]["pool"]["generation"], found
+
+
+def gpu_device(run: Run, index: int) -> tuple[str, str]:
+    """The published name and the UUID of the node's GPU ``index``."""
+    gpu = next(gpu for gpu in run.plugin.node.facts().gpus if gpu.index == index)
+    return f"gpu-{gpu.minor}", gpu.uuid
+
+
+def test_an_xid_taints_the_device_under_a_new_generation_until_it_recovers(
+    make_node: NodeFactory, dirs: Path
+) -> None:
+    node = make_node("eight")
+    with running() as server:
+        server.add_node(NODE)
+        run = Run(settings(node, dirs, server, health=QUICK_HEALTH))
+        try:
+            wait_for("the slices", lambda: server.slices)
+            wait_for("the NVML watcher", lambda: run.plugin.health.probes > 0)
+            generation, tainted = pool_taints(server)
+            assert tainted == {}
+            name, uuid = gpu_device(run, 3)
+            node.nvml_event("xid gpu=2 xid=13")  # an application error: no taint
+            node.nvml_event("xid gpu=3 xid=79")
+            wait_for("the taint", lambda: pool_taints(server)[1])
+            assert pool_taints(server) == (
+                generation + 1,
+                {name: [("gpu.nvidia.com/xid", "79", "NoSchedule")]},
+            )
+            wait_for("the recovery", lambda: not pool_taints(server)[1])
+            assert pool_taints(server)[0] == generation + 2
+            node.nvml_event("lost gpu=3")
+            wait_for("the lost GPU", lambda: pool_taints(server)[1])
+            assert pool_taints(server) == (
+                generation + 3,
+                {name: [("gpu.nvidia.com/gpu-lost", "", "NoSchedule")]},
+            )
+            node.nvml_event("recover gpu=3")
+            wait_for("the GPU back", lambda: not pool_taints(server)[1])
+            health = [line for line in run.lines if line.startswith(("Xid", "GPU-"))]
+            assert health[1:] == [
+                f"Xid 79 on {uuid}",
+                f"{uuid} unhealthy: Xid 79",
+                f"Xid 79 on {uuid}: 1 s without another, its recovery is over",
+                f"{uuid} healthy again",
+                f"{uuid} unhealthy: GPU is lost",
+                f"{uuid} healthy again",
+            ]
+            assert health[0].startswith("Xid 13 on ") and health[0].endswith("the GPU stays healthy")
+        finally:
+            run.stop()
+        assert run.error is None
+
+
+def test_taints_the_api_server_drops_are_said_once(make_node: NodeFactory, dirs: Path) -> None:
+    node = make_node("eight")
+    with running(device_taints=False) as server:
+        server.add_node(NODE)
+        run = Run(settings(node, dirs, server, health=QUICK_HEALTH, resync=0.2))
+        try:
+            wait_for("the slices", lambda: server.slices)
+            wait_for("the NVML watcher", lambda: run.plugin.health.probes > 0)
+            node.nvml_event("lost gpu=3")
+            said = (
+                "the API server dropped the devices' taints (its DRADeviceTaints feature gate is off): "
+                "unhealthy devices are published without them"
+            )
+            wait_for("the line", lambda: run.said(said))
+            writes = len(server.writes)
+            time.sleep(0.6)  # resyncs: the slices say what can be said, nothing is written again
+            assert len(server.writes) == writes and run.said(said) == 1
+        finally:
+            run.stop()
+
+
+def test_without_health_nothing_is_tainted(make_node: NodeFactory, dirs: Path) -> None:
+    node = make_node("eight")
+    with running() as server:
+        server.add_node(NODE)
+        run = Run(settings(node, dirs, server, health=HealthPolicy(enabled=False)))
+        try:
+            wait_for("the slices", lambda: server.slices)
+            node.nvml_event("lost gpu=3")
+            time.sleep(0.5)
+            assert pool_taints(server) == (1, {})
+            assert run.plugin.health.probes == 0  # no NVML watcher at all
         finally:
             run.stop()
 

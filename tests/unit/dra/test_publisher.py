@@ -1,18 +1,21 @@
 """The node's ResourceSlices reconciled: the plan alone (which slices to delete, replace, create, under
 which generation), and the publisher through the official client against the API server stand-in
 (unchanged re-publish writes nothing, a change bumps the generation and deletes first, more than 128
-devices make two slices, wiped slices come back on resync)."""
+devices make two slices, wiped slices come back on resync, a change of taints is a new generation and
+taints a server drops are no longer sent)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from cdictk.dra.kubeclient import KubeClient, KubeError
-from cdictk.dra.nodedevices import DraDevice
+from cdictk.dra.nodedevices import DraDevice, Taint
 from cdictk.dra.publisher import Plan, Publisher, plan
 from cdictk.dra.slices import MAX_DEVICES, V1, V1BETA1, resource_slices
 from tests.e2e.kubelet.apiserver import ApiServer, Refusal, running
@@ -222,6 +225,48 @@ def test_v1beta1_slices_are_published_the_same_way(tmp_path: Path) -> None:
         assert publisher.publish([gpu(0)]).unchanged
         ((item),) = server.slices.values()
         assert item["spec"]["devices"][0]["basic"]["attributes"]["type"] == {"string": "gpu"}
+
+
+XID = Taint("gpu.nvidia.com/xid", "NoSchedule", "79", "2026-12-02T14:00:00Z")
+
+
+def taints(server: ApiServer) -> dict[str, list[dict[str, str]]]:
+    return {
+        device["name"]: device["taints"]
+        for item in server.slices.values()
+        for device in item["spec"].get("devices", [])
+        if "taints" in device
+    }
+
+
+def test_a_taint_and_its_end_are_each_a_new_generation(server: ApiServer, kube: KubeClient) -> None:
+    publisher = Publisher(kube, DRIVER, NODE, list)
+    publisher.publish([gpu(0), gpu(1)])
+    tainted = [gpu(0), dataclasses.replace(gpu(1), taints=(XID,))]
+    assert publisher.publish(tainted).generation == 2
+    assert list(taints(server)) == ["gpu-1"]
+    ((sent,),) = taints(server).values()
+    # the client sends the time as a datetime of its model writes it: the same instant
+    assert datetime.fromisoformat(sent.pop("timeAdded")) == datetime.fromisoformat(XID.time_added)
+    assert sent == {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}
+    assert publisher.publish(tainted).unchanged and not publisher.taints_dropped
+    assert publisher.publish([gpu(0), gpu(1)]).generation == 3
+    assert taints(server) == {}
+
+
+def test_taints_a_server_drops_are_no_longer_sent(tmp_path: Path) -> None:
+    with running(device_taints=False) as server:
+        server.add_node(NODE)
+        kube = KubeClient.from_kubeconfig(str(server.write_kubeconfig(tmp_path / "kubeconfig")))
+        publisher = Publisher(kube, DRIVER, NODE, list)
+        publisher.publish([gpu(0)])
+        tainted = [dataclasses.replace(gpu(0), taints=(XID,))]
+        assert publisher.publish(tainted).generation == 2  # sent once: the answer has none
+        assert publisher.taints_dropped and taints(server) == {}
+        writes = len(server.writes)
+        assert publisher.publish(tainted).unchanged  # not a new generation at every resync
+        assert publisher.publish([gpu(0)]).unchanged and len(server.writes) == writes
+        kube.close()
 
 
 def test_a_refused_write_is_one_line_and_the_next_publish_recovers(

@@ -1,19 +1,21 @@
 """ResourceSlices from DRA devices: their shape in resource.k8s.io/v1 and v1beta1 (validated against
 the official schemas by kubernetes-validate, strict), the split at 128 devices, the API's limits, and
-whether published slices differ from wanted ones."""
+whether published slices differ from wanted ones (taints by key, value and effect)."""
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import importlib
 import os
 from typing import Any
 
 import pytest
 
-from cdictk.dra.nodedevices import DraDevice, Version, node_devices
+from cdictk.dra.nodedevices import DraDevice, Taint, Version, node_devices
 from cdictk.dra.slices import (
     MAX_DEVICES,
+    MAX_TAINTED_DEVICES,
     V1,
     V1BETA1,
     SliceError,
@@ -219,6 +221,65 @@ def test_more_than_128_devices_are_split_in_order() -> None:
     validate(slices, V1)
 
 
+XID = Taint("gpu.nvidia.com/xid", "NoSchedule", "79", "2026-12-02T14:00:00Z")
+LOST = Taint("gpu.nvidia.com/gpu-lost", "NoSchedule", time_added="2026-12-02T14:00:01Z")
+UNMONITORED = Taint("gpu.nvidia.com/unmonitored", "None", time_added="2026-12-02T14:00:02Z")
+
+
+@pytest.mark.parametrize("api_version", [V1, V1BETA1])
+def test_a_tainted_device_carries_its_taints_and_its_slices_validate(api_version: str) -> None:
+    tainted = dataclasses.replace(GPU, taints=(XID, LOST))
+    (item,) = resource_slices(
+        [tainted, dataclasses.replace(MIG, taints=(UNMONITORED,))], NODE, api_version=api_version
+    )
+    mig, gpu = (device.get("basic", device) for device in item["spec"]["devices"])
+    assert gpu["taints"] == [
+        {
+            "key": "gpu.nvidia.com/xid",
+            "value": "79",
+            "effect": "NoSchedule",
+            "timeAdded": "2026-12-02T14:00:00Z",
+        },
+        {"key": "gpu.nvidia.com/gpu-lost", "effect": "NoSchedule", "timeAdded": "2026-12-02T14:00:01Z"},
+    ]
+    assert mig["taints"] == [
+        {"key": "gpu.nvidia.com/unmonitored", "effect": "None", "timeAdded": "2026-12-02T14:00:02Z"}
+    ]
+    assert "taints" not in resource_slices([GPU], NODE, api_version=api_version)[0]["spec"]["devices"][0]
+    check = validator()
+    # v1 at 1.34 and 1.37; v1beta1 from 1.33, the first with taints (1.32's server drops the field
+    # it does not know, as one without the feature gate drops it)
+    for version in V1_KUBERNETES if api_version == V1 else ("1.33.0", "1.34.0", "1.37.0"):
+        check.validate(item, version, strict=True)
+
+
+def test_a_pool_with_a_tainted_device_has_at_most_64_devices_a_slice() -> None:
+    devices = many(MAX_DEVICES)
+    assert len(resource_slices(devices, NODE)) == 1
+    devices[100] = dataclasses.replace(devices[100], taints=(XID,))
+    slices = resource_slices(devices, NODE)
+    assert [len(item["spec"]["devices"]) for item in slices] == [MAX_TAINTED_DEVICES, MAX_TAINTED_DEVICES]
+    assert {item["spec"]["pool"]["resourceSliceCount"] for item in slices} == {2}
+    validate(slices, V1)
+
+
+def test_taints_differ_by_key_value_and_effect_not_by_their_time() -> None:
+    wanted = resource_slices([dataclasses.replace(GPU, taints=(XID,))], NODE)
+    back = published(wanted)
+    assert not slices_differ(back, wanted)
+    (taint,) = back[0]["spec"]["devices"][0]["taints"]
+    taint["timeAdded"] = "2026-12-01T09:00:00Z"  # a restarted plugin's taint, published before
+    assert not slices_differ(back, wanted)
+    for field, value in (("value", "48"), ("effect", "NoExecute"), ("key", "gpu.nvidia.com/gpu-lost")):
+        other = copy.deepcopy(back)
+        other[0]["spec"]["devices"][0]["taints"][0][field] = value
+        assert slices_differ(other, wanted), field
+    untainted = copy.deepcopy(back)
+    del untainted[0]["spec"]["devices"][0]["taints"]  # recovered, or dropped by the server
+    assert slices_differ(untainted, wanted)
+    assert slices_differ(back, resource_slices([GPU], NODE))
+
+
 def test_the_index_grows_past_five_hex_digits() -> None:
     assert [index_width(count) for count in (0, 1, 0x100000, 0x100001)] == [5, 5, 5, 6]
     assert slice_index("0000a-gpu.nvidia.com-node1-x7k2p", 11) == 10
@@ -259,6 +320,10 @@ def test_the_index_grows_past_five_hex_digits() -> None:
             "device gpu-0: 'Bad_Domain/name' is no attribute or capacity name (driver gpu.nvidia.com)",
         ),
         (DraDevice("gpu-0", "gpu", {}, {"memory": -1}), "capacity -1 is negative"),
+        (
+            DraDevice("gpu-0", "gpu", {}, {}, tuple(Taint(f"t/k{n}", "NoSchedule") for n in range(17))),
+            "device gpu-0: 17 taints, more than 16",
+        ),
     ],
 )
 def test_what_the_api_server_would_refuse_is_refused_first(device: DraDevice, said: str) -> None:

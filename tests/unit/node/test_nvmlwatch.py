@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
-from cdictk.deviceplugin import nvmlwatch
-from cdictk.deviceplugin.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
+from cdictk.node import nvmlwatch
 from cdictk.node.nvmlchild import NvmlChild
+from cdictk.node.nvmlwatch import NO_INSTANCE, NVLINK_SCORE, PCIE_SCORES, links, pair_score, probe
 from tests.conftest import NodeFactory
 from tests.e2e.kubelet.kubelet import Kubelet
 from tests.fakenode.planted import USER, plant, ran, relist, user_lib_dir

@@ -1,6 +1,6 @@
-"""The device plugin's NVML work: GPU topology, then Xid events and lost GPUs, as a streaming job.
+"""The GPU agents' NVML work: GPU topology, then Xid events and lost GPUs, as a streaming job.
 
-:mod:`cdictk.deviceplugin.health` runs :func:`job` in a :class:`cdictk.node.nvmlchild.NvmlChild` with
+:mod:`cdictk.node.gpuhealth` runs :func:`job` in a :class:`cdictk.node.nvmlchild.NvmlChild` with
 the argument ``{"uuids": [...], "interval": seconds, "events": bool}`` (the GPUs' UUIDs; ``events``
 false: the topology alone). It sends these messages:
 
@@ -16,7 +16,7 @@ false: the topology alone). It sends these messages:
 - ``{"probing": "why"}`` once, when this NVML has no event API (creating an event set or waiting on one
   is not supported, or the function is missing): then only the probes follow.
 
-Why a child of its own: the plugin's discovery asks NVML afresh in other children (a MIG change must
+Why a child of its own: the plugins' discovery asks NVML afresh in other children (a MIG change must
 be seen); a process that holds NVML initialised would hand them its stale state. And a driver stuck in
 the kernel hangs the child, not the plugin, which sees the probes stop.
 """

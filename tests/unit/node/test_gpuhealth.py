@@ -12,8 +12,16 @@ from typing import Any
 
 import pytest
 
-from cdictk.deviceplugin.health import HealthMonitor, Watched
-from cdictk.deviceplugin.pluginsettings import IGNORED_XIDS, Health
+from cdictk.node.gpuhealth import (
+    IGNORED_XIDS,
+    LOST,
+    UNMONITORED,
+    XID,
+    Finding,
+    HealthMonitor,
+    HealthPolicy,
+    Watched,
+)
 from cdictk.node.nvmlchild import Job, Send
 
 GPU_A = "GPU-aaaaaaaa-0000-0000-0000-000000000001"
@@ -44,7 +52,7 @@ class Monitor:
         self.clock = Clock()
         self.changes = 0
         self.lines: list[str] = []
-        settings = dataclasses.replace(Health(), **health)  # type: ignore[arg-type]
+        settings = dataclasses.replace(HealthPolicy(), **health)  # type: ignore[arg-type]
         self.monitor = HealthMonitor(settings, self._changed, clock=self.clock, log=self.lines.append)
         self.monitor.watch(DEVICES)
         self.changes = 0
@@ -83,6 +91,24 @@ def test_a_fatal_xid_makes_the_gpu_unhealthy() -> None:
     assert m.feed(xid=79, uuid=GPU_B, gi=None, ci=None) == {GPU_B: "Xid 79"}
     assert m.changes == 1
     assert m.lines == [f"Xid 79 on {GPU_B}", f"{GPU_B} unhealthy: Xid 79"]
+
+
+def test_findings_say_each_devices_trouble_as_xid_lost_or_unmonitored() -> None:
+    """What the DRA plugin taints by: the cause beside the words the device plugin's log says."""
+    m = Monitor()
+    m.feed(xid=79, uuid=GPU_M, gi=2, ci=0)
+    m.feed(probe={GPU_A: "GPU is lost", GPU_B: "", GPU_M: ""})
+    assert m.monitor.findings() == {
+        MIG_2: Finding(XID, "Xid 79", 79),
+        GPU_A: Finding(LOST, "GPU is lost"),
+    }
+    m.monitor.watch(DEVICES, {GPU_B: "not found by the last discovery"})
+    assert m.monitor.findings()[GPU_B] == Finding(LOST, "not found by the last discovery")
+    m.feed(error="waiting for NVML events failed: Unknown Error")
+    assert set(m.monitor.findings().values()) == {
+        Finding(UNMONITORED, "waiting for NVML events failed: Unknown Error")
+    }
+    assert len(m.monitor.findings()) == len(DEVICES)
 
 
 def test_each_change_of_health_is_one_line() -> None:
@@ -316,7 +342,7 @@ def wait_until(what: str, predicate: object, timeout: float = 20.0) -> None:
 def child_monitor(tmp_path: Path, lines: list[str], **health: object) -> tuple[HealthMonitor, Path]:
     """A monitor running the stand-in :func:`restarting`, which logs its arguments to the returned file."""
     runs = tmp_path / "runs"
-    settings = dataclasses.replace(Health(probe_interval=0.05), **health)  # type: ignore[arg-type]
+    settings = dataclasses.replace(HealthPolicy(probe_interval=0.05), **health)  # type: ignore[arg-type]
     monitor = HealthMonitor(settings, log=lines.append)
     monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
     monitor.start(LIBRARY, restarting(runs))
@@ -373,7 +399,7 @@ def stays(runs: Path) -> Job:
 def test_the_child_is_run_again_when_the_set_of_gpus_changes(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     lines: list[str] = []
-    monitor = HealthMonitor(Health(probe_interval=0.05), log=lines.append)
+    monitor = HealthMonitor(HealthPolicy(probe_interval=0.05), log=lines.append)
     monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
     monitor.start(LIBRARY, stays(runs))
     try:
@@ -403,7 +429,7 @@ def slow_topology(says: str) -> Job:
 @pytest.mark.parametrize("says", ["links", "nothing"])
 def test_asking_for_the_topology_waits_for_the_child_to_say_it_or_to_end(tmp_path: Path, says: str) -> None:
     """What the first preferred allocation after registering asks, before the child has said."""
-    monitor = HealthMonitor(Health(enabled=False))
+    monitor = HealthMonitor(HealthPolicy(enabled=False))
     monitor.watch([Watched("GPU-x", "GPU-x"), Watched("GPU-y", "GPU-y")])
     assert monitor.links() == {}  # no child yet: nothing to wait for
     monitor.start(LIBRARY, slow_topology(says))

@@ -1,18 +1,22 @@
 """Which devices are healthy: Xid events and lost GPUs from NVML, and their recovery.
 
-The NVML side is :func:`cdictk.deviceplugin.nvmlwatch.job`, streaming in the one NVML runner's child
+One implementation for both agents: the device plugin reports the unhealthy devices to the kubelet,
+the DRA plugin publishes them with taints (:meth:`HealthMonitor.findings` says what kind of trouble
+each has). Each builds a :class:`HealthPolicy` from its settings or flags.
+
+The NVML side is :func:`cdictk.node.nvmlwatch.job`, streaming in the one NVML runner's child
 (:class:`cdictk.node.nvmlchild.NvmlChild`); this keeps the state:
 
 - a GPU NVML cannot find (lost, fallen off the bus) is unhealthy, with its MIG devices, until NVML
-  answers for it again; so is one the plugin's last discovery did not find (``absent``), which the
-  plugin keeps offering rather than dropping it from the kubelet's list;
-- a fatal Xid (any but the application errors of :data:`settings.IGNORED_XIDS` and the settings'
+  answers for it again; so is one the agent's last discovery did not find (``absent``), which the
+  device plugin keeps offering rather than dropping it from the kubelet's list;
+- a fatal Xid (any but the application errors of :data:`IGNORED_XIDS` and the policy's
   own list) makes the GPU unhealthy, or only the MIG device whose GPU and compute instance it names
   (an event that names a GPU instance without a compute instance is the whole GPU's),
   until ``xid_recovery`` seconds pass without another and NVML answers for the GPU; with
   ``xid_recovery`` None, until the plugin restarts (NVIDIA's plugin never recovers a device);
-- while the child is down or its event wait fails, every device is unhealthy: nothing vouches for
-  them. Only a working event wait (the child's ``watching``) clears that, not a probe: a GPU NVML
+- while the child is down or its event wait fails, every device is unhealthy (unmonitored): nothing
+  vouches for them. Only a working event wait (the child's ``watching``) clears that, not a probe: a GPU NVML
   still finds while events cannot be had would otherwise flap at every probe, each flip a new list
   for the kubelet;
 - an Xid on a GPU NVML cannot name counts for every GPU;
@@ -39,12 +43,41 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from cdictk.deviceplugin import nvmlwatch
-from cdictk.deviceplugin.pluginsettings import Health
+from cdictk.node import nvmlwatch
 from cdictk.node.nvmlchild import Job, NvmlChild
 from cdictk.node.nvmllib import NvmlError
 
 TOPOLOGY_DEADLINE = 10.0  # seconds from the child's start until asking for the topology stops waiting
+# Application errors that leave the GPU usable, as NVIDIA's plugins ignore them: graphics engine
+# exception, page fault, stopped processing, preemptive cleanup, video processor exception, context
+# switch timeout.
+IGNORED_XIDS = (13, 31, 43, 45, 68, 109)
+# What kind of trouble a device is in (Finding.cause).
+XID = "xid"  # a fatal Xid within its recovery period
+LOST = "lost"  # NVML cannot find its GPU, or the last discovery did not
+UNMONITORED = "unmonitored"  # the NVML watcher is down or cannot wait for events: nothing vouches
+
+
+@dataclass(frozen=True, slots=True)
+class HealthPolicy:
+    """How health is judged; each agent builds it from its own settings or flags."""
+
+    enabled: bool = True
+    ignored_xids: tuple[int, ...] = IGNORED_XIDS
+    # A device made unhealthy by a fatal Xid is healthy again once NVML answers for it and this many
+    # seconds passed without another; None: never (NVIDIA's plugin: until it restarts).
+    xid_recovery: float | None = 300.0
+    probe_interval: float = 5.0  # seconds between NVML checks of lost devices (and event waits)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """Why one device is unhealthy: :data:`XID`, :data:`LOST` or :data:`UNMONITORED`, the words the
+    log says, and the Xid for :data:`XID`."""
+
+    cause: str
+    why: str
+    xid: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +93,7 @@ class Watched:
 class HealthMonitor:
     def __init__(
         self,
-        settings: Health,
+        settings: HealthPolicy,
         on_change: Callable[[], None] = lambda: None,
         *,
         clock: Callable[[], float] = time.monotonic,
@@ -160,6 +193,10 @@ class HealthMonitor:
 
     def unhealthy(self) -> dict[str, str]:
         """Device UUID -> why it is unhealthy, for every unhealthy device watched."""
+        return {uuid: finding.why for uuid, finding in self.findings().items()}
+
+    def findings(self) -> dict[str, Finding]:
+        """Device UUID -> what kind of trouble it is in, for every unhealthy device watched."""
         with self._lock:
             return self._evaluate()
 
@@ -171,22 +208,27 @@ class HealthMonitor:
         with self._lock:
             return dict(self._links)
 
-    def _evaluate(self) -> dict[str, str]:
+    def _evaluate(self) -> dict[str, Finding]:
         if not self.settings.enabled:
             return {}  # health checks off: every device healthy, whatever NVML or discovery said
         now = self.clock()
         recovery = self.settings.xid_recovery
         found = {}
         for device in self._devices:
-            why = self._down or self._lost.get(device.gpu_uuid) or self._absent.get(device.gpu_uuid)
-            if why is None:
+            lost = self._lost.get(device.gpu_uuid) or self._absent.get(device.gpu_uuid)
+            finding: Finding | None = None
+            if self._down:
+                finding = Finding(UNMONITORED, self._down)
+            elif lost:
+                finding = Finding(LOST, lost)
+            else:
                 for key in ((device.gpu_uuid, None, None), (device.gpu_uuid, device.gi, device.ci)):
                     seen = self._xids.get(key)
                     if seen is not None and (recovery is None or now - seen[0] < recovery):
-                        why = f"Xid {seen[1]}"
+                        finding = Finding(XID, f"Xid {seen[1]}", seen[1])
                         break
-            if why is not None:
-                found[device.uuid] = why
+            if finding is not None:
+                found[device.uuid] = finding
         return found
 
     def _recover(self) -> list[str]:
@@ -207,7 +249,7 @@ class HealthMonitor:
     def _changed(self) -> None:
         with self._lock:
             lines = self._recover()
-            now = self._evaluate()
+            now = {uuid: finding.why for uuid, finding in self._evaluate().items()}
             changed = now != self._last
             if changed:
                 lines += _transitions(self._last, now, {device.uuid for device in self._devices})
@@ -221,7 +263,7 @@ class HealthMonitor:
 
     def start(self, library: str, job: Job | None = None) -> None:
         """Run the NVML child for the watched GPUs (again, if it runs), reading it in a thread.
-        ``job``: another than :func:`cdictk.deviceplugin.nvmlwatch.job` (a stand-in)."""
+        ``job``: another than :func:`cdictk.node.nvmlwatch.job` (a stand-in)."""
         self.stop()
         self._stopped = threading.Event()
         gpus = sorted({device.gpu_uuid for device in self._devices})
