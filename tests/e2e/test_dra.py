@@ -88,6 +88,10 @@ def cluster(
     require_node_tools()
     binary_dir = sid_containerd_dir()
     node = build_node(str(tmp_path_factory.mktemp("dra-node") / "node"), "eight", stub_cache)
+    # The plugin's checkpoint is of one boot: the fake procfs gets the boot ID a real one has.
+    boot_id = Path(node.proc, "sys/kernel/random/boot_id")
+    boot_id.parent.mkdir(parents=True, exist_ok=True)
+    boot_id.write_text(f"{uuid.uuid4()}\n")
     work = tmp_path_factory.mktemp("dra")
     pause = pause_archive(work)
     debian = work / "debian.tar"

@@ -21,7 +21,6 @@ import shutil
 import socket
 import stat
 import subprocess
-import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -538,8 +537,6 @@ def _mig_capabilities(node: FakeNode) -> None:
 
 def _procfs(node: FakeNode) -> None:
     proc = node.proc
-    # A new one at every boot of a real node: the DRA plugin's checkpoint is of one boot.
-    _write(f"{proc}/sys/kernel/random/boot_id", f"{uuid.uuid4()}\n")
     _write(
         f"{proc}/devices",
         "Character devices:\n  1 mem\n  4 /dev/vc/0\n195 nvidia-frontend\n"

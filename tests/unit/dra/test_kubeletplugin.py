@@ -36,6 +36,7 @@ pytestmark = pytest.mark.root
 
 DRIVER = "gpu.nvidia.com"
 NODE = "node1"
+BOOT = "5d0c4a8e-2b1f-4c3d-9e8f-7a6b5c4d3e2f"
 HOOK = "/opt/cdictk/current/bin/cdictk-hook"  # the DaemonSet's, as the node runs it
 
 
@@ -45,6 +46,13 @@ def wait_for(what: str, condition: Callable[[], object], timeout: float = 30.0) 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         time.sleep(0.05)
+
+
+def with_boot_id(node: FakeNode) -> FakeNode:
+    path = Path(node.proc, "sys/kernel/random/boot_id")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(BOOT + "\n")
+    return node
 
 
 @pytest.fixture(autouse=True)
@@ -138,7 +146,7 @@ def claim(name: str, device: str) -> dict[str, Any]:
 def test_it_serves_registers_publishes_prepares_and_stops_leaving_claims_and_slices(
     make_node: NodeFactory, dirs: Path
 ) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server, hook_path=HOOK))
@@ -186,7 +194,7 @@ def test_it_serves_registers_publishes_prepares_and_stops_leaving_claims_and_sli
 
 
 def test_slices_the_kubelet_wipes_are_published_again(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server, resync=0.2))
@@ -205,7 +213,7 @@ def test_slices_the_kubelet_wipes_are_published_again(make_node: NodeFactory, di
 
 
 def test_a_mig_change_is_published(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server))
@@ -326,7 +334,7 @@ def test_without_health_nothing_is_tainted(make_node: NodeFactory, dirs: Path) -
 
 
 def test_a_v1beta1_server_gets_v1beta1_slices(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running(version="v1beta1") as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server))
@@ -341,7 +349,7 @@ def test_a_v1beta1_server_gets_v1beta1_slices(make_node: NodeFactory, dirs: Path
 
 
 def test_a_removed_socket_is_served_again(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server))
@@ -360,7 +368,7 @@ def test_a_removed_socket_is_served_again(make_node: NodeFactory, dirs: Path) ->
 
 
 def test_a_publish_that_fails_is_said_once_and_tried_again_soon(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:  # no Node yet: the slices' owner cannot be read
         run = Run(settings(node, dirs, server))
         try:
@@ -380,7 +388,7 @@ def test_a_publish_that_fails_is_said_once_and_tried_again_soon(make_node: NodeF
 
 
 def test_each_registration_the_kubelet_notifies_is_logged(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server))
@@ -395,7 +403,7 @@ def test_each_registration_the_kubelet_notifies_is_logged(make_node: NodeFactory
 
 
 def test_an_api_server_out_of_reach_stops_the_start_in_one_line(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         wanted = settings(node, dirs, server)
     # the server is gone: its port refuses
