@@ -255,7 +255,7 @@ def gpu_device(run: Run, index: int) -> tuple[str, str]:
 def test_an_xid_taints_the_device_under_a_new_generation_until_it_recovers(
     make_node: NodeFactory, dirs: Path
 ) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server, health=QUICK_HEALTH))
@@ -298,7 +298,7 @@ def test_an_xid_taints_the_device_under_a_new_generation_until_it_recovers(
 
 
 def test_taints_the_api_server_drops_are_said_once(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running(device_taints=False) as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server, health=QUICK_HEALTH, resync=0.2))
@@ -319,7 +319,7 @@ def test_taints_the_api_server_drops_are_said_once(make_node: NodeFactory, dirs:
 
 
 def test_without_health_nothing_is_tainted(make_node: NodeFactory, dirs: Path) -> None:
-    node = make_node("eight")
+    node = with_boot_id(make_node("eight"))
     with running() as server:
         server.add_node(NODE)
         run = Run(settings(node, dirs, server, health=HealthPolicy(enabled=False)))
