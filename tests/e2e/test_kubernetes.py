@@ -252,6 +252,8 @@ def test_cdi_annotations_with_containerd_2(cdi_on: Cluster) -> None:
 def test_mig_device(cdi_on: Cluster) -> None:
     """--mig-strategy mixed: nvidia.com/mig-1g.10gb gives the MIG device's parent node and its caps."""
     cluster = cdi_on
+    # Each resource registers on its own: the fixture waited for nvidia.com/gpu alone.
+    cluster.kubelet.wait_for("the MIG resource", lambda k: bool(k.devices("nvidia.com/mig-1g.10gb")))
     devices, answer = cluster.kubelet.allocate("nvidia.com/mig-1g.10gb", 1)
     assert devices[0].startswith("MIG-")
     with run_pod(cluster.client, DEBIAN, [answer], cgroup_parent=cluster.cgroup) as pod:
